@@ -1,0 +1,63 @@
+"""Describing arrays without touching their data."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+from tinax._core.shapes import logical_nbytes
+
+__all__ = ["ArrayInfo", "inspect_array"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ArrayInfo:
+    """What an array is, read from its metadata.
+
+    Attributes:
+      shape: The global shape.
+      dtype: The dtype; an extended dtype object for PRNG key arrays.
+      logical_nbytes: Bytes of the global value (``prod(shape) * itemsize``),
+        or None for extended dtypes, whose storage size is not part of their
+        contract.
+      committed: Whether the array is committed to its devices (placed
+        explicitly), so JAX will not move it implicitly.
+      fully_addressable: Whether every shard lives on this process, which is
+        what host materialization requires.
+    """
+
+    shape: tuple[int, ...]
+    dtype: Any
+    logical_nbytes: int | None
+    committed: bool
+    fully_addressable: bool
+
+
+def inspect_array(array: jax.Array) -> ArrayInfo:
+    """Describes a concrete array without materializing or waiting for it.
+
+    Args:
+      array: A concrete ``jax.Array``, possibly sharded over many processes
+        and possibly still being computed.
+
+    Returns:
+      An :class:`ArrayInfo`.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+    """
+    validation.require_instance(array, "array", jax.Array, "a jax.Array")
+    if is_tracer(array):
+        validation.fail_type("array", "a concrete jax.Array, not a traced value", array)
+    shape = tuple(int(extent) for extent in array.shape)
+    return ArrayInfo(
+        shape=shape,
+        dtype=array.dtype,
+        logical_nbytes=logical_nbytes(shape, array.dtype),
+        committed=bool(array.committed),
+        fully_addressable=bool(array.is_fully_addressable),
+    )

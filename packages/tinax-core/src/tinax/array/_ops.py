@@ -1,0 +1,253 @@
+"""Array operations where jax.numpy and jax.nn fail silently."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+from jax.typing import DTypeLike
+
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+from tinax._core.shapes import is_extended_dtype
+
+__all__ = ["is_value_preserving_cast", "one_hot", "safe_astype", "stack_batch"]
+
+
+def _require_dtype(value: object, name: str) -> np.dtype[Any]:
+    """Resolves a dtype-like to a NumPy dtype that JAX can hold."""
+    expected = "a numeric or bool dtype"
+    if value is None or isinstance(value, bool):
+        validation.fail_type(name, expected, value)
+    if is_extended_dtype(value):
+        validation.fail_type(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
+    try:
+        dtype: np.dtype[Any] = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError as error:
+        raise TypeError(validation.expectation_message(name, expected, value)) from error
+    if dtype.hasobject or dtype.kind in {"U", "S", "M", "m"} or (dtype.kind == "V" and not _is_jax_numeric(dtype)):
+        validation.fail_type(name, expected, value)
+    return dtype
+
+
+def _is_jax_numeric(dtype: np.dtype[Any]) -> bool:
+    # ml_dtypes types (bfloat16, float8_*, int4) report NumPy kind "V".
+    return bool(jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, jnp.bool_))
+
+
+def _canonical(dtype: np.dtype[Any], name: str) -> np.dtype[Any]:
+    canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if canonical != dtype:
+        raise ValueError(
+            f"{name} must be a dtype JAX can hold in this configuration, got {dtype} which would silently "
+            f"become {canonical} (enable jax_enable_x64 for 64-bit types)"
+        )
+    return canonical
+
+
+def _iinfo(dtype: np.dtype[Any]) -> Any:
+    # ml_dtypes' iinfo/finfo also understand int4, bfloat16 and the float8 types.
+    return ml_dtypes.iinfo(dtype)  # type: ignore[no-untyped-call]
+
+
+def _finfo(dtype: np.dtype[Any]) -> Any:
+    return ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
+
+
+def _integer_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
+    info = _iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def _integer_value_bits(dtype: np.dtype[Any]) -> int:
+    low, high = _integer_bounds(dtype)
+    return max(abs(low) - 1, high).bit_length()
+
+
+def _float_preserves(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
+    source_info, target_info = _finfo(source), _finfo(target)
+    return (
+        int(target_info.nmant) >= int(source_info.nmant)
+        and float(target_info.max) >= float(source_info.max)
+        and float(target_info.min) <= float(source_info.min)
+        and float(target_info.smallest_subnormal) <= float(source_info.smallest_subnormal)
+    )
+
+
+def _component(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.float32 if dtype == np.complex64 else np.float64)
+
+
+def is_value_preserving_cast(source: DTypeLike, target: DTypeLike) -> bool:
+    """Returns whether every value of ``source`` is exactly representable in ``target``.
+
+    The decision is made from the dtypes alone, never from data, so it is the
+    same eagerly and under ``jit``: narrowing integers, float to integer,
+    signed to unsigned, a float to one with less precision or range, complex
+    to real, and anything to bool other than bool are all lossy. Integer to
+    float is preserving only when the float's significand holds every
+    integer of the source.
+
+    Args:
+      source: The dtype being cast from.
+      target: The dtype being cast to.
+
+    Returns:
+      True when the cast can never change a value.
+    """
+    source_dtype, target_dtype = np.dtype(source), np.dtype(target)
+    if source_dtype == target_dtype or jnp.issubdtype(source_dtype, jnp.bool_):
+        return True
+    if jnp.issubdtype(target_dtype, jnp.bool_):
+        return False
+    if jnp.issubdtype(source_dtype, jnp.complexfloating):
+        return bool(jnp.issubdtype(target_dtype, jnp.complexfloating)) and _float_preserves(
+            _component(source_dtype), _component(target_dtype)
+        )
+    if jnp.issubdtype(target_dtype, jnp.complexfloating):
+        target_dtype = _component(target_dtype)
+    if jnp.issubdtype(source_dtype, jnp.integer):
+        if jnp.issubdtype(target_dtype, jnp.integer):
+            source_low, source_high = _integer_bounds(source_dtype)
+            target_low, target_high = _integer_bounds(target_dtype)
+            return target_low <= source_low and source_high <= target_high
+        info = _finfo(target_dtype)
+        low, _ = _integer_bounds(source_dtype)
+        if low < 0 and float(info.min) >= 0:
+            return False
+        return _integer_value_bits(source_dtype) <= int(info.nmant) + 1
+    if jnp.issubdtype(target_dtype, jnp.integer):
+        return False
+    return _float_preserves(source_dtype, target_dtype)
+
+
+def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False) -> jax.Array:
+    """Casts an array, refusing casts that can change values unless asked.
+
+    ``jnp.astype`` wraps, truncates and rounds without a word (int32 300
+    becomes int8 44). Here a cast that is not value-preserving for every
+    possible value of the source dtype (see :func:`is_value_preserving_cast`)
+    needs ``allow_lossy=True``. The decision uses dtypes only, so it works on
+    traced values inside ``jit``.
+
+    Args:
+      array: A ``jax.Array``, concrete or traced.
+      dtype: The target dtype. It must be representable in the current JAX
+        configuration (64-bit types need ``jax_enable_x64``).
+      allow_lossy: Whether a cast that may change values is acceptable. A
+        lossy complex-to-real cast keeps the real part.
+
+    Returns:
+      The cast array.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype,
+        ``dtype`` is not a numeric or bool dtype, or ``allow_lossy`` is not a
+        bool.
+      ValueError: If the cast is lossy and ``allow_lossy`` is False, or the
+        target dtype would silently be narrowed by JAX's configuration.
+    """
+    validation.require_instance(array, "array", jax.Array, "a jax.Array")
+    if is_extended_dtype(array.dtype):
+        validation.fail_type("array", "an array with a numeric or bool dtype", array)
+    target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    validation.require_bool(allow_lossy, "allow_lossy")
+    source = np.dtype(array.dtype)
+    if not allow_lossy and not is_value_preserving_cast(source, target):
+        raise ValueError(
+            f"casting {source} to {target} can change values (narrowing, truncation, sign or precision loss); "
+            "pass allow_lossy=True to accept that"
+        )
+    if jnp.issubdtype(source, jnp.complexfloating) and not jnp.issubdtype(target, jnp.complexfloating):
+        # Upstream is deprecating the implicit form; keep the documented meaning.
+        return jnp.real(array).astype(target)
+    return array.astype(target)
+
+
+def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = None) -> jax.Array:
+    """Encodes integer class indices as one-hot vectors.
+
+    ``jax.nn.one_hot`` turns an out-of-range index into an all-zero row. Here,
+    when the indices are concrete (not traced), any index outside
+    ``[0, num_classes - 1]`` is an error. Traced indices cannot be inspected
+    and keep upstream's behaviour.
+
+    Args:
+      indices: Integer class indices (a ``jax.Array`` or ``numpy.ndarray``).
+      num_classes: The number of classes, at least 1.
+      dtype: The dtype of the result, or None for JAX's default float.
+
+    Returns:
+      An array of shape ``indices.shape + (num_classes,)``.
+
+    Raises:
+      TypeError: If ``indices`` is not an integer array (bool included),
+        ``num_classes`` is a bool or not an int, or ``dtype`` is not a
+        numeric or bool dtype.
+      ValueError: If ``num_classes`` is below 1, or concrete indices are out
+        of range.
+    """
+    if not isinstance(indices, (jax.Array, np.ndarray)):
+        validation.fail_type("indices", "an integer jax.Array or numpy.ndarray", indices)
+    if is_extended_dtype(indices.dtype) or not jnp.issubdtype(indices.dtype, jnp.integer):
+        validation.fail_type("indices", "an array with an integer dtype (not bool or float)", indices)
+    classes = validation.require_positive_int(num_classes, "num_classes")
+    target = None if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    if not is_tracer(indices) and indices.size:
+        low, high = int(jnp.min(indices)), int(jnp.max(indices))
+        if low < 0 or high >= classes:
+            raise ValueError(
+                f"indices must lie in [0, {classes - 1}] for num_classes={classes}, "
+                f"got values from {low} to {high}"
+            )
+    if target is None:
+        return jax.nn.one_hot(indices, classes)
+    return jax.nn.one_hot(indices, classes, dtype=target)
+
+
+def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
+    """Stacks same-typed examples into a batch along a new axis.
+
+    ``jnp.stack`` promotes mixed dtypes silently. Here every array must have
+    the dtype and shape of the first, and an error names the first that
+    differs.
+
+    Args:
+      arrays: A non-empty sequence of ``jax.Array`` (concrete or traced).
+      axis: Where the new batch axis goes, in ``[-(ndim + 1), ndim]``.
+
+    Returns:
+      The stacked array.
+
+    Raises:
+      TypeError: If ``arrays`` is not a sequence, an item is not a
+        ``jax.Array``, or ``axis`` is a bool or not an int.
+      ValueError: If ``arrays`` is empty, the dtypes or shapes differ, or
+        ``axis`` is out of range.
+    """
+    items = validation.require_sequence(
+        arrays,
+        "arrays",
+        item_check=lambda item, name: validation.require_instance(item, name, jax.Array, "a jax.Array"),
+        non_empty=True,
+        description="a sequence of jax.Array",
+    )
+    first = items[0]
+    for index, item in enumerate(items[1:], start=1):
+        if item.dtype != first.dtype:
+            raise ValueError(
+                f"arrays must share one dtype, got arrays[{index}] with dtype {item.dtype} "
+                f"but arrays[0] with dtype {first.dtype}"
+            )
+        if item.shape != first.shape:
+            raise ValueError(
+                f"arrays must share one shape, got arrays[{index}] with shape {item.shape} "
+                f"but arrays[0] with shape {first.shape}"
+            )
+    rank = first.ndim
+    batch_axis = validation.require_int(axis, "axis", minimum=-(rank + 1), maximum=rank)
+    return jnp.stack(items, axis=batch_axis)

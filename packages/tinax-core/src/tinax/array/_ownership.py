@@ -1,0 +1,161 @@
+"""Conversions across the NumPy, JAX and DLPack boundary with explicit ownership."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Sharding
+
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+from tinax._core.shapes import is_extended_dtype
+
+__all__ = ["from_dlpack", "from_numpy", "to_numpy"]
+
+_DEVICE_EXPECTATION = "a jax.Device, a jax.sharding.Sharding or None"
+
+
+def _require_placement(device: object) -> jax.Device | Sharding | None:
+    if device is None or isinstance(device, (jax.Device, Sharding)):
+        return device
+    validation.fail_type("device", _DEVICE_EXPECTATION, device)
+
+
+def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding | None = None) -> jax.Array:
+    """Moves a host NumPy array into JAX under a stated ownership policy.
+
+    ``jax.device_put`` may alias the host buffer on CPU even when asked not to
+    (64-byte-aligned buffers are shared), so a later write to the NumPy array
+    would show through the "immutable" JAX array. With ``copy=True`` this
+    function takes a private host snapshot first, which nothing else can
+    reach, so the result never changes afterwards. The transfer itself is
+    asynchronous.
+
+    Args:
+      array: The host data. Object dtypes are refused.
+      copy: True to snapshot the data now, so the result is independent of
+        ``array``. False to allow the result to share ``array``'s memory; the
+        caller then must not write to ``array`` while the result is alive.
+      device: Where to place the result: a device, a sharding (whose shape
+        must divide the array), or None for JAX's default device.
+
+    Returns:
+      A ``jax.Array`` with ``array``'s shape and (canonicalized) dtype.
+
+    Raises:
+      TypeError: If ``array`` is not a ``numpy.ndarray``, has an object dtype,
+        ``copy`` is not a bool, or ``device`` is of the wrong kind.
+      ValueError: If JAX cannot place the data as asked (for example a
+        sharding that does not divide the shape).
+    """
+    validation.require_instance(array, "array", np.ndarray, "a numpy.ndarray")
+    if array.dtype.hasobject:
+        validation.fail_type("array", "a numpy.ndarray with a numeric or bool dtype", array)
+    validation.require_bool(copy, "copy")
+    placement = _require_placement(device)
+    source = np.array(array, copy=True, order="C") if copy else array
+    try:
+        placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
+    except (ValueError, RuntimeError) as error:
+        raise ValueError(f"array {validation.describe(array)} cannot be placed on {placement}: {error}") from error
+    return placed
+
+
+def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
+    """Materializes a JAX array on the host.
+
+    Both forms wait for the array's computation to finish first.
+
+    Args:
+      array: A concrete, fully addressable ``jax.Array``.
+      writable: False for a read-only host view that may share memory with
+        JAX's own host copy (no extra copy is made). True for an independent,
+        writable copy that the caller owns.
+
+    Returns:
+      A ``numpy.ndarray`` with the array's shape and dtype.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array``, is a tracer, has an
+        extended dtype such as a PRNG key, or ``writable`` is not a bool.
+      ValueError: If the array is not fully addressable from this process
+        or has been deleted (for example donated).
+    """
+    _require_concrete_array(array, "array")
+    validation.require_bool(writable, "writable")
+    if is_extended_dtype(array.dtype):
+        validation.fail_type(
+            "array", "an array with a NumPy dtype (use jax.random.key_data for PRNG keys)", array
+        )
+    if not array.is_fully_addressable:
+        raise ValueError(
+            f"array must be fully addressable from this process to be materialized, got an array sharded "
+            f"over {len(array.sharding.device_set)} devices of which only "
+            f"{len(array.sharding.addressable_devices)} are local"
+        )
+    if array.is_deleted():
+        validation.fail_value("array", "a live array (it was deleted or donated)", array)
+    if writable:
+        return np.array(array, copy=True)
+    host = np.asarray(array)
+    if host.flags.writeable:
+        # JAX returned a fresh buffer; freeze it so both forms behave the same.
+        host.flags.writeable = False
+    return host
+
+
+def from_dlpack(
+    array: object, *, copy: bool | None = None, device: jax.Device | Sharding | None = None
+) -> jax.Array:
+    """Imports any DLPack producer into JAX.
+
+    Args:
+      array: An object implementing ``__dlpack__`` and ``__dlpack_device__``
+        (a NumPy array, a JAX array, a PyTorch tensor, ...).
+      copy: True to guarantee storage independent of the producer. The call
+        then waits until the copy is complete, so the producer may be mutated
+        or freed as soon as it returns; this holds for same-device JAX
+        producers and aligned NumPy buffers too, which JAX's own importer would
+        share. False to require sharing (an error if that is impossible). None
+        to let JAX decide.
+      device: Where the result should live, or None for the producer's device.
+
+    Returns:
+      A ``jax.Array`` with the producer's shape and dtype.
+
+    Raises:
+      TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a
+        bool or None, ``device`` is of the wrong kind, or the producer's dtype
+        is unsupported.
+      ValueError: If the import cannot honour the request (for example
+        ``copy=False`` where sharing is impossible, or a strided producer).
+    """
+    if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
+        validation.fail_type("array", "an object implementing __dlpack__ and __dlpack_device__", array)
+    if copy is not None:
+        validation.require_bool(copy, "copy")
+    placement = _require_placement(device)
+    try:
+        imported: jax.Array = jax.dlpack.from_dlpack(array, device=placement, copy=None if copy else copy)
+        if not copy:
+            return imported
+        independent = jnp.copy(imported)
+        independent.block_until_ready()
+    except TypeError as error:
+        raise TypeError(f"array {validation.describe(array)} cannot be imported through DLPack: {error}") from error
+    except (ValueError, RuntimeError, BufferError) as error:
+        raise ValueError(
+            f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}: {error}"
+        ) from error
+    return independent
+
+
+def _require_concrete_array(array: object, name: str) -> Any:
+    if not isinstance(array, jax.Array):
+        validation.fail_type(name, "a jax.Array", array)
+    if is_tracer(array):
+        validation.fail_type(name, "a concrete jax.Array, not a traced value", array)
+    return array

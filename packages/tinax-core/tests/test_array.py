@@ -1,0 +1,400 @@
+"""Behaviour of tinax.array: ownership policies and the operations that refuse silent failures."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from tinax._core.testing import import_side_effects
+from tinax.array import (
+    ArrayInfo,
+    from_dlpack,
+    from_numpy,
+    inspect_array,
+    one_hot,
+    safe_astype,
+    stack_batch,
+    to_numpy,
+)
+
+
+def aligned_float32(count: int, alignment: int = 64) -> np.ndarray:
+    """A float32 array whose buffer starts on an ``alignment``-byte boundary."""
+    raw = np.empty(count * 4 + alignment, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % alignment
+    array = raw[offset : offset + count * 4].view(np.float32)
+    assert array.ctypes.data % alignment == 0
+    array[:] = np.arange(count, dtype=np.float32)
+    return array
+
+
+@pytest.fixture
+def mesh8() -> jax.sharding.Mesh:
+    return jax.make_mesh((8,), ("data",))
+
+
+# from_numpy -----------------------------------------------------------------
+
+
+def test_from_numpy_copy_true_is_independent_of_an_aligned_source():
+    source = aligned_float32(64)
+    result = from_numpy(source, copy=True)
+    source[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(result), np.arange(64, dtype=np.float32))
+
+
+def test_from_numpy_copy_true_is_independent_when_sharded(mesh8):
+    source = aligned_float32(64)
+    result = from_numpy(source, copy=True, device=NamedSharding(mesh8, PartitionSpec("data")))
+    source[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(result), np.arange(64, dtype=np.float32))
+    assert result.sharding == NamedSharding(mesh8, PartitionSpec("data"))
+
+
+def test_from_numpy_copy_false_permits_aliasing_and_keeps_values():
+    source = aligned_float32(16)
+    result = from_numpy(source, copy=False)
+    np.testing.assert_array_equal(np.asarray(result), np.arange(16, dtype=np.float32))
+
+
+def test_from_numpy_places_on_the_requested_device():
+    device = jax.devices()[3]
+    result = from_numpy(np.ones((2, 2), np.int32), copy=True, device=device)
+    assert result.devices() == {device}
+    assert result.committed
+
+
+def test_from_numpy_rejects_non_numpy_input():
+    with pytest.raises(TypeError, match=r"array must be a numpy.ndarray, got \[1, 2\] \(list\)"):
+        from_numpy([1, 2], copy=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="array must be a numpy.ndarray"):
+        from_numpy(jnp.ones(2), copy=True)  # type: ignore[arg-type]
+
+
+def test_from_numpy_rejects_object_dtype():
+    with pytest.raises(TypeError, match="numeric or bool dtype"):
+        from_numpy(np.array([object()]), copy=True)
+
+
+@pytest.mark.parametrize("copy", [1, None, "yes"])
+def test_from_numpy_copy_must_be_a_bool(copy):
+    with pytest.raises(TypeError, match="copy must be a bool"):
+        from_numpy(np.ones(2), copy=copy)
+
+
+def test_from_numpy_rejects_a_bad_device_kind():
+    with pytest.raises(TypeError, match="device must be a jax.Device, a jax.sharding.Sharding or None"):
+        from_numpy(np.ones(2), copy=True, device="cpu:0")  # type: ignore[arg-type]
+
+
+def test_from_numpy_indivisible_sharding_is_a_value_error(mesh8):
+    with pytest.raises(ValueError, match="cannot be placed"):
+        from_numpy(np.ones(7, np.float32), copy=True, device=NamedSharding(mesh8, PartitionSpec("data")))
+
+
+# to_numpy -------------------------------------------------------------------
+
+
+def test_to_numpy_read_only_view():
+    array = jnp.arange(6).reshape(2, 3)
+    host = to_numpy(array, writable=False)
+    assert not host.flags.writeable
+    np.testing.assert_array_equal(host, np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match="read-only"):
+        host[0, 0] = 5
+
+
+def test_to_numpy_writable_is_an_independent_copy():
+    array = jnp.arange(4, dtype=jnp.float32)
+    first = to_numpy(array, writable=True)
+    first[0] = 100.0
+    second = to_numpy(array, writable=False)
+    assert first.flags.writeable
+    assert second[0] == 0.0
+    assert not np.shares_memory(first, second)
+
+
+def test_to_numpy_of_a_sharded_array(mesh8):
+    array = jax.device_put(jnp.arange(16), NamedSharding(mesh8, PartitionSpec("data")))
+    np.testing.assert_array_equal(to_numpy(array, writable=False), np.arange(16))
+
+
+def test_to_numpy_rejects_non_arrays_keys_and_tracers():
+    with pytest.raises(TypeError, match="array must be a jax.Array"):
+        to_numpy(np.ones(2), writable=False)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="key_data"):
+        to_numpy(jax.random.key(0), writable=False)
+    with pytest.raises(TypeError, match="not a traced value"):
+        jax.jit(lambda x: to_numpy(x, writable=False))(jnp.ones(2))
+
+
+@pytest.mark.parametrize("writable", [0, None])
+def test_to_numpy_writable_must_be_a_bool(writable):
+    with pytest.raises(TypeError, match="writable must be a bool"):
+        to_numpy(jnp.ones(2), writable=writable)
+
+
+def test_to_numpy_rejects_a_deleted_array():
+    array = jnp.ones(3)
+    array.delete()
+    with pytest.raises(ValueError, match="deleted or donated"):
+        to_numpy(array, writable=True)
+
+
+# from_dlpack ----------------------------------------------------------------
+
+
+def test_from_dlpack_copy_true_is_independent_of_an_aligned_numpy_buffer():
+    source = aligned_float32(64)
+    result = from_dlpack(source, copy=True)
+    source[:] = -1.0
+    np.testing.assert_array_equal(np.asarray(result), np.arange(64, dtype=np.float32))
+
+
+def test_from_dlpack_copy_true_gives_new_storage_for_a_same_device_jax_producer():
+    producer = jnp.arange(8, dtype=jnp.float32)
+    result = from_dlpack(producer, copy=True)
+    assert result.unsafe_buffer_pointer() != producer.unsafe_buffer_pointer()
+    producer.delete()  # The copy must survive its producer.
+    np.testing.assert_array_equal(np.asarray(result), np.arange(8, dtype=np.float32))
+
+
+def test_from_dlpack_default_and_copy_false_import_values():
+    source = aligned_float32(8)
+    np.testing.assert_array_equal(np.asarray(from_dlpack(source)), source)
+    np.testing.assert_array_equal(np.asarray(from_dlpack(source, copy=False)), source)
+
+
+def test_from_dlpack_places_on_a_requested_device():
+    device = jax.devices()[2]
+    result = from_dlpack(np.arange(4, dtype=np.int32), copy=True, device=device)
+    assert result.devices() == {device}
+
+
+def test_from_dlpack_rejects_a_non_producer():
+    with pytest.raises(TypeError, match="__dlpack__"):
+        from_dlpack([1, 2, 3])
+
+
+def test_from_dlpack_copy_must_be_bool_or_none():
+    with pytest.raises(TypeError, match="copy must be a bool"):
+        from_dlpack(np.ones(2), copy=1)  # type: ignore[arg-type]
+
+
+def test_from_dlpack_strided_producer_is_a_value_error():
+    strided = np.arange(16, dtype=np.float32)[::2]
+    with pytest.raises(ValueError, match="DLPack") as raised:
+        from_dlpack(strided, copy=False)
+    assert raised.value.__cause__ is not None
+
+
+# safe_astype ----------------------------------------------------------------
+
+LOSSY = [
+    (jnp.int32, jnp.int8),
+    (jnp.int32, jnp.uint32),
+    (jnp.int8, jnp.uint8),
+    (jnp.uint32, jnp.int32),
+    (jnp.float32, jnp.int32),
+    (jnp.float32, jnp.float16),
+    (jnp.float32, jnp.bfloat16),
+    (jnp.float16, jnp.bfloat16),
+    (jnp.bfloat16, jnp.float16),
+    (jnp.complex64, jnp.float32),
+    (jnp.int32, jnp.float32),
+    (jnp.int16, jnp.float16),
+    (jnp.float32, jnp.bool_),
+    (jnp.int8, jnp.bool_),
+    (jnp.float16, ml_dtypes.float8_e4m3fn),
+]
+
+PRESERVING = [
+    (jnp.int8, jnp.int16),
+    (jnp.uint8, jnp.int16),
+    (jnp.uint16, jnp.uint32),
+    (jnp.int8, jnp.float16),
+    (jnp.uint8, jnp.bfloat16),
+    (jnp.int16, jnp.float32),
+    (jnp.float16, jnp.float32),
+    (jnp.bfloat16, jnp.float32),
+    (ml_dtypes.float8_e4m3fn, jnp.float16),
+    (jnp.float32, jnp.complex64),
+    (jnp.bool_, jnp.int8),
+    (jnp.bool_, jnp.float32),
+    (jnp.int32, jnp.int32),
+]
+
+
+@pytest.mark.parametrize(("source", "target"), LOSSY)
+def test_safe_astype_refuses_lossy_casts(source, target):
+    array = jnp.zeros(3, dtype=source)
+    with pytest.raises(ValueError, match="allow_lossy=True"):
+        safe_astype(array, target)
+    assert safe_astype(array, target, allow_lossy=True).dtype == np.dtype(target)
+
+
+@pytest.mark.parametrize(("source", "target"), PRESERVING)
+def test_safe_astype_allows_value_preserving_casts(source, target):
+    array = jnp.ones(3, dtype=source)
+    result = safe_astype(array, target)
+    assert result.dtype == np.dtype(target)
+    np.testing.assert_array_equal(np.asarray(result).astype(np.complex128), np.ones(3, np.complex128))
+
+
+def test_safe_astype_lossy_cast_wraps_like_upstream_when_allowed():
+    result = safe_astype(jnp.array([300], dtype=jnp.int32), jnp.int8, allow_lossy=True)
+    assert int(result[0]) == 44
+
+
+def test_safe_astype_works_under_jit():
+    cast = jax.jit(lambda x: safe_astype(x, jnp.float32))
+    assert cast(jnp.ones(2, jnp.int16)).dtype == jnp.float32
+    with pytest.raises(ValueError, match="can change values"):
+        jax.jit(lambda x: safe_astype(x, jnp.int8))(jnp.ones(2, jnp.int32))
+
+
+def test_safe_astype_refuses_64_bit_targets_that_jax_would_narrow():
+    with pytest.raises(ValueError, match="jax_enable_x64"):
+        safe_astype(jnp.ones(2, jnp.int32), jnp.int64)
+
+
+def test_safe_astype_argument_kinds():
+    with pytest.raises(TypeError, match="array must be a jax.Array"):
+        safe_astype(np.ones(2), jnp.float32)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dtype must be a numeric or bool dtype"):
+        safe_astype(jnp.ones(2), "not-a-dtype")
+    with pytest.raises(TypeError, match="dtype must be a numeric or bool dtype"):
+        safe_astype(jnp.ones(2), None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="allow_lossy must be a bool"):
+        safe_astype(jnp.ones(2), jnp.float32, allow_lossy=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="numeric or bool dtype"):
+        safe_astype(jax.random.key(0), jnp.uint32)
+
+
+# one_hot --------------------------------------------------------------------
+
+
+def test_one_hot_matches_upstream_for_valid_indices():
+    indices = jnp.array([0, 2, 1])
+    np.testing.assert_array_equal(one_hot(indices, num_classes=3), jax.nn.one_hot(indices, 3))
+    assert one_hot(indices, num_classes=3, dtype=jnp.int8).dtype == jnp.int8
+
+
+def test_one_hot_accepts_numpy_indices():
+    np.testing.assert_array_equal(one_hot(np.array([1, 0]), num_classes=2), np.eye(2)[[1, 0]])
+
+
+@pytest.mark.parametrize("bad", [[0, 3], [-1, 0]])
+def test_one_hot_refuses_concrete_out_of_range_indices(bad):
+    with pytest.raises(ValueError, match=r"indices must lie in \[0, 2\]"):
+        one_hot(jnp.array(bad), num_classes=3)
+
+
+def test_one_hot_traced_indices_keep_upstream_behaviour():
+    encoded = jax.jit(lambda i: one_hot(i, num_classes=3))(jnp.array([5]))
+    np.testing.assert_array_equal(encoded, np.zeros((1, 3)))
+
+
+def test_one_hot_refuses_non_integer_indices():
+    with pytest.raises(TypeError, match="integer dtype"):
+        one_hot(jnp.array([0.0, 1.0]), num_classes=2)
+    with pytest.raises(TypeError, match="integer dtype"):
+        one_hot(jnp.array([True, False]), num_classes=2)
+    with pytest.raises(TypeError, match="indices must be an integer jax.Array"):
+        one_hot([0, 1], num_classes=2)  # type: ignore[arg-type]
+
+
+def test_one_hot_num_classes_contract():
+    with pytest.raises(TypeError, match=r"num_classes must be an int >= 1, got True \(bool\)"):
+        one_hot(jnp.array([0]), num_classes=True)
+    with pytest.raises(TypeError, match="num_classes must be an int"):
+        one_hot(jnp.array([0]), num_classes=2.0)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"num_classes must be an int >= 1, got 0 \(int\)"):
+        one_hot(jnp.array([0]), num_classes=0)
+
+
+# stack_batch ----------------------------------------------------------------
+
+
+def test_stack_batch_stacks_along_the_axis():
+    arrays = [jnp.full((2, 3), value) for value in range(4)]
+    assert stack_batch(arrays).shape == (4, 2, 3)
+    assert stack_batch(arrays, axis=-1).shape == (2, 3, 4)
+    np.testing.assert_array_equal(stack_batch(arrays, axis=1), jnp.stack(arrays, axis=1))
+
+
+def test_stack_batch_names_the_array_whose_dtype_differs():
+    arrays = [jnp.ones(2, jnp.float32), jnp.ones(2, jnp.float32), jnp.ones(2, jnp.int32)]
+    with pytest.raises(ValueError, match=r"arrays\[2\] with dtype int32 but arrays\[0\] with dtype float32"):
+        stack_batch(arrays)
+
+
+def test_stack_batch_names_the_array_whose_shape_differs():
+    with pytest.raises(ValueError, match=r"arrays\[1\] with shape \(3,\) but arrays\[0\] with shape \(2,\)"):
+        stack_batch([jnp.ones(2), jnp.ones(3)])
+
+
+def test_stack_batch_argument_contract():
+    with pytest.raises(ValueError, match="arrays must be a non-empty sequence"):
+        stack_batch([])
+    with pytest.raises(TypeError, match=r"arrays\[1\] must be a jax.Array"):
+        stack_batch([jnp.ones(2), np.ones(2)])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="arrays must be a sequence of jax.Array"):
+        stack_batch(jnp.ones((2, 2)))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="axis must be an int"):
+        stack_batch([jnp.ones(2)], axis=False)
+    with pytest.raises(ValueError, match=r"axis must be an int in \[-2, 1\], got 2"):
+        stack_batch([jnp.ones(2)], axis=2)
+
+
+def test_stack_batch_under_jit():
+    stacked = jax.jit(lambda a, b: stack_batch([a, b]))(jnp.ones(3), jnp.zeros(3))
+    np.testing.assert_array_equal(stacked, np.array([[1, 1, 1], [0, 0, 0]]))
+
+
+# inspect_array --------------------------------------------------------------
+
+
+def test_inspect_array_reports_metadata(mesh8):
+    array = jax.device_put(jnp.zeros((16, 4), jnp.float32), NamedSharding(mesh8, PartitionSpec("data")))
+    info = inspect_array(array)
+    assert info == ArrayInfo(
+        shape=(16, 4), dtype=np.dtype(np.float32), logical_nbytes=256, committed=True, fully_addressable=True
+    )
+
+
+def test_inspect_array_uncommitted_array():
+    info = inspect_array(jnp.ones(3, jnp.int8))
+    assert info.committed is False
+    assert info.logical_nbytes == 3
+
+
+def test_inspect_array_key_arrays_have_no_logical_nbytes():
+    info = inspect_array(jax.random.split(jax.random.key(0), 4))
+    assert info.shape == (4,)
+    assert info.logical_nbytes is None
+
+
+def test_inspect_array_rejects_non_arrays_and_tracers():
+    with pytest.raises(TypeError, match="array must be a jax.Array"):
+        inspect_array(np.ones(2))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a traced value"):
+        jax.jit(inspect_array)(jnp.ones(2))
+
+
+def test_array_info_is_immutable():
+    info = inspect_array(jnp.ones(1))
+    with pytest.raises(AttributeError):
+        info.committed = True  # type: ignore[misc]
+
+
+# imports --------------------------------------------------------------------
+
+
+def test_importing_tinax_array_is_inert():
+    effects = import_side_effects("tinax.array")
+    assert effects == {"backends_initialized": False, "integrations": []}
