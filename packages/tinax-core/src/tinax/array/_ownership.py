@@ -19,9 +19,9 @@ _DEVICE_EXPECTATION = "a jax.Device, a jax.sharding.Sharding or None"
 
 
 def _require_placement(device: object) -> jax.Device | Sharding | None:
-    if device is None or isinstance(device, (jax.Device, Sharding)):
-        return device
-    validation.fail_type("device", _DEVICE_EXPECTATION, device)
+    if not (device is None or isinstance(device, (jax.Device, Sharding))):
+        validation.fail_type("device", _DEVICE_EXPECTATION, device)
+    return device
 
 
 def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding | None = None) -> jax.Array:
