@@ -1,0 +1,194 @@
+"""Installs one tinax distribution alone from its wheel and runs its tests there.
+
+  hatch run release:isolation tinax-core            one distribution
+  hatch run release:isolation --all                 every member in turn
+
+For each distribution it:
+  1. builds the wheels of every member (and checks none ships tinax/__init__.py);
+  2. makes a fresh venv and installs the distribution's third-party
+     requirements from the index, then the wheels of the distribution and its
+     tinax dependencies by path with --no-deps, so no tinax-* name is ever
+     looked up in an index;
+  3. asserts that none of the distribution's forbidden packages (its
+     [tool.tinax.isolation] forbidden list) is installed;
+  4. asserts that its own modules import from the venv and the modules of the
+     members it does not depend on do not import at all;
+  5. runs the distribution's own tests against the installed wheel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+import zipfile
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ROOT / "packages"
+META_NAME = "tinax"
+TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.155.2"]
+
+
+def uv(*arguments: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "uv", *arguments]
+    print("+", " ".join(command[2:]), flush=True)
+    return subprocess.run(command, check=True, text=True, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def members() -> dict[str, pathlib.Path]:
+    found = {}
+    for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
+        name = str(canonicalize_name(tomllib.loads(pyproject.read_text())["project"]["name"]))
+        if name != META_NAME:
+            found[name] = pyproject.parent
+    return found
+
+
+def public_modules(folder: pathlib.Path) -> list[str]:
+    source = folder / "src" / "tinax"
+    return sorted(f"tinax.{entry.name}" for entry in source.iterdir() if entry.is_dir() and entry.name[0] != "_")
+
+
+def build_wheels(folders: dict[str, pathlib.Path], output: pathlib.Path) -> dict[str, pathlib.Path]:
+    wheels = {}
+    for name, folder in folders.items():
+        uv("build", "--wheel", "--quiet", "--out-dir", str(output / name), str(folder))
+        (wheel,) = (output / name).glob("*.whl")
+        with zipfile.ZipFile(wheel) as archive:
+            if "tinax/__init__.py" in archive.namelist():
+                raise SystemExit(f"isolation: {wheel.name} ships tinax/__init__.py, which breaks the namespace")
+        wheels[name] = wheel
+    return wheels
+
+
+def wheel_requirements(wheel: pathlib.Path) -> list[Requirement]:
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata_name,) = [item for item in archive.namelist() if item.endswith(".dist-info/METADATA")]
+        metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode())
+    requirements = [Requirement(line) for line in metadata.get_all("Requires-Dist") or []]
+    # Extras are not installed here: the point is the bare distribution.
+    return [item for item in requirements if item.marker is None or item.marker.evaluate({"extra": ""})]
+
+
+def closure(name: str, wheels: dict[str, pathlib.Path]) -> list[str]:
+    ordered: list[str] = []
+    pending = [name]
+    while pending:
+        current = pending.pop()
+        if current in ordered:
+            continue
+        ordered.append(current)
+        for requirement in wheel_requirements(wheels[current]):
+            sibling = str(canonicalize_name(requirement.name))
+            if sibling in wheels:
+                pending.append(sibling)
+            elif sibling.startswith("tinax-"):
+                raise SystemExit(f"isolation: {current} requires {sibling}, which is not a member")
+    return ordered
+
+
+def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict[str, pathlib.Path]) -> None:
+    folder = folders[name]
+    config = tomllib.loads((folder / "pyproject.toml").read_text())
+    forbidden = [str(canonicalize_name(item)) for item in config.get("tool", {}).get("tinax", {}).get("isolation", {}).get("forbidden", [])]
+    installed_members = closure(name, wheels)
+    print(f"\n== isolation: {name} (with {', '.join(installed_members[1:]) or 'no other members'}) ==", flush=True)
+    with tempfile.TemporaryDirectory(prefix=f"isolation-{name}-") as scratch:
+        venv = pathlib.Path(scratch) / "venv"
+        uv("venv", "--quiet", "--python", sys.executable, str(venv))
+        python = str(venv / "bin" / "python")
+        third_party = sorted(
+            {
+                str(requirement)
+                for member in installed_members
+                for requirement in wheel_requirements(wheels[member])
+                if not str(canonicalize_name(requirement.name)).startswith("tinax-")
+            }
+        )
+        uv("pip", "install", "--quiet", "--python", python, *third_party, *TEST_REQUIREMENTS)
+        uv("pip", "install", "--quiet", "--python", python, "--no-deps", *(str(wheels[m]) for m in installed_members))
+        uv("pip", "check", "--python", python)
+        listing = uv("pip", "list", "--python", python, "--format", "json", capture_output=True).stdout
+        present = {str(canonicalize_name(item["name"])) for item in json.loads(listing)}
+        leaked = sorted(present.intersection(forbidden))
+        if leaked:
+            raise SystemExit(f"isolation: installing {name} alone brought in {', '.join(leaked)}")
+        print(f"isolation: none of {', '.join(forbidden) or '(nothing forbidden)'} is installed", flush=True)
+        own = [module for member in installed_members for module in public_modules(folders[member])]
+        foreign = [
+            module
+            for member, member_folder in folders.items()
+            if member not in installed_members
+            for module in public_modules(member_folder)
+        ]
+        probe = (
+            "import importlib, json, sys\n"
+            "own, foreign = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
+            "where = {m: importlib.import_module(m).__path__[0] for m in own}\n"
+            "missing = []\n"
+            "for m in foreign:\n"
+            "    try:\n"
+            "        importlib.import_module(m)\n"
+            "    except ModuleNotFoundError:\n"
+            "        missing.append(m)\n"
+            "print(json.dumps({'where': where, 'importable_foreign': sorted(set(foreign) - set(missing))}))\n"
+        )
+        report = json.loads(
+            subprocess.run(
+                [python, "-c", probe, json.dumps(own), json.dumps(foreign)],
+                check=True,
+                capture_output=True,
+                text=True,
+                cwd=scratch,
+            ).stdout
+        )
+        outside = {module: path for module, path in report["where"].items() if not path.startswith(str(venv))}
+        if outside:
+            raise SystemExit(f"isolation: modules imported from outside the venv: {outside}")
+        if report["importable_foreign"]:
+            raise SystemExit(f"isolation: modules of other members import: {report['importable_foreign']}")
+        print(f"isolation: {', '.join(own)} import from the wheel; {', '.join(foreign) or 'no other member'} absent")
+        environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+        environment["PATH"] = f"{venv / 'bin'}{os.pathsep}{environment.get('PATH', '')}"
+        environment["UV_COMPILE_BYTECODE"] = "1"
+        tests = shutil.copytree(folder / "tests", pathlib.Path(scratch) / "tests")
+        shutil.copy(folder / "pyproject.toml", pathlib.Path(scratch) / "pyproject.toml")
+        result = subprocess.run([python, "-m", "pytest", str(tests), "-q"], cwd=scratch, env=environment, check=False)
+        if result.returncode == 5:
+            raise SystemExit(f"isolation: {name} collected no tests")
+        if result.returncode != 0:
+            raise SystemExit(f"isolation: {name}'s tests failed against its installed wheel")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="isolation", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("names", nargs="*", help="distributions to check, e.g. tinax-core")
+    parser.add_argument("--all", action="store_true", help="check every member")
+    arguments = parser.parse_args(argv)
+    folders = members()
+    names = list(folders) if arguments.all else [str(canonicalize_name(name)) for name in arguments.names]
+    if not names:
+        parser.error("name at least one distribution, or pass --all")
+    unknown = sorted(set(names) - set(folders))
+    if unknown:
+        parser.error(f"unknown distributions {unknown}; members are {sorted(folders)}")
+    with tempfile.TemporaryDirectory(prefix="isolation-wheels-") as output:
+        wheels = build_wheels(folders, pathlib.Path(output))
+        for name in names:
+            check_distribution(name, folders, wheels)
+    print(f"\nisolation: passed for {', '.join(names)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
