@@ -1,0 +1,127 @@
+"""Key derivation by folding in coordinates, and key splitting."""
+
+from __future__ import annotations
+
+import jax
+
+from tinax._core import validation
+from tinax._core.keys import require_coordinate, require_key
+
+__all__ = ["derive_key", "derive_process_step_key", "split_key"]
+
+
+def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
+    """Derives a key from ``key`` by folding in each coordinate, in order.
+
+    The same key and coordinates always give the same result, and the order
+    matters: ``derive_key(key, 1, 2)`` differs from ``derive_key(key, 2, 1)``.
+
+    Example::
+
+        layer_key = derive_key(root, layer_index, head_index)
+
+    Args:
+      key: One PRNG key: a typed key of shape ``()`` (``jax.random.key``) or
+        a raw ``uint32`` key (``jax.random.PRNGKey``).
+      *coordinates: At least one coordinate. A Python integer must lie in
+        ``[0, 2**32 - 1]``; an array, concrete or traced under ``jit``, must
+        be an unsigned integer scalar of at most 32 bits. Signed or wider
+        values are refused because ``fold_in`` would silently wrap or
+        truncate them into collisions.
+
+    Returns:
+      A key of the same kind as ``key``.
+
+    Raises:
+      TypeError: If ``key`` is not a single key, or a coordinate is a bool,
+        not an integer, or an array of the wrong dtype or shape.
+      ValueError: If no coordinate is given, or a Python coordinate is out of
+        range. Deriving with no coordinate would hand back ``key`` itself,
+        and using it twice would repeat its random numbers.
+    """
+    checked_key = require_key(key, "key")
+    if not coordinates:
+        validation.fail_value("coordinates", "at least one coordinate, so the derived key differs from key", ())
+    checked = [require_coordinate(value, f"coordinates[{index}]") for index, value in enumerate(coordinates)]
+    return _fold_in_all(checked_key, checked)
+
+
+def derive_process_step_key(
+    key: jax.Array,
+    *,
+    process_index: int | jax.Array,
+    step: int | jax.Array,
+    stream: int | jax.Array = 0,
+) -> jax.Array:
+    """Derives the key that one process uses at one training step.
+
+    The coordinates are always folded in the order process, step, stream,
+    so the result equals ``derive_key(key, process_index, step, stream)``.
+    Use a distinct ``stream`` for each independent use of randomness within
+    the same step (dropout, data augmentation, ...). Each coordinate follows
+    the rules of :func:`derive_key`: a Python integer in ``[0, 2**32 - 1]``,
+    or an unsigned integer scalar array of at most 32 bits.
+
+    Example::
+
+        step_key = derive_process_step_key(root, process_index=jax.process_index(), step=step)
+
+    Args:
+      key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
+      process_index: The process that uses the key.
+      step: The training (or sampling) step.
+      stream: Which of the step's independent random streams.
+
+    Returns:
+      A key of the same kind as ``key``.
+
+    Raises:
+      TypeError: If ``key`` is not a single key, or a coordinate is a bool,
+        not an integer, or an array of the wrong dtype or shape. The message
+        names the keyword.
+      ValueError: If a Python coordinate is out of range.
+    """
+    checked_key = require_key(key, "key")
+    checked = [
+        require_coordinate(process_index, "process_index"),
+        require_coordinate(step, "step"),
+        require_coordinate(stream, "stream"),
+    ]
+    return _fold_in_all(checked_key, checked)
+
+
+def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
+    """Splits ``key`` into a continuation key and ``count`` operation keys.
+
+    ``key`` is consumed: keep using the continuation key in its place, and
+    hand each operation key to one random operation.
+
+    Example::
+
+        root, operation_keys = split_key(root, count=2)
+        noise = jax.random.normal(operation_keys[0], shape)
+
+    Args:
+      key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
+      count: How many operation keys to make, at least 1.
+
+    Returns:
+      ``(continuation, operation_keys)``: one key of the same kind as
+      ``key``, then a key array with ``count`` keys along its first axis.
+      Together they are exactly ``jax.random.split(key, count + 1)``.
+
+    Raises:
+      TypeError: If ``key`` is not a single key, or ``count`` is a bool or
+        not an integer.
+      ValueError: If ``count`` is less than 1.
+    """
+    checked_key = require_key(key, "key")
+    checked_count = validation.require_positive_int(count, "count")
+    keys = jax.random.split(checked_key, checked_count + 1)
+    return keys[0], keys[1:]
+
+
+def _fold_in_all(key: jax.Array, coordinates: list[int | jax.Array]) -> jax.Array:
+    for coordinate in coordinates:
+        key = jax.random.fold_in(key, coordinate)
+    return key
