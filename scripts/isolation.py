@@ -100,7 +100,10 @@ def closure(name: str, wheels: dict[str, pathlib.Path]) -> list[str]:
 def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict[str, pathlib.Path]) -> None:
     folder = folders[name]
     config = tomllib.loads((folder / "pyproject.toml").read_text())
-    forbidden = [str(canonicalize_name(item)) for item in config.get("tool", {}).get("tinax", {}).get("isolation", {}).get("forbidden", [])]
+    forbidden = [
+        str(canonicalize_name(item))
+        for item in config.get("tool", {}).get("tinax", {}).get("isolation", {}).get("forbidden", [])
+    ]
     installed_members = closure(name, wheels)
     print(f"\n== isolation: {name} (with {', '.join(installed_members[1:]) or 'no other members'}) ==", flush=True)
     with tempfile.TemporaryDirectory(prefix=f"isolation-{name}-") as scratch:
@@ -171,7 +174,9 @@ def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="isolation", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="isolation", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("names", nargs="*", help="distributions to check, e.g. tinax-core")
     parser.add_argument("--all", action="store_true", help="check every member")
     arguments = parser.parse_args(argv)

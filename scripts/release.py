@@ -133,7 +133,9 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
                     problems.append(f"{member.name}: range {requirement} has no upper bound")
             else:
                 if "==" in operators or "===" in operators:
-                    problems.append(f"{member.name}: {requirement} is an exact pin; third-party dependencies are ranges")
+                    problems.append(
+                        f"{member.name}: {requirement} is an exact pin; third-party dependencies are ranges"
+                    )
                 if not operators & {">=", ">", "~="} or not operators & {"<", "<="}:
                     problems.append(f"{member.name}: {requirement} needs both a lower and an upper bound")
     return problems

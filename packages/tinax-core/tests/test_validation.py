@@ -231,18 +231,28 @@ def test_atomic_write_refuses_an_existing_destination_unless_overwrite(tmp_path)
 def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     destination = tmp_path / "out.bin"
     destination.write_bytes(b"old")
-    with pytest.raises(RuntimeError, match="crash"), atomic_write(destination, overwrite=True) as handle:
-        handle.write(b"partial")
-        raise RuntimeError("crash")
+
+    def crash_while_writing() -> None:
+        with atomic_write(destination, overwrite=True) as handle:
+            handle.write(b"partial")
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        crash_while_writing()
     assert destination.read_bytes() == b"old"
     assert sorted(os.listdir(tmp_path)) == ["out.bin"]
 
 
 def test_atomic_write_refuses_a_destination_created_meanwhile(tmp_path):
     destination = tmp_path / "out.bin"
-    with pytest.raises(FileExistsError, match="another writer"), atomic_write(destination, overwrite=False) as handle:
-        handle.write(b"mine")
-        destination.write_bytes(b"theirs")
+
+    def race_with_another_writer() -> None:
+        with atomic_write(destination, overwrite=False) as handle:
+            handle.write(b"mine")
+            destination.write_bytes(b"theirs")
+
+    with pytest.raises(FileExistsError, match="another writer"):
+        race_with_another_writer()
     assert destination.read_bytes() == b"theirs"
     assert sorted(os.listdir(tmp_path)) == ["out.bin"]
 
