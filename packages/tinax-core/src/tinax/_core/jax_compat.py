@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+from jax._src import core as _jax_core  # Private, but stable across 0.10-0.12.
 from jax.sharding import AxisType, Mesh
 
 __all__ = [
@@ -21,6 +22,8 @@ __all__ = [
     "backends_are_initialized",
     "is_tracer",
     "mesh_axis_types",
+    "mesh_scope",
+    "tracing_in_progress",
     "using_mesh",
 ]
 
@@ -43,9 +46,29 @@ def backends_are_initialized() -> bool:
     return bool(xla_bridge.backends_are_initialized())
 
 
+def tracing_in_progress() -> bool:
+    """Returns whether the caller runs inside a JAX trace or transformation.
+
+    ``jax.set_mesh`` can only be entered when this is False.
+    """
+    return not _jax_core.trace_state_clean()
+
+
 def mesh_axis_types(mesh: Mesh) -> tuple[AxisType, ...]:
     """Returns one ``AxisType`` per mesh axis."""
     return tuple(mesh.axis_types)
+
+
+def mesh_scope(mesh: Mesh) -> contextlib.AbstractContextManager[Any]:
+    """Returns a context manager that makes ``mesh`` the ambient mesh.
+
+    The same as ``using_mesh(mesh)`` for a mesh, minus the generator-based
+    context manager around ``jax.set_mesh``, for per-call use on hot paths.
+    Use the result directly in a ``with`` statement: ``jax.set_mesh`` already
+    switches the mesh when it is called, not when the block is entered.
+    """
+    scope: contextlib.AbstractContextManager[Any] = jax.set_mesh(mesh)
+    return scope
 
 
 @contextlib.contextmanager

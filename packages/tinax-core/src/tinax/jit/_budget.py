@@ -1,0 +1,258 @@
+"""Trace counting with a budget, and the explanation given when it runs out."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, NamedTuple, TypeVar
+
+import jax
+
+from tinax._core.jax_compat import is_tracer
+
+__all__ = ["TraceBudget", "TraceBudgetExceededError", "function_name"]
+
+R = TypeVar("R")
+
+# At most this many changes are spelled out in a budget error.
+_MAX_REPORTED_CHANGES = 5
+
+
+class TraceBudgetExceededError(RuntimeError):
+    """A function wrapped by ``tinax.jit`` was about to be traced too often.
+
+    Each trace is followed by a compilation, so an unexpected retrace usually
+    means that an argument's shape, dtype, weak type, sharding or static value
+    varies between calls. The message names the function, its budget and the
+    argument that differs from the previous trace.
+    """
+
+
+class _ArrayLeaf(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: Any
+    weak_type: bool
+    sharding: Any
+
+    def text(self) -> str:
+        return f"{self.dtype}{list(self.shape)}" + (" (weak type)" if self.weak_type else "")
+
+
+class _ValueLeaf(NamedTuple):
+    text_value: str
+
+    def text(self) -> str:
+        return self.text_value
+
+
+class _Argument(NamedTuple):
+    static: bool
+    structure: Any  # A PyTreeDef for traced arguments, None for static ones.
+    leaves: tuple[tuple[str, _ArrayLeaf | _ValueLeaf], ...]
+
+    def text(self) -> str:
+        if len(self.leaves) == 1 and not self.leaves[0][0]:
+            return self.leaves[0][1].text()
+        return f"a pytree of {len(self.leaves)} leaves"
+
+
+_Record = dict[str, _Argument]
+
+
+def function_name(function: object) -> str:
+    """Returns a readable name for a wrapped function, for messages."""
+    for attribute in ("__qualname__", "__name__"):
+        name = getattr(function, attribute, None)
+        if isinstance(name, str) and name:
+            return name
+    text = _safe_repr(function)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _ordinal(number: int) -> str:
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception:  # A broken __repr__ must not replace the budget error.
+        return f"<unrepresentable {type(value).__name__}>"
+
+
+def _leaf_record(leaf: object) -> _ArrayLeaf | _ValueLeaf:
+    if is_tracer(leaf):
+        aval = jax.typeof(leaf)
+        return _ArrayLeaf(
+            shape=tuple(getattr(aval, "shape", ())),
+            dtype=getattr(aval, "dtype", None),
+            weak_type=bool(getattr(aval, "weak_type", False)),
+            sharding=getattr(aval, "sharding", None),
+        )
+    return _ValueLeaf(_safe_repr(leaf))
+
+
+def _argument_record(value: object, *, static: bool) -> _Argument:
+    if static:
+        return _Argument(static=True, structure=None, leaves=(("", _ValueLeaf(_safe_repr(value))),))
+    pairs, structure = jax.tree_util.tree_flatten_with_path(value)
+    leaves = tuple((jax.tree_util.keystr(path), _leaf_record(leaf)) for path, leaf in pairs)
+    return _Argument(static=False, structure=structure, leaves=leaves)
+
+
+def _sharding_change(old: _ArrayLeaf, new: _ArrayLeaf) -> str | None:
+    if old.sharding == new.sharding:
+        return None
+    old_mesh, new_mesh = getattr(old.sharding, "mesh", None), getattr(new.sharding, "mesh", None)
+    old_spec, new_spec = getattr(old.sharding, "spec", None), getattr(new.sharding, "spec", None)
+    if old_mesh is None or old_mesh != new_mesh or old_spec is None or new_spec is None:
+        return f"sharding {old.sharding} -> {new.sharding}"
+    if len(old.shape) != len(new.shape) and _trimmed(old_spec) == _trimmed(new_spec):
+        return None  # Only the rank differs, and the shape change already says so.
+    # Within one mesh the partition specs tell the difference.
+    return f"sharding spec {old_spec} -> {new_spec}"
+
+
+def _trimmed(spec: Any) -> tuple[Any, ...]:
+    entries = list(spec)
+    while entries and entries[-1] is None:
+        entries.pop()
+    return tuple(entries)
+
+
+def _leaf_changes(old: _ArrayLeaf | _ValueLeaf, new: _ArrayLeaf | _ValueLeaf) -> list[str]:
+    if isinstance(old, _ArrayLeaf) and isinstance(new, _ArrayLeaf):
+        changes = []
+        if old.shape != new.shape:
+            changes.append(f"shape {old.shape} -> {new.shape}")
+        if old.dtype != new.dtype:
+            changes.append(f"dtype {old.dtype} -> {new.dtype}")
+        if old.weak_type != new.weak_type:
+            changes.append(f"weak_type {old.weak_type} -> {new.weak_type}")
+        sharding_change = _sharding_change(old, new)
+        if sharding_change is not None:
+            changes.append(sharding_change)
+        return changes
+    if old != new:
+        kind = "static value" if isinstance(old, _ValueLeaf) and isinstance(new, _ValueLeaf) else "value"
+        return [f"{kind} {old.text()} -> {new.text()}"]
+    return []
+
+
+def _describe_changes(old: _Record, new: _Record) -> list[str]:
+    changes: list[str] = []
+    names = list(new) + [name for name in old if name not in new]
+    for name in names:
+        before, after = old.get(name), new.get(name)
+        label = f"argument {name!r}"
+        if before is None or after is None:
+            before_text = "not passed" if before is None else before.text()
+            after_text = "not passed" if after is None else after.text()
+            changes.append(f"{label} changed: {before_text} -> {after_text}")
+            continue
+        if before.static != after.static or before.structure != after.structure:
+            changes.append(f"{label} changed: structure {before.structure} -> {after.structure}")
+            continue
+        for (path, old_leaf), (_, new_leaf) in zip(before.leaves, after.leaves, strict=True):
+            leaf_changes = _leaf_changes(old_leaf, new_leaf)
+            if leaf_changes:
+                where = f"{label} at {path}" if path else label
+                changes.append(f"{where} changed: {', '.join(leaf_changes)}")
+    return changes
+
+
+class TraceBudget:
+    """Counts the traces of one wrapped function and refuses those over budget.
+
+    Args:
+      function: The user's function; its name and signature label messages.
+      max_traces: How many traces are allowed.
+      static_argnames: Parameters whose values are static (compared by repr).
+    """
+
+    def __init__(self, function: Callable[..., Any], max_traces: int, static_argnames: Collection[str]) -> None:
+        self.function_name = function_name(function)
+        self.max_traces = max_traces
+        self._static_argnames = frozenset(static_argnames)
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(function)
+        except (TypeError, ValueError):
+            self._signature = None
+        self._lock = threading.Lock()
+        self._count = 0
+        self._previous: _Record | None = None
+
+    @property
+    def count(self) -> int:
+        """The number of traces admitted so far."""
+        return self._count
+
+    def counting(self, inner: Callable[..., R]) -> Callable[..., R]:
+        """Wraps ``inner`` so that each trace of its body is admitted first.
+
+        The wrapper keeps ``inner``'s signature visible (through
+        ``__wrapped__``), which ``jax.jit`` needs to resolve argument names.
+        """
+
+        @functools.wraps(inner)
+        def traced(*args: Any, **kwargs: Any) -> R:
+            self.admit(args, kwargs)
+            return inner(*args, **kwargs)
+
+        return traced
+
+    def admit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+        """Counts one trace with these arguments.
+
+        Raises:
+          TraceBudgetExceededError: If the budget is already spent.
+        """
+        record = self._record(args, kwargs)
+        with self._lock:
+            if self._count >= self.max_traces:
+                raise TraceBudgetExceededError(self._exceeded_message(record))
+            self._count += 1
+            self._previous = record
+
+    def _record(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Record:
+        named: list[tuple[str, object]] = []
+        bound = None
+        if self._signature is not None:
+            try:
+                bound = self._signature.bind(*args, **kwargs)
+            except TypeError:
+                bound = None
+        if bound is None:
+            named.extend((f"args[{index}]", value) for index, value in enumerate(args))
+            named.extend(kwargs.items())
+        else:
+            for name, value in bound.arguments.items():
+                kind = bound.signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    named.extend((f"{name}[{index}]", item) for index, item in enumerate(value))
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    named.extend(value.items())
+                else:
+                    named.append((name, value))
+        return {name: _argument_record(value, static=name in self._static_argnames) for name, value in named}
+
+    def _exceeded_message(self, record: _Record) -> str:
+        attempt = _ordinal(self._count + 1)
+        head = (
+            f"{self.function_name} was about to be traced for the {attempt} time, "
+            f"over its budget of max_traces={self.max_traces}"
+        )
+        changes = [] if self._previous is None else _describe_changes(self._previous, record)
+        if not changes:
+            return (
+                f"{head}; no argument's abstract value (shape, dtype, weak_type, sharding) or static value "
+                "differs from the previous trace, so JAX's caches were probably cleared "
+                "(jax.clear_caches) or a JAX configuration option changed"
+            )
+        if len(changes) > _MAX_REPORTED_CHANGES:
+            hidden = len(changes) - _MAX_REPORTED_CHANGES
+            changes = [*changes[:_MAX_REPORTED_CHANGES], f"and {hidden} more"]
+        return f"{head}; compared with the previous trace, " + "; ".join(changes)
