@@ -201,8 +201,7 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
         low, high = int(jnp.min(indices)), int(jnp.max(indices))
         if low < 0 or high >= classes:
             raise ValueError(
-                f"indices must lie in [0, {classes - 1}] for num_classes={classes}, "
-                f"got values from {low} to {high}"
+                f"indices must lie in [0, {classes - 1}] for num_classes={classes}, got values from {low} to {high}"
             )
     if target is None:
         return jax.nn.one_hot(indices, classes)

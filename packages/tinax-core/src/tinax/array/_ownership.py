@@ -87,9 +87,7 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
     _require_concrete_array(array, "array")
     validation.require_bool(writable, "writable")
     if is_extended_dtype(array.dtype):
-        validation.fail_type(
-            "array", "an array with a NumPy dtype (use jax.random.key_data for PRNG keys)", array
-        )
+        validation.fail_type("array", "an array with a NumPy dtype (use jax.random.key_data for PRNG keys)", array)
     if not array.is_fully_addressable:
         raise ValueError(
             f"array must be fully addressable from this process to be materialized, got an array sharded "
@@ -107,9 +105,7 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
     return host
 
 
-def from_dlpack(
-    array: object, *, copy: bool | None = None, device: jax.Device | Sharding | None = None
-) -> jax.Array:
+def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device | Sharding | None = None) -> jax.Array:
     """Imports any DLPack producer into JAX.
 
     Args:

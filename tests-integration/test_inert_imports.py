@@ -1,0 +1,29 @@
+"""Importing any public tinax module, from any member, has no side effects.
+
+The module list is derived from the members' src/ folders, so a new
+distribution is covered as soon as its folder exists.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from tinax._core.testing import import_side_effects
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PUBLIC_MODULES = sorted(
+    f"tinax.{package.name}"
+    for package in ROOT.glob("packages/*/src/tinax/*")
+    if package.is_dir() and not package.name.startswith("_") and (package / "__init__.py").exists()
+)
+
+
+def test_modules_were_found():
+    assert {"tinax.array", "tinax.jit", "tinax.grad", "tinax.random"} <= set(PUBLIC_MODULES)
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_import_starts_no_backend_and_no_integration(module):
+    assert import_side_effects(module) == {"backends_initialized": False, "integrations": []}
