@@ -185,6 +185,12 @@ def test_from_dlpack_copy_must_be_bool_or_none():
         from_dlpack(np.ones(2), copy=1)  # type: ignore[arg-type]
 
 
+def test_from_dlpack_dtype_that_dlpack_cannot_carry_is_a_value_error():
+    with pytest.raises(ValueError, match="DLPack") as raised:
+        from_dlpack(np.array(["a", "b"]), copy=True)
+    assert raised.value.__cause__ is not None
+
+
 def test_from_dlpack_strided_producer_is_a_value_error():
     strided = np.arange(16, dtype=np.float32)[::2]
     with pytest.raises(ValueError, match="DLPack") as raised:

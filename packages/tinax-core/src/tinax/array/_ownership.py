@@ -124,10 +124,10 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
 
     Raises:
       TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a
-        bool or None, ``device`` is of the wrong kind, or the producer's dtype
-        is unsupported.
-      ValueError: If the import cannot honour the request (for example
-        ``copy=False`` where sharing is impossible, or a strided producer).
+        bool or None, or ``device`` is of the wrong kind.
+      ValueError: If the import cannot honour the request: ``copy=False``
+        where sharing is impossible, a strided producer, or a dtype that
+        DLPack cannot carry (strings, objects).
     """
     if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
         validation.fail_type("array", "an object implementing __dlpack__ and __dlpack_device__", array)
