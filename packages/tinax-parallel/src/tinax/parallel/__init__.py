@@ -1,0 +1,13 @@
+"""Meshes, layouts, placement and manual sharding with explicit policies.
+
+Mesh construction and data placement are separate steps, every layout and
+manual-axis call is validated against its mesh before anything is staged, and
+process-local construction is never a hidden gather.
+"""
+
+from tinax.parallel._mesh import layout, make_mesh
+
+__all__ = [
+    "layout",
+    "make_mesh",
+]

@@ -1,0 +1,162 @@
+"""Mesh construction and Explicit-axis layouts, with every argument checked."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from tinax._core import validation
+from tinax._core.jax_compat import mesh_axis_types
+
+__all__ = ["layout", "make_mesh"]
+
+
+def _require_device(value: object, name: str) -> jax.Device:
+    return validation.require_instance(value, name, jax.Device, "a jax.Device")
+
+
+def _require_axis_type(value: object, name: str) -> AxisType:
+    return validation.require_instance(value, name, AxisType, "a jax.sharding.AxisType")
+
+
+def make_mesh(
+    devices: Sequence[jax.Device],
+    shape: Sequence[int],
+    axis_names: Sequence[str],
+    *,
+    axis_types: Sequence[AxisType],
+) -> Mesh:
+    """Arranges the given devices into a mesh with stated axis types.
+
+    Unlike ``jax.make_mesh``, nothing is chosen on the caller's behalf: the
+    devices are the ones passed, in the order passed (filling the mesh in
+    row-major order), and each axis carries the type it was given.
+
+    Args:
+      devices: The devices to arrange, each a distinct ``jax.Device``; all of
+        them are used, once each.
+      shape: The size of each mesh axis, each at least 1. The sizes multiply to
+        the number of devices.
+      axis_names: A distinct, non-empty name for each axis.
+      axis_types: The ``jax.sharding.AxisType`` of each axis.
+
+    Returns:
+      A ``jax.sharding.Mesh`` over exactly ``devices``.
+
+    Raises:
+      TypeError: If an argument is not a sequence (a ``str`` does not count),
+        a device is not a ``jax.Device``, a size is not an int (a bool is
+        refused), a name is not a ``str``, or an axis type is not an
+        ``AxisType``.
+      ValueError: If ``devices`` is empty or repeats a device, a size is below
+        1, a name is empty or repeated, there are no axes, the three per-axis
+        sequences differ in length, or the sizes do not multiply to the
+        number of devices.
+    """
+    device_items = validation.require_sequence(
+        devices, "devices", item_check=_require_device, non_empty=True, description="a sequence of jax.Device"
+    )
+    validation.require_unique(device_items, "devices")
+    sizes = validation.require_sequence(
+        shape,
+        "shape",
+        item_check=validation.require_positive_int,
+        non_empty=True,
+        description="a sequence of ints",
+    )
+    names = validation.require_sequence(
+        axis_names, "axis_names", item_check=validation.require_str, description="a sequence of str"
+    )
+    validation.require_unique(names, "axis_names")
+    types = validation.require_sequence(
+        axis_types, "axis_types", item_check=_require_axis_type, description="a sequence of jax.sharding.AxisType"
+    )
+    if not len(sizes) == len(names) == len(types):
+        raise ValueError(
+            "shape, axis_names and axis_types must have one entry per mesh axis, got lengths "
+            f"{len(sizes)}, {len(names)} and {len(types)}"
+        )
+    if math.prod(sizes) != len(device_items):
+        raise ValueError(
+            f"shape {sizes} must use every device exactly once: its sizes multiply to {math.prod(sizes)}, "
+            f"but {len(device_items)} devices were given"
+        )
+    grid = np.empty(len(device_items), dtype=object)
+    grid[:] = device_items
+    return Mesh(grid.reshape(sizes), names, axis_types=types)
+
+
+_ENTRY_EXPECTATION = "a mesh-axis name, a non-empty tuple of names or None"
+
+
+def _require_partition_entry(value: object, name: str) -> str | tuple[str, ...] | None:
+    if value is None or isinstance(value, str):
+        return None if value is None else validation.require_str(value, name)
+    if not isinstance(value, tuple):
+        validation.fail_type(name, _ENTRY_EXPECTATION, value)
+    if not value:
+        validation.fail_value(name, _ENTRY_EXPECTATION, value)
+    return tuple(validation.require_str(item, f"{name}[{index}]") for index, item in enumerate(value))
+
+
+def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> NamedSharding:
+    """Describes how an array is split over a mesh whose axes are all Explicit.
+
+    The layout has one entry per array dimension, so its rank is
+    ``len(partitions)``.
+
+    Args:
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Explicit``.
+      partitions: For each array dimension, the mesh axis that splits it, a
+        non-empty tuple of axes that split it together (major to minor), or
+        None to replicate it. A mesh axis may split at most one dimension.
+
+    Returns:
+      The ``jax.sharding.NamedSharding`` for that layout on ``mesh``.
+
+    Raises:
+      TypeError: If ``mesh`` is not a ``jax.sharding.Mesh``, ``partitions``
+        is not a sequence, or an entry (or a name in a tuple entry) has the
+        wrong type.
+      ValueError: If an axis of ``mesh`` is not Explicit, an entry is an empty
+        name or empty tuple, names an axis the mesh does not have, or a mesh
+        axis appears more than once.
+    """
+    validation.require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")
+    not_explicit = [
+        f"{name!r} ({kind.name})"
+        for name, kind in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+        if kind != AxisType.Explicit
+    ]
+    if not_explicit:
+        raise ValueError(
+            f"mesh must have only Explicit axes for a layout, got non-Explicit axes {', '.join(not_explicit)}"
+        )
+    entries = validation.require_sequence(
+        partitions,
+        "partitions",
+        item_check=_require_partition_entry,
+        description="a sequence of mesh-axis names, tuples of names or None",
+    )
+    known = set(mesh.axis_names)
+    used: dict[str, int] = {}
+    for dimension, entry in enumerate(entries):
+        axes = (entry,) if isinstance(entry, str) else (entry or ())
+        for axis in axes:
+            if axis not in known:
+                raise ValueError(
+                    f"partitions[{dimension}] names mesh axis {axis!r}, which the mesh does not have; "
+                    f"its axes are {tuple(mesh.axis_names)}"
+                )
+            if axis in used:
+                raise ValueError(
+                    f"mesh axis {axis!r} may partition only one dimension, but partitions uses it for "
+                    f"dimension {used[axis]} and dimension {dimension}"
+                )
+            used[axis] = dimension
+    spec = PartitionSpec(*entries)  # type: ignore[no-untyped-call]
+    return NamedSharding(mesh, spec)
