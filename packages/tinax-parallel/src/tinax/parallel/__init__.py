@@ -6,8 +6,10 @@ process-local construction is never a hidden gather.
 """
 
 from tinax.parallel._mesh import layout, make_mesh
+from tinax.parallel._shard_map import shard_mapped
 
 __all__ = [
     "layout",
     "make_mesh",
+    "shard_mapped",
 ]
