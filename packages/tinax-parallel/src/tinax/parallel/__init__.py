@@ -6,10 +6,10 @@ process-local construction is never a hidden gather.
 """
 
 from tinax.parallel._mesh import layout, make_mesh
-from tinax.parallel._shard_map import shard_mapped
+from tinax.parallel._placement import place_host_array
 
 __all__ = [
     "layout",
     "make_mesh",
-    "shard_mapped",
+    "place_host_array",
 ]

@@ -1,0 +1,98 @@
+"""Placing host data on a mesh under a stated ownership policy."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from tinax._core import validation
+
+__all__ = ["place_host_array", "require_divisible_shape"]
+
+
+def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, name: str) -> None:
+    """Checks that ``sharding`` can split an array of ``shape`` evenly.
+
+    Args:
+      shape: The global shape to split.
+      sharding: The layout to split it by.
+      name: What to call the shape in messages (for example ``"array"``).
+
+    Raises:
+      ValueError: If the layout has more entries than ``shape`` has
+        dimensions, or the mesh axes of a dimension do not divide its extent.
+    """
+    spec = tuple(sharding.spec)
+    if len(spec) > len(shape):
+        raise ValueError(
+            f"{name} has rank {len(shape)} (shape {shape}), but the sharding describes {len(spec)} "
+            f"dimensions ({sharding.spec})"
+        )
+    mesh_sizes = dict(sharding.mesh.shape)
+    for dimension, entry in enumerate(spec):
+        axes: tuple[str, ...] = (entry,) if isinstance(entry, str) else tuple(entry or ())
+        parts = 1
+        for axis in axes:
+            parts *= mesh_sizes[axis]
+        if shape[dimension] % parts:
+            raise ValueError(
+                f"{name} dimension {dimension} of extent {shape[dimension]} cannot be split evenly over "
+                f"mesh axes {axes} ({parts} parts); shape {shape}, sharding {sharding.spec}"
+            )
+
+
+def require_fully_addressable(sharding: NamedSharding, name: str) -> None:
+    """Checks that every device of ``sharding`` belongs to this process.
+
+    Raises:
+      ValueError: If some of its devices belong to other processes.
+    """
+    if not sharding.is_fully_addressable:
+        raise ValueError(
+            f"{name} must be fully addressable from this process, got a sharding over "
+            f"{len(sharding.device_set)} devices of which {len(sharding.addressable_devices)} are local"
+        )
+
+
+def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) -> jax.Array:
+    """Transfers a host array to the devices of a layout, asynchronously.
+
+    The call returns once the transfer is scheduled. ``copy`` decides who owns
+    the host memory meanwhile: ``jax.device_put`` may share an aligned NumPy
+    buffer on CPU even when told not to (jax#37830), so with ``copy=True`` a
+    private snapshot is taken before this function returns and later writes to
+    ``array`` never reach the result.
+
+    A layout with fewer entries than ``array`` has dimensions leaves the
+    remaining dimensions replicated; one with more entries is refused.
+
+    Args:
+      array: The host data, a ``numpy.ndarray`` with a numeric or bool dtype.
+      sharding: Where to put it: a ``jax.sharding.NamedSharding`` whose devices
+        all belong to this process.
+      copy: True to snapshot ``array`` now, making the result independent of
+        it. False to let the result share ``array``'s memory; the caller must
+        then leave ``array`` unchanged for as long as the result lives.
+
+    Returns:
+      A ``jax.Array`` with ``array``'s shape, laid out as ``sharding`` says.
+
+    Raises:
+      TypeError: If ``array`` is not a ``numpy.ndarray`` (or has an object
+        dtype), ``sharding`` is not a ``NamedSharding``, or ``copy`` is not a
+        bool.
+      ValueError: If ``sharding`` has devices outside this process, describes
+        more dimensions than ``array`` has, or cannot split one of its
+        dimensions evenly; the message names that dimension and its mesh axes.
+    """
+    validation.require_instance(array, "array", np.ndarray, "a numpy.ndarray")
+    if array.dtype.hasobject:
+        validation.fail_type("array", "a numpy.ndarray with a numeric or bool dtype", array)
+    validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")
+    validation.require_bool(copy, "copy")
+    require_fully_addressable(sharding, "sharding")
+    require_divisible_shape(array.shape, sharding, "array")
+    source = np.array(array, copy=True, order="C") if copy else array
+    placed: jax.Array = jax.device_put(source, sharding, may_alias=not copy)
+    return placed
