@@ -209,7 +209,8 @@ def test_rejects_non_str_axis_name() -> None:
 
 
 def test_rejects_unknown_axis_name() -> None:
-    with pytest.raises(ValueError, match=r"^axis_names must be a frozenset of axis names of the mesh .*got 'z' \(str\)$"):
+    expected = r"^axis_names must be a frozenset of axis names of the mesh .*got 'z' \(str\)$"
+    with pytest.raises(ValueError, match=expected):
         shard_mapped(_identity, mesh=_manual_mesh(), in_specs=P("i"), out_specs=P("i"), axis_names=frozenset({"z"}))
 
 
@@ -227,7 +228,8 @@ def test_empty_axis_names_requires_every_axis_manual(other: AxisType) -> None:
 def test_rejects_non_partition_spec_leaf() -> None:
     with pytest.raises(TypeError, match=r"^in_specs\[1\] must be a jax.sharding.PartitionSpec, got 'i' \(str\)$"):
         shard_mapped(_identity, mesh=_manual_mesh(), in_specs=(P("i"), "i"), out_specs=P("i"))
-    with pytest.raises(TypeError, match=r"^out_specs\['a'\]\[0\] must be a jax.sharding.PartitionSpec, got 'i' \(str\)$"):
+    expected = r"^out_specs\['a'\]\[0\] must be a jax.sharding.PartitionSpec, got 'i' \(str\)$"
+    with pytest.raises(TypeError, match=expected):
         # A tuple is a pytree node, not a spec: its leaves are checked.
         shard_mapped(_identity, mesh=_manual_mesh(), in_specs=P("i"), out_specs={"a": ("i",)})
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar, cast
+from typing import ParamSpec, TypeVar
 
 import jax
 from jax.sharding import AxisType, Mesh, PartitionSpec
+
 from tinax._core.jax_compat import mesh_axis_types
 from tinax._core.validation import (
     describe,
@@ -106,7 +107,7 @@ def shard_mapped(
     _check_specs(out_specs, "out_specs", mesh, manual_axes)
 
     runnable_mesh = _with_manual_axes_as_auto(mesh, manual_axes)
-    mapped = jax.shard_map(
+    return jax.shard_map(
         function,
         mesh=runnable_mesh,
         in_specs=in_specs,
@@ -114,7 +115,6 @@ def shard_mapped(
         axis_names=manual_axes,
         check_vma=check_vma,
     )
-    return cast(Callable[P, R], mapped)
 
 
 def _manual_axes(mesh: Mesh, axis_names: object) -> frozenset[str]:
