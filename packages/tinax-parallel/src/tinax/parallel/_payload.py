@@ -1,0 +1,110 @@
+"""Sizes and shard positions of JAX arrays, read from metadata only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+from tinax._core.shapes import logical_nbytes
+
+__all__ = ["addressable_indices", "addressable_payload_nbytes", "logical_payload_nbytes"]
+
+Index = tuple[slice | int, ...]
+
+
+def _require_array(value: object, name: str) -> jax.Array:
+    return validation.require_instance(value, name, jax.Array, "a jax.Array")
+
+
+def _require_placed_array(value: object, name: str) -> jax.Array:
+    array = _require_array(value, name)
+    if is_tracer(array):
+        validation.fail_type(name, "a concrete jax.Array with a sharding, not a traced value", array)
+    return array
+
+
+def _extent(index: slice | int, size: int) -> int:
+    if isinstance(index, slice):
+        return len(range(*index.indices(size)))
+    return 1
+
+
+def logical_payload_nbytes(array: jax.Array) -> int | None:
+    """Returns how many bytes the array's elements take, counted once.
+
+    Only the shape and dtype are read, so the data is never waited on or
+    copied, and a traced value can be sized too. Replicas and padding are not
+    counted: this is the nominal size of one full copy.
+
+    Args:
+      array: The ``jax.Array`` to size (a tracer is accepted).
+
+    Returns:
+      The element count times the item size, or None for an extended dtype
+      (such as a PRNG key array), whose storage size JAX does not promise.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array``.
+    """
+    _require_array(array, "array")
+    return logical_nbytes(tuple(array.shape), array.dtype)
+
+
+def addressable_payload_nbytes(array: jax.Array) -> int | None:
+    """Returns how many bytes this process's devices hold for the array.
+
+    Every addressable device is counted, so a dimension replicated over ``n``
+    local devices contributes ``n`` times: the result is what the local
+    devices store in total, not the size of the distinct local data. Sizes
+    come from the sharding alone; the data is never waited on or copied.
+
+    Args:
+      array: A concrete ``jax.Array``.
+
+    Returns:
+      The sum of the nominal sizes of the shards on this process's devices, or
+      None for an extended dtype such as a PRNG key array.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+    """
+    _require_placed_array(array, "array")
+    shape = tuple(array.shape)
+    total = 0
+    for index in addressable_indices(array).values():
+        if index is None:
+            shard_shape = shape
+        else:
+            shard_shape = tuple(_extent(part, size) for part, size in zip(index, shape, strict=False))
+            shard_shape += shape[len(index) :]
+        size = logical_nbytes(shard_shape, array.dtype)
+        if size is None:
+            return None
+        total += size
+    return total
+
+
+def addressable_indices(array: jax.Array) -> dict[jax.Device, Index | None]:
+    """Maps each of this process's devices to the part of the array it holds.
+
+    Indices are in the array's own logical coordinates: for a PRNG key array
+    they have one entry per key dimension, without the extra trailing entry
+    that ``Shard.index`` adds for the key data.
+
+    Args:
+      array: A concrete ``jax.Array``.
+
+    Returns:
+      A dict from each addressable ``jax.Device`` to a tuple of slices (or
+      ints) selecting its shard from the global array, or None where the
+      sharding gives no index.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+    """
+    _require_placed_array(array, "array")
+    indices: Any = array.sharding.addressable_devices_indices_map(tuple(array.shape))
+    return dict(indices)
