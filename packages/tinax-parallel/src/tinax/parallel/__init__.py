@@ -8,11 +8,13 @@ process-local construction is never a hidden gather.
 from tinax.parallel._mesh import layout, make_mesh
 from tinax.parallel._payload import addressable_indices, addressable_payload_nbytes, logical_payload_nbytes
 from tinax.parallel._placement import place_host_array
+from tinax.parallel._process_local import from_process_local_data
 from tinax.parallel._shard_map import shard_mapped
 
 __all__ = [
     "addressable_indices",
     "addressable_payload_nbytes",
+    "from_process_local_data",
     "layout",
     "logical_payload_nbytes",
     "make_mesh",
