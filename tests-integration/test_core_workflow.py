@@ -65,26 +65,24 @@ def test_split_keys_feed_independent_streams():
     assert float(jax.random.uniform(next_root)) not in draws
 
 
-def test_the_core_demo_runs_and_reports_one_trace():
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--steps", "30"],
+def run_demo(*flags: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py"), *flags],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
+
+
+def test_the_core_demo_runs_and_reports_one_trace():
+    completed = run_demo("--steps", "30")
     assert completed.returncode == 0, completed.stderr
     assert re.search(r"^traces used\s+1 of 1$", completed.stdout, re.MULTILINE)
     assert "mesh: 8 CPU devices" in completed.stdout
 
 
 def test_the_core_demo_rejects_bad_flags():
-    completed = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), "--steps", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    completed = run_demo("--steps", "0")
     assert completed.returncode == 2
     assert "--steps must be >= 1" in completed.stderr

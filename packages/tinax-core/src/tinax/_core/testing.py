@@ -7,6 +7,7 @@ installed wheel as well as inside the monorepo.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ __all__ = [
     "TEST_DEVICE_COUNT",
     "force_cpu_devices",
     "import_side_effects",
+    "parameter_summary",
 ]
 
 #: Devices that every tinax test session runs on.
@@ -113,3 +115,17 @@ def import_side_effects(module: str, watched: Iterable[str] = OPTIONAL_INTEGRATI
         "backends_initialized": report["backends_initialized"],
         "integrations": sorted(watched_names.intersection(report["imported"])),
     }
+
+
+def parameter_summary(function: object) -> list[tuple[str, str, object]]:
+    """Lists ``(name, kind, default)`` per parameter, for signature-compatibility tests.
+
+    ``kind`` is the ``inspect.Parameter`` kind's name (for example
+    ``"KEYWORD_ONLY"``), and ``default`` is None where there is none.
+    """
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    summary: list[tuple[str, str, object]] = []
+    for parameter in signature.parameters.values():
+        default = None if parameter.default is inspect.Parameter.empty else parameter.default
+        summary.append((parameter.name, parameter.kind.name, default))
+    return summary
