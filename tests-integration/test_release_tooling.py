@@ -36,6 +36,15 @@ def release(packages: pathlib.Path, *arguments: str) -> subprocess.CompletedProc
     )
 
 
+def add_member(packages: pathlib.Path, core_requirement: str) -> None:
+    """Adds a minimal member `tinax-extra` that requires tinax-core as given."""
+    folder = packages / "tinax-extra"
+    folder.mkdir()
+    (folder / "pyproject.toml").write_text(
+        f'[project]\nname = "tinax-extra"\nversion = "0.3.0"\ndependencies = ["{core_requirement}"]\n'
+    )
+
+
 def project(packages: pathlib.Path, folder: str) -> dict:
     return tomllib.loads((packages / folder / "pyproject.toml").read_text())["project"]
 
@@ -55,11 +64,7 @@ def test_a_stale_meta_pin_fails_the_check(packages):
 
 
 def test_a_missing_member_pin_fails_the_check(packages):
-    new = packages / "tinax-extra"
-    new.mkdir()
-    (new / "pyproject.toml").write_text(
-        '[project]\nname = "tinax-extra"\nversion = "0.3.0"\ndependencies = ["tinax-core>=0.3.0,<0.4"]\n'
-    )
+    add_member(packages, "tinax-core>=0.3.0,<0.4")
     result = release(packages, "check")
     assert result.returncode == 1
     assert "no pin for tinax-extra" in result.stderr
@@ -69,11 +74,7 @@ def test_a_missing_member_pin_fails_the_check(packages):
 
 
 def test_a_sibling_range_that_excludes_core_fails_the_check(packages):
-    new = packages / "tinax-extra"
-    new.mkdir()
-    (new / "pyproject.toml").write_text(
-        '[project]\nname = "tinax-extra"\nversion = "0.3.0"\ndependencies = ["tinax-core>=0.2,<0.3"]\n'
-    )
+    add_member(packages, "tinax-core>=0.2,<0.3")
     release(packages, "sync-meta")
     result = release(packages, "check")
     assert result.returncode == 1
@@ -89,11 +90,7 @@ def test_exact_third_party_pins_fail_the_check(packages):
 
 
 def test_bump_rewrites_the_version_and_every_pin_naming_it(packages):
-    new = packages / "tinax-extra"
-    new.mkdir()
-    (new / "pyproject.toml").write_text(
-        '[project]\nname = "tinax-extra"\nversion = "0.3.0"\ndependencies = ["tinax-core>=0.3.0,<0.4"]\n'
-    )
+    add_member(packages, "tinax-core>=0.3.0,<0.4")
     release(packages, "sync-meta")
     result = release(packages, "bump", "tinax-core", "minor")
     assert result.returncode == 0, result.stderr

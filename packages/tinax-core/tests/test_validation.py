@@ -260,3 +260,18 @@ def test_atomic_write_refuses_a_destination_created_meanwhile(tmp_path):
 def test_atomic_write_needs_an_existing_folder(tmp_path):
     with pytest.raises(FileNotFoundError), atomic_write(pathlib.Path(tmp_path / "no" / "x"), overwrite=False):
         pass
+
+
+def test_host_array_checks_and_snapshots():
+    from tinax._core.host import host_source, require_host_array
+
+    array = np.arange(4, dtype=np.int32)
+    assert require_host_array(array, "array") is array
+    with pytest.raises(TypeError, match=r"array must be a numpy.ndarray, got \[1\] \(list\)"):
+        require_host_array([1], "array")
+    with pytest.raises(TypeError, match="numeric or bool dtype"):
+        require_host_array(np.array([object()]), "array")
+    snapshot = host_source(array, copy=True)
+    array[0] = 99
+    assert snapshot[0] == 0
+    assert host_source(array, copy=False) is array

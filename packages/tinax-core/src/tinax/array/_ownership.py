@@ -10,6 +10,7 @@ import numpy as np
 from jax.sharding import Sharding
 
 from tinax._core import validation
+from tinax._core.host import host_source, require_host_array
 from tinax._core.jax_compat import is_tracer
 from tinax._core.shapes import is_extended_dtype
 
@@ -51,12 +52,10 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
       ValueError: If JAX cannot place the data as asked (for example a
         sharding that does not divide the shape).
     """
-    validation.require_instance(array, "array", np.ndarray, "a numpy.ndarray")
-    if array.dtype.hasobject:
-        validation.fail_type("array", "a numpy.ndarray with a numeric or bool dtype", array)
+    require_host_array(array, "array")
     validation.require_bool(copy, "copy")
     placement = _require_placement(device)
-    source = np.array(array, copy=True, order="C") if copy else array
+    source = host_source(array, copy=copy)
     try:
         placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
     except (ValueError, RuntimeError) as error:

@@ -7,6 +7,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
+from tinax._core.host import host_source, require_host_array
 
 __all__ = ["place_host_array", "require_divisible_shape"]
 
@@ -86,13 +87,11 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
         more dimensions than ``array`` has, or cannot split one of its
         dimensions evenly; the message names that dimension and its mesh axes.
     """
-    validation.require_instance(array, "array", np.ndarray, "a numpy.ndarray")
-    if array.dtype.hasobject:
-        validation.fail_type("array", "a numpy.ndarray with a numeric or bool dtype", array)
+    require_host_array(array, "array")
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")
     validation.require_bool(copy, "copy")
     require_fully_addressable(sharding, "sharding")
     require_divisible_shape(array.shape, sharding, "array")
-    source = np.array(array, copy=True, order="C") if copy else array
+    source = host_source(array, copy=copy)
     placed: jax.Array = jax.device_put(source, sharding, may_alias=not copy)
     return placed

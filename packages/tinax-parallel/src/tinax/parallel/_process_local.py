@@ -10,6 +10,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
+from tinax._core.host import host_source, require_host_array
 from tinax._core.shapes import require_shape
 from tinax.parallel._placement import require_divisible_shape
 
@@ -115,9 +116,7 @@ def from_process_local_data(
       RuntimeError: If ``process_index`` or ``process_count`` differs from
         what the JAX runtime reports.
     """
-    validation.require_instance(local_data, "local_data", np.ndarray, "a numpy.ndarray")
-    if local_data.dtype.hasobject:
-        validation.fail_type("local_data", "a numpy.ndarray with a numeric or bool dtype", local_data)
+    require_host_array(local_data, "local_data")
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")
     shape = require_shape(global_shape, "global_shape")
     validation.require_bool(copy, "copy")
@@ -161,7 +160,7 @@ def from_process_local_data(
                 "if every process supplies identical data for such blocks"
             )
 
-    source = np.array(local_data, copy=True, order="C") if copy else local_data
+    source = host_source(local_data, copy=copy)
     assembled: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
         sharding, source, shape
     )
