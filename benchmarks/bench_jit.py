@@ -24,15 +24,11 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["JAX_NUM_CPU_DEVICES"] = "8"
 
 import argparse
-import random
-import statistics
 import sys
-import time
-from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
+from _timing import report, run
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -41,44 +37,6 @@ from tinax.jit import bounded_jit
 
 def add_one(x: jax.Array) -> jax.Array:
     return x + 1
-
-
-def time_per_call(call: Callable[[], Any], calls: int) -> float:
-    result = None
-    start = time.perf_counter()
-    for _ in range(calls):
-        result = call()
-    jax.block_until_ready(result)
-    return (time.perf_counter() - start) / calls
-
-
-def run(variants: dict[str, Callable[[], Any]], calls: int, repeats: int, seed: int) -> dict[str, list[float]]:
-    order = list(variants)
-    rng = random.Random(seed)
-    for call in variants.values():  # warm up: compile, fill caches
-        time_per_call(call, max(calls // 10, 10))
-    samples: dict[str, list[float]] = {name: [] for name in order}
-    for _ in range(repeats):
-        rng.shuffle(order)
-        for name in order:
-            samples[name].append(time_per_call(variants[name], calls))
-    return samples
-
-
-def report(title: str, samples: dict[str, list[float]], comparisons: list[tuple[str, str]]) -> list[float]:
-    print(f"\n{title}")
-    for name, values in samples.items():
-        print(
-            f"  {name:<30} median {statistics.median(values) * 1e6:8.3f} us   min {min(values) * 1e6:8.3f} us per call"
-        )
-    ratios = []
-    for candidate, baseline in comparisons:
-        per_round = [new / old for new, old in zip(samples[candidate], samples[baseline], strict=True)]
-        ratio = statistics.median(per_round)
-        ratio_of_min = min(samples[candidate]) / min(samples[baseline])
-        ratios.append(ratio)
-        print(f"  ratio {candidate} / {baseline}: median {ratio:.3f}, of minimums {ratio_of_min:.3f}")
-    return ratios
 
 
 def main() -> int:
