@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
@@ -12,7 +12,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from tinax._core import validation
 from tinax._core.jax_compat import mesh_axis_types
 
-__all__ = ["layout", "make_mesh"]
+__all__ = ["layout", "make_mesh", "require_homogeneous_mesh"]
 
 
 def _require_device(value: object, name: str) -> jax.Device:
@@ -127,15 +127,9 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
         axis appears more than once.
     """
     validation.require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")
-    not_explicit = [
-        f"{name!r} ({kind.name})"
-        for name, kind in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
-        if kind != AxisType.Explicit
-    ]
+    not_explicit = _axes_text(mesh, lambda kind: kind != AxisType.Explicit)
     if not_explicit:
-        raise ValueError(
-            f"mesh must have only Explicit axes for a layout, got non-Explicit axes {', '.join(not_explicit)}"
-        )
+        raise ValueError(f"mesh must have only Explicit axes for a layout, got non-Explicit axes {not_explicit}")
     entries = validation.require_sequence(
         partitions,
         "partitions",
@@ -160,3 +154,43 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
             used[axis] = dimension
     spec = PartitionSpec(*entries)  # type: ignore[no-untyped-call]
     return NamedSharding(mesh, spec)
+
+
+def require_homogeneous_mesh(mesh: object, name: str = "mesh") -> Mesh:
+    """Checks for a non-empty mesh whose axes are all Auto or all Explicit.
+
+    Flax NNX shards variables with ``reshard`` on Explicit meshes and with
+    sharding constraints on Auto meshes; it cannot handle Manual axes or a
+    mix of types, so such meshes are refused here, before flax sees them.
+
+    Args:
+      mesh: The received value.
+      name: The argument name for the message.
+
+    Returns:
+      The mesh.
+
+    Raises:
+      TypeError: If the value is not a ``jax.sharding.Mesh``.
+      ValueError: If the mesh is empty, has a Manual axis, or mixes Auto and
+        Explicit axes; the message lists every axis with its type.
+    """
+    checked = validation.require_instance(mesh, name, Mesh, "a jax.sharding.Mesh")
+    if checked.empty:
+        validation.fail_value(name, "a non-empty jax.sharding.Mesh", checked)
+    kinds = set(mesh_axis_types(checked))
+    if kinds not in ({AxisType.Auto}, {AxisType.Explicit}):
+        raise ValueError(
+            f"{name} must have all axes Auto or all axes Explicit (Manual axes and mixed types are refused), "
+            f"got axes {_axes_text(checked, lambda kind: True)}"
+        )
+    return checked
+
+
+def _axes_text(mesh: Mesh, selected: Callable[[AxisType], bool]) -> str:
+    # "'data' (Explicit), 'model' (Auto)" for the axes whose type is selected.
+    return ", ".join(
+        f"{name!r} ({kind.name})"
+        for name, kind in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+        if selected(kind)
+    )
