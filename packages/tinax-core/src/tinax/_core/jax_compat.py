@@ -9,6 +9,7 @@ else, so the rest of the code base can import a stable name.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "JAX_VERSION",
     "Tracer",
     "backends_are_initialized",
+    "initialize_distributed",
     "is_tracer",
     "mesh_axis_types",
     "mesh_scope",
@@ -82,3 +84,49 @@ def using_mesh(mesh: Mesh | None) -> Iterator[Any]:
         return
     with jax.set_mesh(mesh) as entered:
         yield entered
+
+
+def initialize_distributed(
+    coordinator_address: str,
+    num_processes: int,
+    process_id: int,
+    *,
+    initialization_timeout: int,
+    heartbeat_timeout: int,
+    shutdown_timeout: int,
+    coordinator_bind_address: str | None = None,
+) -> None:
+    """Calls ``jax.distributed.initialize`` with the timeouts this JAX accepts.
+
+    JAX 0.10.2 to 0.12 all accept ``initialization_timeout``,
+    ``heartbeat_timeout_seconds``, ``shutdown_timeout_seconds`` and
+    ``coordinator_bind_address``. A release that drops one of them still
+    works: that argument is left out and JAX's default applies, so callers
+    must bound the whole run with their own timeout as well.
+
+    Args:
+      coordinator_address: ``"host:port"`` of process 0's coordinator.
+      num_processes: Number of processes in the runtime.
+      process_id: This process's index, in ``[0, num_processes)``.
+      initialization_timeout: Seconds to wait for every peer to connect.
+      heartbeat_timeout: Seconds without a heartbeat after which a peer
+        counts as dead.
+      shutdown_timeout: Seconds that a finishing process waits for the
+        others at shutdown.
+      coordinator_bind_address: Where process 0's coordinator listens; None
+        keeps JAX's default.
+    """
+    optional: dict[str, Any] = {
+        "initialization_timeout": initialization_timeout,
+        "heartbeat_timeout_seconds": heartbeat_timeout,
+        "shutdown_timeout_seconds": shutdown_timeout,
+    }
+    if coordinator_bind_address is not None:
+        optional["coordinator_bind_address"] = coordinator_bind_address
+    accepted = inspect.signature(jax.distributed.initialize).parameters
+    jax.distributed.initialize(
+        coordinator_address=coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        **{name: value for name, value in optional.items() if name in accepted},
+    )

@@ -1,0 +1,140 @@
+"""The multi-process harness: results come back, and failures end the run fast.
+
+Every run here starts real child processes that join one JAX runtime; the
+pytest process never does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+
+import pytest
+
+from tinax._core import jax_compat
+from tinax._core.distributed_testing import DistributedRunError, free_port, run_processes
+
+_SLEEP_UNLESS_FIRST = """
+import os
+import time
+
+import jax
+
+
+def main(action):
+    if jax.process_index() == 1:
+        if action == "exit":
+            os._exit(3)
+        if action == "raise":
+            raise ValueError("boom from process 1")
+        if action == "hang":
+            time.sleep(120)
+    if action == "unserializable":
+        return {1, 2}
+    time.sleep(120 if action in ("exit", "raise") else 0)
+    return jax.process_index()
+"""
+
+
+def _body_describe(offset: int) -> dict[str, int]:
+    import jax
+
+    return {
+        "process": jax.process_index() + offset,
+        "count": jax.process_count(),
+        "local": jax.local_device_count(),
+        "global": jax.device_count(),
+    }
+
+
+def _assert_all_reaped(reports: tuple[object, ...]) -> None:
+    for report in reports:
+        with pytest.raises(ProcessLookupError):
+            os.kill(report.pid, 0)  # type: ignore[attr-defined]
+
+
+def test_module_level_function_runs_in_every_process():
+    results = run_processes(_body_describe, num_processes=2, devices_per_process=3, args=[10])
+    assert results == [
+        {"process": 10, "count": 2, "local": 3, "global": 6},
+        {"process": 11, "count": 2, "local": 3, "global": 6},
+    ]
+
+
+def test_import_path_and_source_bodies():
+    assert run_processes("json:dumps", num_processes=2, devices_per_process=1, args=[[1, 2]]) == ["[1, 2]"] * 2
+    assert run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=["none"]) == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("action", "expected"),
+    [
+        pytest.param("exit", "process(es) [1] of 2 failed", id="dead-peer"),
+        pytest.param("raise", "ValueError: boom from process 1", id="body-raises"),
+    ],
+)
+def test_failed_peer_stops_the_run_in_seconds(action, expected):
+    start = time.monotonic()
+    with pytest.raises(DistributedRunError) as caught:
+        run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=[action], timeout=60)
+    assert time.monotonic() - start < 20
+    assert expected in str(caught.value)
+    survivor, failed = caught.value.reports
+    assert survivor.killed
+    assert not failed.killed
+    assert failed.returncode == (3 if action == "exit" else 70)
+    _assert_all_reaped(caught.value.reports)
+
+
+def test_unserializable_result_fails_the_run():
+    with pytest.raises(DistributedRunError, match="not JSON serializable"):
+        run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=["unserializable"])
+
+
+def test_hung_peer_is_killed_at_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(DistributedRunError, match=r"did not finish within 4 s") as caught:
+        run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=["hang"], timeout=4)
+    assert time.monotonic() - start < 10
+    assert caught.value.reports[1].killed
+    assert "--- process 1" in str(caught.value)
+    _assert_all_reaped(caught.value.reports)
+
+
+def test_bad_arguments_are_refused_before_anything_starts():
+    def nested() -> None:
+        return None
+
+    with pytest.raises(ValueError, match="module-level function"):
+        run_processes(nested, num_processes=2, devices_per_process=1)
+    with pytest.raises(ValueError, match="module-level function"):
+        run_processes(lambda: None, num_processes=2, devices_per_process=1)
+    with pytest.raises(TypeError, match="JSON-serializable"):
+        run_processes(_body_describe, num_processes=2, devices_per_process=1, args=[object()])
+    with pytest.raises(ValueError, match="num_processes"):
+        run_processes(_body_describe, num_processes=0, devices_per_process=1)
+    with pytest.raises(ValueError, match="devices_per_process"):
+        run_processes(_body_describe, num_processes=1, devices_per_process=True)
+    with pytest.raises(ValueError, match="timeout"):
+        run_processes(_body_describe, num_processes=1, devices_per_process=1, timeout=0)
+
+
+def test_free_port_is_usable():
+    assert 0 < free_port() < 65536
+
+
+def test_installed_jax_accepts_every_timeout():
+    # initialize_distributed drops arguments an installed JAX lacks; the
+    # supported releases must take all of them, or a hang would last minutes.
+    import jax
+
+    accepted = inspect.signature(jax.distributed.initialize).parameters
+    for name in (
+        "initialization_timeout",
+        "heartbeat_timeout_seconds",
+        "shutdown_timeout_seconds",
+        "coordinator_bind_address",
+    ):
+        assert name in accepted
+    assert callable(jax_compat.initialize_distributed)
