@@ -27,10 +27,15 @@ StateMapping = TypeVar("StateMapping", bound=Mapping[Any, Any])
 _INSTALL_HINT = 'pip install "tinax-parallel[nnx]"'
 
 
-def _missing_flax(function: str) -> ImportError:
-    return ImportError(
-        f"tinax.parallel.{function} needs flax, which is not installed; install it with: {_INSTALL_HINT}"
-    )
+def _import_nnx(function: str) -> Any:
+    """Imports ``flax.nnx`` on first use, naming the extra when it is missing."""
+    try:
+        from flax import nnx
+    except ImportError as error:
+        raise ImportError(
+            f"tinax.parallel.{function} needs flax, which is not installed; install it with: {_INSTALL_HINT}"
+        ) from error
+    return nnx
 
 
 def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.GraphState[T]:
@@ -65,19 +70,17 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
     """
     validation.require_callable(initializer, "initializer")
     require_homogeneous_mesh(mesh)
-    try:
-        from flax import nnx
-    except ImportError as error:
-        raise _missing_flax("abstract_sharded_state") from error
+    flax_nnx = _import_nnx("abstract_sharded_state")
 
     def build() -> T:
         node = initializer()
-        if not nnx.graphlib.is_graph_node(node):
+        if not flax_nnx.graphlib.is_graph_node(node):
             validation.fail_type("initializer()", "an NNX graph node such as an nnx.Module", node)
         return node
 
-    graphdef, state = nnx.get_abstract_model(build, mesh)
-    return nnx.GraphState(graphdef, state)
+    graphdef, state = flax_nnx.get_abstract_model(build, mesh)
+    abstract: nnx.GraphState[T] = flax_nnx.GraphState(graphdef, state)
+    return abstract
 
 
 def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
@@ -107,12 +110,9 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
     """
     validation.require_callable(initializer, "initializer")
     require_homogeneous_mesh(mesh)
-    try:
-        from flax import nnx
-    except ImportError as error:
-        raise _missing_flax("eager_sharded_init") from error
+    flax_nnx = _import_nnx("eager_sharded_init")
 
-    with mesh_scope(mesh), nnx.use_eager_sharding(True):  # type: ignore[no-untyped-call]
+    with mesh_scope(mesh), flax_nnx.use_eager_sharding(True):
         return initializer()
 
 
@@ -143,10 +143,7 @@ def state_shardings(state: StateMapping, mesh: Mesh) -> StateMapping:
     """
     validation.require_instance(state, "state", Mapping, "a mapping of NNX state")
     require_homogeneous_mesh(mesh)
-    try:
-        from flax import nnx
-    except ImportError as error:
-        raise _missing_flax("state_shardings") from error
+    flax_nnx = _import_nnx("state_shardings")
 
-    shardings: StateMapping = nnx.get_named_sharding(state, mesh)
+    shardings: StateMapping = flax_nnx.get_named_sharding(state, mesh)
     return shardings
