@@ -14,6 +14,7 @@ from jax.sharding import Mesh
 
 from tinax._core import validation
 from tinax._core.jax_compat import mesh_scope
+from tinax._core.optional import import_optional
 from tinax.parallel._mesh import require_homogeneous_mesh
 
 if TYPE_CHECKING:
@@ -29,13 +30,7 @@ _INSTALL_HINT = 'pip install "tinax-parallel[nnx]"'
 
 def _import_nnx(function: str) -> Any:
     """Imports ``flax.nnx`` on first use, naming the extra when it is missing."""
-    try:
-        from flax import nnx
-    except ImportError as error:
-        raise ImportError(
-            f"tinax.parallel.{function} needs flax, which is not installed; install it with: {_INSTALL_HINT}"
-        ) from error
-    return nnx
+    return import_optional("flax.nnx", needed_by=f"tinax.parallel.{function}", install_hint=_INSTALL_HINT)
 
 
 def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.GraphState[T]:

@@ -1,0 +1,3 @@
+"""tinax.checkpointing (being built: public names are added here as they land)."""
+
+__all__: list[str] = []
