@@ -1,6 +1,6 @@
 """End-to-end tinax-core demo: a data-parallel regression trained on 8 CPU devices.
 
-Run it with `hatch run demo:run` (add `-- --help` for the flags). It shows the
+Run it with `hatch run demo` (add `--help` for the flags). It shows the
 tinax-core policies working together:
 
 - host data enters JAX through `from_numpy(copy=True)`, sharded over a mesh;

@@ -1,0 +1,112 @@
+"""The distributions as users install them: each alone, and all through `tinax`.
+
+These tests build real wheels and install them into fresh venvs (third-party
+packages from the index, tinax wheels by path), so they are the slowest part
+of the suite. They carry the ``distributions`` marker; the Python 3.12 run
+deselects them because the wheels are pure Python and one run proves them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+
+pytestmark = pytest.mark.distributions
+
+
+def _load_script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"tinax_scripts_{name}", SCRIPTS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+isolation = _load_script("isolation")
+api_list = _load_script("api_list")
+MEMBERS = sorted(isolation.members())
+
+
+def test_public_surface_matches_the_checked_in_list():
+    assert api_list.current_surface() == api_list.recorded_surface()
+
+
+@pytest.mark.parametrize("member", MEMBERS)
+def test_member_installs_alone_and_passes_its_tests(member):
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPTS / "isolation.py"), member],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+    )
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-6000:]
+    assert f"isolation: passed for {member}" in completed.stdout
+
+
+@pytest.fixture(scope="module")
+def full_stack() -> Iterator[pathlib.Path]:
+    """A fresh venv with the `tinax` meta wheel and its siblings' wheels installed by path."""
+    with tempfile.TemporaryDirectory(prefix="tinax-full-stack-") as scratch:
+        scratch_path = pathlib.Path(scratch)
+        folders = dict(isolation.members())
+        folders[isolation.META_NAME] = ROOT / "packages" / "tinax-meta"
+        wheels = isolation.build_wheels(folders, scratch_path / "wheels")
+        venv = scratch_path / "venv"
+        isolation.uv("venv", "--quiet", "--python", sys.executable, str(venv))
+        python = venv / "bin" / "python"
+        # The demo draws its loss curve with matplotlib, which no tinax distribution needs.
+        isolation.uv(
+            "pip", "install", "--quiet", "--python", str(python), *map(str, wheels.values()), "matplotlib==3.11.2"
+        )
+        yield python
+
+
+def test_meta_wheel_pins_every_member_exactly(full_stack):
+    listing = subprocess.run(
+        [sys.executable, "-m", "uv", "pip", "list", "--python", str(full_stack), "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    installed = {item["name"]: item["version"] for item in json.loads(listing)}
+    for member in [*MEMBERS, isolation.META_NAME]:
+        assert installed.get(member) == "0.3.0", member
+    for extra_package in ("flax", "array-record"):
+        assert extra_package in installed
+
+
+PRINT_MODULE_FILES = "import tinax.array, tinax.weights; print(tinax.array.__file__, tinax.weights.__file__)"
+
+
+def test_full_stack_exposes_the_checked_in_public_surface(full_stack):
+    completed = subprocess.run(
+        [str(full_stack), str(SCRIPTS / "api_list.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=full_stack.parent,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # The modules came from the venv, not from the repository's src folders.
+    where = subprocess.run(
+        [str(full_stack), "-c", PRINT_MODULE_FILES],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=full_stack.parent,
+    ).stdout
+    assert str(ROOT / "packages") not in where
+    assert where.count(str(full_stack.parent.parent)) == 2
