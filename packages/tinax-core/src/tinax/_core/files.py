@@ -1,6 +1,7 @@
 """Atomic file writes shared by the tinax distributions.
 
-Every file tinax writes goes through :func:`atomic_write`: the bytes land in a
+Every file tinax writes goes through :func:`atomic_write` (or, for native
+writers that open a path themselves, :func:`atomic_path`): the bytes land in a
 temporary file in the destination folder, are flushed and fsynced, and only
 then take the destination name. A crash at any moment leaves either the old
 file (or nothing) or the complete new one, never a torn file.
@@ -16,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["atomic_write", "fsync_directory"]
+__all__ = ["atomic_path", "atomic_write", "fsync_directory"]
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
 
@@ -53,36 +54,87 @@ def atomic_write(destination: pathlib.Path, *, overwrite: bool) -> Iterator[Bina
       FileExistsError: If the destination exists and ``overwrite`` is False.
       FileNotFoundError: If the destination's folder does not exist.
     """
+    descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        _publish(temporary, destination, overwrite=overwrite)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_path(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
+    """Gives a temporary path that atomically becomes ``destination`` on success.
+
+    For writers that insist on opening a path themselves (native libraries
+    such as array-record). The caller writes the complete file at the yielded
+    path and closes it before the block ends; the file is then fsynced and
+    published exactly as :func:`atomic_write` publishes its file. If the block
+    raises, the temporary file is removed and ``destination`` is untouched.
+
+    Args:
+      destination: The final path. Its folder must exist.
+      overwrite: Whether an existing destination may be replaced; see
+        :func:`atomic_write`.
+
+    Yields:
+      A path in the destination's folder. An empty file already exists there,
+      so a writer that truncates and rewrites it is fine.
+
+    Raises:
+      FileExistsError: If the destination exists and ``overwrite`` is False.
+      FileNotFoundError: If the destination's folder does not exist, or the
+        block removed the temporary file.
+    """
+    descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
+    os.close(descriptor)
+    try:
+        yield temporary
+        # The writer's own descriptor is closed by now; a fresh one reaches the
+        # same inode, and fsync flushes that inode whatever descriptor asks.
+        written = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(written)
+        finally:
+            os.close(written)
+        _publish(temporary, destination, overwrite=overwrite)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        raise
+
+
+def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int, pathlib.Path]:
     directory = destination.parent
     if not directory.is_dir():
         raise FileNotFoundError(f"the folder of {str(destination)!r} does not exist")
     if not overwrite and (destination.exists() or destination.is_symlink()):
         raise FileExistsError(f"{str(destination)!r} already exists; pass overwrite=True to replace it")
     descriptor, temporary_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=directory)
-    temporary = pathlib.Path(temporary_name)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        if overwrite:
+    return descriptor, pathlib.Path(temporary_name)
+
+
+def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: bool) -> None:
+    # The temporary file is complete and fsynced; give it the destination name.
+    if overwrite:
+        os.replace(temporary, destination)
+    else:
+        try:
+            os.link(temporary, destination)
+        except FileExistsError:
+            raise FileExistsError(
+                f"{str(destination)!r} was created by another writer; pass overwrite=True to replace it"
+            ) from None
+        except OSError as error:
+            # File systems without hard links: fall back to a checked rename.
+            if error.errno not in _NO_HARD_LINKS or destination.exists():
+                raise
             os.replace(temporary, destination)
         else:
-            try:
-                os.link(temporary, destination)
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{str(destination)!r} was created by another writer; pass overwrite=True to replace it"
-                ) from None
-            except OSError as error:
-                # File systems without hard links: fall back to a checked rename.
-                if error.errno not in _NO_HARD_LINKS or destination.exists():
-                    raise
-                os.replace(temporary, destination)
-            else:
-                temporary.unlink()
-        fsync_directory(directory)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
             temporary.unlink()
-        raise
+    fsync_directory(destination.parent)

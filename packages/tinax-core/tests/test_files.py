@@ -1,0 +1,74 @@
+"""The path-based atomic publish used by native writers that open a path themselves."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tinax._core.files import atomic_path
+
+
+def test_atomic_path_publishes_what_was_written_at_the_path(tmp_path):
+    destination = tmp_path / "out.bin"
+    with atomic_path(destination, overwrite=False) as temporary:
+        assert temporary.parent == tmp_path
+        assert temporary.exists()
+        assert not destination.exists()
+        # A writer that truncates and rewrites the file by path, as native libraries do.
+        temporary.write_bytes(b"payload")
+    assert destination.read_bytes() == b"payload"
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
+
+
+def test_atomic_path_works_for_a_writer_in_another_process(tmp_path):
+    destination = tmp_path / "out.bin"
+    with atomic_path(destination, overwrite=False) as temporary:
+        code = "import pathlib, sys; pathlib.Path(sys.argv[1]).write_bytes(b'from a child')"
+        subprocess.run([sys.executable, "-c", code, str(temporary)], check=True, timeout=60)
+    assert destination.read_bytes() == b"from a child"
+
+
+def test_atomic_path_refuses_an_existing_destination_unless_overwrite(tmp_path):
+    destination = tmp_path / "out.bin"
+    destination.write_bytes(b"old")
+    with pytest.raises(FileExistsError, match="overwrite=True"), atomic_path(destination, overwrite=False):
+        pytest.fail("must not be reached")
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
+    with atomic_path(destination, overwrite=True) as temporary:
+        temporary.write_bytes(b"new")
+    assert destination.read_bytes() == b"new"
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
+
+
+def test_atomic_path_removes_the_temporary_file_when_the_writer_fails(tmp_path):
+    destination = tmp_path / "out.bin"
+
+    def crash_while_writing() -> None:
+        with atomic_path(destination, overwrite=False) as temporary:
+            temporary.write_bytes(b"partial")
+            raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError, match="crash"):
+        crash_while_writing()
+    assert os.listdir(tmp_path) == []
+
+
+def test_atomic_path_refuses_a_destination_created_meanwhile(tmp_path):
+    destination = tmp_path / "out.bin"
+
+    def race_with_another_writer() -> None:
+        with atomic_path(destination, overwrite=False) as temporary:
+            temporary.write_bytes(b"mine")
+            destination.write_bytes(b"theirs")
+
+    with pytest.raises(FileExistsError, match="another writer"):
+        race_with_another_writer()
+    assert destination.read_bytes() == b"theirs"
+    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
+
+
+def test_atomic_path_needs_an_existing_folder(tmp_path):
+    with pytest.raises(FileNotFoundError), atomic_path(pathlib.Path(tmp_path / "no" / "x"), overwrite=False):
+        pytest.fail("must not be reached")
