@@ -1,3 +1,8 @@
 """tinax.weights (being built: public names are added here as they land)."""
 
-__all__: list[str] = []
+from tinax.weights._msgpack import load_msgpack, save_msgpack
+
+__all__ = [
+    "load_msgpack",
+    "save_msgpack",
+]
