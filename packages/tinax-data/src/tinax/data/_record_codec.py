@@ -1,0 +1,520 @@
+"""The tinax record format: what a record may hold and how it is stored.
+
+A *record* is a mapping of ``str`` field names to values. Every record of a
+file has the fields of the first one, and each field keeps the kind of value
+(and, for arrays, the dtype and number of dimensions) it has there. The
+extents of an array may differ from record to record: token sequences of
+different lengths are the common case. Reading gives back ``dict`` records
+with the fields in the first record's order.
+
+Values
+------
+``None``, ``bool``, ``int`` (a signed 64-bit value), ``float`` (a double),
+``str`` (stored as UTF-8) and ``bytes`` are *plain values*; the exact built-in
+types are required and come back as the same types. A ``numpy.ndarray`` (or a
+``numpy.memmap``) of a bool, signed or unsigned integer, floating or complex
+dtype, or of an ``ml_dtypes`` type such as ``bfloat16``, ``float8_e4m3fn`` or
+``int4``, comes back as a ``numpy.ndarray`` with the same dtype (byte order
+included) and shape. Read arrays are C-contiguous, aligned, writable and own
+their memory. Everything else is refused with ``TypeError``: NumPy scalars such
+as ``numpy.float32(1)`` (use ``numpy.asarray(x)`` for a 0-d array, or
+``x.item()`` for a Python value), lists and tuples (use an array), ``bytearray``,
+JAX arrays (use ``numpy.asarray``), other ndarray subclasses (a masked array
+would lose its mask), and arrays of object, string, structured, datetime or
+``longdouble`` dtype. A field that is ``None`` in the first record must be
+``None`` in every record. Nothing is ever unpickled: a file holds only JSON and
+raw numbers, so reading a crafted file cannot run code.
+
+Header (format version 1)
+-------------------------
+Both containers carry the same JSON header, written after all records have
+been checked::
+
+    {"content_sha256": "<hex>", "count": <records>,
+     "fields": [{"kind": "int", "name": "label"},
+                {"dtype": "<f4", "kind": "array", "name": "image", "ndim": 3}],
+     "format": "tinax-records", "version": 1}
+
+``kind`` is one of ``none``, ``bool``, ``int``, ``float``, ``str``, ``bytes``
+and ``array``. An array ``dtype`` is the NumPy type string for built-in dtypes
+(``"<f4"``, ``">i8"``, ``"|b1"``, ``"<c16"``) and the ``ml_dtypes`` name for
+those types (``"bfloat16"``). ``content_sha256`` is the SHA-256 of every record's
+encoding below, concatenated in order, so it identifies the data whatever the
+container. Readers refuse a header whose ``version`` is newer than theirs.
+
+Record encoding
+---------------
+Each field, in header order, little-endian: ``none`` takes no bytes; ``bool``
+one byte (0 or 1); ``int`` an int64; ``float`` a float64; ``str`` and
+``bytes`` a uint64 length, then the bytes; ``array`` ``ndim`` uint64 extents,
+then the elements in C order (their count times the item size, in the dtype's
+own byte order). A record is exactly as long as its fields.
+
+Source identity
+---------------
+A reader's ``source_id`` is ``"tinax-records:"`` followed by the first 32 hex
+digits of the SHA-256 of the canonical header (sorted keys, no spaces). It is
+computed from the header alone, so opening is cheap, and it changes whenever
+the records, their order, the fields or the format change; the same records
+written as ArrayRecord and as Parquet have the same ``source_id``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+
+from tinax._core import validation
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "FieldSpec",
+    "RecordHeader",
+    "RecordSchema",
+    "dtype_from_descriptor",
+]
+
+FORMAT_NAME = "tinax-records"
+FORMAT_VERSION = 1
+
+KIND_NONE = "none"
+KIND_BOOL = "bool"
+KIND_INT = "int"
+KIND_FLOAT = "float"
+KIND_STR = "str"
+KIND_BYTES = "bytes"
+KIND_ARRAY = "array"
+
+_PLAIN_KINDS: dict[type, str] = {
+    type(None): KIND_NONE,
+    bool: KIND_BOOL,
+    int: KIND_INT,
+    float: KIND_FLOAT,
+    str: KIND_STR,
+    bytes: KIND_BYTES,
+}
+_KINDS = frozenset((*_PLAIN_KINDS.values(), KIND_ARRAY))
+_KIND_TEXT = {
+    KIND_NONE: "None",
+    KIND_BOOL: "a bool",
+    KIND_INT: "an int",
+    KIND_FLOAT: "a float",
+    KIND_STR: "a str",
+    KIND_BYTES: "bytes",
+}
+_SUPPORTED_TEXT = (
+    "None, a bool, int, float, str, bytes or a numpy.ndarray of a bool, integer, floating, complex or ml_dtypes dtype"
+)
+
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+# NumPy's limit on the number of dimensions (NPY_MAXDIMS in NumPy 2).
+_MAX_NDIM = 64
+
+_BOOL = struct.Struct("<?")
+_INT = struct.Struct("<q")
+_FLOAT = struct.Struct("<d")
+_LENGTH = struct.Struct("<Q")
+
+# Built-in dtypes whose raw bytes mean the same on every platform.
+_BUILTIN_DESCRIPTOR = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
+
+
+@functools.cache
+def _ml_dtypes_by_name() -> dict[str, np.dtype[Any]]:
+    import ml_dtypes  # Imported on first use: a dependency of JAX, but not needed to import tinax.data.
+
+    table: dict[str, np.dtype[Any]] = {}
+    for name in dir(ml_dtypes):
+        candidate = getattr(ml_dtypes, name)
+        if isinstance(candidate, type) and issubclass(candidate, np.generic):
+            dtype = np.dtype(candidate)
+            if dtype.name == name:
+                table[name] = dtype
+    return table
+
+
+def dtype_descriptor(dtype: np.dtype[Any]) -> str | None:
+    """Returns how the format writes ``dtype``, or None if it cannot be stored."""
+    if dtype.names is not None or dtype.subdtype is not None:
+        return None
+    if dtype.type.__module__.partition(".")[0] == "ml_dtypes":
+        known = _ml_dtypes_by_name().get(dtype.name)
+        return dtype.name if known == dtype else None
+    if dtype.type.__module__.partition(".")[0] != "numpy" or not _BUILTIN_DESCRIPTOR.fullmatch(dtype.str):
+        return None
+    return dtype.str
+
+
+def dtype_from_descriptor(descriptor: object) -> np.dtype[Any]:
+    """Turns a stored dtype descriptor back into a dtype.
+
+    Only the descriptors :func:`dtype_descriptor` writes are accepted, so a
+    crafted header cannot ask for an object or structured dtype.
+
+    Raises:
+      ValueError: If the descriptor is not one the format writes.
+    """
+    if isinstance(descriptor, str):
+        if _BUILTIN_DESCRIPTOR.fullmatch(descriptor):
+            dtype = np.dtype(descriptor)
+            if dtype.str == descriptor:
+                return dtype
+        known = _ml_dtypes_by_name().get(descriptor)
+        if known is not None:
+            return known
+    raise ValueError(f"unknown array dtype {descriptor!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldSpec:
+    """One field of a record: its name, kind and, for arrays, dtype and ndim."""
+
+    name: str
+    kind: str
+    dtype: np.dtype[Any] | None = None
+    ndim: int | None = None
+
+    def describe(self) -> str:
+        """Says what every value of this field must be, for error messages."""
+        if self.kind != KIND_ARRAY:
+            return _KIND_TEXT[self.kind]
+        return f"a numpy.ndarray of dtype {self.dtype} with {self.ndim} dimension{'s' if self.ndim != 1 else ''}"
+
+    def to_json(self) -> dict[str, Any]:
+        """Returns the header entry of the field."""
+        entry: dict[str, Any] = {"name": self.name, "kind": self.kind}
+        if self.kind == KIND_ARRAY:
+            assert self.dtype is not None
+            entry["dtype"] = dtype_descriptor(self.dtype)
+            entry["ndim"] = self.ndim
+        return entry
+
+
+def _classify(value: object, where: str) -> FieldSpec:
+    """Returns the field a value belongs to (with an empty name).
+
+    Raises:
+      TypeError: If the value is of no supported kind.
+    """
+    kind = _PLAIN_KINDS.get(type(value))
+    if kind is not None:
+        return FieldSpec("", kind)
+    if isinstance(value, np.generic):
+        validation.fail_type(
+            where,
+            f"{_SUPPORTED_TEXT}; wrap a NumPy scalar with numpy.asarray(...) for a 0-d array or use .item()",
+            value,
+        )
+    if type(value) is np.ndarray or isinstance(value, np.memmap):
+        if dtype_descriptor(value.dtype) is None:
+            validation.fail_type(where, _SUPPORTED_TEXT, value)
+        return FieldSpec("", KIND_ARRAY, value.dtype, value.ndim)
+    raise TypeError(validation.expectation_message(where, _SUPPORTED_TEXT, value))
+
+
+class RecordSchema:
+    """The fields every record of one file has, and the codec for them.
+
+    Attributes:
+      fields: The fields in storage order (the first record's key order).
+      names: The field names, in the same order.
+    """
+
+    def __init__(self, fields: tuple[FieldSpec, ...]) -> None:
+        self.fields = fields
+        self.names = tuple(field.name for field in fields)
+        self._name_set = frozenset(self.names)
+        self._decoders = tuple(_decoder(field) for field in fields)
+
+    @classmethod
+    def from_first_record(cls, record: object) -> RecordSchema:
+        """Derives the schema from ``records[0]``.
+
+        Raises:
+          TypeError: If the record is not a mapping with str keys, or a value
+            is of no supported kind.
+        """
+        mapping = _require_record(record, 0)
+        fields = []
+        for name, value in mapping.items():
+            spec = _classify(value, f"records[0][{name!r}]")
+            fields.append(dataclasses.replace(spec, name=name))
+        return cls(tuple(fields))
+
+    def checked_values(self, record: object, index: int) -> list[Any]:
+        """Checks one record against the schema and returns its stored values.
+
+        Stored values follow the field order: plain values as given, except
+        that a ``str`` becomes its UTF-8 bytes; arrays C-contiguous.
+
+        Args:
+          record: The record.
+          index: Its position among the records, for messages.
+
+        Returns:
+          One stored value per field.
+
+        Raises:
+          TypeError: If the record is not a mapping with str keys, or a value
+            is of no supported kind.
+          ValueError: If the keys differ from the first record's, a value's
+            kind, dtype or ndim differs from the first record's, an int does
+            not fit in 64 bits, or a str cannot be encoded as UTF-8.
+        """
+        mapping = _require_record(record, index)
+        if len(mapping) != len(self.fields) or not self._name_set.issuperset(mapping):
+            self._fail_keys(mapping, index)
+        values: list[Any] = []
+        for field in self.fields:
+            where = f"records[{index}][{field.name!r}]"
+            try:
+                value = mapping[field.name]
+            except KeyError:
+                self._fail_keys(mapping, index)
+            spec = _classify(value, where)
+            if spec.kind != field.kind or spec.dtype != field.dtype or spec.ndim != field.ndim:
+                validation.fail_value(where, f"{field.describe()} like records[0][{field.name!r}]", value)
+            values.append(_stored_value(field.kind, value, where))
+        return values
+
+    def encode_parts(self, values: list[Any]) -> list[Any]:
+        """Returns the byte pieces of a record's encoding (see the module docstring).
+
+        Args:
+          values: What :meth:`checked_values` returned for the record.
+
+        Returns:
+          Bytes-like pieces; concatenated, they are the record's encoding.
+        """
+        parts: list[Any] = []
+        for field, value in zip(self.fields, values, strict=True):
+            kind = field.kind
+            if kind == KIND_INT:
+                parts.append(_INT.pack(value))
+            elif kind == KIND_FLOAT:
+                parts.append(_FLOAT.pack(value))
+            elif kind == KIND_BOOL:
+                parts.append(_BOOL.pack(value))
+            elif kind in (KIND_STR, KIND_BYTES):
+                parts.append(_LENGTH.pack(len(value)))
+                parts.append(value)
+            elif kind == KIND_ARRAY:
+                parts.append(struct.pack(f"<{value.ndim}Q", *value.shape))
+                parts.append(array_bytes(value))
+        return parts
+
+    def decode(self, data: bytes) -> dict[str, Any]:
+        """Decodes one record's encoding.
+
+        Raises:
+          ValueError: If the bytes are not a record of this schema.
+        """
+        record: dict[str, Any] = {}
+        offset = 0
+        try:
+            for name, decoder in zip(self.names, self._decoders, strict=True):
+                record[name], offset = decoder(data, offset)
+        except (struct.error, IndexError) as error:
+            raise ValueError(f"the record ends inside field {name!r}") from error
+        if offset != len(data):
+            raise ValueError(f"the record has {len(data) - offset} bytes after its last field")
+        return record
+
+    def _fail_keys(self, mapping: Mapping[str, Any], index: int) -> NoReturn:
+        missing = [name for name in self.names if name not in mapping]
+        if missing:
+            raise ValueError(
+                f"records[{index}] must have the fields of records[0] {list(self.names)}, "
+                f"but has no field {missing[0]!r}"
+            )
+        extra = [name for name in mapping if name not in self._name_set]
+        raise ValueError(
+            f"records[{index}] must have the fields of records[0] {list(self.names)}, "
+            f"but has the extra field {extra[0]!r}"
+        )
+
+
+def array_bytes(array: np.ndarray[Any, Any]) -> memoryview:
+    """Views a C-contiguous array's elements as flat bytes (no copy)."""
+    return array.reshape(-1).view(np.uint8).data
+
+
+def array_from_bytes(data: Any, offset: int, nbytes: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
+    """Copies ``nbytes`` of ``data`` from ``offset`` into a new array.
+
+    Raises:
+      ValueError: If the byte count does not match the shape and dtype, or the
+        buffer is too short.
+    """
+    count = math.prod(shape)
+    if count * dtype.itemsize != nbytes:
+        raise ValueError(
+            f"an array of shape {shape} and dtype {dtype} needs {count * dtype.itemsize} bytes, got {nbytes}"
+        )
+    if offset + nbytes > len(data):
+        raise ValueError(f"the record ends inside an array of shape {shape}")
+    if count == 0:
+        return np.empty(shape, dtype)
+    # frombuffer views the (read-only) record; the copy gives an aligned, writable array of its own.
+    return np.frombuffer(data, dtype, count, offset).reshape(shape).copy()
+
+
+def _require_record(record: object, index: int) -> Mapping[str, Any]:
+    where = f"records[{index}]"
+    if not isinstance(record, Mapping):
+        validation.fail_type(where, "a mapping of str field names to values", record)
+    return validation.require_str_mapping(record, where)
+
+
+def _stored_value(kind: str, value: Any, where: str) -> Any:
+    if kind == KIND_INT and not _INT64_MIN <= value <= _INT64_MAX:
+        validation.fail_value(where, "an int in [-2**63, 2**63 - 1]", value)
+    if kind == KIND_STR:
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(
+                f"{where} must be a str that UTF-8 can encode, got {validation.describe(value)}"
+            ) from error
+    if kind == KIND_ARRAY and not value.flags.c_contiguous:
+        return np.ascontiguousarray(value)
+    return value
+
+
+_Decoder = Callable[[bytes, int], tuple[Any, int]]
+
+
+def _decoder(field: FieldSpec) -> _Decoder:
+    kind = field.kind
+    if kind == KIND_NONE:
+        return lambda data, offset: (None, offset)
+    if kind == KIND_BOOL:
+        return _decode_bool
+    if kind == KIND_INT:
+        return lambda data, offset: (_INT.unpack_from(data, offset)[0], offset + 8)
+    if kind == KIND_FLOAT:
+        return lambda data, offset: (_FLOAT.unpack_from(data, offset)[0], offset + 8)
+    if kind == KIND_STR:
+        return _decode_str
+    if kind == KIND_BYTES:
+        return _decode_bytes
+    assert field.dtype is not None
+    assert field.ndim is not None
+    dtype, extents = field.dtype, struct.Struct(f"<{field.ndim}Q")
+
+    def decode_array(data: bytes, offset: int) -> tuple[Any, int]:
+        shape = extents.unpack_from(data, offset)
+        offset += extents.size
+        nbytes = math.prod(shape) * dtype.itemsize
+        return array_from_bytes(data, offset, nbytes, dtype, shape), offset + nbytes
+
+    return decode_array
+
+
+def _decode_bool(data: bytes, offset: int) -> tuple[Any, int]:
+    byte = data[offset]  # IndexError here means a short record.
+    if byte > 1:
+        raise ValueError(f"a bool field holds the byte {byte}")
+    return byte == 1, offset + 1
+
+
+def _decode_sized(data: bytes, offset: int) -> tuple[bytes, int]:
+    (length,) = _LENGTH.unpack_from(data, offset)
+    start = offset + 8
+    end = start + length
+    if end > len(data):
+        raise ValueError(f"a field declares {length} bytes but the record ends before them")
+    return data[start:end], end
+
+
+def _decode_str(data: bytes, offset: int) -> tuple[Any, int]:
+    raw, end = _decode_sized(data, offset)
+    return raw.decode("utf-8"), end
+
+
+def _decode_bytes(data: bytes, offset: int) -> tuple[Any, int]:
+    return _decode_sized(data, offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordHeader:
+    """What a file's header says: the schema, the record count and the content digest."""
+
+    schema: RecordSchema
+    count: int
+    content_sha256: str
+
+    def to_json_bytes(self) -> bytes:
+        """Returns the canonical header (sorted keys, no spaces) as UTF-8 JSON."""
+        header = {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "count": self.count,
+            "content_sha256": self.content_sha256,
+            "fields": [field.to_json() for field in self.schema.fields],
+        }
+        return json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+    @property
+    def source_id(self) -> str:
+        """The identity of the records (see the module docstring)."""
+        return f"{FORMAT_NAME}:{hashlib.sha256(self.to_json_bytes()).hexdigest()[:32]}"
+
+    @classmethod
+    def from_json_bytes(cls, data: bytes) -> RecordHeader:
+        """Parses and checks a stored header.
+
+        Raises:
+          ValueError: If the bytes are not a header this version can read,
+            including one from a newer format version.
+        """
+        try:
+            header = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError("the header is not UTF-8 JSON") from error
+        if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
+            raise ValueError(f"the header does not declare the {FORMAT_NAME!r} format")
+        version = header.get("version")
+        if type(version) is not int or version < 1:
+            raise ValueError(f"the header declares no valid format version, got {version!r}")
+        if version > FORMAT_VERSION:
+            raise ValueError(
+                f"the file uses format version {version}, newer than the newest this tinax-data reads "
+                f"({FORMAT_VERSION}); upgrade tinax-data to read it"
+            )
+        count = header.get("count")
+        if type(count) is not int or count < 0:
+            raise ValueError(f"the header declares no valid record count, got {count!r}")
+        digest = header.get("content_sha256")
+        if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"the header declares no valid content digest, got {digest!r}")
+        entries = header.get("fields")
+        if not isinstance(entries, list):
+            raise ValueError("the header has no list of fields")
+        fields = tuple(_field_from_json(entry) for entry in entries)
+        names = [field.name for field in fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"the header repeats a field name: {names}")
+        return cls(RecordSchema(fields), count, digest)
+
+
+def _field_from_json(entry: object) -> FieldSpec:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("kind") not in _KINDS:
+        raise ValueError(f"the header has a malformed field entry {entry!r}")
+    if entry["kind"] != KIND_ARRAY:
+        return FieldSpec(entry["name"], entry["kind"])
+    ndim = entry.get("ndim")
+    if type(ndim) is not int or not 0 <= ndim <= _MAX_NDIM:
+        raise ValueError(f"the header has a malformed field entry {entry!r}")
+    return FieldSpec(entry["name"], KIND_ARRAY, dtype_from_descriptor(entry.get("dtype")), ndim)

@@ -1,0 +1,668 @@
+"""ArrayRecord and Parquet records: exact round trips, checked writes, clear errors, Grain sources."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import grain
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tinax._core.testing import parameter_summary
+from tinax.data import read_array_record, read_parquet_record, write_array_record, write_parquet_record
+
+
+class Container(NamedTuple):
+    name: str
+    write: Callable[..., None]
+    read: Callable[..., Any]
+    suffix: str
+
+
+def _array_record_container() -> Container:
+    pytest.importorskip(
+        "array_record.python.array_record_module",
+        reason='array-record is not installed (the tinax-data "arrayrecord" extra)',
+    )
+    return Container("array_record", write_array_record, read_array_record, ".array_record")
+
+
+def _parquet_container() -> Container:
+    return Container("parquet", write_parquet_record, read_parquet_record, ".parquet")
+
+
+@pytest.fixture(params=["array_record", "parquet"])
+def container(request: pytest.FixtureRequest) -> Container:
+    return _array_record_container() if request.param == "array_record" else _parquet_container()
+
+
+def _source(dataset: grain.MapDataset) -> Any:
+    # The data source under a MapDataset.source(...) dataset.
+    return dataset._source
+
+
+def _rich_records() -> list[dict[str, Any]]:
+    records = []
+    for index in range(5):
+        records.append(
+            {
+                "id": index,
+                "big": 2**63 - 1 - index,
+                "score": [0.5, -0.0, math.inf, -math.inf, 1e-308][index],
+                "flag": index % 2 == 0,
+                "text": ["", "héllo", "日本語", "a\x00b", "🙂"][index],
+                "raw": bytes(range(index * 3)),
+                "nothing": None,
+                # Extents vary from record to record; dtype and ndim do not.
+                "tokens": np.arange(index, dtype=np.int32),
+                "image": np.full((2, index, 3), index, dtype=np.uint8),
+                "scalar": np.asarray(index * 1.25, dtype=np.float64),
+                "swapped": (np.arange(3) + index).astype(">f4"),
+                "halves": np.linspace(0, 1, 4, dtype=np.float16),
+                "waves": (np.arange(2) + 1j * index).astype(np.complex64),
+                "mask": np.asarray([index % 2 == 0, True, False]),
+                "wide": np.asarray([2**64 - 1, index], dtype=np.uint64),
+                "brain": np.asarray([1.5, -2.0, index], dtype=ml_dtypes.bfloat16),
+                "fp8": np.asarray([0.5, index], dtype=ml_dtypes.float8_e4m3fn),
+                "nibbles": np.asarray([-8, 7, index], dtype=ml_dtypes.int4),
+                # A transposed (non-contiguous) input comes back with the same values.
+                "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T * index,
+            }
+        )
+    return records
+
+
+def _assert_same_records(actual: list[dict[str, Any]], expected: list[dict[str, Any]]) -> None:
+    assert len(actual) == len(expected)
+    for got, want in zip(actual, expected, strict=True):
+        assert type(got) is dict
+        assert list(got) == list(want)
+        for name, value in want.items():
+            read = got[name]
+            assert type(read) is type(value), name
+            if isinstance(value, np.ndarray):
+                assert read.dtype == value.dtype, name
+                assert read.shape == value.shape, name
+                assert read.tobytes() == value.tobytes(), name
+            elif isinstance(value, float):
+                assert read.hex() == value.hex(), name
+            else:
+                assert read == value, name
+
+
+def test_records_round_trip_exactly(tmp_path, container):
+    records = _rich_records()
+    path = tmp_path / f"data{container.suffix}"
+    container.write(path, records)
+    dataset = container.read(path)
+    assert isinstance(dataset, grain.MapDataset)
+    assert len(dataset) == len(records)
+    read = [dataset[index] for index in range(len(dataset))]
+    _assert_same_records(read, records)
+    assert read[3]["swapped"].dtype.byteorder == ">"
+    for array in read[2].values():
+        if isinstance(array, np.ndarray):
+            # Read arrays are independent, writable and aligned: a pipeline may update them in place.
+            assert array.flags.writeable
+            assert array.flags.owndata
+            assert array.flags.aligned
+            assert array.flags.c_contiguous
+    read[2]["tokens"] += 1
+    assert dataset[2]["tokens"].tolist() == [0, 1]
+
+
+def test_both_containers_read_back_the_same_records_and_source_id(tmp_path):
+    array_record = _array_record_container()
+    parquet = _parquet_container()
+    records = _rich_records()
+    array_record.write(tmp_path / "a.array_record", records)
+    parquet.write(tmp_path / "b.parquet", records)
+    from_array_record = array_record.read(tmp_path / "a.array_record")
+    from_parquet = parquet.read(tmp_path / "b.parquet")
+    _assert_same_records(list(from_array_record), records)
+    _assert_same_records(list(from_parquet), list(from_array_record))
+    assert _source(from_array_record).source_id == _source(from_parquet).source_id
+
+
+def test_a_shuffled_pipeline_reads_every_record_once(tmp_path, container):
+    records = [{"id": index, "x": np.full((2,), index, np.int64)} for index in range(40)]
+    container.write(tmp_path / f"d{container.suffix}", records)
+    dataset = container.read(tmp_path / f"d{container.suffix}")
+    shuffled = dataset.shuffle(seed=3)
+    order = [record["id"] for record in shuffled]
+    assert sorted(order) == list(range(40))
+    assert order != list(range(40))
+    assert [record["id"] for record in dataset.shuffle(seed=3)] == order
+    assert all(record["x"].tolist() == [record["id"]] * 2 for record in shuffled)
+    # Grain's read threads index the source concurrently.
+    threaded = list(shuffled.to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16)))
+    assert [record["id"] for record in threaded] == order
+
+
+def test_indexing_follows_sequence_rules(tmp_path, container):
+    container.write(tmp_path / f"d{container.suffix}", [{"id": index} for index in range(3)])
+    source = _source(container.read(tmp_path / f"d{container.suffix}"))
+    assert source[-1] == {"id": 2}
+    assert source[np.int64(1)] == {"id": 1}
+    with pytest.raises(IndexError, match="index 3 is out of range for 3 records"):
+        source[3]
+    with pytest.raises(TypeError, match=r"index must be an int, got True \(bool\)"):
+        source[True]
+
+
+def test_empty_record_lists_round_trip(tmp_path, container):
+    path = tmp_path / f"empty{container.suffix}"
+    container.write(path, [])
+    dataset = container.read(path)
+    assert len(dataset) == 0
+    assert list(dataset) == []
+
+
+# ---------------------------------------------------------------------------
+# What a record may hold
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        pytest.param(np.float32(1.0), "numpy.asarray", id="numpy-scalar"),
+        pytest.param(np.float64(1.0), "numpy.asarray", id="numpy-float64-scalar"),
+        pytest.param(np.bool_(True), "numpy.asarray", id="numpy-bool"),
+        pytest.param([1, 2], r"\(list\)", id="list"),
+        pytest.param((1, 2), r"\(tuple\)", id="tuple"),
+        pytest.param(bytearray(b"ab"), r"\(bytearray\)", id="bytearray"),
+        pytest.param(np.asarray([{"a": 1}], dtype=object), r"object\[1\]", id="object-array"),
+        pytest.param(np.asarray(["a"]), r"<U1\[1\]", id="str-array"),
+        pytest.param(np.zeros(2, dtype=[("a", "<i4")]), r"\(numpy.ndarray\)", id="structured-array"),
+        pytest.param(np.zeros(2, dtype="datetime64[s]"), r"datetime64", id="datetime-array"),
+        pytest.param(np.ma.masked_array([1, 2], mask=[0, 1]), r"MaskedArray", id="masked-array"),
+        pytest.param({"nested": 1}, r"\(dict\)", id="mapping"),
+    ],
+)
+def test_unsupported_values_are_refused_with_type_error(tmp_path, container, value, hint):
+    path = tmp_path / f"d{container.suffix}"
+    with pytest.raises(
+        TypeError, match=rf"(?s)records\[1\]\['v'\] must be None, a bool, int, float, str, bytes.*{hint}"
+    ):
+        container.write(path, [{"v": 0}, {"v": value}])
+    with pytest.raises(TypeError, match=rf"(?s)records\[0\]\['v'\] must be None.*{hint}"):
+        container.write(path, [{"v": value}])
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_jax_array_is_refused(tmp_path, container):
+    import jax.numpy as jnp
+
+    with pytest.raises(TypeError, match=r"records\[0\]\['x'\] must be None, a bool.*\(jax.Array\)"):
+        container.write(tmp_path / f"d{container.suffix}", [{"x": jnp.zeros(2)}])
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        pytest.param(
+            {"id": 1}, r"records\[1\] must have the fields of records\[0\] \['id', 'x'\], but has no field 'x'"
+        ),
+        pytest.param(
+            {"id": 1, "x": np.zeros(2, np.float32), "y": 2}, r"records\[1\] must .* but has the extra field 'y'"
+        ),
+        pytest.param(
+            {"id": 1.0, "x": np.zeros(2, np.float32)},
+            r"records\[1\]\['id'\] must be an int like records\[0\]\['id'\], got 1.0 \(float\)",
+        ),
+        pytest.param(
+            {"id": True, "x": np.zeros(2, np.float32)}, r"records\[1\]\['id'\] must be an int like .*True \(bool\)"
+        ),
+        pytest.param(
+            {"id": 1, "x": np.zeros(2, np.float64)},
+            r"records\[1\]\['x'\] must be a numpy.ndarray of dtype float32 with 1 dimension like records\[0\]\['x'\], "
+            r"got float64\[2\]",
+        ),
+        pytest.param(
+            {"id": 1, "x": np.zeros((2, 1), np.float32)},
+            r"records\[1\]\['x'\] must be a numpy.ndarray of dtype float32 with 1 dimension .* got float32\[2, 1\]",
+        ),
+        pytest.param(
+            {"id": 1, "x": np.zeros(2, ">f4")}, r"records\[1\]\['x'\] must be a numpy.ndarray of dtype float32 .*>f4"
+        ),
+        pytest.param({"id": None, "x": np.zeros(2, np.float32)}, r"records\[1\]\['id'\] must be an int like"),
+    ],
+)
+def test_records_that_disagree_with_the_first_are_refused_and_nothing_is_written(tmp_path, container, second, message):
+    path = tmp_path / f"d{container.suffix}"
+    records = [{"id": 0, "x": np.zeros(3, np.float32)}, second, {"id": 2, "x": np.zeros(3, np.float32)}]
+    with pytest.raises(ValueError, match=message):
+        container.write(path, records)
+    assert os.listdir(tmp_path) == []
+
+
+def test_out_of_range_and_unencodable_values_are_refused(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    with pytest.raises(
+        ValueError,
+        match=r"records\[1\]\['n'\] must be an int in \[-2\*\*63, 2\*\*63 - 1\], got 9223372036854775808 \(int\)",
+    ):
+        container.write(path, [{"n": 0}, {"n": 2**63}])
+    with pytest.raises(ValueError, match=r"records\[0\]\['n'\] must be an int in"):
+        container.write(path, [{"n": -(2**63) - 1}])
+    with pytest.raises(ValueError, match=r"records\[0\]\['s'\] must be a str that UTF-8 can encode"):
+        container.write(path, [{"s": "\ud800"}])
+    assert os.listdir(tmp_path) == []
+
+
+def test_records_must_be_mappings_with_str_keys(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    with pytest.raises(TypeError, match=r"records\[1\] must be a mapping of str field names to values, got 3 \(int\)"):
+        container.write(path, [{"a": 1}, 3])
+    with pytest.raises(TypeError, match=r"keys of records\[0\] must be str, got 1 \(int\)"):
+        container.write(path, [{1: 1}])
+    with pytest.raises(TypeError, match="records must be"):
+        container.write(path, {"a": 1})
+    with pytest.raises(TypeError, match=r"path must be a str or os.PathLike\[str\] path, got b'x' \(bytes\)"):
+        container.write(b"x", [{"a": 1}])
+    assert os.listdir(tmp_path) == []
+
+
+def test_parquet_needs_a_finite_sequence(tmp_path):
+    with pytest.raises(TypeError, match=r"records must be a finite sequence of mappings.*\(generator\)"):
+        write_parquet_record(tmp_path / "d.parquet", ({"a": index} for index in range(3)))
+    with pytest.raises(TypeError, match=r"records must be a finite sequence.*\(dict_values\)"):
+        write_parquet_record(tmp_path / "d.parquet", {"k": {"a": 1}}.values())
+    assert os.listdir(tmp_path) == []
+
+
+def test_array_record_streams_a_generator_and_checks_group_size(tmp_path):
+    _array_record_container()
+    path = tmp_path / "d.array_record"
+    write_array_record(path, ({"id": index} for index in range(10)), group_size=4)
+    assert [record["id"] for record in read_array_record(path).shuffle(seed=0)] != list(range(10))
+    assert sorted(record["id"] for record in read_array_record(path)) == list(range(10))
+    with pytest.raises(TypeError, match=r"group_size must be an int >= 1, got True \(bool\)"):
+        write_array_record(tmp_path / "e.array_record", [{"id": 0}], group_size=True)
+    with pytest.raises(ValueError, match=r"group_size must be an int >= 1, got 0 \(int\)"):
+        write_array_record(tmp_path / "e.array_record", [{"id": 0}], group_size=0)
+
+
+def test_a_failing_generator_leaves_nothing_behind(tmp_path):
+    _array_record_container()
+
+    def records() -> Iterator[dict[str, int]]:
+        yield {"id": 0}
+        yield {"id": 1}
+        raise RuntimeError("the upstream data broke")
+
+    with pytest.raises(RuntimeError, match="the upstream data broke"):
+        write_array_record(tmp_path / "d.array_record", records())
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------
+# Files: never clobbered, clear errors on missing and malformed ones
+
+
+def test_writers_never_replace_an_existing_file(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    path.write_bytes(b"precious")
+    with pytest.raises(FileExistsError, match="already exists"):
+        container.write(path, [{"a": 1}])
+    assert path.read_bytes() == b"precious"
+    assert os.listdir(tmp_path) == [path.name]
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        container.write(tmp_path / "missing" / f"d{container.suffix}", [{"a": 1}])
+
+
+def test_a_missing_path_gives_file_not_found(tmp_path, container):
+    with pytest.raises(FileNotFoundError, match=r"path must name an existing path, got '.*nothing.*'"):
+        container.read(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="path must be a file"):
+        container.read(tmp_path)
+
+
+def _valid_file(tmp_path, container: Container) -> Any:
+    path = tmp_path / f"valid{container.suffix}"
+    container.write(path, [{"id": index, "x": np.arange(index, dtype=np.float32)} for index in range(200)])
+    return path
+
+
+def test_malformed_files_give_value_error_naming_the_path(tmp_path, container):
+    text = tmp_path / "notes.txt"
+    text.write_text("hello\n" * 50)
+    valid = _valid_file(tmp_path, container)
+    truncated = tmp_path / f"truncated{container.suffix}"
+    truncated.write_bytes(valid.read_bytes()[: valid.stat().st_size // 2])
+    empty = tmp_path / f"empty{container.suffix}"
+    empty.write_bytes(b"")
+    for path in (text, truncated, empty):
+        with pytest.raises(ValueError, match=rf"'{path}' is not a readable tinax") as caught:
+            container.read(path)
+        assert caught.value.__cause__ is not None or "holds no records" in str(caught.value)
+
+
+def test_an_array_record_file_of_foreign_bytes_is_refused(tmp_path):
+    _array_record_container()
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    path = tmp_path / "foreign.array_record"
+    writer = ArrayRecordWriter(str(path), "group_size:1")
+    for index in range(3):
+        writer.write(f"foreign record {index}".encode())
+    writer.close()
+    with pytest.raises(ValueError, match=rf"'{path}' is not a readable tinax .*last record is not a tinax header"):
+        read_array_record(path)
+
+
+def test_a_plain_pyarrow_parquet_file_is_refused(tmp_path):
+    path = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"id": [1, 2, 3]}), path)
+    with pytest.raises(ValueError, match=rf"'{path}' is not a readable .*no 'tinax.records' entry"):
+        read_parquet_record(path)
+
+
+def _header(**changes: Any) -> dict[str, Any]:
+    header = {
+        "format": "tinax-records",
+        "version": 1,
+        "count": 2,
+        "content_sha256": "0" * 64,
+        "fields": [{"name": "id", "kind": "int"}],
+    }
+    header.update(changes)
+    return header
+
+
+def _raw_array_record(path, records: list[bytes], header: dict[str, Any]) -> None:
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    writer = ArrayRecordWriter(str(path), "group_size:1")
+    for record in [*records, b"tinax-records\n" + json.dumps(header).encode()]:
+        writer.write(record)
+    writer.close()
+
+
+def _raw_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
+    pq.write_table(table.replace_schema_metadata({"tinax.records": json.dumps(header)}), path)
+
+
+def test_a_header_from_a_newer_format_version_is_refused(tmp_path, container):
+    path = tmp_path / f"newer{container.suffix}"
+    newer = _header(version=2, fields="a layout this version cannot know")
+    if container.name == "array_record":
+        _raw_array_record(path, [b"\x00" * 8, b"\x01" * 8], newer)
+    else:
+        _raw_parquet(path, pa.table({"id": [0, 1]}), newer)
+    with pytest.raises(ValueError, match=rf"'{path}' .*format version 2, newer than the newest this tinax-data reads"):
+        container.read(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        pytest.param({"format": "something-else"}, "does not declare the 'tinax-records' format", id="format"),
+        pytest.param({"version": True}, "no valid format version", id="bool-version"),
+        pytest.param({"count": 5}, "declares 5 records but the file holds 2", id="count"),
+        pytest.param({"content_sha256": "xyz"}, "no valid content digest", id="digest"),
+        pytest.param({"fields": [{"name": "id", "kind": "pickle"}]}, "malformed field entry", id="kind"),
+        pytest.param(
+            {"fields": [{"name": "id", "kind": "array", "dtype": "|O", "ndim": 1}]},
+            r"unknown array dtype '\|O'",
+            id="O",
+        ),
+        pytest.param({"fields": [{"name": "id", "kind": "int"}] * 2}, "repeats a field name", id="repeat"),
+    ],
+)
+def test_malformed_headers_are_refused(tmp_path, container, changes, message):
+    path = tmp_path / f"crafted{container.suffix}"
+    header = _header(**changes)
+    if container.name == "array_record":
+        _raw_array_record(path, [b"\x00" * 8, b"\x01" * 8], header)
+    else:
+        _raw_parquet(path, pa.table({"id": pa.array([0, 1], pa.int64())}), header)
+    with pytest.raises(ValueError, match=rf"'{path}' is not a readable tinax .*{message}"):
+        container.read(path)
+
+
+def test_parquet_columns_that_contradict_the_header_are_refused(tmp_path):
+    path = tmp_path / "crafted.parquet"
+    _raw_parquet(path, pa.table({"id": pa.array(["0", "1"])}), _header())
+    with pytest.raises(ValueError, match=rf"'{path}' .*columns .* do not match the header's fields"):
+        read_parquet_record(path)
+
+
+def test_a_corrupt_array_record_record_fails_at_its_index(tmp_path):
+    _array_record_container()
+    path = tmp_path / "corrupt.array_record"
+    _raw_array_record(path, [(7).to_bytes(8, "little", signed=True), b"\x01\x02\x03"], _header())
+    dataset = read_array_record(path)
+    assert dataset[0] == {"id": 7}
+    with pytest.raises(ValueError, match=rf"'{path}': record 1 is malformed \(the record ends inside field 'id'\)"):
+        dataset[1]
+
+
+def test_a_corrupt_parquet_record_fails_at_its_index(tmp_path):
+    valid = _valid_file(tmp_path, _parquet_container())
+    table = pq.read_table(valid)
+    header = json.loads(pq.ParquetFile(valid).metadata.metadata[b"tinax.records"])
+    images = table.column("x").combine_chunks()
+    shapes, payloads = images.flatten()
+    # Record 5 claims 6 elements but keeps the 5 * 4 bytes it has.
+    shape_values = shapes.to_pylist()
+    shape_values[5] = [6]
+    broken = pa.StructArray.from_arrays([pa.array(shape_values, shapes.type), payloads], fields=list(images.type))
+    path = tmp_path / "corrupt.parquet"
+    _raw_parquet(path, table.set_column(1, table.schema.field(1), broken), header)
+    dataset = read_parquet_record(path)
+    assert dataset[4]["id"] == 4
+    with pytest.raises(ValueError, match=rf"'{path}': record 5 is malformed \(an array of shape \(6,\) .* got 20\)"):
+        dataset[5]
+
+
+def test_parquet_row_group_damage_fails_at_read_time_with_value_error(tmp_path):
+    valid = _valid_file(tmp_path, _parquet_container())
+    metadata = pq.ParquetFile(valid).metadata
+    column = metadata.row_group(0).column(1)
+    start = column.data_page_offset
+    data = bytearray(valid.read_bytes())
+    data[start : start + 64] = b"\xff" * 64
+    path = tmp_path / "damaged.parquet"
+    path.write_bytes(bytes(data))
+    dataset = read_parquet_record(path)
+    with pytest.raises(ValueError, match=rf"'{path}': record 0 cannot be read \(row group 0") as caught:
+        dataset[0]
+    assert caught.value.__cause__ is not None
+
+
+# ---------------------------------------------------------------------------
+# Sources: identity, pickling, workers
+
+
+def test_source_id_follows_the_content_not_the_path_or_time(tmp_path, container):
+    records = [{"id": index, "x": np.arange(3, dtype=np.float32) + index} for index in range(10)]
+    container.write(tmp_path / f"a{container.suffix}", records)
+    source = _source(container.read(tmp_path / f"a{container.suffix}"))
+    assert source.source_id.startswith("tinax-records:")
+    assert source.source_id == _source(container.read(tmp_path / f"a{container.suffix}")).source_id
+    copied = tmp_path / "elsewhere"
+    copied.mkdir()
+    shutil.copy(tmp_path / f"a{container.suffix}", copied / f"renamed{container.suffix}")
+    os.utime(copied / f"renamed{container.suffix}", (0, 0))
+    assert _source(container.read(copied / f"renamed{container.suffix}")).source_id == source.source_id
+    # One value changed, same sizes everywhere: another identity.
+    changed = [dict(record) for record in records]
+    changed[7] = {"id": 7, "x": np.arange(3, dtype=np.float32) + 70}
+    container.write(tmp_path / f"b{container.suffix}", changed)
+    assert _source(container.read(tmp_path / f"b{container.suffix}")).source_id != source.source_id
+    reordered = records[1:] + records[:1]
+    container.write(tmp_path / f"c{container.suffix}", reordered)
+    assert _source(container.read(tmp_path / f"c{container.suffix}")).source_id != source.source_id
+
+
+def test_source_repr_names_the_file_and_its_records(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    container.write(path, [{"id": 1, "x": np.zeros(2)}])
+    text = repr(_source(container.read(path)))
+    assert str(path) in text
+    assert "records=1" in text
+    assert "fields=['id', 'x']" in text
+    assert "source_id='tinax-records:" in text
+
+
+def test_sources_pickle_without_open_files_and_reopen_lazily(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    records = [{"id": index, "x": np.arange(index, dtype=np.int16)} for index in range(30)]
+    container.write(path, records)
+    source = _source(container.read(path))
+    assert source[4]["id"] == 4  # Opened and read: the file handle must not travel.
+    payload = pickle.dumps(source)
+    assert len(payload) < 4096
+    copy = pickle.loads(payload)
+    assert copy.source_id == source.source_id
+    assert len(copy) == 30
+    _assert_same_records([copy[index] for index in range(30)], records)
+
+
+def test_a_file_replaced_after_pickling_is_detected(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    container.write(path, [{"id": index} for index in range(5)])
+    payload = pickle.dumps(_source(container.read(path)))
+    path.unlink()
+    container.write(path, [{"id": index + 100} for index in range(5)])
+    copy = pickle.loads(payload)
+    with pytest.raises(ValueError, match=rf"'{path}' changed since it was opened"):
+        copy[0]
+
+
+def test_parquet_reads_only_the_row_groups_it_needs(tmp_path, monkeypatch):
+    from tinax.data import _parquet
+
+    path = tmp_path / "large.parquet"
+    # 64 KiB per record: about 16 records per 1 MiB row group.
+    records = [{"id": index, "x": np.full(16384, index, dtype=np.float32)} for index in range(64)]
+    write_parquet_record(path, records)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 4
+    source = _source(read_parquet_record(path))
+    assert len(source._cache) == 0  # Opening reads the footer only.
+    assert source[40]["x"][0] == 40
+    assert list(source._cache) == [2]
+    monkeypatch.setattr(_parquet, "_CACHE_BYTES", 3 << 20)
+    for index in (0, 20, 63, 41):
+        assert source[index]["id"] == index
+    assert list(source._cache) == [3, 2]
+
+
+def test_parquet_files_are_ordinary_columns_for_other_readers(tmp_path):
+    path = tmp_path / "d.parquet"
+    write_parquet_record(path, [{"id": 1, "name": "a", "x": np.asarray([[1, 2]], np.int16)}])
+    (row,) = pq.read_table(path).to_pylist()
+    assert row["id"] == 1
+    assert row["name"] == "a"
+    assert row["x"]["shape"] == [1, 2]
+    assert np.frombuffer(row["x"]["data"], np.int16).tolist() == [1, 2]
+
+
+_WORKER_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    from absl import flags
+
+    import grain
+    from tinax.data import read_array_record, read_parquet_record
+
+
+    def to_plain(record):
+        return {"id": record["id"], "x": record["x"].tolist()}
+
+
+    def main():
+        flags.FLAGS.mark_as_parsed()  # Grain workers need parsed flags; this child process owns its flags.
+        results = {}
+        for name, path in json.loads(sys.argv[1]).items():
+            reader = read_array_record if name == "array_record" else read_parquet_record
+            dataset = reader(path).shuffle(seed=5).map(to_plain)
+            options = grain.MultiprocessingOptions(num_workers=2, per_worker_buffer_size=2)
+            iterator = iter(dataset.to_iter_dataset().mp_prefetch(options))
+            results[name] = [record for record in iterator]
+            iterator.close()
+        print(json.dumps(results))
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_grain_multiprocessing_workers_read_both_containers(tmp_path):
+    containers = [_parquet_container()]
+    with contextlib.suppress(pytest.skip.Exception):
+        containers.append(_array_record_container())
+    records = [{"id": index, "x": np.arange(3, dtype=np.float32) * index} for index in range(24)]
+    paths = {}
+    for container in containers:
+        paths[container.name] = str(tmp_path / f"d{container.suffix}")
+        container.write(paths[container.name], records)
+    expected_order = [record["id"] for record in read_parquet_record(paths["parquet"]).shuffle(seed=5)]
+    script = tmp_path / "workers.py"
+    script.write_text(_WORKER_SCRIPT)
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
+    completed = subprocess.run(
+        [sys.executable, str(script), json.dumps(paths)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    results = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert set(results) == set(paths)
+    for read in results.values():
+        assert [record["id"] for record in read] == expected_order
+        assert all(record["x"] == [0.0, 1.0 * record["id"], 2.0 * record["id"]] for record in read)
+
+
+# ---------------------------------------------------------------------------
+# The optional array-record dependency and the kept signatures
+
+
+def test_a_missing_array_record_names_the_extra(tmp_path, monkeypatch):
+    for module in [name for name in sys.modules if name == "array_record" or name.startswith("array_record.")]:
+        monkeypatch.setitem(sys.modules, module, None)
+    monkeypatch.setitem(sys.modules, "array_record", None)
+    monkeypatch.setitem(sys.modules, "array_record.python", None)
+    monkeypatch.setitem(sys.modules, "array_record.python.array_record_module", None)
+    hint = r'needs array_record.*pip install "tinax-data\[arrayrecord\]"'
+    with pytest.raises(ImportError, match=rf"tinax.data.write_array_record {hint}"):
+        write_array_record(tmp_path / "d.array_record", [{"id": 1}])
+    with pytest.raises(ImportError, match=rf"tinax.data.read_array_record {hint}"):
+        read_array_record(tmp_path / "d.array_record")
+    assert os.listdir(tmp_path) == []
+
+
+def test_signatures_match_the_kept_api():
+    assert parameter_summary(write_array_record) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("records", "POSITIONAL_OR_KEYWORD", None),
+        ("group_size", "KEYWORD_ONLY", 1),
+    ]
+    assert parameter_summary(read_array_record) == [("path", "POSITIONAL_OR_KEYWORD", None)]
+    assert parameter_summary(write_parquet_record) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("records", "POSITIONAL_OR_KEYWORD", None),
+    ]
+    assert parameter_summary(read_parquet_record) == [("path", "POSITIONAL_OR_KEYWORD", None)]
