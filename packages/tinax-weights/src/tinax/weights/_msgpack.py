@@ -16,9 +16,9 @@ of flat pieces, so that no msgpack object reaches the format's 2**32 - 1 byte
 limit.
 
 The writer streams the file, one leaf at a time, instead of building it in
-memory first: writing needs no memory beyond the state itself (plus a C-order
-copy of each non-contiguous array while it is written). The reader streams
-too, holding at most one undecoded object besides the loaded values.
+memory first as flax does: writing needs no memory beyond the state itself,
+except a C-order, native-order copy of an array that is neither, while it is
+written. The reader decodes the file in pieces as it reads them.
 """
 
 from __future__ import annotations
