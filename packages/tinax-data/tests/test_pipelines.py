@@ -6,11 +6,14 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import cloudpickle
 import grain
 import numpy as np
 import pytest
 from grain.sharding import NoSharding, ShardOptions
 
+import tinax.data
+from tinax._core.testing import parameter_summary
 from tinax.data import InMemorySource, evaluation_batches, split_random, training_batches
 
 ROWS = 20
@@ -127,6 +130,16 @@ def test_num_epochs_none_repeats_forever():
     epochs = [ids[start : start + ROWS] for start in range(0, 5 * ROWS, ROWS)]
     assert all(sorted(epoch) == list(range(ROWS)) for epoch in epochs)
     assert len({tuple(epoch) for epoch in epochs}) == 5
+
+
+def test_pipelines_pickle_for_worker_processes():
+    # grain sends datasets to its workers with cloudpickle.
+    batches = _training()
+    for pipeline in (batches, batches.to_iter_dataset()):
+        restored = cloudpickle.loads(cloudpickle.dumps(pipeline))
+        assert type(restored) is type(pipeline)
+        assert [_ids(batch) for batch in restored] == [_ids(batch) for batch in batches]
+        assert iter(restored).get_state() == iter(batches).get_state()
 
 
 # ---------------------------------------------------------------------------
@@ -358,3 +371,38 @@ def test_evaluation_arguments_are_checked():
         evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=True, batch_fn=_stack)
     with pytest.raises(TypeError, match="batch_fn must be callable"):
         evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=1, batch_fn=None)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------
+# The 0.2 surface: same names, parameter names, kinds and defaults
+
+_POSITIONAL = "POSITIONAL_OR_KEYWORD"
+_KEYWORD = "KEYWORD_ONLY"
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [
+        ("InMemorySource", [("records", _POSITIONAL, None), ("source_id", _KEYWORD, None)]),
+        ("split_by_column", [("dataset", _POSITIONAL, None), ("column", _POSITIONAL, None),
+                             ("values", _KEYWORD, ("train", "test")), ("drop_column", _KEYWORD, True)]),
+        ("split_random", [("dataset", _POSITIONAL, None), ("train_ratio", _POSITIONAL, None),
+                          ("seed", _KEYWORD, None), ("drop_column", _KEYWORD, None)]),
+        ("training_batches", [("dataset", _POSITIONAL, None), ("shard_options", _KEYWORD, None),
+                              ("seed", _KEYWORD, None), ("shuffle", _KEYWORD, None), ("num_epochs", _KEYWORD, None),
+                              ("batch_size", _KEYWORD, None), ("batch_fn", _KEYWORD, None)]),
+        ("evaluation_batches", [("dataset", _POSITIONAL, None), ("shard_options", _KEYWORD, None),
+                                ("batch_size", _KEYWORD, None), ("batch_fn", _KEYWORD, None)]),
+        ("open_multiprocessing_iterator", [("dataset", _POSITIONAL, None), ("num_workers", _KEYWORD, None),
+                                           ("per_worker_buffer_size", _KEYWORD, 1),
+                                           ("worker_init_fn", _KEYWORD, None),
+                                           ("sequential_slice", _KEYWORD, False)]),
+    ],
+)  # fmt: skip
+def test_signatures_match_the_compatible_surface(name, parameters):
+    assert parameter_summary(getattr(tinax.data, name)) == parameters
+
+
+def test_batch_transform_is_a_generic_alias():
+    alias = tinax.data.BatchTransform[int, list]
+    assert alias == Callable[[Sequence[int]], list]

@@ -8,9 +8,9 @@ restoring the state of another pipeline fails with a ValueError naming the
 field that differs instead of silently resuming somewhere else.
 
 grain may only be imported when a function runs, so the three grain subclasses
-are defined on first use by :func:`pipeline_classes`. Their instances pickle
-by reference to that function, which is how they reach grain's worker
-processes.
+are defined on first use by :func:`pipeline_classes`. The dataset instances
+pickle as a call to a module-level function that defines the classes in the
+unpickling process first, which is how they reach grain's worker processes.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def training_batches(
     Returns:
       A random-access ``grain.MapDataset`` of batches. Its length is the
       number of batches; with ``num_epochs=None`` it is effectively infinite
-      (grain reports ``sys.maxsize // batch_size``).
+      (grain reports about ``sys.maxsize / batch_size``).
 
     Raises:
       TypeError: If ``dataset`` is not a ``grain.MapDataset`` or its source
