@@ -666,3 +666,37 @@ def test_signatures_match_the_kept_api():
         ("records", "POSITIONAL_OR_KEYWORD", None),
     ]
     assert parameter_summary(read_parquet_record) == [("path", "POSITIONAL_OR_KEYWORD", None)]
+
+
+def _ids(rows: list[dict[str, Any]]) -> list[int]:
+    return [row["id"] for row in rows]
+
+
+def test_training_batches_tell_record_files_apart_by_content(tmp_path, container):
+    from grain.sharding import NoSharding
+
+    from tinax.data import training_batches
+
+    def batches(path: Any) -> grain.MapDataset:
+        return training_batches(
+            container.read(path),
+            shard_options=NoSharding(),
+            seed=1,
+            shuffle=True,
+            num_epochs=1,
+            batch_size=4,
+            batch_fn=_ids,
+        )
+
+    container.write(tmp_path / f"a{container.suffix}", [{"id": index} for index in range(12)])
+    shutil.copy(tmp_path / f"a{container.suffix}", tmp_path / f"copy{container.suffix}")
+    container.write(tmp_path / f"b{container.suffix}", [{"id": index + 100} for index in range(12)])
+    iterator = iter(batches(tmp_path / f"a{container.suffix}"))
+    first = next(iterator)
+    state = iterator.get_state()
+    resumed = iter(batches(tmp_path / f"copy{container.suffix}"))
+    resumed.set_state(state)
+    assert sorted(first + next(resumed) + next(resumed)) == list(range(12))
+    other = iter(batches(tmp_path / f"b{container.suffix}"))
+    with pytest.raises(ValueError, match="source_id"):
+        other.set_state(state)

@@ -235,7 +235,7 @@ class RecordSchema:
         self.fields = fields
         self.names = tuple(field.name for field in fields)
         self._name_set = frozenset(self.names)
-        self._decoders = tuple(_decoder(field) for field in fields)
+        self._named_decoders = tuple((field.name, _decoder(field)) for field in fields)
 
     @classmethod
     def from_first_record(cls, record: object) -> RecordSchema:
@@ -322,11 +322,14 @@ class RecordSchema:
         """
         record: dict[str, Any] = {}
         offset = 0
+        name = ""
         try:
-            for name, decoder in zip(self.names, self._decoders, strict=True):
+            for name, decoder in self._named_decoders:
                 record[name], offset = decoder(data, offset)
         except (struct.error, IndexError) as error:
             raise ValueError(f"the record ends inside field {name!r}") from error
+        except ValueError as error:
+            raise ValueError(f"field {name!r} cannot be decoded: {error}") from error
         if offset != len(data):
             raise ValueError(f"the record has {len(data) - offset} bytes after its last field")
         return record
@@ -396,28 +399,37 @@ _Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
 def _decoder(field: FieldSpec) -> _Decoder:
+    # Each decoder returns (value, offset after it). They run once per field of
+    # every record read, so they bind what they need up front.
     kind = field.kind
     if kind == KIND_NONE:
         return lambda data, offset: (None, offset)
     if kind == KIND_BOOL:
         return _decode_bool
-    if kind == KIND_INT:
-        return lambda data, offset: (_INT.unpack_from(data, offset)[0], offset + 8)
-    if kind == KIND_FLOAT:
-        return lambda data, offset: (_FLOAT.unpack_from(data, offset)[0], offset + 8)
+    if kind in (KIND_INT, KIND_FLOAT):
+        unpack = (_INT if kind == KIND_INT else _FLOAT).unpack_from
+        return lambda data, offset: (unpack(data, offset)[0], offset + 8)
     if kind == KIND_STR:
         return _decode_str
     if kind == KIND_BYTES:
-        return _decode_bytes
+        return _decode_sized
     assert field.dtype is not None
     assert field.ndim is not None
-    dtype, extents = field.dtype, struct.Struct(f"<{field.ndim}Q")
+    dtype, itemsize, ndim = field.dtype, field.dtype.itemsize, field.ndim
+    unpack_extents = struct.Struct(f"<{ndim}Q").unpack_from
+    extents_size = 8 * ndim
+    frombuffer, empty, prod = np.frombuffer, np.empty, math.prod
 
     def decode_array(data: bytes, offset: int) -> tuple[Any, int]:
-        shape = extents.unpack_from(data, offset)
-        offset += extents.size
-        nbytes = math.prod(shape) * dtype.itemsize
-        return array_from_bytes(data, offset, nbytes, dtype, shape), offset + nbytes
+        shape = unpack_extents(data, offset)
+        offset += extents_size
+        count = shape[0] if ndim == 1 else prod(shape)
+        if not count:
+            return empty(shape, dtype), offset
+        # frombuffer refuses a buffer too short for count items. It views the
+        # (read-only) record; the copy gives an aligned, writable array of its own.
+        array = frombuffer(data, dtype, count, offset)
+        return (array if ndim == 1 else array.reshape(shape)).copy(), offset + count * itemsize
 
     return decode_array
 
@@ -441,10 +453,6 @@ def _decode_sized(data: bytes, offset: int) -> tuple[bytes, int]:
 def _decode_str(data: bytes, offset: int) -> tuple[Any, int]:
     raw, end = _decode_sized(data, offset)
     return raw.decode("utf-8"), end
-
-
-def _decode_bytes(data: bytes, offset: int) -> tuple[Any, int]:
-    return _decode_sized(data, offset)
 
 
 @dataclasses.dataclass(frozen=True)
