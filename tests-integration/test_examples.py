@@ -32,6 +32,7 @@ KEY_LINES = {
     "mesh_shard_map.py": (
         "shard_mapped with a psum over 'model' gave the row sums of all 8 rows, eagerly and under jit"
     ),
+    "data_pipeline.py": "open_multiprocessing_iterator with 2 workers yielded the same batches in the same order",
 }
 
 # Generous: a recipe takes a few seconds, but the machine may be busy.
