@@ -1,0 +1,416 @@
+"""The safetensors header: its description classes, a complete validator and an encoder.
+
+A safetensors file is an 8-byte little-endian header length ``N``, then ``N``
+bytes of UTF-8 JSON, then the payload. The JSON maps each tensor name to
+``{"dtype", "shape", "data_offsets"}`` (offsets relative to the payload start)
+and may hold a ``"__metadata__"`` mapping of str to str.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+
+from tinax._core import validation
+from tinax.weights import _dtypes
+
+__all__ = [
+    "LENGTH_FIELD_BYTES",
+    "MAX_HEADER_BYTES",
+    "METADATA_KEY",
+    "ParsedHeader",
+    "SafetensorsInfo",
+    "TensorInfo",
+    "encode_header",
+    "metadata_nbytes",
+    "read_exactly",
+    "read_header",
+    "utf8_text_problem",
+]
+
+#: Size of the little-endian header-length field at the start of every file.
+LENGTH_FIELD_BYTES = 8
+#: Largest header accepted, the same bound as the upstream reader's.
+MAX_HEADER_BYTES = 100_000_000
+#: The reserved header key that holds the str-to-str metadata.
+METADATA_KEY = "__metadata__"
+
+_TENSOR_KEYS = ("dtype", "shape", "data_offsets")
+_TENSOR_KEY_SET = frozenset(_TENSOR_KEYS)
+_INT_TYPE = {int}
+# Longer shapes take the step-by-step path, whose size check stays cheap for any rank.
+_MAX_PLAIN_RANK = 16
+_HEADER_ALIGNMENT = 8
+
+_Fail = Callable[[str], NoReturn]
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """What a safetensors header says about one tensor.
+
+    Attributes:
+      shape: The extents, as a tuple of non-negative ints.
+      dtype: The exact NumPy or ml_dtypes type of the elements, in native byte
+        order (for example ``np.dtype(ml_dtypes.bfloat16)`` for ``BF16``).
+        Anything ``numpy.dtype`` accepts is converted to a ``numpy.dtype``.
+      data_offsets: ``(start, end)`` byte offsets of the data relative to the
+        start of the payload, or None for a description not read from a file.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    data_offsets: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "shape",
+            validation.require_sequence(
+                self.shape, "shape", item_check=validation.require_non_negative_int, description="a sequence of ints"
+            ),
+        )
+        dtype: object = self.dtype
+        if not isinstance(dtype, np.dtype):
+            try:
+                object.__setattr__(self, "dtype", np.dtype(dtype))  # type: ignore[call-overload]
+            except TypeError:
+                validation.fail_type("dtype", "a numpy.dtype or something numpy.dtype accepts", dtype)
+        if self.data_offsets is not None:
+            offsets = validation.require_sequence(
+                self.data_offsets,
+                "data_offsets",
+                item_check=validation.require_non_negative_int,
+                description="a (start, end) pair of ints",
+            )
+            if len(offsets) != 2 or offsets[0] > offsets[1]:
+                validation.fail_value("data_offsets", "a (start, end) pair with start <= end", self.data_offsets)
+            object.__setattr__(self, "data_offsets", (offsets[0], offsets[1]))
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the tensor's data in bytes."""
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class SafetensorsInfo:
+    """The validated header of a safetensors file.
+
+    Attributes:
+      tensors: Name to :class:`TensorInfo`, in the order the data lies in the
+        file (by start offset).
+      metadata: The ``__metadata__`` mapping, empty when the file has none.
+    """
+
+    tensors: Mapping[str, TensorInfo]
+    metadata: dict[str, str]
+
+    @property
+    def nbytes(self) -> int:
+        """The total size of all tensors' data in bytes."""
+        return sum(info.nbytes for info in self.tensors.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedHeader:
+    """A validated header and where the payload starts in the file."""
+
+    info: SafetensorsInfo
+    payload_start: int
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # The json module keeps the last of repeated keys without a word; a header
+    # that names a tensor twice is ambiguous, so it is refused instead.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKeyError(key)
+            seen.add(key)
+    return result
+
+
+def _refuse_constant(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not valid JSON")
+
+
+def utf8_text_problem(text: str) -> str | None:
+    """Returns why ``text`` cannot be written as UTF-8 (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"contains a lone surrogate {text[error.start]!r} at index {error.start}, which UTF-8 cannot encode"
+    return None
+
+
+def metadata_nbytes(metadata: Mapping[str, str]) -> int:
+    """Returns the encoded size of a metadata mapping: its compact UTF-8 JSON form.
+
+    This is exactly what :func:`encode_header` writes as the value of
+    ``__metadata__``, and what ``max_metadata_bytes`` limits.
+    """
+    return len(json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+
+
+def read_exactly(handle: io.RawIOBase, buffer: memoryview, offset: int) -> int:
+    """Fills ``buffer`` from ``handle`` starting at byte ``offset``.
+
+    Returns:
+      The number of bytes read: ``len(buffer)`` unless the file ended first.
+    """
+    handle.seek(offset)
+    filled = 0
+    total = buffer.nbytes
+    while filled < total:
+        count = handle.readinto(buffer[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
+
+
+def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
+    """Reads and completely validates the header of an open safetensors file.
+
+    Args:
+      handle: The file, opened for binary reading.
+      file_size: The file's size in bytes.
+      source: How to name the file in messages.
+      max_metadata_bytes: Limit on :func:`metadata_nbytes` of the metadata;
+        0 for none.
+
+    Returns:
+      The header and the offset of the payload's first byte.
+
+    Raises:
+      ValueError: If anything about the header is malformed or inconsistent
+        with the file's size, naming the file and, where one is at fault,
+        the tensor.
+    """
+
+    def fail(problem: str) -> NoReturn:
+        raise ValueError(f"{source} is not a valid safetensors file: {problem}")
+
+    if file_size < LENGTH_FIELD_BYTES:
+        fail(f"it has {file_size} bytes, fewer than the {LENGTH_FIELD_BYTES}-byte header length field")
+    length_field = bytearray(LENGTH_FIELD_BYTES)
+    if read_exactly(handle, memoryview(length_field), 0) != LENGTH_FIELD_BYTES:
+        fail("the file ended inside the header length field")
+    header_length = int.from_bytes(length_field, "little")
+    limit = min(MAX_HEADER_BYTES, file_size - LENGTH_FIELD_BYTES)
+    if header_length < 2 or header_length > limit:
+        reason = (
+            f"the cap of {MAX_HEADER_BYTES} bytes"
+            if limit == MAX_HEADER_BYTES
+            else f"the {file_size - LENGTH_FIELD_BYTES} bytes that follow the length field"
+        )
+        fail(f"the header length field says {header_length} bytes; it must be at least 2 and at most {reason}")
+    header_bytes = bytearray(header_length)
+    if read_exactly(handle, memoryview(header_bytes), LENGTH_FIELD_BYTES) != header_length:
+        fail("the file ended inside the header (it changed while being read)")
+    header = _parse_json(header_bytes, fail)
+    if not isinstance(header, dict):
+        fail(f"the header must be a JSON object, got a JSON {_json_kind(header)}")
+
+    metadata = _check_metadata(header.pop(METADATA_KEY, None), max_metadata_bytes, fail)
+    payload_start = LENGTH_FIELD_BYTES + header_length
+    payload_size = file_size - payload_start
+
+    # Headers can describe thousands of tensors and are parsed on every load,
+    # so a plainly valid entry is accepted by one compound test; anything else
+    # goes through the step-by-step checks, which name the exact problem.
+    dtypes = _dtypes.SAFETENSORS_DTYPES
+    new_info = object.__new__
+    spans: list[tuple[int, int, int, str, TensorInfo]] = []
+    for index, (name, entry) in enumerate(header.items()):
+        try:
+            dtype = dtypes[entry["dtype"]]
+            shape = entry["shape"]
+            start, end = entry["data_offsets"]
+            plainly_valid = (
+                len(entry) == 3
+                and name.isascii()
+                and type(shape) is list
+                and len(shape) <= _MAX_PLAIN_RANK
+                and {*map(type, shape)} <= _INT_TYPE
+                and (not shape or min(shape) >= 0)
+                and type(start) is int
+                and type(end) is int
+                and 0 <= start <= end <= payload_size
+                and end - start == math.prod(shape) * dtype.itemsize
+            )
+        except (TypeError, KeyError, ValueError):
+            plainly_valid = False
+        if plainly_valid:
+            # What __post_init__ would check is established above, and running
+            # it for thousands of tensors is measurable, so it is bypassed.
+            info = new_info(TensorInfo)
+            vars(info).update(shape=tuple(shape), dtype=dtype, data_offsets=(start, end))
+        else:
+            checked_shape, checked_dtype, (start, end) = _check_tensor(name, entry, payload_size, fail)
+            info = TensorInfo(checked_shape, checked_dtype, (start, end))
+        spans.append((start, end, index, name, info))
+
+    # Contiguity: sorted by offsets (ties in header order), each tensor must
+    # start where the one before it ended, and the last must end exactly at
+    # the end of the file.
+    spans.sort()
+    tensors: dict[str, TensorInfo] = {}
+    cursor = 0
+    previous: str | None = None
+    for start, end, _, name, info in spans:
+        if start != cursor:
+            if start < cursor:
+                fail(f"tensor {name!r} (data_offsets [{start}, {end}]) overlaps {previous!r}, which ends at {cursor}")
+            after = f"after tensor {previous!r}" if previous is not None else "at the start of the payload"
+            fail(f"tensor {name!r} starts at {start}, leaving bytes {cursor} to {start} {after} unused")
+        tensors[name] = info
+        cursor = end
+        previous = name
+    if cursor != payload_size:
+        last = (
+            f"the last tensor ({previous!r}) ends" if previous is not None else "the header describes no data and ends"
+        )
+        fail(f"{last} at payload byte {cursor}, but the payload has {payload_size} bytes")
+    return ParsedHeader(SafetensorsInfo(tensors=tensors, metadata=metadata), payload_start)
+
+
+def _parse_json(header_bytes: bytearray, fail: _Fail) -> Any:
+    try:
+        text = header_bytes.decode("utf-8")
+    except UnicodeDecodeError as error:
+        fail(f"the header is not UTF-8 ({error})")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_refuse_constant)
+    except _DuplicateKeyError as error:
+        fail(f"the header JSON repeats the key {error.key!r} in one object")
+    except RecursionError:
+        fail("the header JSON nests too deeply")
+    except ValueError as error:
+        fail(f"the header is not valid JSON ({error})")
+
+
+def _check_metadata(value: object, max_metadata_bytes: int, fail: _Fail) -> dict[str, str]:
+    if value is None:  # The upstream reader accepts an explicit null as "no metadata".
+        return {}
+    if not isinstance(value, dict):
+        fail(f"{METADATA_KEY} must be a JSON object of str to str, got a JSON {_json_kind(value)}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            fail(f"{METADATA_KEY}[{key!r}] must be a str, got {validation.describe(item)}")
+        for text in (key, item):
+            problem = utf8_text_problem(text)
+            if problem is not None:
+                fail(f"{METADATA_KEY} entry {key!r} {problem}")
+    if max_metadata_bytes:
+        size = metadata_nbytes(value)
+        if size > max_metadata_bytes:
+            fail(f"{METADATA_KEY} encodes to {size} bytes, more than max_metadata_bytes={max_metadata_bytes}")
+    return value
+
+
+def _check_tensor(
+    name: str, entry: object, payload_size: int, fail: _Fail
+) -> tuple[tuple[int, ...], np.dtype[Any], tuple[int, int]]:
+    if not name.isascii():
+        problem = utf8_text_problem(name)
+        if problem is not None:
+            fail(f"the tensor name {name!r} {problem}")
+
+    def fail_tensor(text: str) -> NoReturn:
+        fail(f"tensor {name!r}: {text}")
+
+    if type(entry) is not dict:
+        fail_tensor(f"its entry must be a JSON object, got {validation.describe(entry)}")
+    if entry.keys() != _TENSOR_KEY_SET:
+        missing = [key for key in _TENSOR_KEYS if key not in entry]
+        unexpected = sorted(key for key in entry if key not in _TENSOR_KEY_SET)
+        fail_tensor(
+            f"its entry must have exactly the keys {list(_TENSOR_KEYS)}; missing {missing}, unexpected {unexpected}"
+        )
+
+    dtype_text = entry["dtype"]
+    if type(dtype_text) is not str:
+        fail_tensor(f"dtype must be a str, got {validation.describe(dtype_text)}")
+    dtype = _dtypes.SAFETENSORS_DTYPES.get(dtype_text)
+    if dtype is None:
+        if dtype_text in _dtypes.PACKED_DTYPES:
+            fail_tensor(
+                f"dtype {dtype_text!r} ({_dtypes.PACKED_DTYPES[dtype_text]}) has no NumPy or ml_dtypes counterpart"
+            )
+        fail_tensor(f"unknown dtype {dtype_text!r}; known: {', '.join(_dtypes.SAFETENSORS_DTYPES)}")
+
+    shape = entry["shape"]
+    if type(shape) is not list:
+        fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+    # Multiplying stops once the product exceeds the payload (unless a later
+    # extent is 0), so a hostile shape of many huge extents costs no more than
+    # a valid one.
+    element_count = 1
+    for extent in shape:
+        if type(extent) is not int or extent < 0:
+            fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+        if element_count <= payload_size or extent == 0:
+            element_count *= extent
+
+    offsets = entry["data_offsets"]
+    if type(offsets) is not list or len(offsets) != 2:
+        fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
+    start, end = offsets
+    if type(start) is not int or type(end) is not int or start < 0 or end < 0:
+        fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
+    if start > end:
+        fail_tensor(f"data_offsets [{start}, {end}] end before they start")
+    if end > payload_size:
+        fail_tensor(f"data_offsets [{start}, {end}] run past the end of the {payload_size}-byte payload")
+    expected = element_count * dtype.itemsize
+    if end - start != expected:
+        needed = f"{expected} bytes" if element_count <= payload_size else "more bytes than the whole payload"
+        fail_tensor(
+            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs {needed}"
+        )
+    return tuple(shape), dtype, (start, end)
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def encode_header(
+    entries: list[tuple[str, str, tuple[int, ...], int, int]], metadata: Mapping[str, str] | None
+) -> bytes:
+    """Encodes a header as the upstream writer does, length field included.
+
+    Args:
+      entries: ``(name, dtype name, shape, start, end)`` per tensor, in the
+        order to list them.
+      metadata: The ``__metadata__`` mapping, or None to leave the key out.
+
+    Returns:
+      The length field and the compact JSON header, padded with spaces so the
+      payload starts at a multiple of 8 bytes.
+    """
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header[METADATA_KEY] = dict(metadata)
+    for name, dtype_text, shape, start, end in entries:
+        header[name] = {"dtype": dtype_text, "shape": list(shape), "data_offsets": [start, end]}
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    padded = text + b" " * (-len(text) % _HEADER_ALIGNMENT)
+    return len(padded).to_bytes(LENGTH_FIELD_BYTES, "little") + padded

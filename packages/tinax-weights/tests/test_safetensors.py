@@ -1,0 +1,623 @@
+"""inspect_safetensors, load_safetensors and save_safetensors against real files and the upstream library."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import struct
+from typing import Any
+
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import safetensors.numpy
+from safetensors import safe_open
+
+import tinax.weights
+from tinax._core.testing import import_side_effects, parameter_summary
+from tinax.weights import (
+    LoadedSafetensors,
+    SafetensorsInfo,
+    TensorInfo,
+    inspect_safetensors,
+    load_safetensors,
+    save_safetensors,
+)
+from tinax.weights._safetensors import _bounded_pieces
+
+# Every safetensors dtype with an exact array type, and that type.
+EXACT_DTYPES = {
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype(np.uint8),
+    "I8": np.dtype(np.int8),
+    "U16": np.dtype(np.uint16),
+    "I16": np.dtype(np.int16),
+    "U32": np.dtype(np.uint32),
+    "I32": np.dtype(np.int32),
+    "U64": np.dtype(np.uint64),
+    "I64": np.dtype(np.int64),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F32": np.dtype(np.float32),
+    "F64": np.dtype(np.float64),
+    "C64": np.dtype(np.complex64),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
+    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
+}
+# The ones upstream's NumPy loader can return (it fails on the float8 types).
+UPSTREAM_NUMPY_LOADABLE = [name for name in EXACT_DTYPES if not name.startswith("F8")]
+
+
+def random_array(dtype: np.dtype[Any], shape: tuple[int, ...], seed: int = 0) -> np.ndarray[Any, Any]:
+    """Arbitrary bit patterns (NaNs and infinities included) of ``dtype``; 0/1 for bool."""
+    rng = np.random.default_rng(seed)
+    count = int(np.prod(shape))
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return rng.integers(0, 256, size=count * dtype.itemsize, dtype=np.uint8).view(dtype).reshape(shape)
+
+
+def assert_bit_identical(actual: np.ndarray[Any, Any], expected: np.ndarray[Any, Any]) -> None:
+    assert actual.dtype == expected.dtype
+    assert actual.shape == expected.shape
+    assert np.ascontiguousarray(actual).tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def raw_file(
+    path: pathlib.Path, header: dict[str, Any] | bytes, payload: bytes = b"", length: int | None = None
+) -> None:
+    """Writes a safetensors file by hand, well-formed or not."""
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + payload)
+
+
+def entry(dtype: str, shape: list[int], start: int, end: int) -> dict[str, Any]:
+    return {"dtype": dtype, "shape": shape, "data_offsets": [start, end]}
+
+
+# --- public surface ---------------------------------------------------------------------------------------------
+
+
+def test_public_names() -> None:
+    for name in ["LoadedSafetensors", "SafetensorsInfo", "TensorInfo", "inspect_safetensors", "load_safetensors",
+                 "save_safetensors"]:  # fmt: skip
+        assert name in tinax.weights.__all__
+    assert tinax.weights.__all__ == sorted(tinax.weights.__all__)
+
+
+@pytest.mark.parametrize(
+    ("name", "parameters"),
+    [
+        ("inspect_safetensors", [("path", "POSITIONAL_OR_KEYWORD", None), ("max_metadata_bytes", "KEYWORD_ONLY", 0)]),
+        ("load_safetensors", [("path", "POSITIONAL_OR_KEYWORD", None), ("max_bytes", "KEYWORD_ONLY", None),
+                              ("names", "KEYWORD_ONLY", None), ("max_metadata_bytes", "KEYWORD_ONLY", 0)]),
+        ("save_safetensors", [("path", "POSITIONAL_OR_KEYWORD", None), ("tensors", "POSITIONAL_OR_KEYWORD", None),
+                              ("overwrite", "KEYWORD_ONLY", None), ("metadata", "KEYWORD_ONLY", None),
+                              ("max_metadata_bytes", "KEYWORD_ONLY", 0)]),
+        ("TensorInfo", [("shape", "POSITIONAL_OR_KEYWORD", None), ("dtype", "POSITIONAL_OR_KEYWORD", None),
+                        ("data_offsets", "POSITIONAL_OR_KEYWORD", None)]),
+        ("SafetensorsInfo", [("tensors", "POSITIONAL_OR_KEYWORD", None), ("metadata", "POSITIONAL_OR_KEYWORD", None)]),
+        ("LoadedSafetensors", [("tensors", "POSITIONAL_OR_KEYWORD", None), ("info", "POSITIONAL_OR_KEYWORD", None)]),
+    ],
+)  # fmt: skip
+def test_signatures_match_the_compatible_surface(name: str, parameters: list[tuple[str, str, object]]) -> None:
+    assert parameter_summary(getattr(tinax.weights, name)) == parameters
+
+
+def test_importing_the_module_is_inert() -> None:
+    assert import_side_effects("tinax.weights") == {"backends_initialized": False, "integrations": []}
+
+
+def test_tensor_info_is_frozen_and_normalises_its_fields() -> None:
+    info = TensorInfo([2, 3], np.dtype(np.float32), data_offsets=[0, 24])  # type: ignore[arg-type]
+    assert info.shape == (2, 3)
+    assert info.data_offsets == (0, 24)
+    assert info.nbytes == 24
+    with pytest.raises(AttributeError):
+        info.shape = (1,)  # type: ignore[misc]
+    assert TensorInfo((2,), ml_dtypes.bfloat16).dtype == np.dtype(ml_dtypes.bfloat16)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="dtype must be a numpy.dtype"):
+        TensorInfo((2,), object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="shape"):
+        TensorInfo((-1,), np.dtype(np.float32))
+    with pytest.raises(TypeError, match=r"shape\[0\]"):
+        TensorInfo((True,), np.dtype(np.float32))
+    with pytest.raises(ValueError, match="start <= end"):
+        TensorInfo((1,), np.dtype(np.float32), data_offsets=(4, 0))
+
+
+# --- round trips ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(), (0,), (5,), (2, 3), (2, 0, 4), (3, 1, 2, 2)])
+def test_every_dtype_round_trips_bit_for_bit(tmp_path: pathlib.Path, shape: tuple[int, ...]) -> None:
+    tensors = {f"t_{name}": random_array(dtype, shape, seed) for seed, (name, dtype) in enumerate(EXACT_DTYPES.items())}
+    path = tmp_path / "all.safetensors"
+    save_safetensors(path, tensors, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=sum(array.nbytes for array in tensors.values()))
+    assert set(loaded.tensors) == set(tensors)
+    for name, array in tensors.items():
+        assert_bit_identical(loaded.tensors[name], array)
+        assert loaded.info.tensors[name] == TensorInfo(shape, array.dtype, loaded.info.tensors[name].data_offsets)
+    # The header lists the stored safetensors dtype names.
+    header_length = struct.unpack("<Q", path.read_bytes()[:8])[0]
+    header = json.loads(path.read_bytes()[8 : 8 + header_length])
+    assert {name: header[f"t_{name}"]["dtype"] for name in EXACT_DTYPES} == {name: name for name in EXACT_DTYPES}
+
+
+def test_float8_special_values_survive(tmp_path: pathlib.Path) -> None:
+    tensors = {
+        "e4m3": np.array([0.0, -0.0, 1.5, 448.0, -448.0, np.nan], dtype=ml_dtypes.float8_e4m3fn),
+        "e5m2": np.array([np.inf, -np.inf, np.nan, 57344.0, 2.0**-16], dtype=ml_dtypes.float8_e5m2),
+        "bf16": np.array([np.inf, -np.inf, np.nan, 3.0e38, 1.0e-38], dtype=ml_dtypes.bfloat16),
+    }
+    path = tmp_path / "special.safetensors"
+    save_safetensors(path, tensors, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=1024).tensors
+    for name, array in tensors.items():
+        assert_bit_identical(loaded[name], array)
+
+
+def test_loaded_arrays_are_writable_owned_and_independent(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "w.safetensors"
+    save_safetensors(path, {"a": np.arange(4.0), "b": np.arange(4.0) + 10}, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=64).tensors
+    for array in loaded.values():
+        assert array.flags.writeable
+        assert array.flags.owndata
+        assert array.base is None
+    assert not np.shares_memory(loaded["a"], loaded["b"])
+    loaded["a"][:] = -1.0
+    assert np.array_equal(loaded["b"], np.arange(4.0) + 10)
+    assert np.array_equal(load_safetensors(path, max_bytes=64).tensors["a"], np.arange(4.0))
+
+
+def test_selection_is_returned_in_the_order_asked_and_info_covers_the_whole_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "s.safetensors"
+    tensors = {name: np.full((3,), index, dtype=np.int32) for index, name in enumerate(["w", "x", "y", "z"])}
+    save_safetensors(path, tensors, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=24, names=iter(["z", "x"]))
+    assert isinstance(loaded, LoadedSafetensors)
+    assert list(loaded.tensors) == ["z", "x"]
+    assert np.array_equal(loaded.tensors["z"], tensors["z"])
+    assert list(loaded.info.tensors) == ["w", "x", "y", "z"]
+    assert load_safetensors(path, max_bytes=0, names=[]).tensors == {}
+
+
+@pytest.mark.parametrize(
+    "make_view",
+    [
+        lambda base: base.T,
+        lambda base: base[:, ::2],
+        lambda base: base[::-1, 1:],
+        lambda base: np.asfortranarray(base),
+        lambda base: base.reshape(4, 6, 5).transpose(2, 0, 1)[:, 1:3],
+        lambda base: np.broadcast_to(base[:1], base.shape),
+    ],
+    ids=["transpose", "strided", "reversed", "fortran", "3d-transposed-slice", "broadcast"],
+)
+def test_non_contiguous_arrays_store_their_logical_values(tmp_path: pathlib.Path, make_view: Any) -> None:
+    # Upstream's writer stores the raw memory of such arrays (safetensors#825); ours stores the values.
+    base = np.arange(120, dtype=np.float32).reshape(12, 10)
+    view = make_view(base)
+    assert not view.flags.c_contiguous
+    path = tmp_path / "view.safetensors"
+    save_safetensors(path, {"view": view}, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=view.nbytes).tensors["view"]
+    assert np.array_equal(loaded, view)
+    # Upstream reads the same values back from our file.
+    assert np.array_equal(safetensors.numpy.load_file(path)["view"], view)
+    assert np.array_equal(base, np.arange(120, dtype=np.float32).reshape(12, 10))
+
+
+def test_a_large_transposed_array_is_written_in_pieces_with_its_values(tmp_path: pathlib.Path) -> None:
+    # Larger than the 16 MiB conversion piece, so the piecewise path runs.
+    base = np.arange(4200 * 1100, dtype=np.float32).reshape(4200, 1100)
+    path = tmp_path / "big.safetensors"
+    save_safetensors(path, {"t": base.T, "s": base[::3, ::-2]}, overwrite=False)
+    loaded = load_safetensors(path, max_bytes=base.nbytes * 2).tensors
+    assert np.array_equal(loaded["t"], base.T)
+    assert np.array_equal(loaded["s"], base[::3, ::-2])
+
+
+@pytest.mark.parametrize(
+    "shape_and_view",
+    [((7, 5), lambda a: a.T), ((64,), lambda a: a[::3]), ((3, 40, 2), lambda a: a.transpose(1, 2, 0)), ((), None)],
+)
+def test_bounded_pieces_concatenate_to_the_c_order_bytes(shape_and_view: Any) -> None:
+    shape, make_view = shape_and_view
+    base = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    array = base if make_view is None else make_view(base)
+    for limit in (8, 24, 40, 1000, 10**9):
+        pieces = list(_bounded_pieces(array, limit))
+        assert b"".join(np.ascontiguousarray(piece).tobytes() for piece in pieces) == array.tobytes(order="C")
+        assert all(piece.nbytes <= max(limit, array.itemsize) for piece in pieces)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i8", ">u2", ">c8", ">f8", "<f4"])
+def test_big_endian_arrays_are_stored_little_endian_and_left_untouched(tmp_path: pathlib.Path, dtype: str) -> None:
+    array = (np.arange(12).reshape(3, 4) * 3 + 1).astype(dtype)
+    snapshot = array.copy()
+    path = tmp_path / "endian.safetensors"
+    save_safetensors(path, {"x": array, "xt": array.T}, overwrite=False)
+    assert array.tobytes() == snapshot.tobytes()
+    loaded = load_safetensors(path, max_bytes=2 * array.nbytes).tensors
+    native = np.dtype(dtype).newbyteorder("=")
+    assert loaded["x"].dtype == native
+    assert np.array_equal(loaded["x"], array)
+    assert np.array_equal(loaded["xt"], array.T)
+    assert np.array_equal(safetensors.numpy.load_file(path)["x"], array)
+
+
+# --- compatibility with the upstream library --------------------------------------------------------------------
+
+
+def upstream_tensors() -> dict[str, np.ndarray[Any, Any]]:
+    return {f"t_{name}": random_array(dtype, (3, 2), seed) for seed, (name, dtype) in enumerate(EXACT_DTYPES.items())}
+
+
+def test_upstream_reads_what_we_write(tmp_path: pathlib.Path) -> None:
+    tensors = upstream_tensors()
+    path = tmp_path / "ours.safetensors"
+    save_safetensors(path, tensors, overwrite=False, metadata={"format": "np", "note": "ünïcode"})
+    loadable = {f"t_{name}" for name in UPSTREAM_NUMPY_LOADABLE}
+    with safe_open(path, framework="numpy") as reader:
+        assert reader.metadata() == {"format": "np", "note": "ünïcode"}
+        assert set(reader.keys()) == set(tensors)
+        for name in loadable:
+            assert_bit_identical(reader.get_tensor(name), tensors[name])
+        for name, array in tensors.items():
+            assert list(reader.get_slice(name).get_shape()) == list(array.shape)
+
+
+def test_upstream_load_file_reads_what_we_write(tmp_path: pathlib.Path) -> None:
+    tensors = {name: array for name, array in upstream_tensors().items() if name[2:] in UPSTREAM_NUMPY_LOADABLE}
+    path = tmp_path / "ours.safetensors"
+    save_safetensors(path, tensors, overwrite=False)
+    upstream = safetensors.numpy.load_file(path)
+    assert set(upstream) == set(tensors)
+    for name, array in tensors.items():
+        assert_bit_identical(upstream[name], array)
+
+
+def test_we_read_what_upstream_writes_including_float8(tmp_path: pathlib.Path) -> None:
+    tensors = upstream_tensors()
+    path = tmp_path / "upstream.safetensors"
+    safetensors.numpy.save_file(tensors, path, metadata={"origin": "upstream"})
+    loaded = load_safetensors(path, max_bytes=10**6)
+    assert loaded.info.metadata == {"origin": "upstream"}
+    for name, array in tensors.items():
+        assert_bit_identical(loaded.tensors[name], array)
+
+
+def test_our_bytes_equal_upstream_bytes(tmp_path: pathlib.Path) -> None:
+    tensors = upstream_tensors()
+    tensors["empty"] = np.zeros((0, 3), dtype=np.float32)
+    tensors["scalar"] = np.full((), 7, dtype=np.int16)
+    tensors["ünï"] = np.ones((2,), dtype=np.float64)
+    for metadata in (None, {"only": "one entry"}):
+        ours, theirs = tmp_path / f"ours-{metadata is None}", tmp_path / f"theirs-{metadata is None}"
+        save_safetensors(ours, tensors, overwrite=False, metadata=metadata)
+        safetensors.numpy.save_file(tensors, theirs, metadata=metadata)
+        assert ours.read_bytes() == theirs.read_bytes()
+
+
+def test_upstream_quirks_that_are_still_valid_files_are_accepted(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "quirks.safetensors"
+    header = b' {"__metadata__": null, "a": {"dtype": "F32", "shape": [], "data_offsets": [0, 4]}}\t\n '
+    raw_file(path, header, struct.pack("<f", 2.5))
+    info = inspect_safetensors(path)
+    assert info.metadata == {}
+    assert info.tensors == {"a": TensorInfo((), np.dtype(np.float32), (0, 4))}
+    assert load_safetensors(path, max_bytes=4).tensors["a"] == np.float32(2.5)
+    raw_file(path, {})
+    assert inspect_safetensors(path) == SafetensorsInfo(tensors={}, metadata={})
+
+
+# --- inspect ----------------------------------------------------------------------------------------------------
+
+
+def test_inspect_reports_the_header_in_file_order(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "h.safetensors"
+    header = {
+        "second": entry("BF16", [2, 2], 8, 16),
+        "__metadata__": {"k": "v"},
+        "empty": entry("F8_E4M3", [0], 0, 0),
+        "first": entry("I32", [2], 0, 8),
+    }
+    raw_file(path, header, bytes(16))
+    info = inspect_safetensors(path)
+    assert isinstance(info, SafetensorsInfo)
+    assert list(info.tensors) == ["empty", "first", "second"]
+    assert info.tensors["second"] == TensorInfo((2, 2), np.dtype(ml_dtypes.bfloat16), (8, 16))
+    assert info.tensors["empty"].dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+    assert info.metadata == {"k": "v"}
+    assert info.nbytes == 16
+
+
+def test_inspect_reads_only_the_header(tmp_path: pathlib.Path) -> None:
+    # A sparse 64 GiB tensor: inspecting it must not touch its data.
+    path = tmp_path / "huge.safetensors"
+    size = 64 * 2**30
+    raw_file(path, {"huge": entry("U8", [size], 0, size)})
+    os.truncate(path, path.stat().st_size + size)
+    assert inspect_safetensors(path).tensors["huge"].nbytes == size
+
+
+@pytest.mark.parametrize("function", ["inspect", "load"])
+def test_missing_file_and_wrong_paths(tmp_path: pathlib.Path, function: str) -> None:
+    def call(path: object) -> object:
+        if function == "inspect":
+            return inspect_safetensors(path)  # type: ignore[arg-type]
+        return load_safetensors(path, max_bytes=1)  # type: ignore[arg-type]
+
+    with pytest.raises(FileNotFoundError, match="missing.safetensors"):
+        call(tmp_path / "missing.safetensors")
+    with pytest.raises(ValueError, match="regular safetensors file"):
+        call(tmp_path)
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike"):
+        call(b"bytes-path")
+    with pytest.raises(ValueError, match="non-empty path"):
+        call("")
+
+
+def test_inspect_argument_checks(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "ok.safetensors"
+    save_safetensors(path, {"a": np.zeros(1)}, overwrite=False)
+    with pytest.raises(TypeError, match="max_metadata_bytes must be an int >= 0, got True"):
+        inspect_safetensors(path, max_metadata_bytes=True)
+    with pytest.raises(ValueError, match="max_metadata_bytes must be an int >= 0, got -1"):
+        inspect_safetensors(path, max_metadata_bytes=-1)
+
+
+def test_metadata_limit_on_read(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "meta.safetensors"
+    metadata = {"key": "x" * 100}
+    save_safetensors(path, {"a": np.zeros(1)}, overwrite=False, metadata=metadata)
+    encoded = len(json.dumps(metadata, separators=(",", ":")))
+    assert inspect_safetensors(path, max_metadata_bytes=encoded).metadata == metadata
+    assert inspect_safetensors(path).metadata == metadata
+    with pytest.raises(ValueError, match=f"encodes to {encoded} bytes, more than max_metadata_bytes={encoded - 1}"):
+        inspect_safetensors(path, max_metadata_bytes=encoded - 1)
+    with pytest.raises(ValueError, match="max_metadata_bytes"):
+        load_safetensors(path, max_bytes=8, max_metadata_bytes=encoded - 1)
+
+
+F32_4 = entry("F32", [1], 0, 4)
+
+MALFORMED: dict[str, tuple[bytes | dict[str, Any], bytes, int | None, str]] = {
+    # name: (header, payload, length field override, expected message fragment)
+    "length-below-2": (b"{}", b"", 1, "header length field says 1 bytes"),
+    "length-past-file": ({"a": F32_4}, bytes(4), 10_000, "header length field says 10000 bytes"),
+    "not-utf8": (b'{"\xff": 1}', b"", None, "not UTF-8"),
+    "not-json": (b"{nope}", b"", None, "not valid JSON"),
+    "nan-constant": (b'{"a": NaN}', b"", None, "not valid JSON"),
+    "not-object": (b"[1, 2]", b"", None, "must be a JSON object, got a JSON array"),
+    "duplicate-tensor": (b'{"a": 1, "a": 2}', b"", None, "repeats the key 'a'"),
+    "duplicate-nested": (b'{"a": {"dtype": "F32", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', bytes(4),
+                         None, "repeats the key 'dtype'"),
+    "deep-nesting": (b"[" * 100_000 + b"]" * 100_000, b"", None, "nests too deeply"),
+    "metadata-not-object": ({"__metadata__": [1]}, b"", None, "__metadata__ must be a JSON object"),
+    "metadata-value": ({"__metadata__": {"k": 1}}, b"", None, r"__metadata__\['k'\] must be a str, got 1 \(int\)"),
+    "metadata-surrogate": (b'{"__metadata__": {"k": "\\ud800"}}', b"", None, "lone surrogate"),
+    "name-surrogate": (b'{"\\udc00": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', bytes(4), None,
+                       "lone surrogate"),
+    "entry-not-object": ({"a": [1]}, b"", None, "tensor 'a': its entry must be a JSON object"),
+    "missing-key": ({"a": {"dtype": "F32", "shape": [1]}}, bytes(4), None, r"tensor 'a'.*missing \['data_offsets'\]"),
+    "unexpected-key": ({"a": {**F32_4, "strides": [1]}}, bytes(4), None, r"tensor 'a'.*unexpected \['strides'\]"),
+    "dtype-not-str": ({"a": {**F32_4, "dtype": 4}}, bytes(4), None, "tensor 'a': dtype must be a str"),
+    "unknown-dtype": ({"a": {**F32_4, "dtype": "F128"}}, bytes(4), None, "tensor 'a': unknown dtype 'F128'"),
+    "packed-f4": ({"a": entry("F4", [2], 0, 1)}, bytes(1), None, "tensor 'a': dtype 'F4'.*no NumPy"),
+    "packed-f6": ({"a": entry("F6_E2M3", [4], 0, 3)}, bytes(3), None, "tensor 'a': dtype 'F6_E2M3'"),
+    "shape-not-list": ({"a": {**F32_4, "shape": 1}}, bytes(4), None, "tensor 'a': shape must be"),
+    "shape-negative": ({"a": {**F32_4, "shape": [-1]}}, bytes(4), None, "tensor 'a': shape must be"),
+    "shape-bool": ({"a": {**F32_4, "shape": [True]}}, bytes(4), None, "tensor 'a': shape must be"),
+    "shape-float": ({"a": {**F32_4, "shape": [1.0]}}, bytes(4), None, "tensor 'a': shape must be"),
+    "offsets-three": ({"a": {**F32_4, "data_offsets": [0, 4, 4]}}, bytes(4), None, "tensor 'a': data_offsets must"),
+    "offsets-negative": ({"a": entry("F32", [1], -4, 0)}, bytes(4), None, "tensor 'a': data_offsets must"),
+    "offsets-reversed": ({"a": entry("F32", [0], 4, 0)}, bytes(4), None, "tensor 'a': data_offsets .* end before"),
+    "offsets-out-of-bounds": ({"a": entry("F32", [2], 0, 8)}, bytes(4), None, "tensor 'a'.*run past the end"),
+    "size-mismatch": ({"a": entry("F32", [2], 0, 4)}, bytes(4), None, r"tensor 'a'.*shape \[2\] of F32 needs 8"),
+    "huge-shape": ({"a": entry("U8", [2**62] * 50, 0, 4)}, bytes(4), None, "'a'.*needs more bytes than the whole"),
+    "gap": ({"a": entry("F32", [1], 4, 8)}, bytes(8), None, "tensor 'a' starts at 4, leaving bytes 0 to 4"),
+    "overlap": ({"a": entry("F32", [2], 0, 8), "b": entry("F32", [1], 4, 8)}, bytes(8), None,
+                "tensor 'b'.*overlaps 'a'"),
+    "trailing-bytes": ({"a": F32_4}, bytes(12), None, r"last tensor \('a'\) ends at payload byte 4.* 12 bytes"),
+    "no-tensors-but-data": ({}, bytes(8), None, "describes no data"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(MALFORMED), ids=list(MALFORMED))
+def test_malformed_headers_raise_value_errors_naming_file_and_tensor(tmp_path: pathlib.Path, case: str) -> None:
+    header, payload, length, message = MALFORMED[case]
+    path = tmp_path / f"{case}.safetensors"
+    raw_file(path, header, payload, length)
+    with pytest.raises(ValueError, match=message) as inspected:
+        inspect_safetensors(path)
+    assert str(path) in str(inspected.value)
+    with pytest.raises(ValueError, match=message):
+        load_safetensors(path, max_bytes=2**40)
+
+
+def test_a_file_shorter_than_the_length_field(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "short.safetensors"
+    path.write_bytes(b"\x02\x00\x00")
+    with pytest.raises(ValueError, match="fewer than the 8-byte header length field"):
+        inspect_safetensors(path)
+
+
+def test_the_header_length_cap(tmp_path: pathlib.Path) -> None:
+    # A sparse file larger than the cap, whose length field points past it.
+    path = tmp_path / "cap.safetensors"
+    raw_file(path, b"{}", length=150_000_000)
+    os.truncate(path, 200_000_000)
+    with pytest.raises(ValueError, match="at most the cap of 100000000 bytes"):
+        inspect_safetensors(path)
+
+
+# --- load planning ----------------------------------------------------------------------------------------------
+
+
+def sparse_file_with_one_small_tensor(path: pathlib.Path) -> int:
+    """A file whose 64 GiB first tensor is a hole on disk; returns that tensor's size."""
+    huge = 64 * 2**30
+    raw_file(path, {"huge": entry("U8", [huge], 0, huge), "small": entry("I16", [3], huge, huge + 6)})
+    with path.open("r+b") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(huge, os.SEEK_CUR)
+        handle.write(np.array([1, -2, 3], dtype="<i2").tobytes())
+    return huge
+
+
+def test_only_the_selected_bytes_are_read(tmp_path: pathlib.Path) -> None:
+    # Allocating or reading the 64 GiB tensor would exhaust memory; selecting
+    # the small one must read its 6 bytes only.
+    path = tmp_path / "sparse.safetensors"
+    sparse_file_with_one_small_tensor(path)
+    loaded = load_safetensors(path, max_bytes=6, names=["small"])
+    assert list(loaded.tensors) == ["small"]
+    assert np.array_equal(loaded.tensors["small"], np.array([1, -2, 3], dtype=np.int16))
+    assert list(loaded.info.tensors) == ["huge", "small"]
+
+
+def test_over_budget_selections_are_refused_before_reading(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "sparse.safetensors"
+    huge = sparse_file_with_one_small_tensor(path)
+    with pytest.raises(ValueError, match=f"needs {huge + 6} bytes, more than max_bytes={2**30}"):
+        load_safetensors(path, max_bytes=2**30)
+    with pytest.raises(ValueError, match="needs 6 bytes, more than max_bytes=5"):
+        load_safetensors(path, max_bytes=5, names=["small"])
+
+
+def test_unknown_names_list_close_matches(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "n.safetensors"
+    names = ["encoder.layer0.weight", "encoder.layer0.bias", "decoder.weight"]
+    save_safetensors(path, {name: np.zeros(2) for name in names}, overwrite=False)
+    with pytest.raises(ValueError, match=str(path)) as caught:
+        load_safetensors(path, max_bytes=100, names=["encoder.layer0.weigth", "zzz"])
+    message = str(caught.value)
+    assert "'encoder.layer0.weigth' (did you mean 'encoder.layer0.weight'" in message
+    assert "'zzz' (no close match)" in message
+
+
+def test_load_argument_checks(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.safetensors"
+    save_safetensors(path, {"a": np.zeros(2), "b": np.zeros(2)}, overwrite=False)
+    with pytest.raises(TypeError, match="names must be None or an iterable of str"):
+        load_safetensors(path, max_bytes=100, names="a")
+    with pytest.raises(TypeError, match="names must be None or an iterable of str"):
+        load_safetensors(path, max_bytes=100, names=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"names\[1\] must be a str"):
+        load_safetensors(path, max_bytes=100, names=["a", 1])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="names must not repeat items, got 'a' more than once"):
+        load_safetensors(path, max_bytes=100, names=["a", "a"])
+    with pytest.raises(TypeError, match="max_bytes must be an int >= 0, got False"):
+        load_safetensors(path, max_bytes=False)
+    with pytest.raises(ValueError, match="max_bytes must be an int >= 0, got -1"):
+        load_safetensors(path, max_bytes=-1)
+    with pytest.raises(TypeError, match="max_bytes"):
+        load_safetensors(path)  # type: ignore[call-arg]
+
+
+# --- save -------------------------------------------------------------------------------------------------------
+
+
+def test_save_refuses_to_clobber_and_replaces_only_on_request(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "x.safetensors"
+    save_safetensors(path, {"a": np.zeros(2)}, overwrite=False)
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        save_safetensors(path, {"a": np.ones(2)}, overwrite=False)
+    assert path.read_bytes() == before
+    save_safetensors(str(path), {"a": np.ones(2)}, overwrite=True)
+    assert np.array_equal(load_safetensors(path, max_bytes=16).tensors["a"], np.ones(2))
+    assert sorted(os.listdir(tmp_path)) == ["x.safetensors"]
+
+
+def test_save_path_errors(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        save_safetensors(tmp_path / "no" / "x.safetensors", {}, overwrite=False)
+    with pytest.raises(ValueError, match="not a directory"):
+        save_safetensors(tmp_path, {}, overwrite=True)
+    with pytest.raises(TypeError, match="overwrite must be a bool, got 1"):
+        save_safetensors(tmp_path / "x", {}, overwrite=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="overwrite"):
+        save_safetensors(tmp_path / "x", {})  # type: ignore[call-arg]
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (jnp.zeros(2), r"tensors\['w'\] must be a numpy.ndarray, got float32\[2\] \(jax.Array\)"),
+        (np.array([object()], dtype=object), r"tensors\['w'\] must be a numpy.ndarray with a numeric or bool dtype"),
+        (np.array(["a"]), r"tensors\['w'\] must be an array of a dtype safetensors stores exactly"),
+        (np.zeros(2, dtype=np.float16).view("V2"), "safetensors stores exactly"),
+        (np.zeros(2, dtype=[("x", "f4")]), "safetensors stores exactly"),
+        (np.zeros(2, dtype=np.complex128), "safetensors stores exactly"),
+        (np.zeros(2, dtype=ml_dtypes.float4_e2m1fn), "safetensors stores exactly"),
+        (np.ma.masked_array([1.0, 2.0], mask=[0, 1]), "plain numpy.ndarray.*mask"),
+        ([1.0, 2.0], "must be a numpy.ndarray"),
+        (np.float32(1.0), "must be a numpy.ndarray"),
+    ],
+    ids=["jax", "object", "str", "void", "structured", "complex128", "float4", "masked", "list", "scalar"],
+)
+def test_save_accepts_only_host_arrays_of_storable_dtypes(tmp_path: pathlib.Path, value: object, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        save_safetensors(tmp_path / "x", {"w": value}, overwrite=False)  # type: ignore[dict-item]
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_names_and_metadata_checks(tmp_path: pathlib.Path) -> None:
+    target = tmp_path / "x"
+    with pytest.raises(TypeError, match="tensors must be a mapping with str keys"):
+        save_safetensors(target, [np.zeros(1)], overwrite=False)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="keys of tensors must be str, got 1"):
+        save_safetensors(target, {1: np.zeros(1)}, overwrite=False)  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="keys of tensors must be non-empty"):
+        save_safetensors(target, {"": np.zeros(1)}, overwrite=False)
+    with pytest.raises(ValueError, match="other than the reserved '__metadata__'"):
+        save_safetensors(target, {"__metadata__": np.zeros(1)}, overwrite=False)
+    with pytest.raises(ValueError, match="lone surrogate"):
+        save_safetensors(target, {"\ud800": np.zeros(1)}, overwrite=False)
+    with pytest.raises(TypeError, match=r"metadata\['k'\] must be a str, got 1"):
+        save_safetensors(target, {}, overwrite=False, metadata={"k": 1})  # type: ignore[dict-item]
+    with pytest.raises(TypeError, match="metadata must be a mapping"):
+        save_safetensors(target, {}, overwrite=False, metadata=[("k", "v")])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="metadata entry 'k' contains a lone surrogate"):
+        save_safetensors(target, {}, overwrite=False, metadata={"k": "\udfff"})
+    with pytest.raises(ValueError, match="metadata encodes to 9 bytes, more than max_metadata_bytes=8"):
+        save_safetensors(target, {}, overwrite=False, metadata={"k": "v"}, max_metadata_bytes=8)
+    with pytest.raises(TypeError, match="max_metadata_bytes must be an int"):
+        save_safetensors(target, {}, overwrite=False, max_metadata_bytes=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_metadata_bytes must be an int >= 0"):
+        save_safetensors(target, {}, overwrite=False, max_metadata_bytes=-5)
+    assert os.listdir(tmp_path) == []
+    save_safetensors(target, {}, overwrite=False, metadata={"k": "v"}, max_metadata_bytes=9)
+    assert inspect_safetensors(target).metadata == {"k": "v"}
+
+
+def test_empty_metadata_is_stored_and_none_is_omitted(tmp_path: pathlib.Path) -> None:
+    save_safetensors(tmp_path / "empty", {}, overwrite=False, metadata={})
+    save_safetensors(tmp_path / "none", {}, overwrite=False)
+    assert b"__metadata__" in (tmp_path / "empty").read_bytes()
+    assert b"__metadata__" not in (tmp_path / "none").read_bytes()
+    assert inspect_safetensors(tmp_path / "empty").metadata == {}
+
+
+def test_save_layout_is_aligned(tmp_path: pathlib.Path) -> None:
+    tensors = {"b": np.zeros(3, np.int8), "a": np.zeros(3, np.float64), "c": np.zeros(1, np.float32)}
+    path = tmp_path / "aligned.safetensors"
+    save_safetensors(path, tensors, overwrite=False)
+    header_length = struct.unpack("<Q", path.read_bytes()[:8])[0]
+    assert (8 + header_length) % 8 == 0
+    info = inspect_safetensors(path)
+    assert list(info.tensors) == ["a", "c", "b"]
+    for tensor in info.tensors.values():
+        assert tensor.data_offsets is not None
+        assert tensor.data_offsets[0] % tensor.dtype.itemsize == 0
