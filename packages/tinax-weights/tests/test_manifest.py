@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinax.weights import TensorManifest, TensorRule
+from tinax.weights import TensorManifest, TensorRule, save_safetensors
 
 
 def test_rule_fields_keep_the_compatible_order_and_defaults():
@@ -155,3 +155,37 @@ def test_apply_refuses_inputs_of_the_wrong_kind():
         manifest.apply({1: np.zeros(1)})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match=r"tensors\['model.b'\] must be a numpy.ndarray"):
         manifest.apply(good_tensors() | {"model.b": [1.0, 1.0, 1.0]})  # type: ignore[dict-item]
+
+
+def test_load_reads_only_the_sources_and_applies_the_rules(tmp_path):
+    path = tmp_path / "model.safetensors"
+    tensors = good_tensors() | {"unused": np.zeros(1_000_000, np.float32)}
+    save_safetensors(path, tensors, overwrite=False)
+    sources_bytes = sum(tensors[name].nbytes for name in linear_manifest().source_names)
+    result = linear_manifest().load(path, max_bytes=sources_bytes)  # The unused tensor is outside the budget.
+    assert list(result) == ["dense/kernel", "dense/bias", "scale"]
+    np.testing.assert_array_equal(result["dense/kernel"], tensors["model.w"].T)
+    with pytest.raises(ValueError, match="max_bytes"):
+        linear_manifest().load(path, max_bytes=sources_bytes - 1)
+
+
+def test_load_reports_missing_sources_with_every_other_mismatch(tmp_path):
+    path = tmp_path / "model.safetensors"
+    save_safetensors(
+        path, {"model.w": np.zeros((3, 2), np.float32), "model.b": np.zeros(3, np.float16)}, overwrite=False
+    )
+    with pytest.raises(ValueError, match="3 of 3 tensor rules failed") as info:
+        linear_manifest().load(path, max_bytes=1 << 20)
+    message = str(info.value)
+    assert "'model.w' -> 'dense/kernel': shape (2, 3) after the transform, expected (3, 2)" in message
+    assert "'model.b' -> 'dense/bias': dtype float16, expected float32" in message
+    assert "'model.scale' -> 'scale': the source tensor is missing" in message
+
+
+def test_load_argument_errors(tmp_path):
+    with pytest.raises(TypeError, match="max_bytes must be an int"):
+        linear_manifest().load(tmp_path / "absent.safetensors", max_bytes=True)
+    with pytest.raises(ValueError, match="max_bytes must be an int >= 0"):
+        linear_manifest().load(tmp_path / "absent.safetensors", max_bytes=-1)
+    with pytest.raises(FileNotFoundError):
+        linear_manifest().load(tmp_path / "absent.safetensors", max_bytes=10)
