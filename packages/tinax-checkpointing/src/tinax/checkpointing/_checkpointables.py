@@ -1,0 +1,430 @@
+"""Saving and loading named checkpointables through Orbax V1, with explicit policies.
+
+Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
+it to ``<path>`` only after every value and its metadata are on disk, so a
+process killed mid-save leaves no folder at ``<path>``. This module adds what
+Orbax leaves to the caller: an immutable destination, one save at a time per
+destination, background failures that always surface, explicit restore
+targets, and a completeness check before any byte is loaded.
+
+Orbax is imported when a function runs, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import jax
+
+from tinax._core import validation
+from tinax.checkpointing._names import (
+    ORBAX_TMP_SUFFIX,
+    require_distinct_on_case_insensitive_systems,
+    validate_checkpointable_name,
+)
+from tinax.checkpointing._targets import require_restore_target
+
+if TYPE_CHECKING:
+    import orbax.checkpoint.experimental.v1 as ocp
+
+__all__ = ["load_checkpointables", "save_checkpointables"]
+
+# Files every committed Orbax V1 checkpoint holds at its top level: the commit
+# marker is written last, just before the rename that publishes the folder.
+_COMMIT_MARKER = "commit_success.txt"
+_CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
+_ORBAX_INDICATOR = "orbax.checkpoint"
+_PYTREE_METADATA = "_METADATA"
+_PYTREE_HANDLER_SUFFIX = ".PyTreeHandler"
+
+# Destinations (resolved, case-normalized) whose save has started in this
+# process and not yet finished. Orbax would let a second save to the same
+# destination delete the first one's temporary folder and both would fail.
+_saves_in_flight: set[str] = set()
+_saves_in_flight_lock = threading.Lock()
+
+
+def _orbax() -> Any:
+    import orbax.checkpoint.experimental.v1 as orbax_v1
+
+    return orbax_v1
+
+
+def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[str, Any]) -> ocp.AsyncResponse[None]:
+    """Starts one asynchronous save of several named values into one checkpoint.
+
+    Every name becomes a subfolder of ``path`` and is checked by
+    :func:`validate_checkpointable_name`; no two names may differ only in
+    case. The values are pytrees of ``jax.Array``, ``numpy.ndarray``, Python
+    scalars and ``str``, or objects that implement Orbax's stateful
+    checkpointable protocol (such as a Grain dataset iterator).
+
+    Device data is copied to the host before this function returns, so the
+    caller may update its arrays at once; writing continues in the background.
+    The checkpoint appears at ``path`` only when it is complete: until then it
+    lives in ``<path>.orbax-checkpoint-tmp``, which a later save to ``path``
+    removes if a crash left it behind. In a multi-process run every process
+    calls this function with the same arguments, in the same order.
+
+    The destination is immutable: an existing ``path`` is refused, and so is
+    a second save to a ``path`` whose save is still in flight in this process
+    (two spellings of one folder count as one). The claim on ``path`` ends
+    when the save finishes or fails, whether or not ``result()`` is called.
+    A save still in flight when the interpreter exits is waited for, so a
+    forgotten ``result()`` does not lose the checkpoint; a failure found then
+    is printed to stderr.
+
+    Args:
+      path: Folder to create for the checkpoint. Missing parent folders are
+        created.
+      checkpointables: The values to save, by name. At least one.
+
+    Returns:
+      An Orbax ``AsyncResponse``. Its ``result(timeout=None)`` waits for the
+      save and returns None. It raises ``RuntimeError``, with the background
+      error chained as its cause, if the save failed, and ``TimeoutError``
+      if ``timeout`` seconds pass first (the save goes on). ``on_complete``
+      registers a callback for a successful save.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``checkpointables`` is not a
+        mapping with ``str`` keys, or a value is something Orbax cannot save.
+      ValueError: If ``checkpointables`` is empty, a name is not valid, two
+        names differ only in case, a value is None or holds nothing to save,
+        or Orbax refuses to start the save (its error is the cause).
+      FileExistsError: If ``path`` exists, or a save to it is still in flight
+        in this process.
+    """
+    destination = validation.require_path(path, "path")
+    named = validation.require_str_mapping(checkpointables, "checkpointables")
+    if not named:
+        validation.fail_value("checkpointables", "a mapping with at least one checkpointable", named)
+    for name in named:
+        validate_checkpointable_name(name)
+    require_distinct_on_case_insensitive_systems(named, "checkpointables")
+    for name, value in named.items():
+        if value is None or not jax.tree_util.tree_leaves(value):
+            validation.fail_value(f"checkpointables[{name!r}]", "a value holding something to save", value)
+    orbax_v1 = _orbax()
+    _require_saveable(named)
+
+    claim = os.path.normcase(os.path.realpath(destination))
+    with _saves_in_flight_lock:
+        if claim in _saves_in_flight:
+            raise FileExistsError(
+                f"path {str(destination)!r} is the destination of a save that is still in flight in this process; "
+                "wait for its result() before saving there again"
+            )
+        _saves_in_flight.add(claim)
+    try:
+        _require_absent(destination)
+        try:
+            response = orbax_v1.save_checkpointables_async(destination, dict(named))
+        except Exception as error:
+            if os.path.lexists(destination):
+                raise _exists_error(destination) from error
+            kind = TypeError if isinstance(error, TypeError) else ValueError
+            raise kind(
+                f"Orbax refused to save checkpointables {sorted(named)} to {str(destination)!r}: {_root_message(error)}"
+            ) from error
+    except BaseException:
+        _release(claim)
+        raise
+    guarded: ocp.AsyncResponse[None] = _response_class()(response, destination, sorted(named), lambda: _release(claim))
+    return guarded
+
+
+def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
+    """Loads named values from a complete checkpoint into explicit targets.
+
+    Every name to load needs a restore target that says where each array goes
+    (:func:`abstract_restore_target` builds one from live state). Arrays load
+    with the target's sharding, which may differ from the sharding they were
+    saved with: a ``jax.ShapeDtypeStruct`` with a sharding gives a
+    ``jax.Array`` placed that way, and a ``numpy.ndarray`` target (or the
+    class ``numpy.ndarray``) gives a host NumPy array. A target's dtype is the
+    dtype loaded (Orbax converts). Objects implementing Orbax's stateful
+    checkpointable protocol, such as Grain iterators, are restored in place.
+
+    Names left out of ``targets`` are not loaded, so a subset of a checkpoint
+    can be read (for example the model without the optimizer). Before loading,
+    the folder is checked to be a complete checkpoint: the commit marker, the
+    metadata and every checkpointable the metadata lists must be present. In a
+    multi-process run every process calls this function with the same
+    arguments, in the same order.
+
+    Args:
+      path: The checkpoint folder written by :func:`save_checkpointables`.
+      targets: A restore target per name to load. At least one.
+
+    Returns:
+      A dict of the loaded values, by name.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``targets`` is not a mapping with
+        ``str`` keys, a target leaf is a traced value, or Orbax rejects a
+        target's kind (its error is the cause).
+      ValueError: If ``targets`` is empty, a target is None or holds an
+        abstract array without a sharding, a name was not saved (the message
+        lists the saved names), the folder is not a complete checkpoint (an
+        unfinished save, a missing commit marker, metadata or checkpointable),
+        or the values do not fit the targets (Orbax's error is the cause).
+      FileNotFoundError: If nothing exists at ``path``.
+    """
+    source = validation.require_path(path, "path")
+    named = validation.require_str_mapping(targets, "targets")
+    if not named:
+        validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)
+    for name, target in named.items():
+        require_restore_target(target, f"targets[{name!r}]")
+    saved = _require_complete_checkpoint(source)
+    unknown = sorted(name for name in named if name not in saved)
+    if unknown:
+        raise ValueError(
+            f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
+        )
+    orbax_v1 = _orbax()
+    try:
+        loaded = orbax_v1.load_checkpointables(source, dict(named))
+    except Exception as error:
+        kind = TypeError if isinstance(_root_cause(error), TypeError) else ValueError
+        raise kind(
+            f"could not load checkpointables {sorted(named)} from {str(source)!r} into the given targets: "
+            f"{_root_message(error)}"
+        ) from error
+    return dict(loaded)
+
+
+class _GuardedSaveResponse:
+    """Waits for an Orbax save in a thread of its own, so its end is never missed.
+
+    The thread ends the claim on the destination as soon as Orbax finishes,
+    successfully or not, even if nobody ever calls :meth:`result`.
+    """
+
+    def __init__(self, inner: Any, destination: pathlib.Path, names: list[str], release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._destination = destination
+        self._names = names
+        self._release = release
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[None], None]] = []
+        with _saves_in_flight_lock:
+            _unfinished_responses.add(self)
+        self._watcher = threading.Thread(target=self._watch, name=f"tinax-save:{destination.name}", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            self._inner.result()
+        except BaseException as error:  # Kept for result(); a save failure must never be swallowed.
+            self._error = error
+        finally:
+            self._release()
+            with _saves_in_flight_lock:
+                _unfinished_responses.discard(self)
+            with self._lock:
+                self._done.set()
+                callbacks, self._callbacks = self._callbacks, []
+        if self._error is None:
+            for callback in callbacks:
+                callback(None)
+
+    def result(self, timeout: float | None = None) -> None:
+        """Waits for the save to finish.
+
+        Args:
+          timeout: Seconds to wait, or None to wait as long as it takes.
+
+        Raises:
+          TimeoutError: If ``timeout`` passes first; the save continues.
+          RuntimeError: If the save failed. The original error is the cause.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(
+                f"saving checkpointables to {str(self._destination)!r} did not finish within {timeout} s; "
+                "it continues in the background"
+            )
+        if self._error is not None:
+            committed = (self._destination / _COMMIT_MARKER).is_file()
+            outcome = (
+                "the destination exists, but the save did not confirm that every process finished"
+                if committed
+                else "nothing was committed at the destination"
+            )
+            raise RuntimeError(
+                f"saving checkpointables {self._names} to {str(self._destination)!r} failed in the background "
+                f"({_root_message(self._error)}); {outcome}"
+            ) from self._error
+
+    def on_complete(self, callback: Callable[[None], None]) -> None:
+        """Calls ``callback(None)`` once the save has succeeded.
+
+        Called at once if it already has; never called if the save fails.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        if self._error is None:
+            callback(None)
+
+
+_response_classes: list[type[_GuardedSaveResponse]] = []
+_unfinished_responses: set[_GuardedSaveResponse] = set()
+
+
+def _response_class() -> type[_GuardedSaveResponse]:
+    # The response must be an Orbax AsyncResponse, but Orbax may only be
+    # imported when a save runs: the subclass is made on first use.
+    if not _response_classes:
+        orbax_v1 = _orbax()
+        _response_classes.append(type("SaveResponse", (_GuardedSaveResponse, orbax_v1.AsyncResponse), {}))
+        _wait_for_saves_at_exit()
+    return _response_classes[0]
+
+
+def _wait_for_saves_at_exit() -> None:
+    """Makes interpreter shutdown finish the saves still in flight.
+
+    Orbax writes through ``concurrent.futures`` thread pools, which stop
+    taking work in the first step of shutdown, before non-daemon threads are
+    joined and before ``atexit`` runs. Only a hook of that same first step,
+    registered after the pools' own (hooks run last-registered first), runs
+    while Orbax can still finish. Orbax has been imported at this point, so
+    its pools registered theirs already.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # pragma: no cover - every supported Python has it
+        return
+
+    def finish_saves() -> None:
+        with _saves_in_flight_lock:
+            unfinished = list(_unfinished_responses)
+        for response in unfinished:
+            try:
+                response.result()
+            except Exception as error:
+                print(f"tinax.checkpointing: {error}", file=sys.stderr)
+
+    register(finish_saves)
+
+
+def _release(claim: str) -> None:
+    with _saves_in_flight_lock:
+        _saves_in_flight.discard(claim)
+
+
+def _exists_error(destination: pathlib.Path) -> FileExistsError:
+    return FileExistsError(
+        f"path {str(destination)!r} already exists; checkpoints are immutable, so save to a new path "
+        "(or delete the old checkpoint first)"
+    )
+
+
+def _require_absent(destination: pathlib.Path) -> None:
+    if os.path.lexists(destination):
+        raise _exists_error(destination)
+
+
+def _require_saveable(checkpointables: Mapping[str, Any]) -> None:
+    """Asks Orbax, before anything is written, whether it has a handler for each value.
+
+    Orbax resolves handlers only after it has scheduled the folder creation,
+    and a failure then leaves that work dangling. The lookup uses Orbax
+    internals; if they move, Orbax's own check still applies.
+    """
+    try:
+        from orbax.checkpoint.experimental.v1._src.context import context as orbax_context
+        from orbax.checkpoint.experimental.v1._src.handlers import registration
+    except ImportError:  # pragma: no cover - depends on the Orbax release
+        return
+    registry = orbax_context.get_context().checkpointables_options.registry
+    for name, value in checkpointables.items():
+        try:
+            registration.resolve_handler_for_save(registry, value, name=name)
+        except (LookupError, ValueError) as error:
+            raise TypeError(
+                validation.expectation_message(
+                    f"checkpointables[{name!r}]",
+                    "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
+                    value,
+                )
+            ) from error
+
+
+def _require_complete_checkpoint(source: pathlib.Path) -> set[str]:
+    """Checks that ``source`` is a committed checkpoint and returns its names."""
+    if not os.path.lexists(source):
+        leftover = source.with_name(source.name + ORBAX_TMP_SUFFIX)
+        hint = (
+            f"; {str(leftover)!r} holds a save that has not finished (still running, or interrupted)"
+            if leftover.exists()
+            else ""
+        )
+        raise FileNotFoundError(
+            f"path must name an existing checkpoint, got {str(source)!r} which does not exist{hint}"
+        )
+    if not source.is_dir():
+        raise ValueError(f"path must name a checkpoint folder, got {str(source)!r} which is not a folder")
+    if ORBAX_TMP_SUFFIX in source.name:
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: it is the temporary folder of a save that has not "
+            "finished (still running, or interrupted)"
+        )
+    missing = [
+        name for name in (_COMMIT_MARKER, _CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()
+    ]
+    if missing:
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so its save never committed "
+            "or the folder was damaged"
+        )
+    try:
+        metadata = json.loads((source / _CHECKPOINT_METADATA).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its {_CHECKPOINT_METADATA} cannot be read ({error})"
+        ) from error
+    handlers = metadata.get("item_handlers") if isinstance(metadata, dict) else None
+    if not isinstance(handlers, dict) or not all(isinstance(name, str) for name in handlers):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its {_CHECKPOINT_METADATA} does not list the "
+            "checkpointables it holds"
+        )
+    for name, handler in handlers.items():
+        folder = source / name
+        if not folder.is_dir():
+            raise ValueError(
+                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r}, listed in its metadata, "
+                "is missing"
+            )
+        is_pytree = isinstance(handler, str) and handler.endswith(_PYTREE_HANDLER_SUFFIX)
+        if is_pytree and not (folder / _PYTREE_METADATA).is_file():
+            raise ValueError(
+                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r} lacks its "
+                f"{_PYTREE_METADATA} file"
+            )
+    return set(handlers)
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
+
+
+def _root_message(error: BaseException) -> str:
+    root = _root_cause(error)
+    text = str(root).strip() or "no message"
+    return f"{type(root).__name__}: {text}"

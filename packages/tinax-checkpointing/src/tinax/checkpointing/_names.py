@@ -1,0 +1,128 @@
+"""Checkpointable names that are safe as directory names on every file system.
+
+Each checkpointable becomes a subdirectory of the checkpoint, next to the files
+Orbax keeps there. A name must therefore be one path component that every
+common file system stores unchanged, that no Orbax file or Windows device
+shadows, and that no other name in the same checkpoint folds into on a
+case-insensitive file system (macOS and Windows defaults).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from tinax._core import validation
+
+__all__ = [
+    "ORBAX_RESERVED_NAMES",
+    "ORBAX_TMP_SUFFIX",
+    "require_distinct_on_case_insensitive_systems",
+    "validate_checkpointable_name",
+]
+
+#: Suffix Orbax gives the folder of a save in progress. It must match Orbax's
+#: own constant; a test checks that it does.
+ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
+
+#: Names Orbax writes or interprets at the top of a checkpoint folder: its
+#: metadata and commit files, and the checkpointable keys it reserves. Kept
+#: here so that validating a name imports nothing; a test checks that every
+#: name Orbax declares is listed.
+ORBAX_RESERVED_NAMES = frozenset(
+    {
+        "_CHECKPOINT_METADATA",
+        "_ROOT_METADATA",
+        "_METADATA",
+        "_CHECKPOINT_DELETION",
+        "orbax.checkpoint",
+        "commit_success.txt",
+        "metrics",
+        "AUTO",
+    }
+)
+
+# Windows refuses these as file or folder names, with or without an extension.
+_WINDOWS_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul"} | {f"com{digit}" for digit in range(10)} | {f"lpt{digit}" for digit in range(10)}
+)
+# The POSIX portable file name character set: stored unchanged by every common
+# file system, free of separators, and immune to Unicode normalization.
+_PORTABLE = re.compile(r"[A-Za-z0-9._-]+")
+# Common limit on one path component (ext4, APFS, NTFS), in bytes.
+_MAX_LENGTH = 255
+_RESERVED_FOLDED = frozenset(name.casefold() for name in ORBAX_RESERVED_NAMES)
+
+
+def validate_checkpointable_name(name: object) -> str:
+    """Checks that a checkpointable name is a portable, unreserved folder name.
+
+    A valid name is 1 to 255 characters from the POSIX portable set (ASCII
+    letters, digits, ``.``, ``_`` and ``-``), so it holds no path separator
+    and no character some file system would alter. It must not be ``.`` or
+    ``..``, end with a dot, name a Windows device (``CON``, ``NUL``,
+    ``COM1``, ``LPT1`` and the like, with or without an extension), contain
+    Orbax's temporary-folder suffix ``.orbax-checkpoint-tmp``, or equal one
+    of Orbax's reserved names (such as ``_CHECKPOINT_METADATA``,
+    ``orbax.checkpoint``, ``commit_success.txt`` or ``metrics``). Reserved
+    names are compared without regard to case, because on a case-insensitive
+    file system ``METRICS`` is the same folder as ``metrics``.
+
+    Whether two names of one checkpoint collide on such a file system is a
+    property of the whole mapping; :func:`save_checkpointables` checks it.
+
+    Args:
+      name: The proposed name.
+
+    Returns:
+      The name, unchanged.
+
+    Raises:
+      TypeError: If ``name`` is not a ``str``.
+      ValueError: If ``name`` is empty, too long, not portable or reserved.
+    """
+    text = validation.require_str(name, "checkpointable name")
+    if len(text) > _MAX_LENGTH:
+        validation.fail_value("checkpointable name", f"at most {_MAX_LENGTH} characters long", text)
+    if not _PORTABLE.fullmatch(text):
+        validation.fail_value(
+            "checkpointable name",
+            "made of ASCII letters, digits, '.', '_' and '-' only (a portable folder name without separators)",
+            text,
+        )
+    folded = text.casefold()
+    if text in {".", ".."}:
+        validation.fail_value("checkpointable name", "a folder name other than '.' and '..'", text)
+    if text.endswith("."):
+        validation.fail_value("checkpointable name", "a name that does not end with '.' (Windows drops it)", text)
+    if folded.split(".", 1)[0] in _WINDOWS_DEVICE_NAMES:
+        validation.fail_value("checkpointable name", "not a Windows device name such as CON or NUL", text)
+    if ORBAX_TMP_SUFFIX in folded:
+        validation.fail_value(
+            "checkpointable name", f"free of Orbax's temporary-folder suffix {ORBAX_TMP_SUFFIX!r}", text
+        )
+    if folded in _RESERVED_FOLDED:
+        listed = ", ".join(sorted(ORBAX_RESERVED_NAMES))
+        validation.fail_value("checkpointable name", f"none of Orbax's reserved names ({listed}), in any case", text)
+    return text
+
+
+def require_distinct_on_case_insensitive_systems(names: Iterable[str], argument: str) -> None:
+    """Checks that no two names denote the same folder when case is ignored.
+
+    Args:
+      names: Names already checked by :func:`validate_checkpointable_name`.
+      argument: The argument that holds them, for the message.
+
+    Raises:
+      ValueError: Naming the first pair that differs only in case.
+    """
+    seen: dict[str, str] = {}
+    for name in names:
+        folded = name.casefold()
+        if folded in seen:
+            raise ValueError(
+                f"{argument} must not hold names that differ only in case, got {seen[folded]!r} and {name!r}: "
+                "they are the same folder on case-insensitive file systems"
+            )
+        seen[folded] = name
