@@ -9,17 +9,25 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tinax._core.testing import parameter_summary
 from tinax.weights import TensorManifest, TensorRule, save_safetensors
 
 
-def test_rule_fields_keep_the_compatible_order_and_defaults():
-    fields = [field.name for field in dataclasses.fields(TensorRule)]
-    assert fields == ["source_name", "destination_name", "transform", "expected_shape", "expected_dtype"]
-    parameters = inspect.signature(TensorRule).parameters
-    assert [name for name, parameter in parameters.items() if parameter.default is inspect.Parameter.empty] == [
-        "source_name",
-        "destination_name",
+def test_signatures_match_the_02_api():
+    assert parameter_summary(TensorRule) == [
+        ("source_name", "POSITIONAL_OR_KEYWORD", None),
+        ("destination_name", "POSITIONAL_OR_KEYWORD", None),
+        ("transform", "POSITIONAL_OR_KEYWORD", None),
+        ("expected_shape", "POSITIONAL_OR_KEYWORD", None),
+        ("expected_dtype", "POSITIONAL_OR_KEYWORD", None),
     ]
+    parameters = inspect.signature(TensorRule).parameters.values()
+    required = [parameter.name for parameter in parameters if parameter.default is inspect.Parameter.empty]
+    assert required == ["source_name", "destination_name"]
+    assert parameter_summary(TensorManifest) == [("rules", "POSITIONAL_OR_KEYWORD", None)]
+
+
+def test_rules_are_frozen_and_compare_by_value():
     rule = TensorRule("a", "b", None, (2, 3), np.float32)
     assert rule == TensorRule("a", "b", expected_shape=(2, 3), expected_dtype=np.dtype(np.float32))
     with pytest.raises(dataclasses.FrozenInstanceError):

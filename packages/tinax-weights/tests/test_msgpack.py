@@ -14,6 +14,7 @@ import msgpack
 import numpy as np
 import pytest
 
+from tinax._core.testing import import_side_effects, parameter_summary
 from tinax.weights import load_msgpack, save_msgpack
 from tinax.weights._msgpack import _write_state
 
@@ -106,6 +107,23 @@ def reference_bytes(state: dict[str, object]) -> bytes:
         return value
 
     return msgpack.packb(state, default=encode, strict_types=True)
+
+
+def test_signatures_match_the_02_api():
+    assert parameter_summary(save_msgpack) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("state", "POSITIONAL_OR_KEYWORD", None),
+        ("overwrite", "KEYWORD_ONLY", None),
+    ]
+    assert parameter_summary(load_msgpack) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("target", "POSITIONAL_OR_KEYWORD", None),
+        ("max_bytes", "KEYWORD_ONLY", None),
+    ]
+
+
+def test_importing_imports_neither_msgpack_nor_flax():
+    assert import_side_effects("tinax.weights") == {"backends_initialized": False, "integrations": []}
 
 
 def test_round_trip_keeps_structure_types_and_values(tmp_path):
