@@ -406,9 +406,11 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       path: The msgpack file.
       target: The expected structure: a mapping with ``str`` keys whose values
         are nested mappings of the same kind or leaves as listed above.
-      max_bytes: The largest file size to accept, in bytes. Reading a file
-        needs about twice its size in memory at most, and a crafted file can
-        make the decoder allocate no more than a small multiple of it.
+      max_bytes: The largest file size to accept, in bytes. Loading holds
+        the loaded values plus about twice the largest array in memory (and
+        the whole file as well under msgpack's pure-Python fallback), and a
+        crafted file cannot make the decoder allocate more than a small
+        multiple of the file size.
 
     Returns:
       The loaded state with the structure of ``target``: plain dicts in
