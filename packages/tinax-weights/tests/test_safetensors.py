@@ -621,3 +621,43 @@ def test_save_layout_is_aligned(tmp_path: pathlib.Path) -> None:
     for tensor in info.tensors.values():
         assert tensor.data_offsets is not None
         assert tensor.data_offsets[0] % tensor.dtype.itemsize == 0
+
+
+# --- remembered header validations ------------------------------------------------------------------------------
+
+
+def test_repeated_reads_give_fresh_equal_results(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "r.safetensors"
+    save_safetensors(path, {"a": np.arange(3.0), "b": np.zeros(2, np.int8)}, overwrite=False, metadata={"k": "v"})
+    first = inspect_safetensors(path)
+    first.metadata["k"] = "changed"
+    first.tensors.clear()  # type: ignore[attr-defined]
+    second = load_safetensors(path, max_bytes=64)
+    assert second.info.metadata == {"k": "v"}
+    assert list(second.info.tensors) == ["a", "b"]
+    assert np.array_equal(second.tensors["a"], np.arange(3.0))
+
+
+def test_a_rewritten_header_of_the_same_size_is_validated_again(tmp_path: pathlib.Path) -> None:
+    # What is remembered is keyed by the header bytes themselves, so no change can be missed.
+    path = tmp_path / "same-size.safetensors"
+    save_safetensors(path, {"aa": np.arange(4, dtype=np.int32)}, overwrite=False)
+    assert list(load_safetensors(path, max_bytes=16).tensors) == ["aa"]
+    original = path.read_bytes()
+    renamed = original.replace(b'"aa"', b'"bb"')
+    assert len(renamed) == len(original)
+    path.write_bytes(renamed)
+    assert list(load_safetensors(path, max_bytes=16).tensors) == ["bb"]
+    path.write_bytes(original.replace(b'"I32"', b'"U32"'))
+    assert load_safetensors(path, max_bytes=16).tensors["aa"].dtype == np.uint32
+    path.write_bytes(original.replace(b"[0,16]", b"[0,15]"))
+    with pytest.raises(ValueError, match="tensor 'aa'"):
+        load_safetensors(path, max_bytes=16)
+
+
+def test_the_metadata_limit_applies_to_remembered_headers(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.safetensors"
+    save_safetensors(path, {}, overwrite=False, metadata={"k": "v"})
+    assert inspect_safetensors(path).metadata == {"k": "v"}
+    with pytest.raises(ValueError, match="max_metadata_bytes=8"):
+        inspect_safetensors(path, max_metadata_bytes=8)

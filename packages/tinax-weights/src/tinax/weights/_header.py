@@ -8,10 +8,12 @@ and may hold a ``"__metadata__"`` mapping of str to str.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import json
 import math
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -28,6 +30,7 @@ __all__ = [
     "SafetensorsInfo",
     "TensorInfo",
     "encode_header",
+    "forget_validated_headers",
     "metadata_nbytes",
     "read_exactly",
     "read_header",
@@ -49,6 +52,17 @@ _MAX_PLAIN_RANK = 16
 _HEADER_ALIGNMENT = 8
 
 _Fail = Callable[[str], NoReturn]
+# The tensors, the metadata and its encoded size.
+_Validated = tuple[dict[str, "TensorInfo"], dict[str, str], int]
+
+# Most headers fit in the first read; larger ones take a second.
+_FIRST_READ_BYTES = 64 * 1024
+# Validated headers remembered for repeated reads, and the largest header
+# remembered: a few thousand tensors' descriptions, about a megabyte of objects.
+_REMEMBERED_HEADERS = 4
+_REMEMBERED_HEADER_MAX_BYTES = 256 * 1024
+_remembered: collections.OrderedDict[tuple[int, bytes], _Validated] = collections.OrderedDict()
+_remembered_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +201,11 @@ def read_exactly(handle: io.RawIOBase, buffer: memoryview, offset: int) -> int:
 def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
     """Reads and completely validates the header of an open safetensors file.
 
+    Validation depends only on the header bytes and the file size, so its
+    result is remembered for the last few small headers seen (keyed by
+    exactly those bytes and that size) and a repeated read of an unchanged
+    header costs one read and one lookup. Every caller gets fresh mappings.
+
     Args:
       handle: The file, opened for binary reading.
       file_size: The file's size in bytes.
@@ -206,12 +225,42 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
     def fail(problem: str) -> NoReturn:
         raise ValueError(f"{source} is not a valid safetensors file: {problem}")
 
+    header_bytes = _read_header_bytes(handle, file_size, fail)
+    payload_start = LENGTH_FIELD_BYTES + len(header_bytes)
+    key = (file_size, header_bytes)
+    cacheable = len(header_bytes) <= _REMEMBERED_HEADER_MAX_BYTES
+    with _remembered_lock:
+        validated = _remembered.get(key) if cacheable else None
+        if validated is not None:
+            _remembered.move_to_end(key)
+    if validated is None:
+        validated = _validate(header_bytes, file_size - payload_start, fail)
+        if cacheable:
+            with _remembered_lock:
+                _remembered[key] = validated
+                while len(_remembered) > _REMEMBERED_HEADERS:
+                    _remembered.popitem(last=False)
+    tensors, metadata, metadata_size = validated
+    if max_metadata_bytes and metadata_size > max_metadata_bytes:
+        fail(f"{METADATA_KEY} encodes to {metadata_size} bytes, more than max_metadata_bytes={max_metadata_bytes}")
+    return ParsedHeader(SafetensorsInfo(tensors=dict(tensors), metadata=dict(metadata)), payload_start)
+
+
+def forget_validated_headers() -> None:
+    """Drops every remembered header validation, so the next read validates in full."""
+    with _remembered_lock:
+        _remembered.clear()
+
+
+def _read_header_bytes(handle: io.RawIOBase, file_size: int, fail: _Fail) -> bytes:
     if file_size < LENGTH_FIELD_BYTES:
         fail(f"it has {file_size} bytes, fewer than the {LENGTH_FIELD_BYTES}-byte header length field")
-    length_field = bytearray(LENGTH_FIELD_BYTES)
-    if read_exactly(handle, memoryview(length_field), 0) != LENGTH_FIELD_BYTES:
-        fail("the file ended inside the header length field")
-    header_length = int.from_bytes(length_field, "little")
+    # One read covers the length field and, usually, the whole header.
+    first = bytearray(min(file_size, _FIRST_READ_BYTES))
+    received = read_exactly(handle, memoryview(first), 0)
+    if received < LENGTH_FIELD_BYTES:
+        fail("the file ended inside the header length field (it changed while being read)")
+    header_length = int.from_bytes(first[:LENGTH_FIELD_BYTES], "little")
     limit = min(MAX_HEADER_BYTES, file_size - LENGTH_FIELD_BYTES)
     if header_length < 2 or header_length > limit:
         reason = (
@@ -220,16 +269,22 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
             else f"the {file_size - LENGTH_FIELD_BYTES} bytes that follow the length field"
         )
         fail(f"the header length field says {header_length} bytes; it must be at least 2 and at most {reason}")
-    header_bytes = bytearray(header_length)
-    if read_exactly(handle, memoryview(header_bytes), LENGTH_FIELD_BYTES) != header_length:
+    header_end = LENGTH_FIELD_BYTES + header_length
+    if header_end <= received:
+        return bytes(first[LENGTH_FIELD_BYTES:header_end])
+    header = bytearray(header_length)
+    already = received - LENGTH_FIELD_BYTES
+    header[:already] = first[LENGTH_FIELD_BYTES:received]
+    if read_exactly(handle, memoryview(header)[already:], received) != header_length - already:
         fail("the file ended inside the header (it changed while being read)")
+    return bytes(header)
+
+
+def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated:
     header = _parse_json(header_bytes, fail)
     if not isinstance(header, dict):
         fail(f"the header must be a JSON object, got a JSON {_json_kind(header)}")
-
-    metadata = _check_metadata(header.pop(METADATA_KEY, None), max_metadata_bytes, fail)
-    payload_start = LENGTH_FIELD_BYTES + header_length
-    payload_size = file_size - payload_start
+    metadata = _check_metadata(header.pop(METADATA_KEY, None), fail)
 
     # Headers can describe thousands of tensors and are parsed on every load,
     # so a plainly valid entry is accepted by one compound test; anything else
@@ -287,10 +342,10 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
             f"the last tensor ({previous!r}) ends" if previous is not None else "the header describes no data and ends"
         )
         fail(f"{last} at payload byte {cursor}, but the payload has {payload_size} bytes")
-    return ParsedHeader(SafetensorsInfo(tensors=tensors, metadata=metadata), payload_start)
+    return tensors, metadata, metadata_nbytes(metadata)
 
 
-def _parse_json(header_bytes: bytearray, fail: _Fail) -> Any:
+def _parse_json(header_bytes: bytes, fail: _Fail) -> Any:
     try:
         text = header_bytes.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -305,7 +360,7 @@ def _parse_json(header_bytes: bytearray, fail: _Fail) -> Any:
         fail(f"the header is not valid JSON ({error})")
 
 
-def _check_metadata(value: object, max_metadata_bytes: int, fail: _Fail) -> dict[str, str]:
+def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:
     if value is None:  # The upstream reader accepts an explicit null as "no metadata".
         return {}
     if not isinstance(value, dict):
@@ -317,10 +372,6 @@ def _check_metadata(value: object, max_metadata_bytes: int, fail: _Fail) -> dict
             problem = utf8_text_problem(text)
             if problem is not None:
                 fail(f"{METADATA_KEY} entry {key!r} {problem}")
-    if max_metadata_bytes:
-        size = metadata_nbytes(value)
-        if size > max_metadata_bytes:
-            fail(f"{METADATA_KEY} encodes to {size} bytes, more than max_metadata_bytes={max_metadata_bytes}")
     return value
 
 

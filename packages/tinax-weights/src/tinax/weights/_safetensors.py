@@ -28,6 +28,7 @@ from tinax._core.files import atomic_write
 from tinax._core.host import require_host_array
 from tinax.weights import _dtypes
 from tinax.weights._header import (
+    LENGTH_FIELD_BYTES,
     MAX_HEADER_BYTES,
     METADATA_KEY,
     SafetensorsInfo,
@@ -241,9 +242,9 @@ def save_safetensors(
         entries.append((name, dtype_text, array.shape, offset, offset + array.nbytes))
         offset += array.nbytes
     header = encode_header(entries, stored_metadata)
-    if len(header) > MAX_HEADER_BYTES:
+    if len(header) - LENGTH_FIELD_BYTES > MAX_HEADER_BYTES:
         raise ValueError(
-            f"the header for {len(entries)} tensors would be {len(header)} bytes, more than the "
+            f"the header for {len(entries)} tensors would be {len(header) - LENGTH_FIELD_BYTES} bytes, more than the "
             f"{MAX_HEADER_BYTES}-byte limit that safetensors readers accept"
         )
     if file_path.is_dir():

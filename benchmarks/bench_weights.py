@@ -1,0 +1,198 @@
+"""Cost of tinax.weights' safetensors loading against the raw upstream calls.
+
+Run from the repository root with ``hatch run bench:weights``. Options:
+``--size-mib N`` (file size, default 1024), ``--tensors N`` (how many equal
+float32 tensors share it), ``--fraction F`` (share of the tensors the
+selective load picks, default 0.01), ``--repeats N`` (interleaved rounds),
+``--seed N``.
+
+Comparisons, in one run over one file written to a temporary folder (and
+removed at the end), so both sides read it from the same page cache:
+  load_safetensors(path, max_bytes=...)             vs  safetensors.numpy.load_file(path)
+  load_safetensors(path, names=..., max_bytes=...)  vs  safe_open(path, framework="numpy").get_tensor(name)
+                                                         for the same names
+A header that was validated is remembered (keyed by its bytes), so repeated
+loads of one file skip its validation; a third selective variant forgets it
+before each call, to show the cost of a first load.
+
+Peak memory: each variant runs once in a fresh subprocess, and the figure is
+the growth of ``ru_maxrss`` over a baseline taken after the imports. The goal
+for tinax is at most 1.1 x the selected bytes plus a fixed 64 MiB. Linux
+carries a parent's peak RSS into the ``ru_maxrss`` of the children it starts,
+so the file is written by a child too and the memory runs come first, while
+this process is still small.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import argparse
+import json
+import pathlib
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import safetensors
+import safetensors.numpy
+from safetensors import safe_open
+
+from tinax.weights import load_safetensors, save_safetensors
+from tinax.weights._header import forget_validated_headers
+
+MIB = 1024 * 1024
+MEMORY_SLOPE = 1.1
+MEMORY_OVERHEAD = 64 * MIB
+
+
+def variants(path: pathlib.Path, selected: list[str], total: int, part: int) -> dict[str, Callable[[], Any]]:
+    def upstream_selective() -> dict[str, np.ndarray]:
+        with safe_open(path, framework="numpy") as reader:
+            return {name: reader.get_tensor(name) for name in selected}
+
+    def cold_selective() -> Any:
+        forget_validated_headers()
+        return load_safetensors(path, max_bytes=part, names=selected)
+
+    return {
+        "load_safetensors (all)": lambda: load_safetensors(path, max_bytes=total),
+        "safetensors.numpy.load_file": lambda: safetensors.numpy.load_file(path),
+        "load_safetensors (selected)": lambda: load_safetensors(path, max_bytes=part, names=selected),
+        "safe_open.get_tensor (selected)": upstream_selective,
+        "load_safetensors (selected, cold)": cold_selective,
+    }
+
+
+def write_file(options: argparse.Namespace) -> int:
+    """Writes the benchmark file (in a child, so this process's peak stays small)."""
+    generator = np.random.default_rng(options.seed)
+    tensors = {
+        name: generator.standard_normal((options.rows, 1024), dtype=np.float32) for name in tensor_names(options)
+    }
+    save_safetensors(pathlib.Path(options.path), tensors, overwrite=False)
+    return 0
+
+
+def tensor_names(options: argparse.Namespace) -> list[str]:
+    return [f"layer{index:04d}.weight" for index in range(options.tensors)]
+
+
+def child(options: argparse.Namespace) -> int:
+    """Runs one variant once and prints the peak-memory growth it caused."""
+    path = pathlib.Path(options.path)
+    selected = options.names.split(",") if options.names else []
+    call = variants(path, selected, options.total, options.part)[options.child]
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = call()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tensors = result.tensors if hasattr(result, "tensors") else result
+    loaded = sum(array.nbytes for array in tensors.values())
+    # ru_maxrss is in KiB on Linux and in bytes on macOS.
+    unit = 1 if sys.platform == "darwin" else 1024
+    print(json.dumps({"growth": (peak - baseline) * unit, "loaded": loaded}))
+    return 0
+
+
+def measure_memory(
+    script: str, path: pathlib.Path, name: str, selected: list[str], total: int, part: int
+) -> dict[str, int]:
+    command = [sys.executable, script, "--child", name, "--path", str(path), "--names", ",".join(selected),
+               "--total", str(total), "--part", str(part)]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--tensors", type=int, default=100)
+    parser.add_argument("--fraction", type=float, default=0.01)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    # Internal: one variant in a fresh process, for its peak memory, or writing the file.
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--write", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--rows", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--path", help=argparse.SUPPRESS)
+    parser.add_argument("--names", help=argparse.SUPPRESS)
+    parser.add_argument("--total", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--part", type=int, help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.write:
+        return write_file(options)
+    if options.child:
+        return child(options)
+
+    options.rows = max(1, options.size_mib * MIB // options.tensors // 4096)
+    names = tensor_names(options)
+    count = max(1, round(options.fraction * options.tensors))
+    selected = sorted(random.Random(options.seed).sample(names, count))
+    print(f"safetensors {safetensors.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = pathlib.Path(folder) / "bench.safetensors"
+        subprocess.run(
+            [sys.executable, __file__, "--write", "--path", str(path), "--rows", str(options.rows),
+             "--tensors", str(options.tensors), "--seed", str(options.seed)],
+            check=True,
+            timeout=1200,
+        )  # fmt: skip
+        total = path.stat().st_size
+        part = count * options.rows * 1024 * 4
+        print(f"file: {len(names)} float32 tensors of {options.rows} x 1024, {total / MIB:.1f} MiB; selecting {count} "
+              f"({part / MIB:.1f} MiB)")  # fmt: skip
+
+        print("\nPeak memory (ru_maxrss growth over the post-import baseline, one fresh process each):")
+        calls = variants(path, selected, total, part)
+        met = True
+        for name in calls:
+            figures = measure_memory(__file__, path, name, selected, total, part)
+            growth, loaded = figures["growth"], figures["loaded"]
+            line = f"  {name:<34} {growth / MIB:9.1f} MiB for {loaded / MIB:9.1f} MiB loaded ({growth / loaded:.3f} x)"
+            if name.startswith("load_safetensors"):
+                limit = MEMORY_SLOPE * loaded + MEMORY_OVERHEAD
+                met = met and growth <= limit
+                line += f"  goal <= {limit / MIB:.1f} MiB: {'met' if growth <= limit else 'MISSED'}"
+            print(line)
+
+        from _timing import report, run
+
+        full = ["load_safetensors (all)", "safetensors.numpy.load_file"]
+        ratios = report(
+            "Full load (1 call per batch):",
+            run({name: calls[name] for name in full}, 1, options.repeats, options.seed),
+            [(full[0], full[1])],
+            unit="ms",
+        )
+        selective = [
+            "load_safetensors (selected)",
+            "safe_open.get_tensor (selected)",
+            "load_safetensors (selected, cold)",
+        ]
+        selective_calls = max(1, min(50, round(1 / options.fraction)))
+        selective_ratios = report(
+            f"Selective load of {count} of {len(names)} tensors ({selective_calls} calls per batch):",
+            run({name: calls[name] for name in selective}, selective_calls, options.repeats, options.seed),
+            [(selective[0], selective[1]), (selective[2], selective[1])],
+            unit="ms",
+        )
+        ratios.append(selective_ratios[0])
+        cold_ratio = selective_ratios[1]
+
+    print(
+        f"\ntime: worst median ratio {max(ratios):.3f} (goal <= 1.05; the header of an unchanged file is validated "
+        f"once, a load that must validate it anew has ratio {cold_ratio:.3f}); memory goal {'met' if met else 'MISSED'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
