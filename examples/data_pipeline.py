@@ -15,7 +15,10 @@ What it shows:
 grain's workers need absl flags to be parsed; this example parses its own
 flags (`--output_dir`, `--num_workers`). Workers start with `spawn` and
 re-import this file, so the functions they run are at module level and the
-main body sits behind `if __name__ == "__main__":`.
+main body sits behind `if __name__ == "__main__":`. At exit, Python may print
+a `resource_tracker` warning about leaked `shared_memory` objects: grain 0.2.18
+passes batches from workers through shared memory, and plain `mp_prefetch`
+shows the same warning. The resource tracker removes them at shutdown.
 
 Run it with `python examples/data_pipeline.py` (files go to a temporary folder
 unless `--output_dir` names an existing empty folder).

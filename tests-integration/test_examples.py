@@ -33,6 +33,10 @@ KEY_LINES = {
         "shard_mapped with a psum over 'model' gave the row sums of all 8 rows, eagerly and under jit"
     ),
     "data_pipeline.py": "open_multiprocessing_iterator with 2 workers yielded the same batches in the same order",
+    "checkpoint_roundtrip.py": (
+        "load_checkpointables: model and rng key restored with the same values and the same shardings"
+    ),
+    "weights_roundtrip.py": "TensorManifest reported all 3 mismatched rules in one error",
 }
 
 # Generous: a recipe takes a few seconds, but the machine may be busy.
