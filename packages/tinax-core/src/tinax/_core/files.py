@@ -114,7 +114,7 @@ def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int,
     if not directory.is_dir():
         raise FileNotFoundError(f"the folder of {str(destination)!r} does not exist")
     if not overwrite and (destination.exists() or destination.is_symlink()):
-        raise FileExistsError(f"{str(destination)!r} already exists; pass overwrite=True to replace it")
+        raise FileExistsError(f"{str(destination)!r} already exists, and this write does not replace existing files")
     descriptor, temporary_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=directory)
     return descriptor, pathlib.Path(temporary_name)
 
@@ -128,7 +128,7 @@ def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: b
             os.link(temporary, destination)
         except FileExistsError:
             raise FileExistsError(
-                f"{str(destination)!r} was created by another writer; pass overwrite=True to replace it"
+                f"{str(destination)!r} was created by another writer meanwhile, and this write does not replace existing files"
             ) from None
         except OSError as error:
             # File systems without hard links: fall back to a checked rename.
