@@ -128,7 +128,8 @@ def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: b
             os.link(temporary, destination)
         except FileExistsError:
             raise FileExistsError(
-                f"{str(destination)!r} was created by another writer meanwhile, and this write does not replace existing files"
+                f"{str(destination)!r} was created by another writer meanwhile, "
+                "and this write does not replace existing files"
             ) from None
         except OSError as error:
             # File systems without hard links: fall back to a checked rename.
