@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import pathlib
-import re
-import subprocess
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,8 +11,6 @@ from tinax.array import from_numpy, to_numpy
 from tinax.grad import value_and_grad
 from tinax.jit import bounded_jit
 from tinax.random import derive_process_step_key, split_key
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def loss(weights, inputs, targets, key):
@@ -63,26 +56,3 @@ def test_split_keys_feed_independent_streams():
     draws = [float(jax.random.uniform(key)) for key in operation_keys]
     assert len(set(draws)) == 3
     assert float(jax.random.uniform(next_root)) not in draws
-
-
-def run_demo(*flags: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "demo.py"), *flags],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-
-
-def test_the_core_demo_runs_and_reports_one_trace():
-    completed = run_demo("--steps", "30")
-    assert completed.returncode == 0, completed.stderr
-    assert re.search(r"^traces used\s+1 of 1$", completed.stdout, re.MULTILINE)
-    assert "mesh: 8 CPU devices" in completed.stdout
-
-
-def test_the_core_demo_rejects_bad_flags():
-    completed = run_demo("--steps", "0")
-    assert completed.returncode == 2
-    assert "--steps must be >= 1" in completed.stderr

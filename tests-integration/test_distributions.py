@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -110,3 +111,20 @@ def test_full_stack_exposes_the_checked_in_public_surface(full_stack):
     ).stdout
     assert str(ROOT / "packages") not in where
     assert where.count(str(full_stack.parent.parent)) == 2
+
+
+def test_demo_runs_from_the_installed_wheels(full_stack, tmp_path):
+    environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    output = tmp_path / "out"
+    completed = subprocess.run(
+        [str(full_stack), str(ROOT / "examples" / "demo.py"), "--steps", "8", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tmp_path,
+        env=environment,
+        timeout=600,
+    )
+    assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-6000:]
+    assert "resume bit-identical    yes" in completed.stdout
+    assert (output / "loss.png").read_bytes().startswith(b"\x89PNG")
