@@ -1,4 +1,13 @@
-"""tinax.data (being built: public names are added here as they land)."""
+"""Records, splits and deterministic, process-aware Grain pipelines.
+
+ArrayRecord and Parquet files hold records in one versioned, pickle-free
+format and read back as random-access ``grain.MapDataset`` objects. Splits
+refuse rows they cannot place instead of dropping them. Training and
+evaluation pipelines are fixed by their arguments, shard per process, and
+yield iterators whose saved state refuses to restore into another pipeline.
+Worker processes live exactly as long as an ``open_multiprocessing_iterator``
+block. grain, pyarrow and array-record are imported only when a function runs.
+"""
 
 from tinax.data._array_record import read_array_record, write_array_record
 from tinax.data._parquet import read_parquet_record, write_parquet_record

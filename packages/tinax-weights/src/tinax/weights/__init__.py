@@ -1,4 +1,12 @@
-"""tinax.weights (being built: public names are added here as they land)."""
+"""Weight files for inference hosts: safetensors and Flax msgpack state dicts.
+
+Everything here exchanges explicit host NumPy arrays and never gathers a
+global JAX array. Loads are planned from the file's header and refused before
+any payload is read when they exceed the caller's byte budget; every dtype
+comes back exactly (bfloat16 and float8 included); manifests rename, reshape
+and check tensors and report every mismatch at once. Writes are atomic and
+never replace a file unless asked to. flax is never imported.
+"""
 
 from tinax.weights._header import SafetensorsInfo, TensorInfo
 from tinax.weights._manifest import TensorManifest, TensorRule
