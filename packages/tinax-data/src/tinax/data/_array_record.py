@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tinax._core import validation
 from tinax._core.files import atomic_path
 from tinax._core.optional import import_optional
-from tinax.data._record_codec import RecordHeader, RecordSchema
+from tinax.data._record_codec import RecordHeader, RecordSchema, record_position
 
 if TYPE_CHECKING:
     import grain
@@ -237,11 +237,7 @@ class ArrayRecordSource:
         return self._count
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        position = index if type(index) is int else validation.require_int(index, "index")
-        if position < 0:
-            position += self._count
-        if not 0 <= position < self._count:
-            raise IndexError(f"index {index} is out of range for {self._count} records in {str(self._path)!r}")
+        position = record_position(index, self._count, self._path)
         reader = self._reader if self._reader is not None else self._open_reader()
         try:
             data = reader.read([position])[0]

@@ -46,6 +46,7 @@ from tinax.data._record_codec import (
     RecordSchema,
     array_bytes,
     array_from_bytes,
+    record_position,
 )
 
 if TYPE_CHECKING:
@@ -376,11 +377,7 @@ class ParquetRecordSource:
         return self._count
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        position = index if type(index) is int else validation.require_int(index, "index")
-        if position < 0:
-            position += self._count
-        if not 0 <= position < self._count:
-            raise IndexError(f"index {index} is out of range for {self._count} records in {str(self._path)!r}")
+        position = record_position(index, self._count, self._path)
         group_index = bisect.bisect_right(self._group_ends, position)
         with self._lock:
             group = self._cache.get(group_index)

@@ -82,6 +82,7 @@ __all__ = [
     "RecordHeader",
     "RecordSchema",
     "dtype_from_descriptor",
+    "record_position",
 ]
 
 FORMAT_NAME = "tinax-records"
@@ -128,6 +129,29 @@ _LENGTH = struct.Struct("<Q")
 
 # Built-in dtypes whose raw bytes mean the same on every platform.
 _BUILTIN_DESCRIPTOR = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
+
+
+def record_position(index: object, count: int, path: object) -> int:
+    """Checks a record index the way a sequence would, negative indices included.
+
+    Args:
+      index: The index given to a record source's ``__getitem__``.
+      count: Number of records in the file.
+      path: The file, for the error message.
+
+    Returns:
+      The index as a position in ``[0, count)``.
+
+    Raises:
+      TypeError: If ``index`` is not an int (bools are refused).
+      IndexError: If it is out of range.
+    """
+    position = index if type(index) is int else validation.require_int(index, "index")
+    if position < 0:
+        position += count
+    if not 0 <= position < count:
+        raise IndexError(f"index {index} is out of range for {count} records in {str(path)!r}")
+    return position
 
 
 @functools.cache
