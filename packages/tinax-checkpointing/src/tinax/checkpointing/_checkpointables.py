@@ -76,9 +76,10 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     a second save to a ``path`` whose save is still in flight in this process
     (two spellings of one folder count as one). The claim on ``path`` ends
     when the save finishes or fails, whether or not ``result()`` is called.
-    A save still in flight when the interpreter exits is waited for, so a
-    forgotten ``result()`` does not lose the checkpoint; a failure found then
-    is printed to stderr.
+    Call ``result()`` before the program exits. A save still in flight at
+    exit is finished where Python still starts threads during shutdown (3.11)
+    and reported on stderr as lost where it does not (3.12 and later), in
+    which case Orbax's own threads may hold the exit for minutes.
 
     Args:
       path: Folder to create for the checkpoint. Missing parent folders are
@@ -210,7 +211,7 @@ class _GuardedSaveResponse:
 
     def __init__(self, inner: Any, destination: pathlib.Path, names: list[str], release: Callable[[], None]) -> None:
         self._inner = inner
-        self._destination = destination
+        self.destination = destination
         self._names = names
         self._release = release
         self._done = threading.Event()
@@ -250,18 +251,18 @@ class _GuardedSaveResponse:
         """
         if not self._done.wait(timeout):
             raise TimeoutError(
-                f"saving checkpointables to {str(self._destination)!r} did not finish within {timeout} s; "
+                f"saving checkpointables to {str(self.destination)!r} did not finish within {timeout} s; "
                 "it continues in the background"
             )
         if self._error is not None:
-            committed = (self._destination / _COMMIT_MARKER).is_file()
+            committed = (self.destination / _COMMIT_MARKER).is_file()
             outcome = (
                 "the destination exists, but the save did not confirm that every process finished"
                 if committed
                 else "nothing was committed at the destination"
             )
             raise RuntimeError(
-                f"saving checkpointables {self._names} to {str(self._destination)!r} failed in the background "
+                f"saving checkpointables {self._names} to {str(self.destination)!r} failed in the background "
                 f"({_root_message(self._error)}); {outcome}"
             ) from self._error
 
@@ -293,14 +294,16 @@ def _response_class() -> type[_GuardedSaveResponse]:
 
 
 def _wait_for_saves_at_exit() -> None:
-    """Makes interpreter shutdown finish the saves still in flight.
+    """Makes interpreter shutdown finish, or at least report, the saves still in flight.
 
     Orbax writes through ``concurrent.futures`` thread pools, which stop
     taking work in the first step of shutdown, before non-daemon threads are
     joined and before ``atexit`` runs. Only a hook of that same first step,
     registered after the pools' own (hooks run last-registered first), runs
     while Orbax can still finish. Orbax has been imported at this point, so
-    its pools registered theirs already.
+    its pools registered theirs already. Where Python no longer starts
+    threads at shutdown (3.12 and later), Orbax cannot finish either: the
+    hook then names the saves that are lost instead of waiting for them.
     """
     register = getattr(threading, "_register_atexit", None)
     if register is None:  # pragma: no cover - every supported Python has it
@@ -309,13 +312,36 @@ def _wait_for_saves_at_exit() -> None:
     def finish_saves() -> None:
         with _saves_in_flight_lock:
             unfinished = list(_unfinished_responses)
+        if not unfinished:
+            return
+        if not _threads_can_start():
+            for response in unfinished:
+                print(
+                    f"tinax.checkpointing: the save to {str(response.destination)!r} was still in flight when the "
+                    "interpreter exited and cannot finish, because Python starts no threads during shutdown; "
+                    "nothing is committed there. Call result() on the response of save_checkpointables before "
+                    "exiting.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
         for response in unfinished:
             try:
                 response.result()
             except Exception as error:
-                print(f"tinax.checkpointing: {error}", file=sys.stderr)
+                print(f"tinax.checkpointing: {error}", file=sys.stderr, flush=True)
 
     register(finish_saves)
+
+
+def _threads_can_start() -> bool:
+    try:
+        probe = threading.Thread(target=int)
+        probe.start()
+    except RuntimeError:
+        return False
+    probe.join()
+    return True
 
 
 def _release(claim: str) -> None:
