@@ -21,8 +21,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import jax
+import numpy as np
 
 from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
 from tinax.checkpointing._names import (
     ORBAX_TMP_SUFFIX,
     require_distinct_on_case_insensitive_systems,
@@ -42,6 +44,9 @@ _CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 _ORBAX_INDICATOR = "orbax.checkpoint"
 _PYTREE_METADATA = "_METADATA"
 _PYTREE_HANDLER_SUFFIX = ".PyTreeHandler"
+# Leaf types, matched exactly, that Orbax's pytree handler always saves. NumPy
+# scalars are not among them: Orbax refuses np.int32 values, for one.
+_PLAIN_SCALARS = frozenset({bool, int, float, bytes, str})
 
 # Destinations (resolved, case-normalized) whose save has started in this
 # process and not yet finished. Orbax would let a second save to the same
@@ -110,10 +115,12 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
         validate_checkpointable_name(name)
     require_distinct_on_case_insensitive_systems(named, "checkpointables")
     for name, value in named.items():
-        if value is None or not jax.tree_util.tree_leaves(value):
+        leaves = jax.tree_util.tree_leaves(value)
+        if not leaves:
             validation.fail_value(f"checkpointables[{name!r}]", "a value holding something to save", value)
+        if not all(_is_plain_leaf(leaf) for leaf in leaves):
+            _require_saveable(name, value)
     orbax_v1 = _orbax()
-    _require_saveable(named)
 
     claim = os.path.normcase(os.path.realpath(destination))
     with _saves_in_flight_lock:
@@ -361,11 +368,22 @@ def _require_absent(destination: pathlib.Path) -> None:
         raise _exists_error(destination)
 
 
-def _require_saveable(checkpointables: Mapping[str, Any]) -> None:
-    """Asks Orbax, before anything is written, whether it has a handler for each value.
+def _is_plain_leaf(leaf: object) -> bool:
+    """Whether Orbax's pytree handler surely saves this leaf, judged in nanoseconds."""
+    if type(leaf) in _PLAIN_SCALARS:
+        return True
+    if type(leaf) is np.ndarray:
+        return not leaf.dtype.hasobject
+    return isinstance(leaf, jax.Array) and not is_tracer(leaf)
+
+
+def _require_saveable(name: str, value: object) -> None:
+    """Asks Orbax, before anything is written, whether it has a handler for ``value``.
 
     Orbax resolves handlers only after it has scheduled the folder creation,
-    and a failure then leaves that work dangling. The lookup uses Orbax
+    and a failure then leaves that work dangling. The lookup builds every
+    registered handler (milliseconds), so it only runs for values that hold
+    something other than arrays, Python scalars and strings. It uses Orbax
     internals; if they move, Orbax's own check still applies.
     """
     try:
@@ -374,17 +392,16 @@ def _require_saveable(checkpointables: Mapping[str, Any]) -> None:
     except ImportError:  # pragma: no cover - depends on the Orbax release
         return
     registry = orbax_context.get_context().checkpointables_options.registry
-    for name, value in checkpointables.items():
-        try:
-            registration.resolve_handler_for_save(registry, value, name=name)
-        except (LookupError, ValueError) as error:
-            raise TypeError(
-                validation.expectation_message(
-                    f"checkpointables[{name!r}]",
-                    "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
-                    value,
-                )
-            ) from error
+    try:
+        registration.resolve_handler_for_save(registry, value, name=name)
+    except (LookupError, ValueError) as error:
+        raise TypeError(
+            validation.expectation_message(
+                f"checkpointables[{name!r}]",
+                "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
+                value,
+            )
+        ) from error
 
 
 def _require_complete_checkpoint(source: pathlib.Path) -> set[str]:
