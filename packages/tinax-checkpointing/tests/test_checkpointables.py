@@ -248,6 +248,8 @@ def test_saves_to_different_destinations_run_side_by_side(tmp_path):
 def test_a_background_failure_is_raised_by_result_with_its_cause(tmp_path):
     path = tmp_path / "checkpoint"
     response = save_checkpointables(path, {"model": {"w": jnp.ones(4)}, "disk": _DiskFullCheckpointable()})
+    completed: list[object] = []
+    response.on_complete(completed.append)
     for _ in range(2):  # Every call reports it, not only the first.
         with pytest.raises(RuntimeError, match="failed in the background") as caught:
             response.result()
@@ -256,6 +258,8 @@ def test_a_background_failure_is_raised_by_result_with_its_cause(tmp_path):
         causes = _causes(caught.value)
         assert any(isinstance(cause, OSError) and cause.errno == errno.ENOSPC for cause in causes)
     assert not path.exists()
+    response.on_complete(completed.append)
+    assert completed == []  # Success callbacks never run for a failed save.
     # The failed save's temporary folder does not stop the next save.
     save_checkpointables(path, {"model": {"w": jnp.full(4, 2.0)}}).result()
     loaded = load_checkpointables(path, {"model": {"w": np.ndarray}})

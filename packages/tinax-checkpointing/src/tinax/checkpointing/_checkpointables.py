@@ -287,17 +287,19 @@ class _GuardedSaveResponse:
 
 
 _response_classes: list[type[_GuardedSaveResponse]] = []
+_response_class_lock = threading.Lock()
 _unfinished_responses: set[_GuardedSaveResponse] = set()
 
 
 def _response_class() -> type[_GuardedSaveResponse]:
     # The response must be an Orbax AsyncResponse, but Orbax may only be
     # imported when a save runs: the subclass is made on first use.
-    if not _response_classes:
-        orbax_v1 = _orbax()
-        _response_classes.append(type("SaveResponse", (_GuardedSaveResponse, orbax_v1.AsyncResponse), {}))
-        _wait_for_saves_at_exit()
-    return _response_classes[0]
+    with _response_class_lock:
+        if not _response_classes:
+            orbax_v1 = _orbax()
+            _response_classes.append(type("SaveResponse", (_GuardedSaveResponse, orbax_v1.AsyncResponse), {}))
+            _wait_for_saves_at_exit()
+        return _response_classes[0]
 
 
 def _wait_for_saves_at_exit() -> None:
