@@ -221,7 +221,7 @@ def test_atomic_write_creates_the_file(tmp_path):
 def test_atomic_write_refuses_an_existing_destination_unless_overwrite(tmp_path):
     destination = tmp_path / "out.bin"
     destination.write_bytes(b"old")
-    with pytest.raises(FileExistsError, match="overwrite=True"), atomic_write(destination, overwrite=False):
+    with pytest.raises(FileExistsError, match="already exists"), atomic_write(destination, overwrite=False):
         pytest.fail("must not be reached")
     with atomic_write(destination, overwrite=True) as handle:
         handle.write(b"new")

@@ -531,7 +531,7 @@ def test_save_refuses_to_clobber_and_replaces_only_on_request(tmp_path: pathlib.
     path = tmp_path / "x.safetensors"
     save_safetensors(path, {"a": np.zeros(2)}, overwrite=False)
     before = path.read_bytes()
-    with pytest.raises(FileExistsError, match="overwrite=True"):
+    with pytest.raises(FileExistsError, match="already exists"):
         save_safetensors(path, {"a": np.ones(2)}, overwrite=False)
     assert path.read_bytes() == before
     save_safetensors(str(path), {"a": np.ones(2)}, overwrite=True)
