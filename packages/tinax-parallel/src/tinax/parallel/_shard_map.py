@@ -57,6 +57,14 @@ def shard_mapped(
     ``jax.ShapeDtypeStruct`` inputs whose sharding is a ``NamedSharding`` over
     the caller's Manual mesh.
 
+    One limit follows from this: the results are laid out on that Auto-typed
+    copy of the mesh. JAX requires one mesh per computation, so inside a
+    single ``jit`` they do not mix with arrays laid out on an Explicit mesh
+    (for example by ``layout``), and differentiating through the call with
+    Explicit-sharded inputs fails in JAX. Keep the data of such a step on an
+    Auto mesh over the same devices, or move it between meshes with
+    ``jax.device_put`` outside the step.
+
     Spec trees follow ``jax.shard_map``: each may be a pytree prefix of the
     arguments (or outputs), and its leaves must be
     ``jax.sharding.PartitionSpec`` instances. ``None`` inside a spec tree is
