@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from tinax._core import validation
 from tinax.checkpointing.legacy.v0._paths import (
-    removing_orbax_leftovers,
     require_checkpoint_directory,
     require_new_destination,
+    save_with_v0,
 )
 
 if TYPE_CHECKING:
@@ -57,21 +57,13 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     grain = _import_grain()
     validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
     destination = require_new_destination(requested)
-    import orbax.checkpoint as ocp
-
-    with removing_orbax_leftovers(destination):
-        try:
-            with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as checkpointer:
-                checkpointer.save(destination, args=grain.checkpoint.CheckpointSave(iterator))
-        except _UPSTREAM_MISMATCH_ERRORS as error:
-            if destination.exists():
-                # Another writer committed the same path between our check and Orbax's.
-                raise FileExistsError(
-                    f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
-                ) from error
-            raise ValueError(
-                f"iterator could not be saved as a legacy V0 checkpoint at {str(destination)!r}: {error}"
-            ) from error
+    save_with_v0(
+        destination,
+        grain.checkpoint.CheckpointHandler(),
+        grain.checkpoint.CheckpointSave(iterator),
+        what="iterator",
+        upstream_errors=_UPSTREAM_MISMATCH_ERRORS,
+    )
 
 
 def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> DatasetIterator[Any]:

@@ -6,10 +6,11 @@ import contextlib
 import pathlib
 import shutil
 from collections.abc import Iterator
+from typing import Any
 
 from tinax._core import validation
 
-__all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination"]
+__all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
 
 # Orbax V0 stages every save in a sibling folder named "<name>.orbax-checkpoint-tmp",
 # possibly followed by a timestamp, and renames it when the save commits.
@@ -60,6 +61,40 @@ def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
     if not source.is_dir():
         raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
     return source
+
+
+def save_with_v0(
+    destination: pathlib.Path, handler: Any, save_args: Any, *, what: str, upstream_errors: tuple[type[Exception], ...]
+) -> None:
+    """Saves synchronously with Orbax's V0 ``Checkpointer``, translating its failures.
+
+    Args:
+      destination: The checked, absolute destination.
+      handler: The Orbax V0 checkpoint handler to save with.
+      save_args: The ``args`` for ``Checkpointer.save``.
+      what: What is saved, for the error message (for example ``"state"``).
+      upstream_errors: The Orbax or handler exceptions that mean the value
+        cannot be saved; they become ValueError with the cause chained.
+
+    Raises:
+      FileExistsError: If another writer created ``destination`` meanwhile.
+      ValueError: If the save failed with one of ``upstream_errors``.
+    """
+    import orbax.checkpoint as ocp
+
+    with removing_orbax_leftovers(destination):
+        try:
+            with ocp.Checkpointer(handler) as checkpointer:
+                checkpointer.save(destination, args=save_args)
+        except upstream_errors as error:
+            if destination.exists():
+                # Another writer committed the same path between our check and Orbax's.
+                raise FileExistsError(
+                    f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
+                ) from error
+            raise ValueError(
+                f"{what} could not be saved as a legacy V0 checkpoint at {str(destination)!r}: {error}"
+            ) from error
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ import numpy as np
 
 from tinax._core import validation
 from tinax.checkpointing.legacy.v0._paths import (
-    removing_orbax_leftovers,
     require_checkpoint_directory,
     require_new_destination,
+    save_with_v0,
 )
 
 __all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]
@@ -65,19 +65,13 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
     _require_savable_state(state)
     destination = require_new_destination(requested)
     ocp = _import_orbax()
-    with removing_orbax_leftovers(destination):
-        try:
-            with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
-                checkpointer.save(destination, args=ocp.args.StandardSave(state))
-        except _UPSTREAM_MISMATCH_ERRORS as error:
-            if destination.exists():
-                # Another writer committed the same path between our check and Orbax's.
-                raise FileExistsError(
-                    f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
-                ) from error
-            raise ValueError(
-                f"state could not be saved as a legacy V0 checkpoint at {str(destination)!r}: {error}"
-            ) from error
+    save_with_v0(
+        destination,
+        ocp.StandardCheckpointHandler(),
+        ocp.args.StandardSave(state),
+        what="state",
+        upstream_errors=_UPSTREAM_MISMATCH_ERRORS,
+    )
 
 
 def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = None) -> Any:
