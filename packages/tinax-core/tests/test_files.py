@@ -1,4 +1,4 @@
-"""The path-based atomic publish used by native writers that open a path themselves."""
+"""The path-based atomic publish used by native writers, and the checked open of files to read."""
 
 import os
 import pathlib
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tinax._core.files import atomic_path
+from tinax._core.files import atomic_path, open_regular_file
 
 
 def test_atomic_path_publishes_what_was_written_at_the_path(tmp_path):
@@ -72,3 +72,26 @@ def test_atomic_path_refuses_a_destination_created_meanwhile(tmp_path):
 def test_atomic_path_needs_an_existing_folder(tmp_path):
     with pytest.raises(FileNotFoundError), atomic_path(pathlib.Path(tmp_path / "no" / "x"), overwrite=False):
         pytest.fail("must not be reached")
+
+
+def test_open_regular_file_gives_the_file_and_its_size(tmp_path):
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"12345")
+    with open_regular_file(path, kind="data file") as (handle, size):
+        assert size == 5
+        assert handle.read() == b"12345"
+    assert handle.closed
+
+
+def test_open_regular_file_refuses_missing_paths_and_non_files(tmp_path):
+    missing = pytest.raises(FileNotFoundError, match=r"path must name an existing data file, got .*absent")
+    with missing, open_regular_file(tmp_path / "absent", kind="data file"):
+        pass
+    not_a_file = pytest.raises(ValueError, match=r"path must be a regular data file \(not a directory or device\)")
+    with not_a_file, open_regular_file(tmp_path, kind="data file"):
+        pass
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    # Refused before opening: opening a FIFO for reading would block.
+    with pytest.raises(ValueError, match="regular data file"), open_regular_file(fifo, kind="data file"):
+        pass

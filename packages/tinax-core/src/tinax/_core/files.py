@@ -1,4 +1,4 @@
-"""Atomic file writes shared by the tinax distributions.
+"""Atomic file writes, and checked opens of files to read, shared by the tinax distributions.
 
 Every file tinax writes goes through :func:`atomic_write` (or, for native
 writers that open a path themselves, :func:`atomic_path`): the bytes land in a
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import pathlib
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO
 
-__all__ = ["atomic_path", "atomic_write", "fsync_directory"]
+__all__ = ["atomic_path", "atomic_write", "fsync_directory", "open_regular_file"]
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
 
@@ -139,3 +141,32 @@ def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: b
         else:
             temporary.unlink()
     fsync_directory(destination.parent)
+
+
+@contextlib.contextmanager
+def open_regular_file(path: pathlib.Path, *, kind: str) -> Iterator[tuple[io.FileIO, int]]:
+    """Opens an existing regular file for unbuffered binary reading, with its size.
+
+    The file type is checked before the file is opened, because opening a FIFO
+    for reading would block until some writer appears.
+
+    Args:
+      path: The file to read.
+      kind: What the file should be, for messages, such as ``"safetensors file"``.
+
+    Yields:
+      The open raw file (callers read in large blocks, so it has no buffer of
+      its own) and its size in bytes, taken from the open descriptor.
+
+    Raises:
+      FileNotFoundError: If nothing exists at ``path``.
+      ValueError: If ``path`` is not a regular file (a directory, a device).
+    """
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"path must name an existing {kind}, got {str(path)!r}, which does not exist") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise ValueError(f"path must be a regular {kind} (not a directory or device), got {str(path)!r}")
+    with open(path, "rb", buffering=0) as handle:
+        yield handle, os.fstat(handle.fileno()).st_size

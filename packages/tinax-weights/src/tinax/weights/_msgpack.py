@@ -27,7 +27,6 @@ import functools
 import math
 import os
 import pathlib
-import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_write
+from tinax._core.files import atomic_write, open_regular_file
 
 __all__ = ["load_msgpack", "save_msgpack"]
 
@@ -434,17 +433,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")
     expected = _target_structure(target, "target", frozenset())
-    try:
-        status = source.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"path must name an existing msgpack file, got {str(source)!r}, which does not exist"
-        ) from None
-    # Checked before opening: opening a FIFO for reading would wait for a writer.
-    if not stat.S_ISREG(status.st_mode):
-        validation.fail_value("path", "a regular msgpack file (not a directory or device)", str(source))
-    with open(source, "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
+    with open_regular_file(source, kind="msgpack file") as (handle, size):
         if size > limit:
             raise ValueError(
                 f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"

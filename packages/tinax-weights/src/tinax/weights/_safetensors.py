@@ -9,14 +9,11 @@ are written atomically.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import difflib
 import importlib
 import io
 import os
-import pathlib
-import stat
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -24,7 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_write
+from tinax._core.files import atomic_write, open_regular_file
 from tinax._core.host import require_host_array
 from tinax.weights import _dtypes
 from tinax.weights._header import (
@@ -110,7 +107,7 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
     """
     file_path = validation.require_path(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
-    with _open_for_reading(file_path) as (handle, file_size):
+    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
         return read_header(handle, file_size=file_size, source=str(file_path), max_metadata_bytes=metadata_limit).info
 
 
@@ -156,7 +153,7 @@ def load_safetensors(
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = _require_names(names)
     source = str(file_path)
-    with _open_for_reading(file_path) as (handle, file_size):
+    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
         selected = list(available) if requested is None else _require_known(requested, available, source)
@@ -253,21 +250,6 @@ def save_safetensors(
         handle.write(header)
         for _, _, array in planned:
             _write_little_endian_c_order(handle, array)
-
-
-@contextlib.contextmanager
-def _open_for_reading(file_path: pathlib.Path) -> Iterator[tuple[io.FileIO, int]]:
-    try:
-        status = file_path.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"path must name an existing safetensors file, got {str(file_path)!r}, which does not exist"
-        ) from None
-    # Checked before opening: opening a FIFO for reading would wait for a writer.
-    if not stat.S_ISREG(status.st_mode):
-        validation.fail_value("path", "a regular safetensors file (not a directory or device)", str(file_path))
-    with open(file_path, "rb", buffering=0) as handle:
-        yield handle, os.fstat(handle.fileno()).st_size
 
 
 def _require_names(names: object) -> tuple[str, ...] | None:
