@@ -82,7 +82,7 @@ def _time_fresh_saves(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--directory", type=Path, default=None)
