@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tinax._core.distributed_testing import cpu_child_environment
 from tinax._core.testing import TEST_DEVICE_COUNT
 from tinax.checkpointing import load_checkpointables, save_checkpointables
 
@@ -128,17 +129,7 @@ device_state = _state_namespace["device_state"]
 
 
 def _child_environment() -> dict[str, str]:
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
-    flags = [
-        flag for flag in environment.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in flag
-    ]
-    if flags:
-        environment["XLA_FLAGS"] = " ".join(flags)
-    else:
-        environment.pop("XLA_FLAGS", None)
-    environment["JAX_PLATFORMS"] = "cpu"
-    environment["JAX_NUM_CPU_DEVICES"] = str(TEST_DEVICE_COUNT)
-    return environment
+    return cpu_child_environment(TEST_DEVICE_COUNT)
 
 
 class _Helper:

@@ -34,6 +34,7 @@ from typing import IO, Any
 __all__ = [
     "ChildReport",
     "DistributedRunError",
+    "cpu_child_environment",
     "free_port",
     "run_processes",
 ]
@@ -165,7 +166,20 @@ def _body_spec(body: Callable[..., object] | str, directory: Path) -> dict[str, 
     return {"kind": "file", "path": str(Path(source).resolve()), "qualname": qualname}
 
 
-def _child_environment(devices_per_process: int, extra: dict[str, str] | None) -> dict[str, str]:
+def cpu_child_environment(devices_per_process: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child Python that must start JAX on its own CPU devices.
+
+    It is this process's environment without pytest's variables and without
+    an XLA device-count flag, with ``JAX_PLATFORMS=cpu`` and
+    ``JAX_NUM_CPU_DEVICES`` set, plus ``extra``.
+
+    Args:
+      devices_per_process: CPU devices the child's JAX starts with.
+      extra: Further variables to set, applied last.
+
+    Returns:
+      A new environment mapping for ``subprocess``.
+    """
     environment = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
     flags = [
         flag for flag in environment.get("XLA_FLAGS", "").split() if "force_host_platform_device_count" not in flag
@@ -281,7 +295,7 @@ def run_processes(
         raise TypeError(f"args must be JSON-serializable, got {args!r}") from error
 
     coordinator = f"127.0.0.1:{free_port()}"
-    environment = _child_environment(devices, env)
+    environment = cpu_child_environment(devices, env)
     with tempfile.TemporaryDirectory(prefix="tinax-distributed-") as scratch:
         directory = Path(scratch)
         spec = {
