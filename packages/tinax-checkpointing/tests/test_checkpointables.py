@@ -331,6 +331,17 @@ def test_missing_parent_folders_are_created(tmp_path):
     assert (path / "commit_success.txt").is_file()
 
 
+def test_relative_paths_mean_the_current_folder(tmp_path, monkeypatch):
+    # Orbax itself refuses relative paths, in the background, after the save started.
+    monkeypatch.chdir(tmp_path)
+    save_checkpointables("runs/checkpoint", {"model": {"w": jnp.arange(3.0)}}).result()
+    assert (tmp_path / "runs" / "checkpoint" / "commit_success.txt").is_file()
+    loaded = load_checkpointables("runs/checkpoint", {"model": {"w": np.ndarray}})
+    np.testing.assert_array_equal(loaded["model"]["w"], np.arange(3.0))
+    with pytest.raises(FileExistsError):
+        save_checkpointables(tmp_path / "runs" / "checkpoint", {"model": {"w": jnp.arange(3.0)}})
+
+
 # ---------------------------------------------------------------------------
 # Loading
 

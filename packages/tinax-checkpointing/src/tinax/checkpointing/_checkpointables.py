@@ -107,7 +107,8 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
       FileExistsError: If ``path`` exists, or a save to it is still in flight
         in this process.
     """
-    destination = validation.require_path(path, "path")
+    # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
+    destination = validation.require_path(path, "path").absolute()
     named = validation.require_str_mapping(checkpointables, "checkpointables")
     if not named:
         validation.fail_value("checkpointables", "a mapping with at least one checkpointable", named)
@@ -185,7 +186,7 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
         or the values do not fit the targets (Orbax's error is the cause).
       FileNotFoundError: If nothing exists at ``path``.
     """
-    source = validation.require_path(path, "path")
+    source = validation.require_path(path, "path").absolute()
     named = validation.require_str_mapping(targets, "targets")
     if not named:
         validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)
