@@ -30,7 +30,8 @@ def summary(stdout: str) -> dict[str, str]:
 
 def test_demo_trains_resumes_bit_identically_and_exports(tmp_path):
     output = tmp_path / "out"
-    completed = run_demo("--steps", "24", "--mesh", "4x2", "--output", str(output), cwd=tmp_path)
+    # A relative output folder, as the default one is: every path inside must work relative to it.
+    completed = run_demo("--steps", "24", "--mesh", "4x2", "--output", "out", cwd=tmp_path)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     rows = summary(completed.stdout)
     assert rows["traces used"] == "1 of 1"
