@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import pathlib
-
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from tinax._core import validation
-from tinax._core.files import atomic_write
 from tinax._core.keys import require_coordinate, require_key
 from tinax._core.shapes import is_extended_dtype, logical_nbytes, require_shape
 
@@ -208,58 +204,6 @@ def test_require_key_and_coordinates():
     with pytest.raises(TypeError, match="unsigned integer scalar"):
         require_coordinate(jnp.int32(1), "step")
     assert require_coordinate(np.uint32(5), "step") == 5
-
-
-def test_atomic_write_creates_the_file(tmp_path):
-    destination = tmp_path / "out.bin"
-    with atomic_write(destination, overwrite=False) as handle:
-        handle.write(b"payload")
-    assert destination.read_bytes() == b"payload"
-    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
-
-
-def test_atomic_write_refuses_an_existing_destination_unless_overwrite(tmp_path):
-    destination = tmp_path / "out.bin"
-    destination.write_bytes(b"old")
-    with pytest.raises(FileExistsError, match="already exists"), atomic_write(destination, overwrite=False):
-        pytest.fail("must not be reached")
-    with atomic_write(destination, overwrite=True) as handle:
-        handle.write(b"new")
-    assert destination.read_bytes() == b"new"
-
-
-def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
-    destination = tmp_path / "out.bin"
-    destination.write_bytes(b"old")
-
-    def crash_while_writing() -> None:
-        with atomic_write(destination, overwrite=True) as handle:
-            handle.write(b"partial")
-            raise RuntimeError("crash")
-
-    with pytest.raises(RuntimeError, match="crash"):
-        crash_while_writing()
-    assert destination.read_bytes() == b"old"
-    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
-
-
-def test_atomic_write_refuses_a_destination_created_meanwhile(tmp_path):
-    destination = tmp_path / "out.bin"
-
-    def race_with_another_writer() -> None:
-        with atomic_write(destination, overwrite=False) as handle:
-            handle.write(b"mine")
-            destination.write_bytes(b"theirs")
-
-    with pytest.raises(FileExistsError, match="another writer"):
-        race_with_another_writer()
-    assert destination.read_bytes() == b"theirs"
-    assert sorted(os.listdir(tmp_path)) == ["out.bin"]
-
-
-def test_atomic_write_needs_an_existing_folder(tmp_path):
-    with pytest.raises(FileNotFoundError), atomic_write(pathlib.Path(tmp_path / "no" / "x"), overwrite=False):
-        pass
 
 
 def test_host_array_checks_and_snapshots():
