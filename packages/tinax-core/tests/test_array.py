@@ -128,7 +128,8 @@ def test_to_numpy_rejects_non_arrays_keys_and_tracers():
         to_numpy(np.ones(2), writable=False)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="key_data"):
         to_numpy(jax.random.key(0), writable=False)
-    with pytest.raises(TypeError, match="not a traced value"):
+    # JAX's own error for a traced value used as a concrete one (a TypeError), as in tinax 0.2.
+    with pytest.raises(jax.errors.ConcretizationTypeError, match="not a traced value"):
         jax.jit(lambda x: to_numpy(x, writable=False))(jnp.ones(2))
 
 
@@ -141,8 +142,10 @@ def test_to_numpy_writable_must_be_a_bool(writable):
 def test_to_numpy_rejects_a_deleted_array():
     array = jnp.ones(3)
     array.delete()
-    with pytest.raises(ValueError, match="deleted or donated"):
+    with pytest.raises(ValueError, match="deleted or donated") as raised:
         to_numpy(array, writable=True)
+    # JAX reports a deleted array as JaxRuntimeError, which tinax 0.2 let through.
+    assert isinstance(raised.value, jax.errors.JaxRuntimeError)
 
 
 # from_dlpack ----------------------------------------------------------------
@@ -185,17 +188,80 @@ def test_from_dlpack_copy_must_be_bool_or_none():
         from_dlpack(np.ones(2), copy=1)  # type: ignore[arg-type]
 
 
-def test_from_dlpack_dtype_that_dlpack_cannot_carry_is_a_value_error():
-    with pytest.raises(ValueError, match="DLPack") as raised:
-        from_dlpack(np.array(["a", "b"]), copy=True)
-    assert raised.value.__cause__ is not None
+@pytest.mark.parametrize("copy", [None, False, True])
+def test_from_dlpack_dtype_that_dlpack_cannot_carry_is_numpys_own_buffer_error(copy):
+    # NumPy's __dlpack__ refuses the export itself; that error reaches the caller as it is.
+    with pytest.raises(BufferError, match="DLPack") as raised:
+        from_dlpack(np.array(["a", "b"]), copy=copy)
+    assert not isinstance(raised.value, ValueError)
 
 
-def test_from_dlpack_strided_producer_is_a_value_error():
+@pytest.mark.parametrize("copy", [None, False, True])
+def test_from_dlpack_strided_producer_is_a_value_error_that_is_still_jaxs_runtime_error(copy):
     strided = np.arange(16, dtype=np.float32)[::2]
-    with pytest.raises(ValueError, match="DLPack") as raised:
-        from_dlpack(strided, copy=False)
-    assert raised.value.__cause__ is not None
+    with pytest.raises(ValueError, match=r"^array float32\[8\] \(numpy.ndarray\) cannot be imported") as raised:
+        from_dlpack(strided, copy=copy)
+    # JAX raises JaxRuntimeError here, which tinax 0.2 let through unchanged.
+    assert isinstance(raised.value, jax.errors.JaxRuntimeError)
+    assert isinstance(raised.value.__cause__, jax.errors.JaxRuntimeError)
+    assert "striding" in str(raised.value)
+
+
+class FailingProducer:
+    """A DLPack producer whose own export fails with an error of its choosing."""
+
+    def __init__(self, error: BaseException, *, in_device_query: bool = False) -> None:
+        self.error = error
+        self.in_device_query = in_device_query
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self.in_device_query:
+            raise self.error
+        return (1, 0)  # kDLCPU, device 0
+
+    def __dlpack__(self, *, stream: object = None, **kwargs: object) -> object:
+        raise self.error
+
+
+class ProducerError(Exception):
+    pass
+
+
+@pytest.mark.parametrize("copy", [None, False, True])
+@pytest.mark.parametrize("in_device_query", [False, True], ids=["export", "device-query"])
+@pytest.mark.parametrize(
+    "error",
+    [
+        RuntimeError("export failed"),
+        BufferError("export failed"),
+        ValueError("export failed"),
+        TypeError("export failed"),
+        ProducerError("export failed"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_from_dlpack_lets_the_producers_own_exception_through_unchanged(copy, in_device_query, error):
+    with pytest.raises(type(error)) as raised:
+        from_dlpack(FailingProducer(error, in_device_query=in_device_query), copy=copy)
+    assert raised.value is error
+    assert raised.value.__cause__ is None
+
+
+def test_from_dlpack_unsupported_device_type_is_a_type_error():
+    class ElsewhereProducer(FailingProducer):
+        def __dlpack_device__(self) -> tuple[int, int]:
+            return (99, 0)  # no DLPack device type JAX knows
+
+    with pytest.raises(TypeError, match="cannot be imported through DLPack") as raised:
+        from_dlpack(ElsewhereProducer(RuntimeError("never exported")))
+    assert isinstance(raised.value.__cause__, TypeError)
+
+
+def test_from_dlpack_copy_false_onto_another_device_is_a_value_error():
+    producer = jax.device_put(jnp.arange(4), jax.devices()[0])
+    with pytest.raises(ValueError, match="cannot be imported through DLPack with copy=False") as raised:
+        from_dlpack(producer, copy=False, device=jax.devices()[1])
+    assert isinstance(raised.value.__cause__, ValueError)
 
 
 # safe_astype ----------------------------------------------------------------
@@ -268,13 +334,35 @@ def test_safe_astype_refuses_64_bit_targets_that_jax_would_narrow():
         safe_astype(jnp.ones(2, jnp.int32), jnp.int64)
 
 
+@pytest.mark.parametrize("source", [jnp.bool_, jnp.int8, jnp.int16, jnp.uint16, jnp.float16, jnp.bfloat16, jnp.float32])
+def test_safe_astype_none_is_the_default_float_dtype(source):
+    # As in tinax 0.2 (and NumPy's astype): None asks for the default floating dtype.
+    array = jnp.arange(3).astype(source)
+    result = safe_astype(array, None)  # type: ignore[arg-type]
+    assert result.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(result), np.asarray(array).astype(np.float32))
+
+
+def test_safe_astype_none_still_refuses_a_lossy_cast_to_the_default_float():
+    array = jnp.array([2**24 + 1], dtype=jnp.int32)
+    with pytest.raises(ValueError, match="allow_lossy"):
+        safe_astype(array, None)  # type: ignore[arg-type]
+    assert safe_astype(array, None, allow_lossy=True).dtype == np.float32  # type: ignore[arg-type]
+
+
+def test_safe_astype_none_is_float64_with_64_bit_types():
+    with jax.enable_x64(True):
+        array = jnp.array([2**24 + 1], dtype=jnp.int32)
+        result = safe_astype(array, None)  # type: ignore[arg-type]
+        assert result.dtype == np.float64
+        assert int(result[0]) == 2**24 + 1
+
+
 def test_safe_astype_argument_kinds():
     with pytest.raises(TypeError, match="array must be a jax.Array"):
         safe_astype(np.ones(2), jnp.float32)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="dtype must be a numeric or bool dtype"):
         safe_astype(jnp.ones(2), "not-a-dtype")
-    with pytest.raises(TypeError, match="dtype must be a numeric or bool dtype"):
-        safe_astype(jnp.ones(2), None)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="allow_lossy must be a bool"):
         safe_astype(jnp.ones(2), jnp.float32, allow_lossy=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="numeric or bool dtype"):
@@ -388,7 +476,7 @@ def test_inspect_array_key_arrays_have_no_logical_nbytes():
 def test_inspect_array_rejects_non_arrays_and_tracers():
     with pytest.raises(TypeError, match="array must be a jax.Array"):
         inspect_array(np.ones(2))  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="not a traced value"):
+    with pytest.raises(jax.errors.ConcretizationTypeError, match="not a traced value"):
         jax.jit(inspect_array)(jnp.ones(2))
 
 

@@ -94,8 +94,20 @@ def test_signatures_match_the_compatible_surface():
     assert batched["max_traces"].default is inspect.Parameter.empty
 
 
-def test_trace_budget_error_is_a_runtime_error():
+def test_trace_budget_error_is_a_runtime_error_and_an_assertion_error():
+    # tinax 0.2 raised AssertionError for an exceeded budget; code catching that keeps working.
     assert issubclass(TraceBudgetExceededError, RuntimeError)
+    assert issubclass(TraceBudgetExceededError, AssertionError)
+
+
+@pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
+def test_exceeded_budget_is_caught_as_an_assertion_error(wrap):
+    wrapped = wrap(lambda x: x * 2, max_traces=1)
+    wrapped(jnp.arange(4.0))
+    with pytest.raises(AssertionError, match="max_traces=1") as caught:
+        wrapped(jnp.arange(6.0))
+    assert isinstance(caught.value, TraceBudgetExceededError)
+    assert wrapped.trace_count == 1
 
 
 def test_importing_tinax_jit_starts_no_backend_and_no_integration():
@@ -235,6 +247,13 @@ def test_non_mesh_not_allowed(wrap, mesh):
         wrap(scale, max_traces=1, mesh="data")
     with pytest.raises(TypeError, match=r"mesh must be None or a jax.sharding.Mesh, got .*AbstractMesh"):
         wrap(scale, max_traces=1, mesh=mesh.abstract_mesh)
+
+
+@pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
+def test_empty_mesh_not_allowed_at_wrap_time(wrap):
+    empty = jax.sharding.Mesh(np.empty((0,), dtype=object), ("data",), axis_types=(AxisType.Explicit,))
+    with pytest.raises(ValueError, match=r"^mesh must be None or a mesh with at least one device, got "):
+        wrap(scale, max_traces=1, mesh=empty)
 
 
 @pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])

@@ -178,15 +178,37 @@ def test_split_key_continuation_differs_from_the_input_and_the_operation_keys() 
     assert len(seen) == 5
 
 
+@key_kinds
+def test_split_key_with_count_zero_gives_an_empty_key_batch(make_key: Callable[[], jax.Array]) -> None:
+    # As in tinax 0.2: the continuation is still split off, and no operation key is made.
+    key = make_key()
+    continuation, operation_keys = split_key(key, count=0)
+    expected = jax.random.split(key, 1)
+    assert_same_key(continuation, expected[0])
+    assert continuation.shape == key.shape
+    assert operation_keys.shape[0] == 0
+    assert operation_keys.dtype == key.dtype
+    assert operation_keys.shape[1:] == key.shape
+    assert not np.array_equal(key_bits(continuation), key_bits(key))
+
+
+def test_split_key_with_count_zero_under_jit_matches_eager() -> None:
+    key = typed_key(31)
+    jitted_continuation, jitted_keys = jax.jit(lambda key: split_key(key, count=0))(key)
+    continuation, operation_keys = split_key(key, count=0)
+    assert_same_key(jitted_continuation, continuation)
+    assert jitted_keys.shape == operation_keys.shape == (0,)
+
+
 @pytest.mark.parametrize("count", [True, False, 1.0, "2", None, np.bool_(True)])
 def test_split_key_count_of_the_wrong_kind_is_a_type_error(count: object) -> None:
-    with pytest.raises(TypeError, match=r"^count must be an int >= 1, got "):
+    with pytest.raises(TypeError, match=r"^count must be an int >= 0, got "):
         split_key(typed_key(), count=count)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("count", [0, -1])
-def test_split_key_count_below_one_is_a_value_error(count: int) -> None:
-    with pytest.raises(ValueError, match=r"^count must be an int >= 1, got "):
+@pytest.mark.parametrize("count", [-1, -5])
+def test_split_key_negative_count_is_a_value_error(count: int) -> None:
+    with pytest.raises(ValueError, match=r"^count must be an int >= 0, got "):
         split_key(typed_key(), count=count)
 
 
@@ -258,23 +280,58 @@ def test_a_key_is_not_a_coordinate(name: str, derive: Callable[[jax.Array, objec
 # --- key checks -------------------------------------------------------------------------------------------------
 
 
+# The exception types are tinax 0.2's: an array whose shape no single key has is a bad value
+# (ValueError), anything else that is not a key is the wrong kind of object (TypeError).
+
+
+@pytest.mark.parametrize("call", list(WITH_KEY.values()), ids=list(WITH_KEY))
+@pytest.mark.parametrize(
+    "key",
+    [jnp.uint32(5), np.uint32(5), np.asarray(5, dtype=np.uint32), 0, None, object(), [0, 1]],
+    ids=["uint32-scalar", "numpy-uint32-scalar", "numpy-0d-array", "int", "none", "object", "list"],
+)
+def test_a_non_array_or_a_scalar_that_is_no_key_is_a_type_error(call: Callable[[object], object], key: object) -> None:
+    with pytest.raises(TypeError, match=r"^key must be a single PRNG key"):
+        call(key)
+
+
 @pytest.mark.parametrize("call", list(WITH_KEY.values()), ids=list(WITH_KEY))
 @pytest.mark.parametrize(
     "key",
     [
         jax.random.split(jax.random.key(0), 3),
+        jax.random.key(0).reshape(1, 1),
         jax.random.split(jax.random.PRNGKey(0), 3),
         jnp.array([0, 1], dtype=jnp.int32),
-        jnp.uint32(5),
+        jnp.array([0, 1, 2], dtype=jnp.uint32),
         np.array([0, 1], dtype=np.uint32),
-        0,
-        None,
+        np.zeros((2,), dtype=np.float32),
     ],
-    ids=["typed-batch", "raw-batch", "int32-vector", "uint32-scalar", "numpy-raw-key", "int", "none"],
+    ids=[
+        "typed-batch",
+        "typed-2d",
+        "raw-batch",
+        "int32-vector",
+        "uint32-wrong-length",
+        "numpy-raw-key",
+        "float-vector",
+    ],
 )
-def test_anything_but_a_single_key_is_a_type_error(call: Callable[[object], object], key: object) -> None:
-    with pytest.raises(TypeError, match=r"^key must be a single PRNG key"):
+def test_an_array_of_a_shape_no_single_key_has_is_a_value_error(call: Callable[[object], object], key: object) -> None:
+    with pytest.raises(ValueError, match=r"^key must be a single PRNG key"):
         call(key)
+
+
+@pytest.mark.parametrize("call", list(WITH_KEY.values()), ids=list(WITH_KEY))
+def test_a_raw_key_of_another_implementation_is_refused_under_the_default(call: Callable[[object], object]) -> None:
+    rbg_data = jax.random.key_data(jax.random.key(0, impl="rbg"))  # four words, not threefry's two
+    with pytest.raises(ValueError, match=r"^key must be a single PRNG key"):
+        call(rbg_data)
+
+
+@pytest.mark.parametrize("call", list(WITH_KEY.values()), ids=list(WITH_KEY))
+def test_a_typed_key_of_another_implementation_is_accepted(call: Callable[[object], object]) -> None:
+    call(jax.random.key(0, impl="rbg"))
 
 
 # --- under jit --------------------------------------------------------------------------------------------------
@@ -330,7 +387,7 @@ def test_split_key_under_jit_matches_eager(make_key: Callable[[], jax.Array], co
 
 
 def test_split_key_refuses_a_traced_count() -> None:
-    with pytest.raises(TypeError, match=r"^count must be an int >= 1, got "):
+    with pytest.raises(TypeError, match=r"^count must be an int >= 0, got "):
         jax.jit(lambda key, count: split_key(key, count=count))(typed_key(), 2)
 
 
@@ -360,7 +417,7 @@ def test_traced_uint64_coordinates_are_a_type_error(
             jax.jit(derive)(typed_key(), value)
 
 
-def test_a_traced_batched_key_is_a_type_error() -> None:
+def test_a_traced_batched_key_is_a_value_error() -> None:
     keys = jax.random.split(typed_key(), 2)
-    with pytest.raises(TypeError, match=r"^key must be a single PRNG key"):
+    with pytest.raises(ValueError, match=r"^key must be a single PRNG key"):
         jax.jit(lambda keys: derive_key(keys, 1))(keys)

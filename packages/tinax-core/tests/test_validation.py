@@ -192,10 +192,14 @@ def test_require_key_and_coordinates():
     assert require_key(key, "key") is key
     legacy = jax.random.PRNGKey(0)
     assert require_key(legacy, "key") is legacy
-    with pytest.raises(TypeError, match="key must be a single PRNG key"):
+    with pytest.raises(ValueError, match="key must be a single PRNG key"):
         require_key(jax.random.split(key, 2), "key")
-    with pytest.raises(TypeError, match="key must be a single PRNG key"):
+    with pytest.raises(ValueError, match="key must be a single PRNG key"):
         require_key(jnp.zeros(2, jnp.int32), "key")
+    with pytest.raises(TypeError, match="key must be a single PRNG key"):
+        require_key(jnp.uint32(0), "key")
+    with pytest.raises(TypeError, match="key must be a single PRNG key"):
+        require_key("key", "key")
     assert require_coordinate(2**32 - 1, "step") == 2**32 - 1
     with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*32 - 1\], got 4294967296"):
         require_coordinate(2**32, "step")

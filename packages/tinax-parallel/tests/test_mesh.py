@@ -138,6 +138,8 @@ def test_layout_rejects_a_non_mesh():
         ([1], r"partitions\[0\] must be a mesh-axis name"),
         ([["data"]], r"partitions\[0\] must be a mesh-axis name"),
         ([("data", 2)], r"partitions\[0\]\[1\] must be a non-empty str"),
+        # An empty tuple is no kind of entry layout takes; tinax 0.2 also raised TypeError.
+        ([None, ()], r"partitions\[1\] must be a mesh-axis name, a non-empty tuple"),
     ],
 )
 def test_layout_rejects_wrong_entry_types(partitions, match):
@@ -149,7 +151,6 @@ def test_layout_rejects_wrong_entry_types(partitions, match):
     ("partitions", "match"),
     [
         ([""], r"partitions\[0\] must be a non-empty str"),
-        ([None, ()], r"partitions\[1\] must be a mesh-axis name, a non-empty tuple"),
         ([("data", "")], r"partitions\[0\]\[1\] must be a non-empty str"),
         (["batch"], "partitions\\[0\\] names mesh axis 'batch', which the mesh does not have"),
         ([("data", "other")], "mesh axis 'other'"),

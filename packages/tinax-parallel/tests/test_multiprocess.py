@@ -196,7 +196,8 @@ def test_wrong_declared_process_index_or_count(processes: int, devices: int) -> 
         assert f"this is process {process}" in result["index"]["message"]
         assert result["count"]["type"] == "RuntimeError"
         assert f"has {processes} processes" in result["count"]["message"]
-        assert result["index_out_of_range"]["type"] == "ValueError"
+        assert result["index_out_of_range"]["type"] == "RuntimeError"
+        assert f"process_index is {processes}" in result["index_out_of_range"]["message"]
         assert result["right_ok"] is True
 
 

@@ -88,8 +88,6 @@ def test_rejects_wrong_kinds(overrides, match):
     [
         ({"replica_policy": "gather"}, "replica_policy must be one of 'disallow', 'assume_consistent'"),
         ({"process_index": -1}, "process_index must be an int >= 0"),
-        ({"process_index": 1}, r"process_index must be an int in \[0, 0\]"),
-        ({"process_index": 2, "process_count": 2}, r"process_index must be an int in \[0, 1\]"),
         ({"process_count": 0}, "process_count must be an int >= 1"),
         ({"global_shape": (4, 8, 1)}, "local_data has rank 2 .* rank 3"),
         ({"global_shape": (-4, 8)}, r"global_shape\[0\] must be an int >= 0"),
@@ -110,12 +108,47 @@ def test_rejects_bad_values(overrides, match):
     ("overrides", "match"),
     [
         ({"process_count": 2}, "process_count is 2, but the JAX runtime has 1"),
-        ({"process_index": 1, "process_count": 2}, "process_count is 2"),
+        ({"process_index": 0, "process_count": 2}, "process_count is 2"),
+        # An index the runtime cannot have disagrees with it, as in tinax 0.2.
+        ({"process_index": 1}, "process_index is 1, but the JAX runtime says this is process 0"),
+        ({"process_index": 2, "process_count": 2}, "process_index is 2"),
+        ({"process_index": 1, "process_count": 1}, "process_index is 1"),
     ],
 )
 def test_rejects_a_runtime_mismatch(overrides, match):
-    with pytest.raises(RuntimeError, match=match):
+    with pytest.raises(RuntimeError, match=match) as raised:
         build(**overrides)
+    assert not isinstance(raised.value, ValueError)
+
+
+def refuse_lookup(what: str):
+    def lookup(*args, **kwargs):
+        raise AssertionError(f"{what} was queried")
+
+    return lookup
+
+
+@pytest.mark.parametrize(
+    ("declared", "queried"),
+    [
+        ({}, set()),
+        ({"process_index": 0}, {"process_index"}),
+        ({"process_count": 1}, {"process_count"}),
+        ({"process_index": 0, "process_count": 1}, {"process_index", "process_count"}),
+    ],
+    ids=["nothing", "index", "count", "both"],
+)
+def test_process_identity_is_queried_only_when_declared(monkeypatch, declared, queried):
+    asked: list[str] = []
+    for name in ("process_index", "process_count"):
+        runtime = getattr(jax, name)
+        if name in queried:
+            monkeypatch.setattr(jax, name, lambda runtime=runtime, name=name: (asked.append(name), runtime())[1])
+        else:
+            monkeypatch.setattr(jax, name, refuse_lookup(name))
+    result = build(**declared)
+    np.testing.assert_array_equal(np.asarray(result), np.arange(32, dtype=np.float32).reshape(4, 8))
+    assert set(asked) == queried
 
 
 def test_rejects_a_process_index_the_runtime_disagrees_with(monkeypatch):

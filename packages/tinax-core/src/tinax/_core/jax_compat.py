@@ -17,14 +17,18 @@ import jax
 from jax._src import core as _jax_core  # Private, but stable across 0.10-0.12.
 from jax.sharding import AxisType, Mesh
 
+from tinax._core.validation import expectation_message
+
 __all__ = [
     "JAX_VERSION",
+    "RuntimeValueError",
     "Tracer",
     "backends_are_initialized",
     "initialize_distributed",
     "is_tracer",
     "mesh_axis_types",
     "mesh_scope",
+    "require_concrete",
     "tracing_in_progress",
     "using_mesh",
 ]
@@ -39,6 +43,34 @@ Tracer = jax.core.Tracer
 def is_tracer(value: object) -> bool:
     """Returns whether ``value`` is an abstract value being traced."""
     return isinstance(value, Tracer)
+
+
+def require_concrete(value: object, name: str, expected: str) -> None:
+    """Refuses a traced value where a concrete array is needed.
+
+    Raises:
+      jax.errors.ConcretizationTypeError: If ``value`` is a tracer. It is a
+        ``TypeError``, as the tinax error contract asks, and the type JAX
+        itself raises when a traced value is used as a concrete one (and
+        that tinax 0.2 let through).
+    """
+    if is_tracer(value):
+        raise jax.errors.ConcretizationTypeError(value, expectation_message(name, expected, value))  # type: ignore[arg-type]
+
+
+class RuntimeValueError(ValueError, jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib ships no stub for it
+    """A bad value that JAX itself reports as ``jax.errors.JaxRuntimeError``.
+
+    tinax raises ValueError for a bad value (a deleted array, a tensor JAX
+    cannot import). Where JAX would raise ``JaxRuntimeError`` for the same
+    input, and tinax 0.2 let that through, this error is both, so code that
+    catches either keeps working.
+    """
+
+    def __init__(self, message: str) -> None:
+        # JaxRuntimeError keeps its message in state that only its own
+        # __init__ sets up; ValueError's alone would leave str() broken.
+        jax.errors.JaxRuntimeError.__init__(self, message)
 
 
 def backends_are_initialized() -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -34,23 +36,44 @@ def require_key(value: object, name: str) -> jax.Array:
     """Checks for a single PRNG key.
 
     Accepts a typed key of shape ``()`` (from ``jax.random.key``) or a raw
-    ``uint32`` key vector (from the legacy ``jax.random.PRNGKey``). Batches of
-    keys are refused: deriving from a batch would fold the same coordinate into
-    every key, which is rarely what the caller meant.
+    ``uint32`` key vector of the default PRNG implementation (from the legacy
+    ``jax.random.PRNGKey``). Batches of keys are refused: deriving from a
+    batch would fold the same coordinate into every key, which is rarely what
+    the caller meant.
+
+    The exception types follow tinax 0.2: an array whose shape no single key
+    has (a batch, a vector that is no raw key) is a bad value, anything else
+    that is not a key is the wrong kind of object.
 
     Raises:
-      TypeError: If the value is not a single key.
+      TypeError: If the value is not an array, or is a scalar array that is
+        not a typed key.
+      ValueError: If the value is an array of a shape that no single key has.
     """
     expected = "a single PRNG key (a typed key of shape () or a raw uint32 key vector)"
-    if not isinstance(value, jax.Array):
+    if not isinstance(value, (jax.Array, np.ndarray)):
         validation.fail_type(name, expected, value)
     if is_key_array(value):
         if value.shape != ():
-            validation.fail_type(name, expected, value)
+            validation.fail_value(name, expected, value)
+        return value  # type: ignore[return-value]  # NumPy has no key dtypes: this is a jax.Array.
+    if isinstance(value, jax.Array) and value.dtype == np.uint32 and value.shape == _raw_key_shape():
         return value
-    if value.dtype != np.uint32 or value.ndim != 1:
+    if value.ndim == 0:
         validation.fail_type(name, expected, value)
-    return value
+    raise ValueError(validation.expectation_message(name, expected, value))
+
+
+def _raw_key_shape() -> tuple[int, ...]:
+    """The shape of a raw key of the configured default PRNG implementation."""
+    return _raw_key_shape_of(str(jax.config.jax_default_prng_impl))  # type: ignore[attr-defined]
+
+
+@functools.cache
+def _raw_key_shape_of(implementation: str) -> tuple[int, ...]:
+    # Abstract evaluation only: no key is computed and no backend is needed.
+    data = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=implementation)))
+    return tuple(data.shape)
 
 
 def require_coordinate(value: object, name: str) -> int | jax.Array:

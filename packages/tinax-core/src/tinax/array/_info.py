@@ -8,7 +8,7 @@ from typing import Any
 import jax
 
 from tinax._core import validation
-from tinax._core.jax_compat import is_tracer
+from tinax._core.jax_compat import require_concrete
 from tinax._core.shapes import logical_nbytes
 
 __all__ = ["ArrayInfo", "inspect_array"]
@@ -48,11 +48,11 @@ def inspect_array(array: jax.Array) -> ArrayInfo:
       An :class:`ArrayInfo`.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
+        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
     """
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
-    if is_tracer(array):
-        validation.fail_type("array", "a concrete jax.Array, not a traced value", array)
+    require_concrete(array, "array", "a concrete jax.Array, not a traced value")
     shape = tuple(int(extent) for extent in array.shape)
     return ArrayInfo(
         shape=shape,

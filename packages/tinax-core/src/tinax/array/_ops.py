@@ -137,7 +137,8 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
     Args:
       array: A ``jax.Array``, concrete or traced.
       dtype: The target dtype. It must be representable in the current JAX
-        configuration (64-bit types need ``jax_enable_x64``).
+        configuration (64-bit types need ``jax_enable_x64``). None means the
+        default floating dtype: float32, or float64 with ``jax_enable_x64``.
       allow_lossy: Whether a cast that may change values is acceptable. A
         lossy complex-to-real cast keeps the real part.
 
@@ -154,7 +155,15 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
     if is_extended_dtype(array.dtype):
         validation.fail_type("array", "an array with a numeric or bool dtype", array)
-    target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    requested: object = dtype  # DTypeLike leaves None out, but callers of tinax 0.2 pass it.
+    if requested is None:
+        # As in NumPy's astype (and tinax 0.2), None is the default floating
+        # dtype; in JAX that is float32 unless 64-bit types are enabled. The
+        # cast is then checked like any other, so a lossy int32 -> float32
+        # still needs allow_lossy.
+        target = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+    else:
+        target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
     validation.require_bool(allow_lossy, "allow_lossy")
     source = np.dtype(array.dtype)
     if not allow_lossy and not is_value_preserving_cast(source, target):

@@ -11,7 +11,7 @@ from jax.sharding import Sharding
 
 from tinax._core import validation
 from tinax._core.host import host_source, require_host_array
-from tinax._core.jax_compat import is_tracer
+from tinax._core.jax_compat import RuntimeValueError, require_concrete
 from tinax._core.shapes import is_extended_dtype
 
 __all__ = ["from_dlpack", "from_numpy", "to_numpy"]
@@ -78,10 +78,12 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
       A ``numpy.ndarray`` with the array's shape and dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``, is a tracer, has an
-        extended dtype such as a PRNG key, or ``writable`` is not a bool.
+      TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype
+        such as a PRNG key, or ``writable`` is not a bool. A traced value
+        raises ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
       ValueError: If the array is not fully addressable from this process
-        or has been deleted (for example donated).
+        or has been deleted (for example donated); for a deleted array the
+        error is also the ``jax.errors.JaxRuntimeError`` JAX raises there.
     """
     _require_concrete_array(array, "array")
     validation.require_bool(writable, "writable")
@@ -94,7 +96,9 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
             f"{len(array.sharding.addressable_devices)} are local"
         )
     if array.is_deleted():
-        validation.fail_value("array", "a live array (it was deleted or donated)", array)
+        raise RuntimeValueError(
+            validation.expectation_message("array", "a live array (it was deleted or donated)", array)
+        )
     if writable:
         return np.array(array, copy=True)
     host = np.asarray(array)
@@ -102,6 +106,47 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
         # JAX returned a fresh buffer; freeze it so both forms behave the same.
         host.flags.writeable = False
     return host
+
+
+class _DLPackBufferError(ValueError, BufferError):
+    """A ``BufferError`` raised while importing, outside the producer's own methods."""
+
+
+class _WatchedProducer:
+    """Forwards the DLPack protocol to a producer and remembers what the producer raised.
+
+    ``from_dlpack`` passes this stand-in to JAX so that an exception raised by
+    the producer's own ``__dlpack__`` or ``__dlpack_device__`` can be told
+    apart from one raised by JAX, and handed back to the caller unchanged.
+    """
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+        self.raised: BaseException | None = None
+
+    def __dlpack_device__(self) -> Any:
+        try:
+            return self._producer.__dlpack_device__()
+        except BaseException as error:
+            self.raised = error
+            raise
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self._producer.__dlpack__(*args, **kwargs)
+        except BaseException as error:
+            self.raised = error
+            raise
+
+    def __repr__(self) -> str:
+        return repr(self._producer)
+
+
+def _is_tensorflow_tensor(value: object) -> bool:
+    # JAX recognises TensorFlow's eager tensors by their type and then omits
+    # the stream argument they refuse, so they must reach JAX as they are.
+    kind = type(value)
+    return kind.__qualname__ == "EagerTensor" and kind.__module__.endswith("tensorflow.python.framework.ops")
 
 
 def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device | Sharding | None = None) -> jax.Array:
@@ -123,34 +168,59 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
 
     Raises:
       TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a
-        bool or None, or ``device`` is of the wrong kind.
-      ValueError: If the import cannot honour the request: ``copy=False``
-        where sharing is impossible, a strided producer, or a dtype that
-        DLPack cannot carry (strings, objects).
+        bool or None, ``device`` is of the wrong kind, or JAX does not
+        support the producer's device type.
+      ValueError: If JAX cannot import the tensor as asked: ``copy=False``
+        where sharing is impossible, a sharding over several devices, or a
+        strided producer. Where JAX reports the failure as a
+        ``jax.errors.JaxRuntimeError`` the ValueError is one too.
+      Exception: Whatever the producer's own ``__dlpack__`` or
+        ``__dlpack_device__`` raises passes through unchanged; NumPy, for
+        example, raises ``BufferError`` for a read-only array or a dtype
+        that DLPack cannot carry (strings, objects).
     """
     if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
         validation.fail_type("array", "an object implementing __dlpack__ and __dlpack_device__", array)
     if copy is not None:
         validation.require_bool(copy, "copy")
     placement = _require_placement(device)
+    watched = None if _is_tensorflow_tensor(array) else _WatchedProducer(array)
     try:
-        imported: jax.Array = jax.dlpack.from_dlpack(array, device=placement, copy=None if copy else copy)
+        imported: jax.Array = jax.dlpack.from_dlpack(
+            array if watched is None else watched, device=placement, copy=None if copy else copy
+        )
         if not copy:
             return imported
         independent = jnp.copy(imported)
         independent.block_until_ready()
-    except TypeError as error:
-        raise TypeError(f"array {validation.describe(array)} cannot be imported through DLPack: {error}") from error
-    except (ValueError, RuntimeError, BufferError) as error:
-        raise ValueError(
-            f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}: {error}"
-        ) from error
+    except Exception as error:
+        translated = None if watched is not None and error is watched.raised else _import_error(error, array, copy)
+        if translated is None:
+            raise  # The producer's own failure (or one we have no better word for) as it is.
+        raise translated from error
     return independent
+
+
+def _import_error(error: Exception, array: object, copy: bool | None) -> Exception | None:
+    """Translates a failure of JAX's importer, keeping the type JAX raised catchable.
+
+    Returns:
+      The exception to raise from ``error``, or None to let ``error`` through.
+    """
+    if isinstance(error, TypeError):
+        return TypeError(f"array {validation.describe(array)} cannot be imported through DLPack: {error}")
+    message = f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}: {error}"
+    if isinstance(error, RuntimeError):
+        return RuntimeValueError(message)
+    if isinstance(error, BufferError):
+        return _DLPackBufferError(message)
+    if isinstance(error, ValueError):
+        return ValueError(message)
+    return None
 
 
 def _require_concrete_array(array: object, name: str) -> Any:
     if not isinstance(array, jax.Array):
         validation.fail_type(name, "a jax.Array", array)
-    if is_tracer(array):
-        validation.fail_type(name, "a concrete jax.Array, not a traced value", array)
+    require_concrete(array, name, "a concrete jax.Array, not a traced value")
     return array

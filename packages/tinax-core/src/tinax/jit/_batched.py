@@ -63,7 +63,7 @@ def batched_jit(
         None (bools are refused), ``axis_size`` or ``max_traces`` is not an
         int, or ``mesh`` is not a ``jax.sharding.Mesh``.
       ValueError: If ``axis_size`` or ``max_traces`` is below 1, or ``mesh``
-        has a Manual axis.
+        has no devices or a Manual axis.
       TraceBudgetExceededError: When a call would trace the batched function
         more than ``max_traces`` times.
     """

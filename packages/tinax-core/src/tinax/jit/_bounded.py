@@ -72,7 +72,7 @@ def bounded_jit(
         ``mesh`` is not a ``jax.sharding.Mesh``.
       ValueError: If ``max_traces`` is below 1, an argument name is empty,
         repeated, not a parameter that can be passed by keyword, or both
-        static and donated, or ``mesh`` has a Manual axis.
+        static and donated, or ``mesh`` has no devices or a Manual axis.
       TraceBudgetExceededError: When a call (or ``lower``) would trace the
         function more than ``max_traces`` times. The message names the
         argument that differs from the previous trace.

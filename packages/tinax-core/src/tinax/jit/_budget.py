@@ -20,13 +20,16 @@ R = TypeVar("R")
 _MAX_REPORTED_CHANGES = 5
 
 
-class TraceBudgetExceededError(RuntimeError):
+class TraceBudgetExceededError(RuntimeError, AssertionError):
     """A function wrapped by ``tinax.jit`` was about to be traced too often.
 
     Each trace is followed by a compilation, so an unexpected retrace usually
     means that an argument's shape, dtype, weak type, sharding or static value
     varies between calls. The message names the function, its budget and the
     argument that differs from the previous trace.
+
+    It is also an ``AssertionError``, the type tinax 0.2 raised for an
+    exceeded budget, so code that catches that keeps working.
     """
 
 

@@ -23,11 +23,14 @@ def require_mesh(value: object, name: str) -> Mesh | None:
 
     Raises:
       TypeError: If the value is neither None nor a ``jax.sharding.Mesh``.
-      ValueError: If the mesh has a Manual axis.
+      ValueError: If the mesh has no devices or has a Manual axis.
     """
     if value is None:
         return None
     mesh = validation.require_instance(value, name, Mesh, "None or a jax.sharding.Mesh")
+    if mesh.devices.size == 0:
+        # JAX builds such a mesh without complaint, but nothing can run on it.
+        validation.fail_value(name, "None or a mesh with at least one device", mesh)
     if AxisType.Manual in mesh_axis_types(mesh):
         validation.fail_value(name, "None or a mesh without Manual axes (jax.set_mesh refuses them)", mesh)
     return mesh

@@ -33,10 +33,12 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
       A key of the same kind as ``key``.
 
     Raises:
-      TypeError: If ``key`` is not a single key, or a coordinate is a bool,
-        not an integer, or an array of the wrong dtype or shape.
-      ValueError: If no coordinate is given, or a Python coordinate is out of
-        range. Deriving with no coordinate would hand back ``key`` itself,
+      TypeError: If ``key`` is not an array or is a scalar array that is
+        no key, or a coordinate is a bool, not an integer, or an array of the
+        wrong dtype or shape.
+      ValueError: If ``key`` is an array of a shape no single key has (a
+        batch of keys, for example), no coordinate is given, or a Python
+        coordinate is out of range. Deriving with no coordinate would hand back ``key`` itself,
         and using it twice would repeat its random numbers.
     """
     checked_key = require_key(key, "key")
@@ -76,10 +78,11 @@ def derive_process_step_key(
       A key of the same kind as ``key``.
 
     Raises:
-      TypeError: If ``key`` is not a single key, or a coordinate is a bool,
-        not an integer, or an array of the wrong dtype or shape. The message
-        names the keyword.
-      ValueError: If a Python coordinate is out of range.
+      TypeError: If ``key`` is not an array or is a scalar array that is
+        no key, or a coordinate is a bool, not an integer, or an array of the
+        wrong dtype or shape. The message names the keyword.
+      ValueError: If ``key`` is an array of a shape no single key has, or a
+        Python coordinate is out of range.
     """
     checked_key = require_key(key, "key")
     checked = [
@@ -103,7 +106,9 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
 
     Args:
       key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
-      count: How many operation keys to make, at least 1.
+      count: How many operation keys to make, 0 or more. With 0 the
+        operation keys are an empty key array and the continuation key is
+        still a fresh key, different from ``key``.
 
     Returns:
       ``(continuation, operation_keys)``: one key of the same kind as
@@ -111,12 +116,13 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
       Together they are exactly ``jax.random.split(key, count + 1)``.
 
     Raises:
-      TypeError: If ``key`` is not a single key, or ``count`` is a bool or
-        not an integer.
-      ValueError: If ``count`` is less than 1.
+      TypeError: If ``key`` is not an array or is a scalar array that is
+        no key, or ``count`` is a bool or not an integer.
+      ValueError: If ``key`` is an array of a shape no single key has, or
+        ``count`` is negative.
     """
     checked_key = require_key(key, "key")
-    checked_count = validation.require_positive_int(count, "count")
+    checked_count = validation.require_non_negative_int(count, "count")
     keys = jax.random.split(checked_key, checked_count + 1)
     return keys[0], keys[1:]
 

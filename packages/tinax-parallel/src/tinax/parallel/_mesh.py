@@ -96,10 +96,9 @@ _ENTRY_EXPECTATION = "a mesh-axis name, a non-empty tuple of names or None"
 def _require_partition_entry(value: object, name: str) -> str | tuple[str, ...] | None:
     if value is None or isinstance(value, str):
         return None if value is None else validation.require_str(value, name)
-    if not isinstance(value, tuple):
+    if not isinstance(value, tuple) or not value:
+        # An empty tuple is no kind of entry here (tinax 0.2 raised TypeError too).
         validation.fail_type(name, _ENTRY_EXPECTATION, value)
-    if not value:
-        validation.fail_value(name, _ENTRY_EXPECTATION, value)
     return tuple(validation.require_str(item, f"{name}[{index}]") for index, item in enumerate(value))
 
 
@@ -120,11 +119,11 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
 
     Raises:
       TypeError: If ``mesh`` is not a ``jax.sharding.Mesh``, ``partitions``
-        is not a sequence, or an entry (or a name in a tuple entry) has the
-        wrong type.
-      ValueError: If an axis of ``mesh`` is not Explicit, an entry is an empty
-        name or empty tuple, names an axis the mesh does not have, or a mesh
-        axis appears more than once.
+        is not a sequence, or an entry is of the wrong type or an empty
+        tuple, or a name in a tuple entry is not a ``str``.
+      ValueError: If an axis of ``mesh`` is not Explicit, a name is empty,
+        an entry names an axis the mesh does not have, or a mesh axis
+        appears more than once.
     """
     validation.require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")
     not_explicit = _axes_text(mesh, lambda kind: kind != AxisType.Explicit)

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 
 from tinax._core import validation
-from tinax._core.jax_compat import is_tracer
+from tinax._core.jax_compat import require_concrete
 from tinax._core.shapes import logical_nbytes
 
 __all__ = ["addressable_indices", "addressable_payload_nbytes", "logical_payload_nbytes"]
@@ -21,8 +21,7 @@ def _require_array(value: object, name: str) -> jax.Array:
 
 def _require_placed_array(value: object, name: str) -> jax.Array:
     array = _require_array(value, name)
-    if is_tracer(array):
-        validation.fail_type(name, "a concrete jax.Array with a sharding, not a traced value", array)
+    require_concrete(array, name, "a concrete jax.Array with a sharding, not a traced value")
     return array
 
 
@@ -69,7 +68,8 @@ def addressable_payload_nbytes(array: jax.Array) -> int | None:
       None for an extended dtype such as a PRNG key array.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
+        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
     """
     _require_placed_array(array, "array")
     shape = tuple(array.shape)
@@ -103,7 +103,8 @@ def addressable_indices(array: jax.Array) -> dict[jax.Device, Index | None]:
       sharding gives no index.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array`` or is a traced value.
+      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
+        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
     """
     _require_placed_array(array, "array")
     indices: Any = array.sharding.addressable_devices_indices_map(tuple(array.shape))

@@ -93,9 +93,11 @@ def from_process_local_data(
         accept it, on the caller's word that every process passes identical
         data for such blocks.
       process_index: If given, the index this process expects to have; it
-        must be below the process count and match ``jax.process_index()``.
+        must match ``jax.process_index()``. The runtime is only asked when
+        this is given.
       process_count: If given, the number of processes expected; it must
-        match ``jax.process_count()``.
+        match ``jax.process_count()``, which is only asked when this is
+        given.
 
     Returns:
       The global ``jax.Array`` of shape ``global_shape`` laid out by
@@ -108,13 +110,13 @@ def from_process_local_data(
         ``replica_policy`` is not a str, or ``process_index`` /
         ``process_count`` is neither an int nor None (bools are refused).
       ValueError: If ``replica_policy`` is not a known policy,
-        ``process_index`` is negative or not below the process count,
-        ``process_count`` is below 1, the ranks of ``local_data`` and
+        ``process_index`` is negative, ``process_count`` is below 1, the ranks of ``local_data`` and
         ``global_shape`` differ, the sharding cannot split ``global_shape``,
         ``local_data``'s extents differ from what this process covers, or a
         block is replicated across processes under ``"disallow"``.
       RuntimeError: If ``process_index`` or ``process_count`` differs from
-        what the JAX runtime reports.
+        what the JAX runtime reports (an index that is not below the number
+        of processes always does).
     """
     require_host_array(local_data, "local_data")
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")
@@ -126,17 +128,19 @@ def from_process_local_data(
     if process_index is not None:
         declared_index = validation.require_non_negative_int(process_index, "process_index")
 
-    runtime_count = jax.process_count()
-    count = runtime_count if declared_count is None else declared_count
-    if declared_index is not None and declared_index >= count:
-        validation.fail_value("process_index", f"an int in [0, {count - 1}] for {count} processes", process_index)
-    if declared_count is not None and declared_count != runtime_count:
-        raise RuntimeError(f"process_count is {declared_count}, but the JAX runtime has {runtime_count} processes")
-    runtime_index = jax.process_index()
-    if declared_index is not None and declared_index != runtime_index:
-        raise RuntimeError(
-            f"process_index is {declared_index}, but the JAX runtime says this is process {runtime_index}"
-        )
+    # The runtime is asked only about what the caller declared: without a
+    # declaration there is nothing to check, and the call stays independent
+    # of how the process identity is looked up.
+    if declared_index is not None:
+        runtime_index = jax.process_index()
+        if declared_index != runtime_index:
+            raise RuntimeError(
+                f"process_index is {declared_index}, but the JAX runtime says this is process {runtime_index}"
+            )
+    if declared_count is not None:
+        runtime_count = jax.process_count()
+        if declared_count != runtime_count:
+            raise RuntimeError(f"process_count is {declared_count}, but the JAX runtime has {runtime_count} processes")
 
     if local_data.ndim != len(shape):
         raise ValueError(
