@@ -166,13 +166,13 @@ def test_weights_exported_per_array_reload_onto_the_original_layout(tmp_path: pa
         assert host.shape == originals[name].shape, name
         assert host.dtype == originals[name].dtype, name
     path = tmp_path / "model.safetensors"
-    save_safetensors(path, tensors, overwrite=False, metadata={"mesh": "2x4"})
+    save_safetensors(path, tensors, overwrite=False, metadata={"mesh": "2x4"}, max_metadata_bytes=64)
 
-    info = inspect_safetensors(path)
+    info = inspect_safetensors(path, max_metadata_bytes=64)
     budget = sum(host.nbytes for host in tensors.values())
     with pytest.raises(ValueError, match="max_bytes"):
-        load_safetensors(path, max_bytes=budget - 1)
-    loaded = load_safetensors(path, max_bytes=budget)
+        load_safetensors(path, max_bytes=budget - 1, max_metadata_bytes=64)
+    loaded = load_safetensors(path, max_bytes=budget, max_metadata_bytes=64)
     assert info.metadata == {"mesh": "2x4"}
     assert set(loaded.tensors) == set(originals)
 

@@ -37,7 +37,7 @@ CHILD = textwrap.dedent(
     count = 0
     while True:
         tensors, metadata = versions[count % 2]
-        save_safetensors(path, tensors, overwrite=True, metadata=metadata)
+        save_safetensors(path, tensors, overwrite=True, metadata=metadata, max_metadata_bytes=64)
         count += 1
     """
 )
@@ -56,8 +56,8 @@ def version(index: int) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, str]
 
 def matching_version(path: pathlib.Path) -> int | None:
     """Returns which version the file holds exactly, or None if it matches neither."""
-    inspect_safetensors(path)  # The header must validate completely.
-    loaded = load_safetensors(path, max_bytes=path.stat().st_size)
+    inspect_safetensors(path, max_metadata_bytes=64)  # The header must validate completely.
+    loaded = load_safetensors(path, max_bytes=path.stat().st_size, max_metadata_bytes=64)
     for index in (0, 1):
         tensors, metadata = version(index)
         same_names = loaded.info.metadata == metadata and loaded.tensors.keys() == tensors.keys()

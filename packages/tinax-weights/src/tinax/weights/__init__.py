@@ -3,9 +3,11 @@
 Everything here exchanges explicit host NumPy arrays and never gathers a
 global JAX array. Loads are planned from the file's header and refused before
 any payload is read when they exceed the caller's byte budget; every dtype
-comes back exactly (bfloat16 and float8 included); manifests rename, reshape
-and check tensors and report every mismatch at once. Writes are atomic and
-never replace a file unless asked to. flax is never imported.
+comes back exactly (bfloat16 and float8 included); metadata is read and
+written only under an explicit size limit; manifests rename, reshape and check
+tensors. Writes are atomic and never replace a file unless asked to. flax is
+never imported, and importing this module imports neither safetensors nor
+msgpack.
 """
 
 from tinax.weights._header import SafetensorsInfo, TensorInfo

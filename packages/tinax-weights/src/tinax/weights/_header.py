@@ -21,6 +21,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax.weights import _dtypes
+from tinax.weights._dtypes import SafetensorsDtype
 
 __all__ = [
     "LENGTH_FIELD_BYTES",
@@ -31,6 +32,7 @@ __all__ = [
     "TensorInfo",
     "encode_header",
     "forget_validated_headers",
+    "malformed",
     "metadata_nbytes",
     "read_exactly",
     "read_header",
@@ -45,7 +47,6 @@ MAX_HEADER_BYTES = 100_000_000
 METADATA_KEY = "__metadata__"
 
 _TENSOR_KEYS = ("dtype", "shape", "data_offsets")
-_TENSOR_KEY_SET = frozenset(_TENSOR_KEYS)
 _INT_TYPE = {int}
 # Longer shapes take the step-by-step path, whose size check stays cheap for any rank.
 _MAX_PLAIN_RANK = 16
@@ -69,18 +70,38 @@ _remembered_lock = threading.Lock()
 class TensorInfo:
     """What a safetensors header says about one tensor.
 
+    Two descriptions are equal when their shapes and dtypes are; where the
+    data lies in a file (``data_offsets``) does not take part, so a
+    description read from a file equals one written by hand.
+
     Attributes:
-      shape: The extents, as a tuple of non-negative ints.
-      dtype: The exact NumPy or ml_dtypes type of the elements, in native byte
-        order (for example ``np.dtype(ml_dtypes.bfloat16)`` for ``BF16``).
-        Anything ``numpy.dtype`` accepts is converted to a ``numpy.dtype``.
+      shape: The extents, as a tuple of non-negative ints. Any sequence of
+        ints is accepted.
+      dtype: The safetensors dtype name, such as ``"F32"`` or ``"BF16"``, as a
+        ``SafetensorsDtype``: a ``str`` (equal to and hashing like the name,
+        as in tinax 0.2) that also compares equal to the exact NumPy or
+        ml_dtypes type (``np.dtype(ml_dtypes.bfloat16)`` for ``"BF16"``);
+        :attr:`numpy_dtype` is that type. Given as a name (one of ``BOOL``, ``U8`` to ``U64``,
+        ``I8`` to ``I64``, ``F16``, ``BF16``, ``F32``, ``F64``, ``C64``, the
+        float8 names ``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``, ``F8_E4M3FNUZ``,
+        ``F8_E5M2FNUZ`` and the packed sub-byte ``F4``, ``F6_E2M3``,
+        ``F6_E3M2``), or as a ``numpy.dtype`` or NumPy scalar type that has
+        such a name.
       data_offsets: ``(start, end)`` byte offsets of the data relative to the
         start of the payload, or None for a description not read from a file.
+
+    Raises:
+      TypeError: If ``shape`` is not a sequence of ints (bools refused), or
+        ``dtype`` is neither a str nor a NumPy type with a safetensors name.
+      ValueError: If an extent is negative, ``dtype`` is a str that names no
+        safetensors dtype, a packed sub-byte tensor does not fill whole bytes,
+        or ``data_offsets`` is not a ``(start, end)`` pair with start <= end.
     """
 
     shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-    data_offsets: tuple[int, int] | None = None
+    # Typed as tinax 0.2 typed it; the value is always a SafetensorsDtype.
+    dtype: str
+    data_offsets: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -90,12 +111,11 @@ class TensorInfo:
                 self.shape, "shape", item_check=validation.require_non_negative_int, description="a sequence of ints"
             ),
         )
-        dtype: object = self.dtype
-        if not isinstance(dtype, np.dtype):
-            try:
-                object.__setattr__(self, "dtype", np.dtype(dtype))  # type: ignore[call-overload]
-            except TypeError:
-                validation.fail_type("dtype", "a numpy.dtype or something numpy.dtype accepts", dtype)
+        dtype = _require_tensor_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        if math.prod(self.shape) * dtype.bits % 8:
+            expected = f"a shape whose {dtype} elements fill whole bytes ({dtype.bits} bits each)"
+            validation.fail_value("shape", expected, self.shape)
         if self.data_offsets is not None:
             offsets = validation.require_sequence(
                 self.data_offsets,
@@ -110,7 +130,33 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         """The size of the tensor's data in bytes."""
-        return math.prod(self.shape) * self.dtype.itemsize
+        return math.prod(self.shape) * _dtypes.KNOWN_NAMES[self.dtype].bits // 8
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any] | None:
+        """The exact NumPy or ml_dtypes type of the elements, native byte order; None for packed types."""
+        return _dtypes.SAFETENSORS_DTYPES.get(self.dtype)
+
+
+_DTYPE_EXPECTATION = "a safetensors dtype name (a str) or a NumPy dtype that has one"
+
+
+def _require_tensor_dtype(value: object) -> SafetensorsDtype:
+    if isinstance(value, SafetensorsDtype):
+        return value
+    if isinstance(value, str):
+        return _dtypes.safetensors_dtype(value)
+    # numpy.dtype reads None as float64 and True as bool: neither is meant here.
+    if value is None or isinstance(value, bool):
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    try:
+        dtype = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError:
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    name = _dtypes.dtype_name(dtype)
+    if name is None:
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    return _dtypes.KNOWN_NAMES[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,18 +164,47 @@ class SafetensorsInfo:
     """The validated header of a safetensors file.
 
     Attributes:
-      tensors: Name to :class:`TensorInfo`, in the order the data lies in the
-        file (by start offset).
-      metadata: The ``__metadata__`` mapping, empty when the file has none.
+      tensors: Name to :class:`TensorInfo`, sorted by name. Any mapping is
+        accepted and stored as a new dict.
+      metadata: The ``__metadata__`` mapping of str to str, empty when the
+        file has none. Any such mapping (or None, for none) is accepted and
+        stored as a new dict.
+
+    Raises:
+      TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo`
+        or ``metadata`` is not a mapping of str to str.
     """
 
     tensors: Mapping[str, TensorInfo]
-    metadata: dict[str, str]
+    metadata: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        tensors = validation.require_str_mapping(self.tensors, "tensors")
+        for name, info in tensors.items():
+            validation.require_instance(info, f"tensors[{name!r}]", TensorInfo, "a TensorInfo")
+        metadata = {} if self.metadata is None else validation.require_str_to_str_mapping(self.metadata, "metadata")
+        object.__setattr__(self, "tensors", dict(tensors))
+        object.__setattr__(self, "metadata", dict(metadata))
+
+    @classmethod
+    def _validated(cls, tensors: dict[str, TensorInfo], metadata: dict[str, str]) -> SafetensorsInfo:
+        # Built from a header that was just validated: the checks of
+        # __post_init__ hold by construction and would cost a pass over
+        # every tensor on each load.
+        info = object.__new__(cls)
+        object.__setattr__(info, "tensors", tensors)
+        object.__setattr__(info, "metadata", metadata)
+        return info
 
     @property
     def nbytes(self) -> int:
         """The total size of all tensors' data in bytes."""
         return sum(info.nbytes for info in self.tensors.values())
+
+    @property
+    def total_bytes(self) -> int:
+        """The total size of all tensors' data in bytes (the same as :attr:`nbytes`)."""
+        return self.nbytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,16 +222,27 @@ class _DuplicateKeyError(ValueError):
 
 
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # The json module keeps the last of repeated keys without a word; a header
-    # that names a tensor twice is ambiguous, so it is refused instead.
+    # The json module keeps the last of repeated keys without a word. A key
+    # repeated with the same value says one thing twice (the upstream reader
+    # accepts it); repeated with different values the header is ambiguous,
+    # and silently picking one could load the wrong tensor, so it is refused.
     result = dict(pairs)
     if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
+        for key, value in pairs:
+            if value != result[key]:
                 raise _DuplicateKeyError(key)
-            seen.add(key)
     return result
+
+
+def malformed(message: str) -> ValueError:
+    """Returns the error for a malformed safetensors file, with ``message``.
+
+    It is a ValueError and also the upstream ``safetensors.SafetensorError``,
+    imported only now so that importing tinax.weights never imports it.
+    """
+    from tinax.weights._malformed import MalformedSafetensorsError
+
+    return MalformedSafetensorsError(message)
 
 
 def _refuse_constant(constant: str) -> NoReturn:
@@ -210,20 +296,21 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
       handle: The file, opened for binary reading.
       file_size: The file's size in bytes.
       source: How to name the file in messages.
-      max_metadata_bytes: Limit on :func:`metadata_nbytes` of the metadata;
-        0 for none.
+      max_metadata_bytes: Limit on :func:`metadata_nbytes` of non-empty
+        metadata; 0 allows no metadata at all (an empty mapping passes).
 
     Returns:
       The header and the offset of the payload's first byte.
 
     Raises:
       ValueError: If anything about the header is malformed or inconsistent
-        with the file's size, naming the file and, where one is at fault,
-        the tensor.
+        with the file's size (also a ``safetensors.SafetensorError``), naming
+        the file and, where one is at fault, the tensor; or if the metadata
+        exceeds ``max_metadata_bytes`` (a plain ValueError).
     """
 
     def fail(problem: str) -> NoReturn:
-        raise ValueError(f"{source} is not a valid safetensors file: {problem}")
+        raise malformed(f"{source} is not a valid safetensors file: {problem}")
 
     header_bytes = _read_header_bytes(handle, file_size, fail)
     payload_start = LENGTH_FIELD_BYTES + len(header_bytes)
@@ -241,9 +328,12 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
                 while len(_remembered) > _REMEMBERED_HEADERS:
                     _remembered.popitem(last=False)
     tensors, metadata, metadata_size = validated
-    if max_metadata_bytes and metadata_size > max_metadata_bytes:
-        fail(f"{METADATA_KEY} encodes to {metadata_size} bytes, more than max_metadata_bytes={max_metadata_bytes}")
-    return ParsedHeader(SafetensorsInfo(tensors=dict(tensors), metadata=dict(metadata)), payload_start)
+    if metadata and metadata_size > max_metadata_bytes:
+        raise ValueError(
+            f"the {METADATA_KEY} of {source} encodes to {metadata_size} bytes, more than "
+            f"max_metadata_bytes={max_metadata_bytes}; pass a larger max_metadata_bytes to read it"
+        )
+    return ParsedHeader(SafetensorsInfo._validated(dict(tensors), dict(metadata)), payload_start)
 
 
 def forget_validated_headers() -> None:
@@ -290,11 +380,13 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
     # so a plainly valid entry is accepted by one compound test; anything else
     # goes through the step-by-step checks, which name the exact problem.
     dtypes = _dtypes.SAFETENSORS_DTYPES
+    names = _dtypes.KNOWN_NAMES
     new_info = object.__new__
     spans: list[tuple[int, int, int, str, TensorInfo]] = []
     for index, (name, entry) in enumerate(header.items()):
         try:
-            dtype = dtypes[entry["dtype"]]
+            dtype_text = entry["dtype"]
+            dtype = dtypes[dtype_text]
             shape = entry["shape"]
             start, end = entry["data_offsets"]
             plainly_valid = (
@@ -315,7 +407,7 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
             # What __post_init__ would check is established above, and running
             # it for thousands of tensors is measurable, so it is bypassed.
             info = new_info(TensorInfo)
-            vars(info).update(shape=tuple(shape), dtype=dtype, data_offsets=(start, end))
+            vars(info).update(shape=tuple(shape), dtype=names[dtype_text], data_offsets=(start, end))
         else:
             checked_shape, checked_dtype, (start, end) = _check_tensor(name, entry, payload_size, fail)
             info = TensorInfo(checked_shape, checked_dtype, (start, end))
@@ -325,7 +417,7 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
     # start where the one before it ended, and the last must end exactly at
     # the end of the file.
     spans.sort()
-    tensors: dict[str, TensorInfo] = {}
+    by_offset: dict[str, TensorInfo] = {}
     cursor = 0
     previous: str | None = None
     for start, end, _, name, info in spans:
@@ -334,7 +426,7 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
                 fail(f"tensor {name!r} (data_offsets [{start}, {end}]) overlaps {previous!r}, which ends at {cursor}")
             after = f"after tensor {previous!r}" if previous is not None else "at the start of the payload"
             fail(f"tensor {name!r} starts at {start}, leaving bytes {cursor} to {start} {after} unused")
-        tensors[name] = info
+        by_offset[name] = info
         cursor = end
         previous = name
     if cursor != payload_size:
@@ -342,6 +434,8 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
             f"the last tensor ({previous!r}) ends" if previous is not None else "the header describes no data and ends"
         )
         fail(f"{last} at payload byte {cursor}, but the payload has {payload_size} bytes")
+    # Described by name, as the upstream reader lists them.
+    tensors = {name: by_offset[name] for name in sorted(by_offset)}
     return tensors, metadata, metadata_nbytes(metadata)
 
 
@@ -377,7 +471,7 @@ def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:
 
 def _check_tensor(
     name: str, entry: object, payload_size: int, fail: _Fail
-) -> tuple[tuple[int, ...], np.dtype[Any], tuple[int, int]]:
+) -> tuple[tuple[int, ...], SafetensorsDtype, tuple[int, int]]:
     if not name.isascii():
         problem = utf8_text_problem(name)
         if problem is not None:
@@ -388,35 +482,31 @@ def _check_tensor(
 
     if type(entry) is not dict:
         fail_tensor(f"its entry must be a JSON object, got {validation.describe(entry)}")
-    if entry.keys() != _TENSOR_KEY_SET:
-        missing = [key for key in _TENSOR_KEYS if key not in entry]
-        unexpected = sorted(key for key in entry if key not in _TENSOR_KEY_SET)
-        fail_tensor(
-            f"its entry must have exactly the keys {list(_TENSOR_KEYS)}; missing {missing}, unexpected {unexpected}"
-        )
+    # Other keys are ignored, as the upstream reader ignores them.
+    missing = [key for key in _TENSOR_KEYS if key not in entry]
+    if missing:
+        fail_tensor(f"its entry must have the keys {list(_TENSOR_KEYS)}; missing {missing}")
 
     dtype_text = entry["dtype"]
     if type(dtype_text) is not str:
         fail_tensor(f"dtype must be a str, got {validation.describe(dtype_text)}")
-    dtype = _dtypes.SAFETENSORS_DTYPES.get(dtype_text)
+    dtype = _dtypes.KNOWN_NAMES.get(dtype_text)
     if dtype is None:
-        if dtype_text in _dtypes.PACKED_DTYPES:
-            fail_tensor(
-                f"dtype {dtype_text!r} ({_dtypes.PACKED_DTYPES[dtype_text]}) has no NumPy or ml_dtypes counterpart"
-            )
-        fail_tensor(f"unknown dtype {dtype_text!r}; known: {', '.join(_dtypes.SAFETENSORS_DTYPES)}")
+        fail_tensor(f"unknown dtype {dtype_text!r}; known: {', '.join(_dtypes.KNOWN_NAMES)}")
 
     shape = entry["shape"]
     if type(shape) is not list:
         fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
-    # Multiplying stops once the product exceeds the payload (unless a later
-    # extent is 0), so a hostile shape of many huge extents costs no more than
-    # a valid one.
+    # Multiplying stops once the product exceeds the most elements the payload
+    # could hold (two per byte, for 4-bit types), unless a later extent is 0,
+    # so a hostile shape of many huge extents costs no more than a valid one.
+    # A product still within that cap is exact.
+    cap = payload_size * 2
     element_count = 1
     for extent in shape:
         if type(extent) is not int or extent < 0:
             fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
-        if element_count <= payload_size or extent == 0:
+        if element_count <= cap or extent == 0:
             element_count *= extent
 
     offsets = entry["data_offsets"]
@@ -429,11 +519,18 @@ def _check_tensor(
         fail_tensor(f"data_offsets [{start}, {end}] end before they start")
     if end > payload_size:
         fail_tensor(f"data_offsets [{start}, {end}] run past the end of the {payload_size}-byte payload")
-    expected = element_count * dtype.itemsize
-    if end - start != expected:
-        needed = f"{expected} bytes" if element_count <= payload_size else "more bytes than the whole payload"
+    if element_count > cap:
         fail_tensor(
-            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs {needed}"
+            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs more "
+            "bytes than the whole payload"
+        )
+    bits = element_count * dtype.bits
+    if bits % 8:
+        fail_tensor(f"shape {shape} of {dtype_text} ({dtype.bits}-bit elements) does not fill whole bytes")
+    if end - start != bits // 8:
+        fail_tensor(
+            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs "
+            f"{bits // 8} bytes"
         )
     return tuple(shape), dtype, (start, end)
 

@@ -36,6 +36,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.files import atomic_write, open_regular_file
+from tinax.weights._paths import MissingFilePathError, require_file_destination, require_not_a_directory
 
 __all__ = ["load_msgpack", "save_msgpack"]
 
@@ -149,7 +150,8 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     before anything is written.
 
     Args:
-      path: The file to write. Its folder must exist.
+      path: The file to write. Its folder must exist; it must not be a
+        symbolic link.
       state: The state dict: a mapping with ``str`` keys whose values are
         nested mappings of the same kind or leaves. A leaf is a
         ``numpy.ndarray`` or NumPy scalar with a bool, integer, floating,
@@ -167,14 +169,16 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         structured dtype, a list, a tuple, or any other object. The message
         names the leaf's key path.
       ValueError: If an int leaf is outside the 64-bit range, a string is not
-        valid UTF-8, a mapping contains itself, or a key is flax's reserved
-        ``"__msgpack_chunked_array__"``.
+        valid UTF-8, a mapping contains itself, a key is flax's reserved
+        ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
+      IsADirectoryError: If ``path`` is a directory (also a ValueError).
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist.
     """
     destination = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
     tree = _checked_state(state, "state", frozenset())
+    require_file_destination(destination)
     with atomic_write(destination, overwrite=overwrite) as handle:
         _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
 
@@ -367,15 +371,12 @@ _Leaf = _ArrayLeaf | _ScalarLeaf | _PythonLeaf
 @dataclass
 class _Mismatches:
     missing: list[str]
-    unexpected: list[str]
     leaves: list[str]
 
     def lines(self) -> list[str]:
         lines = []
         if self.missing:
             lines.append(f"missing from the file: {', '.join(self.missing)}")
-        if self.unexpected:
-            lines.append(f"in the file but not in target: {', '.join(self.unexpected)}")
         return lines + self.leaves
 
 
@@ -385,7 +386,9 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     Like ``flax.serialization.from_bytes`` for a state dict, without flax:
     files written by flax's ``to_bytes`` and ``msgpack_serialize`` load,
     chunked arrays included. The file is compared with ``target`` key by key
-    and leaf by leaf, and every difference is reported at once. A leaf
+    and leaf by leaf, and every difference is reported at once. Keys of the
+    file that ``target`` does not have are left out of the result, as flax
+    leaves them out, so a target may restore part of a state dict. A leaf
     matches when:
 
     * ``target`` holds an array (a ``numpy.ndarray``, or anything with
@@ -422,24 +425,28 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
         bool included), or ``target`` is not a mapping with ``str`` keys or
         holds a leaf of another kind (a list, a PRNG key array, ...).
       ValueError: If ``max_bytes`` is below 1, ``path`` is not a regular file
-        (a directory, say), the file is larger than ``max_bytes`` (checked
+        (a device, say), the file is larger than ``max_bytes`` (checked
         before reading it), the file is not a well-formed msgpack state dict
         (truncated, trailing bytes, an unknown extension or dtype, a foreign
-        format; the decoder's error is chained), or it does not match
-        ``target``: the message lists every missing key, every unexpected key
-        and every mismatched leaf.
-      FileNotFoundError: If nothing exists at ``path``.
+        format; the decoder's error is chained, and where msgpack has its own
+        error type for the problem, such as ``msgpack.ExtraData`` for
+        trailing bytes, the error is also of that type), or it does not match
+        ``target``: the message lists every missing key and every mismatched
+        leaf.
+      FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
+        directory (then also a ValueError), as tinax 0.2 reported it.
     """
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")
     expected = _target_structure(target, "target", frozenset())
+    require_not_a_directory(source, kind="msgpack file", error=MissingFilePathError)
     with open_regular_file(source, kind="msgpack file") as (handle, size):
         if size > limit:
             raise ValueError(
                 f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
             )
         loaded = _read_tree(handle, size, source)
-    mismatches = _Mismatches([], [], [])
+    mismatches = _Mismatches([], [])
     restored = _restore_mapping(expected, loaded, (), mismatches)
     problems = mismatches.lines()
     if problems:
@@ -511,15 +518,18 @@ def _read_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, A
         strict_map_key=True,
         ext_hook=_decode_extension,
     )
+    from tinax.weights import _msgpack_errors
+
     try:
         tree = unpacker.unpack()
         consumed = unpacker.tell()
     except msgpack.OutOfData as error:
         raise ValueError(f"{str(source)!r} ends in the middle of a value; it is truncated") from error
     except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as error:
-        raise ValueError(f"{str(source)!r} is not a well-formed msgpack state dict: {_cause(error)}") from error
+        message = f"{str(source)!r} is not a well-formed msgpack state dict: {_cause(error)}"
+        raise _msgpack_errors.malformed(message, error) from error
     if consumed != size:
-        raise ValueError(
+        raise _msgpack_errors.TrailingDataError(
             f"{str(source)!r} has {size - consumed} bytes after its msgpack value; it is not a single state dict"
         )
     if not isinstance(tree, dict):
@@ -610,7 +620,7 @@ def _restore_mapping(
             continue
         # Popping releases each loaded value (a chunked array's pieces, say) once it is restored.
         restored[key] = _restore_value(expected, loaded.pop(key), (*path, key), mismatches)
-    mismatches.unexpected.extend(_key_path((*path, key)) for key in loaded)
+    # What is left is what target does not ask for: flax drops it, and so does this.
     return restored
 
 
