@@ -9,8 +9,11 @@ Commands (run through hatch from the repository root):
                                     the members' current versions and extras
 
 A member is any folder under packages/ with a pyproject.toml. The meta
-distribution is the one named `tinax`; it pins every member exactly, with all
-of the member's extras.
+distribution is the one named `tinax`; it pins every member exactly, with each
+of the member's extras except `all` (redundant once every extra is named) and
+the accelerator extras (`gpu`, `tpu`). Those the meta offers as extras of its
+own, as tinax 0.2 did: `tinax[gpu]` pins `tinax-core[gpu]` and adds the CUDA
+build of JAX, `tinax[tpu]` the TPU build, within tinax-core's JAX range.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
 META_NAME = "tinax"
 FAMILY_PREFIX = "tinax-"
+#: Extras that select an accelerator: the meta offers each one itself, with
+#: the JAX build that goes with it, instead of pinning it for every install.
+ACCELERATOR_EXTRAS = {"gpu": "cuda12", "tpu": "tpu"}
+CORE_NAME = "tinax-core"
 
 
 @dataclasses.dataclass
@@ -89,9 +96,27 @@ def sibling_range(version: Version) -> str:
     return f">={version},<{next_minor(version)}"
 
 
+def meta_pin_extras(member: Distribution) -> list[str]:
+    return [extra for extra in member.extras if extra != "all" and extra not in ACCELERATOR_EXTRAS]
+
+
 def meta_pin(member: Distribution) -> str:
-    extras = f"[{','.join(member.extras)}]" if member.extras else ""
-    return f"{member.name}{extras}=={member.version}"
+    extras = meta_pin_extras(member)
+    listed = f"[{','.join(extras)}]" if extras else ""
+    return f"{member.name}{listed}=={member.version}"
+
+
+def meta_accelerator_extras(members: dict[str, Distribution]) -> dict[str, list[str]]:
+    """The meta's own `gpu`/`tpu` extras: tinax-core's extra plus the matching JAX build."""
+    core = members.get(CORE_NAME)
+    if core is None:
+        return {}
+    (jax,) = [requirement for requirement in core.requirements if canonicalize_name(requirement.name) == "jax"]
+    return {
+        extra: [f"{core.name}[{extra}]=={core.version}", f"jax[{jax_extra}]{jax.specifier}"]
+        for extra, jax_extra in ACCELERATOR_EXTRAS.items()
+        if extra in core.extras
+    }
 
 
 def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
@@ -111,10 +136,19 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
         specifiers = list(pin.specifier)
         if len(specifiers) != 1 or specifiers[0].operator != "==" or Version(specifiers[0].version) != member.version:
             problems.append(f"{meta.name}: pins {pin}, but {name} is at {member.version}")
-        if sorted(pin.extras) != member.extras:
+        if sorted(pin.extras) != meta_pin_extras(member):
             problems.append(
-                f"{meta.name}: pins {name} with extras {sorted(pin.extras)}, but {name} offers {member.extras}"
+                f"{meta.name}: pins {name} with extras {sorted(pin.extras)}, expected {meta_pin_extras(member)}"
             )
+    offered = {
+        str(extra): [str(line) for line in lines]
+        for extra, lines in meta.document["project"].get("optional-dependencies", {}).items()
+    }
+    if offered != meta_accelerator_extras(members):
+        problems.append(
+            f"{meta.name}: extras {offered} differ from {meta_accelerator_extras(members)} "
+            "(run `hatch run release:sync-meta`)"
+        )
     for name in pins:
         problems.append(f"{meta.name}: pins {name}, which is not a member under packages/")
     for member in [*members.values(), meta]:
@@ -144,14 +178,27 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
 def sync_meta(members: dict[str, Distribution], meta: Distribution) -> bool:
     wanted = [meta_pin(member) for member in sorted(members.values(), key=lambda item: item.name)]
     current = [str(line) for line in meta.document["project"].get("dependencies", [])]
-    if current == wanted:
+    wanted_extras = meta_accelerator_extras(members)
+    current_extras = {
+        str(extra): [str(line) for line in lines]
+        for extra, lines in meta.document["project"].get("optional-dependencies", {}).items()
+    }
+    if current == wanted and current_extras == wanted_extras:
         return False
-    array = tomlkit.array()
-    array.multiline(True)
-    array.extend(wanted)
-    meta.document["project"]["dependencies"] = array
+    meta.document["project"]["dependencies"] = _multiline(wanted)
+    extras_table = tomlkit.table()
+    for extra, lines in wanted_extras.items():
+        extras_table[extra] = _multiline(lines)
+    meta.document["project"]["optional-dependencies"] = extras_table
     meta.save()
     return True
+
+
+def _multiline(lines: list[str]) -> tomlkit.items.Array:
+    array = tomlkit.array()
+    array.multiline(True)
+    array.extend(lines)
+    return array
 
 
 def bumped(version: Version, part: str) -> Version:

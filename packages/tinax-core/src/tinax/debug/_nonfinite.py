@@ -1,0 +1,95 @@
+"""Reporting NaN and infinity from inside staged computations."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from tinax._core import validation
+
+__all__ = ["observe_nonfinite"]
+
+
+def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None], max_indices: int) -> jax.Array:
+    """Calls ``callback`` on the host when ``values`` holds NaN or infinity.
+
+    Works eagerly and inside ``jax.jit``, ``jax.vmap`` and differentiation.
+    Only a bounded summary leaves the device: the number of non-finite
+    elements and the first ``max_indices`` of their flat (row-major) indices,
+    padded with ``-1``. The callback runs through ``jax.debug.callback``, so
+    it is an asynchronous, observational effect: its exceptions surface when
+    the computation is waited on, and ``jax.effects_barrier()`` waits for it.
+    Arrays without NaN or infinity, including every integer and boolean
+    array, never invoke it. Under ``jax.vmap`` it runs once per batch element
+    that holds a non-finite value. Sharded arrays are summarized as a whole.
+
+    Example::
+
+        def report(count, indices):
+            print(f"{int(count)} non-finite values, first at {indices.tolist()}")
+
+        @jax.jit
+        def step(x):
+            return observe_nonfinite(x, callback=report, max_indices=4) * 2.0
+
+    Args:
+      values: The array to watch; it is returned unchanged.
+      callback: Called as ``callback(count, indices)`` with a scalar integer
+        array and an integer array of shape ``(max_indices,)``.
+      max_indices: How many flat indices to report, at least 0.
+
+    Returns:
+      ``values`` itself, so the call can sit inside an expression.
+
+    Raises:
+      TypeError: If ``callback`` is not callable, ``max_indices`` is a bool or
+        not an integer, or ``values`` is not a ``jax.Array``.
+      ValueError: If ``max_indices`` is negative.
+    """
+    validation.require_callable(callback, "callback")
+    index_budget = validation.require_non_negative_int(max_indices, "max_indices")
+    validation.require_instance(values, "values", jax.Array, "a JAX array (jax.Array)")
+    if not jnp.issubdtype(values.dtype, jnp.inexact):
+        # Integers, booleans and keys cannot hold NaN or infinity.
+        return values
+
+    nonfinite = _replicated(jnp.logical_not(jnp.isfinite(jnp.ravel(values))))
+    count = jnp.count_nonzero(nonfinite)
+    (indices,) = jnp.nonzero(nonfinite, size=index_budget, fill_value=-1)
+
+    def report(observed_count: Any, observed_indices: Any) -> None:
+        # Under vmap the conditional below becomes a select and the callback
+        # runs for every batch element; finite elements are filtered here.
+        if int(observed_count) > 0:
+            callback(observed_count, observed_indices)
+
+    jax.lax.cond(count > 0, lambda: jax.debug.callback(report, count, indices), lambda: None)
+    return values
+
+
+def _replicated(mask: jax.Array) -> jax.Array:
+    """Makes a flat mask that is sharded over Explicit mesh axes replicated.
+
+    Finding the first indices scans the whole array, which JAX refuses to
+    stage on an array whose Explicit sharding splits that axis. The mask is
+    one byte per element, the cheapest thing to gather.
+    """
+    sharding = jax.typeof(mask).sharding
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+        return mask
+    mesh = sharding.mesh
+    explicit_axes = {
+        name for name, axis_type in zip(mesh.axis_names, mesh.axis_types, strict=True) if axis_type == AxisType.Explicit
+    }
+    named: set[object] = set()
+    for entry in sharding.spec:
+        named.update(entry if isinstance(entry, tuple) else (entry,))
+    if not named & explicit_axes:
+        return mask
+    replicated = NamedSharding(mesh, PartitionSpec())  # type: ignore[no-untyped-call]
+    gathered: jax.Array = jax.sharding.reshard(mask, replicated)  # type: ignore[no-untyped-call]
+    return gathered

@@ -1,0 +1,62 @@
+"""Profiling one call with every result and effect inside the trace."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import jax
+
+from tinax._core import validation
+
+__all__ = ["profile_call"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def profile_call(
+    log_dir: str | os.PathLike[str],
+    function: Callable[P, R],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> R:
+    """Runs ``function(*args, **kwargs)`` under a JAX profiler trace.
+
+    JAX dispatches work asynchronously, so a trace closed right after the call
+    returns would miss most of the device time. The trace stays open until
+    every array in the result is ready (``jax.block_until_ready``) and every
+    staged side effect, such as a ``jax.debug.callback``, has run
+    (``jax.effects_barrier``). If ``function`` raises, the trace is closed and
+    the exception propagates. Only one trace can run at a time per process.
+
+    Example::
+
+        state = profile_call("profiles/step-10", train_step, state, batch)
+
+    Args:
+      log_dir: Folder that receives the trace (TensorBoard / XProf layout,
+        under ``plugins/profile/``); created if missing.
+      function: The callable to profile.
+      *args: Positional arguments for ``function``.
+      **kwargs: Keyword arguments for ``function``; ``log_dir`` and
+        ``function`` are free to be used as their names.
+
+    Returns:
+      What ``function`` returned, with its arrays ready.
+
+    Raises:
+      TypeError: If ``function`` is not callable or ``log_dir`` is not a
+        ``str`` or ``os.PathLike[str]`` path.
+      ValueError: If ``log_dir`` is empty.
+      RuntimeError: If a profiler trace is already running.
+    """
+    validation.require_callable(function, "function")
+    folder = validation.require_path(log_dir, "log_dir")
+    with jax.profiler.trace(os.fspath(folder)):
+        result = function(*args, **kwargs)
+        jax.block_until_ready(result)  # type: ignore[no-untyped-call]
+        jax.effects_barrier()  # type: ignore[no-untyped-call]
+    return result

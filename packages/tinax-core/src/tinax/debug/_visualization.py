@@ -1,0 +1,33 @@
+"""Drawing how an array is laid out over its devices."""
+
+from __future__ import annotations
+
+import jax
+
+from tinax._core import validation
+from tinax._core.optional import import_optional
+
+__all__ = ["visualize_array_sharding"]
+
+
+def visualize_array_sharding(array: jax.Array) -> None:
+    """Prints a table of which device holds which block of ``array``.
+
+    Delegates to ``jax.debug.visualize_array_sharding``, which draws with
+    ``rich`` (the ``debug`` extra). Inside ``jax.jit`` the table is printed
+    when the computation is compiled. JAX draws 1-D and 2-D arrays only.
+
+    Args:
+      array: A ``jax.Array``, concrete or traced.
+
+    Raises:
+      TypeError: If ``array`` is not a ``jax.Array`` (NumPy arrays included).
+      ImportError: If ``rich`` is not installed.
+      ValueError: If JAX cannot draw the array, for example because it has
+        more than two dimensions.
+    """
+    validation.require_instance(array, "array", jax.Array, "a jax.Array")
+    import_optional(
+        "rich", needed_by="tinax.debug.visualize_array_sharding", install_hint='pip install "tinax-core[debug]"'
+    )
+    jax.debug.visualize_array_sharding(array)  # type: ignore[no-untyped-call]

@@ -1,0 +1,53 @@
+"""Loggers that write to one stream and touch no global logging state."""
+
+from __future__ import annotations
+
+import logging
+from typing import TextIO
+
+from tinax._core import validation
+
+__all__ = ["make_stream_logger"]
+
+
+def make_stream_logger(name: str, *, level: int, stream: TextIO, format_string: str) -> logging.Logger:
+    """Creates a logger that writes formatted records to ``stream`` and nowhere else.
+
+    The logger is built directly, not through ``logging.getLogger``: it is
+    not registered under ``name``, does not propagate to the root logger and
+    has exactly one handler, so two calls with the same name give two
+    independent loggers and neither ``logging.basicConfig`` nor the root
+    handlers are involved.
+
+    Args:
+      name: The logger's name, as shown by ``%(name)s``; not empty.
+      level: The logger's threshold, an ``int`` such as ``logging.INFO``.
+      stream: Where records go; any object with callable ``write`` and
+        ``flush`` methods.
+      format_string: A ``%``-style ``logging.Formatter`` format, for example
+        ``"%(levelname)s %(message)s"``.
+
+    Returns:
+      The new ``logging.Logger``.
+
+    Raises:
+      TypeError: If ``name`` or ``format_string`` is not a ``str``, ``level``
+        is a bool or not an ``int``, or ``stream`` lacks ``write`` or
+        ``flush``.
+      ValueError: If ``name`` is empty or ``format_string`` is not a valid
+        ``%``-style format.
+    """
+    validation.require_str(name, "name")
+    threshold = validation.require_int(level, "level")
+    for method in ("write", "flush"):
+        if not callable(getattr(stream, method, None)):
+            validation.fail_type("stream", "a stream with callable write and flush methods", stream)
+    if not isinstance(format_string, str):
+        validation.fail_type("format_string", "a str", format_string)
+    formatter = logging.Formatter(format_string)  # Raises ValueError for a malformed format.
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(formatter)
+    logger = logging.Logger(name, threshold)
+    logger.propagate = False
+    logger.addHandler(handler)
+    return logger

@@ -1,0 +1,124 @@
+"""Snapshots, restores and clones of Flax NNX graphs.
+
+flax is an optional dependency (the ``nnx`` extra of ``tinax-parallel``). It
+is imported inside each function, never when ``tinax.nn`` is imported.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import jax
+import numpy as np
+
+from tinax._core import validation
+from tinax._core.optional import import_optional
+
+if TYPE_CHECKING:
+    from flax import nnx
+
+__all__ = ["clone_graph", "restore_graph", "snapshot_graph"]
+
+T = TypeVar("T")
+
+_INSTALL_HINT = 'pip install "tinax-parallel[nnx]"'
+
+
+def _import_nnx(function: str) -> Any:
+    """Imports ``flax.nnx`` on first use, naming the extra when it is missing."""
+    return import_optional("flax.nnx", needed_by=f"tinax.nn.{function}", install_hint=_INSTALL_HINT)
+
+
+def _require_module(flax_nnx: Any, module: object) -> None:
+    validation.require_instance(module, "module", flax_nnx.Module, "a flax.nnx.Module")
+
+
+def _detached(tree: T) -> T:
+    """Rebuilds a state tree with new Variable objects and private host buffers.
+
+    Mapping over the tree creates a new object for every Variable. JAX arrays
+    are immutable and are shared; NumPy arrays can be written in place, so
+    each one is copied.
+    """
+    rebuilt: T = jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else leaf, tree)
+    return rebuilt
+
+
+def snapshot_graph(module: T) -> nnx.GraphState[T]:
+    """Captures a module's graph and state, independent of later changes to it.
+
+    The snapshot holds the graph definition (types, structure, shared
+    submodules and variables) and new Variable objects, so assigning to the
+    module's variables afterwards does not change it. JAX arrays are
+    immutable and shared with the module rather than copied; donating the
+    module's buffers to a jitted call (``donate_argnums``) deletes them for
+    the snapshot too. NumPy values are copied. The module is not modified.
+
+    Args:
+      module: A ``flax.nnx.Module``.
+
+    Returns:
+      A ``flax.nnx.GraphState`` that :func:`restore_graph` turns back into a
+      module of the same type.
+
+    Raises:
+      TypeError: If ``module`` is not a ``flax.nnx.Module``.
+      ImportError: If flax is not installed.
+    """
+    flax_nnx = _import_nnx("snapshot_graph")
+    _require_module(flax_nnx, module)
+    snapshot: nnx.GraphState[T] = _detached(flax_nnx.unpack(module))
+    return snapshot
+
+
+def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
+    """Builds a module from a snapshot, with its concrete type and aliases.
+
+    Args:
+      snapshot: A ``flax.nnx.GraphState``, such as one from
+        :func:`snapshot_graph`.
+      copy: With True the module gets its own Variables (and NumPy buffers),
+        so the snapshot can be restored again unchanged. With False the
+        module uses the snapshot's Variables: assigning to the module changes
+        the snapshot and every other module restored from it with
+        ``copy=False``.
+
+    Returns:
+      The restored module.
+
+    Raises:
+      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` or ``copy``
+        is not a bool.
+      ImportError: If flax is not installed.
+    """
+    flax_nnx = _import_nnx("restore_graph")
+    validation.require_instance(snapshot, "snapshot", flax_nnx.GraphState, "a flax.nnx.GraphState")
+    validation.require_bool(copy, "copy")
+    restored: T = flax_nnx.merge(_detached(snapshot) if copy else snapshot)
+    return restored
+
+
+def clone_graph(module: T) -> T:
+    """Copies a module with new Variables, keeping its type and shared parts.
+
+    Submodules and variables that the module shares (one object under two
+    attributes) are shared the same way in the clone, and random number
+    streams continue from the same state. Assigning to a variable of either
+    module does not affect the other. JAX arrays are immutable and shared
+    rather than copied (see :func:`snapshot_graph` about donation); NumPy
+    values are copied.
+
+    Args:
+      module: A ``flax.nnx.Module``.
+
+    Returns:
+      The clone, of the same type as ``module``.
+
+    Raises:
+      TypeError: If ``module`` is not a ``flax.nnx.Module``.
+      ImportError: If flax is not installed.
+    """
+    flax_nnx = _import_nnx("clone_graph")
+    _require_module(flax_nnx, module)
+    clone: T = flax_nnx.merge(_detached(flax_nnx.unpack(module)))
+    return clone
