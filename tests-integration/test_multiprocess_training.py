@@ -74,7 +74,11 @@ RESTART_INIT_SEED = 99
 RESTART_ROOT_KEY = 7
 
 ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
-COMMIT_MARKER = "commit_success.txt"
+# Orbax 0.12.1 commits a local save by renaming its temporary folder and writes
+# no commit_success.txt (0.12.8 does), so a committed step is a folder under
+# its final name that holds the checkpoint metadata.
+CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
+TEMPORARY_SUFFIX = ".orbax-checkpoint-tmp"
 STEP_FOLDER = re.compile(r"step-(\d+)")
 KILL_WAIT_SECONDS = 60.0
 RUN_TIMEOUT_SECONDS = 300.0
@@ -321,7 +325,7 @@ def _run(checkpoints: pathlib.Path, markers: pathlib.Path, role: str) -> list[di
 
 
 def _is_committed(folder: pathlib.Path) -> bool:
-    return folder.is_dir() and (folder / COMMIT_MARKER).is_file()
+    return folder.is_dir() and TEMPORARY_SUFFIX not in folder.name and (folder / CHECKPOINT_METADATA).is_file()
 
 
 def test_a_run_killed_mid_save_resumes_from_the_last_committed_checkpoint(tmp_path: pathlib.Path) -> None:

@@ -148,7 +148,7 @@ def test_two_processes_save_their_own_shards_and_load_onto_any_layout(tmp_path):
     import tensorstore
 
     folder = tmp_path / "checkpoint" / "state"
-    assert (tmp_path / "checkpoint" / "commit_success.txt").is_file()
+    assert (tmp_path / "checkpoint" / "_CHECKPOINT_METADATA").is_file()
     assert {f"ocdbt.process_{index}" for index in range(2)} <= {entry.name for entry in folder.iterdir()}
     merged = tensorstore.KvStore.open({"driver": "ocdbt", "base": f"file://{folder}/"}).result()
     host = _host_values()

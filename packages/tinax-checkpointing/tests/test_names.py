@@ -69,20 +69,40 @@ def test_names_that_only_resemble_reserved_ones_are_valid(name):
 def test_every_name_orbax_reserves_is_refused():
     # The reserved list is kept here so that validating imports nothing; this
     # catches an Orbax release that adds a name or renames a file.
+    import importlib
+
     from orbax.checkpoint._src.metadata import checkpoint as orbax_metadata
     from orbax.checkpoint._src.path import atomicity_types
     from orbax.checkpoint.experimental.v1._src.layout import checkpoint_layout
-    from orbax.checkpoint.experimental.v1._src.metadata import serialization
 
+    # Orbax moved some layout constants between 0.12.1 and 0.12.8; read each
+    # from whichever module declares it in the installed release.
+    def declared_anywhere(*places: tuple[str, str]) -> set[str]:
+        found = set()
+        for module_name, attribute in places:
+            try:
+                module = importlib.import_module(f"orbax.checkpoint.experimental.v1._src.{module_name}")
+            except ImportError:
+                continue
+            if hasattr(module, attribute):
+                found.add(getattr(module, attribute))
+        assert found, f"no Orbax module declares any of {places}"
+        return found
+
+    layouts = ("layout.checkpoint_layout", "layout.orbax_layout")
     declared = {
         *checkpoint_layout.RESERVED_CHECKPOINTABLE_KEYS,
-        checkpoint_layout.PYTREE_METADATA_FILE,
-        checkpoint_layout.ORBAX_CHECKPOINT_INDICATOR_FILE,
-        checkpoint_layout.CHECKPOINT_DELETION_KEY,
-        serialization.CHECKPOINT_METADATA_FILENAME,
+        *declared_anywhere(*((layout, "PYTREE_METADATA_FILE") for layout in layouts)),
+        *declared_anywhere(*((layout, "ORBAX_CHECKPOINT_INDICATOR_FILE") for layout in layouts)),
+        *declared_anywhere(
+            ("metadata.serialization", "CHECKPOINT_METADATA_FILENAME"),
+            *((layout, "CHECKPOINT_METADATA") for layout in layouts),
+        ),
         atomicity_types.COMMIT_SUCCESS_FILE,
         orbax_metadata._ROOT_METADATA_FILENAME,
     }
+    if hasattr(checkpoint_layout, "CHECKPOINT_DELETION_KEY"):  # Only some releases declare a deletion marker.
+        declared.add(checkpoint_layout.CHECKPOINT_DELETION_KEY)
     assert declared <= ORBAX_RESERVED_NAMES
     assert atomicity_types.TMP_DIR_SUFFIX == ORBAX_TMP_SUFFIX
     for name in declared:

@@ -24,6 +24,7 @@ from tinax.checkpointing import (
     TrainingCheckpoint,
     TrainingCheckpointNames,
     abstract_restore_target,
+    load_checkpointables,
     load_training_checkpoint,
     save_checkpointables,
     save_training_checkpoint,
@@ -200,11 +201,17 @@ def test_arrays_land_on_the_target_layout_not_the_saved_one(tmp_path: pathlib.Pa
     assert isinstance(restored.auxiliary["seen"], np.ndarray)
 
 
-def test_everything_goes_into_one_checkpoint(tmp_path: pathlib.Path) -> None:
-    save(tmp_path / "checkpoint").result()
+def test_everything_goes_into_one_checkpoint_in_the_layout_of_tinax_02(tmp_path: pathlib.Path) -> None:
+    state = training_state()
+    save(tmp_path / "checkpoint", 4, state).result()
     parts = sorted(entry.name for entry in (tmp_path / "checkpoint").iterdir() if entry.is_dir())
-    assert parts == ["auxiliary", "iterator", "model", "optimizer", "rng", "step"]
+    assert parts == ["auxiliary", "iterator", "model", "optimizer", "rng"]
     assert sorted(entry.name for entry in tmp_path.iterdir()) == ["checkpoint"]
+    # The step sits next to the auxiliary state, as tinax 0.2 stored it.
+    target = {"state": abstract_restore_target(state["auxiliary"]), "step": 0}
+    stored = load_checkpointables(tmp_path / "checkpoint", {"auxiliary": target})["auxiliary"]
+    assert stored["step"] == 4
+    assert_tree_equal(stored["state"], state["auxiliary"])
 
 
 def test_training_may_go_on_before_the_save_finishes(tmp_path: pathlib.Path) -> None:
@@ -230,12 +237,43 @@ def test_custom_names_name_the_folders_and_are_needed_to_load(tmp_path: pathlib.
     with pytest.raises(ValueError, match=r"has no part model \('model'\), optimizer \('optimizer'\)") as raised:
         load(tmp_path / "checkpoint")
     assert "'student'" in str(raised.value)
+    assert isinstance(raised.value, KeyError)  # What tinax 0.2 (Orbax) raised.
 
 
-@pytest.mark.parametrize("step", [0, 7, np.int64(11), np.int32(5), 2**63 - 1])
+@pytest.mark.parametrize("step", [0, 7, np.int64(11), np.int32(5), np.uint64(2**64 - 1), 2**63 - 1, 2**63, 2**64 - 1])
 def test_every_valid_step_round_trips(tmp_path: pathlib.Path, step: Any) -> None:
     save(tmp_path / "checkpoint", step).result()
-    assert load(tmp_path / "checkpoint").step == int(step)
+    restored = load(tmp_path / "checkpoint").step
+    assert restored == int(step)
+    assert type(restored) is int
+
+
+@pytest.mark.parametrize(
+    "auxiliary", [None, {}, [], {"nested": {}}], ids=["none", "empty-dict", "empty-list", "nested"]
+)
+def test_empty_auxiliary_state_round_trips(tmp_path: pathlib.Path, auxiliary: Any) -> None:
+    state = training_state()
+    state["auxiliary"] = auxiliary
+    save(tmp_path / "checkpoint", 6, state).result()
+    targets = {part: abstract_restore_target(value) for part, value in state.items()}
+
+    restored = load_training_checkpoint(
+        tmp_path / "checkpoint", targets["model"], targets["optimizer"], targets["rng"], auxiliary, iter(batches())
+    )
+
+    assert restored.step == 6
+    assert restored.auxiliary == auxiliary
+    assert type(restored.auxiliary) is type(auxiliary)
+    assert_tree_equal(restored.model, state["model"])
+
+
+def test_step_may_name_a_part(tmp_path: pathlib.Path) -> None:
+    # tinax 0.2 stored the step inside the auxiliary part, so "step" was a free name.
+    names = TrainingCheckpointNames(model="step")
+    save(tmp_path / "checkpoint", 3, names=names).result()
+    restored = load(tmp_path / "checkpoint", names=names)
+    assert restored.step == 3
+    assert_tree_equal(restored.model, training_state()["model"])
 
 
 # --- argument errors ------------------------------------------------------------------------------------------
@@ -248,9 +286,9 @@ def test_a_step_that_is_no_int_is_a_type_error(tmp_path: pathlib.Path, step: obj
     assert not (tmp_path / "checkpoint").exists()
 
 
-@pytest.mark.parametrize("step", [-1, 2**63])
+@pytest.mark.parametrize("step", [-1, 2**64])
 def test_a_step_out_of_range_is_a_value_error(tmp_path: pathlib.Path, step: int) -> None:
-    with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*63 - 1\]"):
+    with pytest.raises(ValueError, match=r"step must be an int in \[0, 2\*\*64 - 1\]"):
         save(tmp_path / "checkpoint", step)
 
 
@@ -264,7 +302,7 @@ def test_an_iterator_that_is_no_dataset_iterator_is_a_type_error(tmp_path: pathl
         load(tmp_path / "checkpoint", iterator)
 
 
-@pytest.mark.parametrize("part", ["model", "optimizer", "rng", "auxiliary"])
+@pytest.mark.parametrize("part", ["model", "optimizer", "rng"])
 @pytest.mark.parametrize("value", [None, {}, {"nested": []}], ids=["none", "empty", "no-leaves"])
 def test_a_part_holding_nothing_is_a_value_error_naming_it(tmp_path: pathlib.Path, part: str, value: object) -> None:
     state = training_state()
@@ -296,8 +334,6 @@ def test_names_of_the_wrong_kind_are_a_type_error(tmp_path: pathlib.Path, names:
         ({"rng": ""}, ValueError, r"TrainingCheckpointNames.rng: checkpointable name must be a non-empty str"),
         ({"optimizer": "a/b"}, ValueError, r"TrainingCheckpointNames.optimizer: checkpointable name must be made of"),
         ({"auxiliary": "metrics"}, ValueError, r"TrainingCheckpointNames.auxiliary: .*reserved names"),
-        ({"iterator": "step"}, ValueError, r"TrainingCheckpointNames.iterator must be a name other than 'step'"),
-        ({"model": "STEP"}, ValueError, r"TrainingCheckpointNames.model must be a name other than 'step'"),
         ({"model": "state", "optimizer": "state"}, ValueError, r"must not repeat items, got 'state'"),
         ({"model": "State", "optimizer": "state"}, ValueError, r"must not hold names that differ only in case"),
     ],
@@ -309,8 +345,9 @@ def test_invalid_names_are_refused_when_built(fields: dict[str, Any], error: typ
 
 def test_an_existing_destination_is_refused_and_kept(tmp_path: pathlib.Path) -> None:
     save(tmp_path / "checkpoint", 4).result()
-    with pytest.raises(FileExistsError):
+    with pytest.raises(FileExistsError) as raised:
         save(tmp_path / "checkpoint", 5)
+    assert isinstance(raised.value, ValueError)  # What tinax 0.2 (Orbax) raised.
     assert load(tmp_path / "checkpoint").step == 4
 
 
@@ -329,7 +366,7 @@ def test_loading_a_missing_checkpoint_is_file_not_found(tmp_path: pathlib.Path) 
         load(tmp_path / "absent")
 
 
-@pytest.mark.parametrize("argument", ["model_target", "optimizer_target", "rng_target", "auxiliary_target"])
+@pytest.mark.parametrize("argument", ["model_target", "optimizer_target", "rng_target"])
 def test_a_missing_target_is_a_value_error_naming_it(tmp_path: pathlib.Path, argument: str) -> None:
     save(tmp_path / "checkpoint").result()
     targets = {
@@ -363,25 +400,71 @@ def test_targets_that_do_not_fit_are_a_value_error_and_leave_the_iterator_alone(
     untouched = iter(batches())
     take(untouched, 2)
 
-    with abandoned_orbax_loads(), pytest.raises(ValueError, match="could not load the training checkpoint"):
+    with abandoned_orbax_loads(), pytest.raises(ValueError, match="could not load the training checkpoint") as raised:
         load(tmp_path / "checkpoint", iterator, state=state)
+    assert isinstance(raised.value, KeyError)  # What tinax 0.2 (Orbax) raised.
+    del raised
 
     assert take(iterator, 3) == take(untouched, 3)
 
 
+def test_an_auxiliary_target_of_none_for_saved_auxiliary_state_does_not_fit(tmp_path: pathlib.Path) -> None:
+    save(tmp_path / "checkpoint").result()
+    targets = {part: abstract_restore_target(value) for part, value in training_state().items()}
+    with abandoned_orbax_loads(), pytest.raises(KeyError, match="could not load the training checkpoint"):
+        load_training_checkpoint(
+            tmp_path / "checkpoint", targets["model"], targets["optimizer"], targets["rng"], None, iter(batches())
+        )
+
+
 def test_a_checkpoint_without_a_step_is_no_training_checkpoint(tmp_path: pathlib.Path) -> None:
+    # An auxiliary part that is not {"state": ..., "step": ...} does not fit.
     state = training_state()
     save_checkpointables(tmp_path / "checkpoint", {**state, "iterator": iter(batches())}).result()
-    with pytest.raises(ValueError, match=r"has no part step \('step'\) under"):
+    with abandoned_orbax_loads(), pytest.raises(ValueError, match="could not load the training checkpoint"):
         load(tmp_path / "checkpoint")
 
 
-def test_a_damaged_step_is_a_value_error(tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("layout", ["tinax-0.2", "pre-release"])
+def test_a_damaged_step_is_a_value_error(tmp_path: pathlib.Path, layout: str) -> None:
     state = training_state()
-    checkpointables = {**state, "iterator": iter(batches()), "step": {"step": np.asarray(-3, np.int64)}}
+    checkpointables: dict[str, Any] = {**state, "iterator": iter(batches())}
+    if layout == "tinax-0.2":
+        checkpointables["auxiliary"] = {"state": state["auxiliary"], "step": -3}
+    else:
+        checkpointables["step"] = {"step": np.asarray(-3, np.int64)}
     save_checkpointables(tmp_path / "checkpoint", checkpointables).result()
     with pytest.raises(ValueError, match="holds a damaged step"):
         load(tmp_path / "checkpoint")
+
+
+def test_a_checkpoint_of_a_pre_release_build_still_loads(tmp_path: pathlib.Path) -> None:
+    # Pre-release 0.3 builds wrote the step as a checkpointable of its own.
+    state = training_state()
+    iterator = iter(batches())
+    take(iterator, 2)
+    checkpointables = {**state, "iterator": iterator, "step": {"step": np.asarray(12, np.int64)}}
+    save_checkpointables(tmp_path / "checkpoint", checkpointables).result()
+    expected = take(iterator, 3)
+
+    restored = load(tmp_path / "checkpoint")
+
+    assert restored.step == 12
+    for part in ("model", "optimizer", "rng", "auxiliary"):
+        assert_tree_equal(getattr(restored, part), state[part])
+    assert take(restored.iterator, 3) == expected
+    targets = {part: abstract_restore_target(value) for part, value in state.items()}
+    with pytest.raises(ValueError, match="auxiliary_target must be an explicit restore target"):
+        load_training_checkpoint(
+            tmp_path / "checkpoint", targets["model"], targets["optimizer"], targets["rng"], None, iter(batches())
+        )
+
+
+@pytest.mark.parametrize("name", ["step-3.orbax-checkpoint-tmp", "step-3.orbax-checkpoint-tmp-99"])
+def test_a_destination_named_like_an_orbax_temporary_folder_is_refused(tmp_path: pathlib.Path, name: str) -> None:
+    with pytest.raises(ValueError, match="reserved temporary suffix"):
+        save(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_incomplete_checkpoint_is_a_value_error(tmp_path: pathlib.Path) -> None:

@@ -62,4 +62,4 @@ class _MixedInstallFinder:
 def install() -> None:
     """Puts the refusing finder first on ``sys.meta_path`` if tinax 0.2's files are present."""
     if os.path.exists(leftover_marker()) and _MixedInstallFinder not in sys.meta_path:
-        sys.meta_path.insert(0, _MixedInstallFinder)  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _MixedInstallFinder)

@@ -2,10 +2,13 @@
 
 Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
 it to ``<path>`` only after every value and its metadata are on disk, so a
-process killed mid-save leaves no folder at ``<path>``. This module adds what
-Orbax leaves to the caller: an immutable destination, one save at a time per
-destination, background failures that always surface, explicit restore
-targets, and a completeness check before any byte is loaded.
+process killed mid-save leaves no folder at ``<path>``. (Orbax 0.12.8 and
+later also write a ``commit_success.txt`` marker before the rename; 0.12.1,
+which tinax 0.2 pinned, does not, so the marker is not required.) This module
+adds what Orbax leaves to the caller: an immutable destination that is never
+one of Orbax's temporary names, one save at a time per destination,
+background failures that always surface, explicit restore targets, and a
+completeness check before any byte is loaded.
 
 Orbax is imported when a function runs, never when this module is imported.
 """
@@ -25,8 +28,18 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
+from tinax.checkpointing._errors import (
+    CheckpointExistsError,
+    CheckpointKeyError,
+    CheckpointNotFoundError,
+    NoHandlerError,
+    UnsupportedLeafError,
+    background_failure,
+)
 from tinax.checkpointing._names import (
     ORBAX_TMP_SUFFIX,
+    is_orbax_temporary_name,
+    refuse_orbax_temporary_destination,
     require_distinct_on_case_insensitive_systems,
     validate_checkpointable_name,
 )
@@ -37,9 +50,10 @@ if TYPE_CHECKING:
 
 __all__ = ["load_checkpointables", "save_checkpointables"]
 
-# Files every committed Orbax V1 checkpoint holds at its top level: the commit
-# marker is written last, just before the rename that publishes the folder.
-_COMMIT_MARKER = "commit_success.txt"
+# Files every committed Orbax V1 checkpoint holds at its top level. Orbax
+# publishes the folder by renaming it only once they and every checkpointable
+# are written; Orbax's commit marker (commit_success.txt) is not among them,
+# because Orbax 0.12.1 writes none.
 _CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 _ORBAX_INDICATOR = "orbax.checkpoint"
 _PYTREE_METADATA = "_METADATA"
@@ -74,8 +88,9 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     caller may update its arrays at once; writing continues in the background.
     The checkpoint appears at ``path`` only when it is complete: until then it
     lives in ``<path>.orbax-checkpoint-tmp``, which a later save to ``path``
-    removes if a crash left it behind. In a multi-process run every process
-    calls this function with the same arguments, in the same order.
+    removes if a crash left it behind. For that reason ``path`` itself may not
+    be named like such a folder. In a multi-process run every process calls
+    this function with the same arguments, in the same order.
 
     The destination is immutable: an existing ``path`` is refused, and so is
     a second save to a ``path`` whose save is still in flight in this process
@@ -93,22 +108,28 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
 
     Returns:
       An Orbax ``AsyncResponse``. Its ``result(timeout=None)`` waits for the
-      save and returns None. It raises ``RuntimeError``, with the background
-      error chained as its cause, if the save failed, and ``TimeoutError``
-      if ``timeout`` seconds pass first (the save goes on). ``on_complete``
-      registers a callback for a successful save.
+      save and returns None. If the save failed it raises a ``RuntimeError``
+      that is also of the background error's class (an ``OSError`` for a
+      full disk, for example), with that error chained as its cause; it raises
+      ``TimeoutError`` if ``timeout`` seconds pass first (the save goes on).
+      ``on_complete`` registers a callback for a successful save.
 
     Raises:
       TypeError: If ``path`` is not a path, ``checkpointables`` is not a
-        mapping with ``str`` keys, or a value is something Orbax cannot save.
+        mapping with ``str`` keys, or a value is something Orbax cannot save
+        (that error is also the ``KeyError`` or ``ValueError`` Orbax raised
+        for it, which tinax 0.2 let through).
       ValueError: If ``checkpointables`` is empty, a name is not valid, two
         names differ only in case, a value is None or holds nothing to save,
-        or Orbax refuses to start the save (its error is the cause).
+        ``path`` is named like an Orbax temporary folder (it contains
+        ``.orbax-checkpoint-tmp``), or Orbax refuses to start the save (its
+        error is the cause).
       FileExistsError: If ``path`` exists, or a save to it is still in flight
-        in this process.
+        in this process. It is also a ``ValueError``.
     """
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
     destination = validation.require_path(path, "path").absolute()
+    refuse_orbax_temporary_destination(destination)
     named = validation.require_str_mapping(checkpointables, "checkpointables")
     if not named:
         validation.fail_value("checkpointables", "a mapping with at least one checkpointable", named)
@@ -126,7 +147,7 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     claim = os.path.normcase(os.path.realpath(destination))
     with _saves_in_flight_lock:
         if claim in _saves_in_flight:
-            raise FileExistsError(
+            raise CheckpointExistsError(
                 f"path {str(destination)!r} is the destination of a save that is still in flight in this process; "
                 "wait for its result() before saving there again"
             )
@@ -138,7 +159,7 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
         except Exception as error:
             if os.path.lexists(destination):
                 raise _exists_error(destination) from error
-            kind = TypeError if isinstance(error, TypeError) else ValueError
+            kind = UnsupportedLeafError if isinstance(error, TypeError) else ValueError
             raise kind(
                 f"Orbax refused to save checkpointables {sorted(named)} to {str(destination)!r}: {_root_message(error)}"
             ) from error
@@ -163,8 +184,10 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
 
     Names left out of ``targets`` are not loaded, so a subset of a checkpoint
     can be read (for example the model without the optimizer). Before loading,
-    the folder is checked to be a complete checkpoint: the commit marker, the
-    metadata and every checkpointable the metadata lists must be present. In a
+    the folder is checked to be a complete checkpoint: not an Orbax temporary
+    folder, with its metadata and every checkpointable the metadata lists.
+    Orbax's ``commit_success.txt`` marker is not required: Orbax 0.12.1, which
+    tinax 0.2 used, commits by renaming the folder and writes no marker. In a
     multi-process run every process calls this function with the same
     arguments, in the same order.
 
@@ -178,13 +201,17 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
     Raises:
       TypeError: If ``path`` is not a path, ``targets`` is not a mapping with
         ``str`` keys, a target leaf is a traced value, or Orbax rejects a
-        target's kind (its error is the cause).
+        target's kind (its error is the cause; the error is also a
+        ``KeyError``, as Orbax's was).
       ValueError: If ``targets`` is empty, a target is None or holds an
-        abstract array without a sharding, a name was not saved (the message
-        lists the saved names), the folder is not a complete checkpoint (an
-        unfinished save, a missing commit marker, metadata or checkpointable),
-        or the values do not fit the targets (Orbax's error is the cause).
-      FileNotFoundError: If nothing exists at ``path``.
+        abstract array without a sharding, the folder is not a complete
+        checkpoint (an unfinished save, a missing metadata file or
+        checkpointable), a name was not saved (the message lists the saved
+        names), or the values do not fit the targets (Orbax's error is the
+        cause). A missing checkpointable, an unsaved name and values that do
+        not fit are also ``KeyError``, as Orbax's errors were.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
     """
     source = validation.require_path(path, "path").absolute()
     named = validation.require_str_mapping(targets, "targets")
@@ -195,14 +222,14 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
     saved = _require_complete_checkpoint(source)
     unknown = sorted(name for name in named if name not in saved)
     if unknown:
-        raise ValueError(
+        raise CheckpointKeyError(
             f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
         )
     orbax_v1 = _orbax()
     try:
         loaded = orbax_v1.load_checkpointables(source, dict(named))
     except Exception as error:
-        kind = TypeError if isinstance(_root_cause(error), TypeError) else ValueError
+        kind = NoHandlerError if isinstance(_root_cause(error), TypeError) else CheckpointKeyError
         raise kind(
             f"could not load checkpointables {sorted(named)} from {str(source)!r} into the given targets: "
             f"{_root_message(error)}"
@@ -255,7 +282,8 @@ class _GuardedSaveResponse:
 
         Raises:
           TimeoutError: If ``timeout`` passes first; the save continues.
-          RuntimeError: If the save failed. The original error is the cause.
+          RuntimeError: If the save failed. The original error is the cause,
+            and the error raised is also an instance of its class.
         """
         if not self._done.wait(timeout):
             raise TimeoutError(
@@ -263,16 +291,16 @@ class _GuardedSaveResponse:
                 "it continues in the background"
             )
         if self._error is not None:
-            committed = (self.destination / _COMMIT_MARKER).is_file()
             outcome = (
                 "the destination exists, but the save did not confirm that every process finished"
-                if committed
+                if os.path.lexists(self.destination)
                 else "nothing was committed at the destination"
             )
-            raise RuntimeError(
+            raise background_failure(
                 f"saving checkpointables {self._names} to {str(self.destination)!r} failed in the background "
-                f"({_root_message(self._error)}); {outcome}"
-            ) from self._error
+                f"({_root_message(self._error)}); {outcome}",
+                self._error,
+            )
 
     def on_complete(self, callback: Callable[[None], None]) -> None:
         """Calls ``callback(None)`` once the save has succeeded.
@@ -359,8 +387,8 @@ def _release(claim: str) -> None:
         _saves_in_flight.discard(claim)
 
 
-def _exists_error(destination: pathlib.Path) -> FileExistsError:
-    return FileExistsError(
+def _exists_error(destination: pathlib.Path) -> CheckpointExistsError:
+    return CheckpointExistsError(
         f"path {str(destination)!r} already exists; checkpoints are immutable, so save to a new path "
         "(or delete the old checkpoint first)"
     )
@@ -398,7 +426,9 @@ def _require_saveable(name: str, value: object) -> None:
     try:
         registration.resolve_handler_for_save(registry, value, name=name)
     except (LookupError, ValueError) as error:
-        raise TypeError(
+        # Keep the class of Orbax's error (0.2 let it through): a KeyError when no handler matched.
+        kind = NoHandlerError if isinstance(error, LookupError) else UnsupportedLeafError
+        raise kind(
             validation.expectation_message(
                 f"checkpointables[{name!r}]",
                 "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
@@ -416,22 +446,20 @@ def _require_complete_checkpoint(source: pathlib.Path) -> set[str]:
             if leftover.exists()
             else ""
         )
-        raise FileNotFoundError(
+        raise CheckpointNotFoundError(
             f"path must name an existing checkpoint, got {str(source)!r} which does not exist{hint}"
         )
     if not source.is_dir():
         raise ValueError(f"path must name a checkpoint folder, got {str(source)!r} which is not a folder")
-    if ORBAX_TMP_SUFFIX in source.name:
+    if is_orbax_temporary_name(source.name):
         raise ValueError(
             f"path {str(source)!r} is an incomplete checkpoint: it is the temporary folder of a save that has not "
             "finished (still running, or interrupted)"
         )
-    missing = [
-        name for name in (_COMMIT_MARKER, _CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()
-    ]
+    missing = [name for name in (_CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()]
     if missing:
         raise ValueError(
-            f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so its save never committed "
+            f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so it is no Orbax checkpoint "
             "or the folder was damaged"
         )
     try:
@@ -449,7 +477,8 @@ def _require_complete_checkpoint(source: pathlib.Path) -> set[str]:
     for name, handler in handlers.items():
         folder = source / name
         if not folder.is_dir():
-            raise ValueError(
+            # Orbax reports a checkpointable it cannot find with a KeyError, which 0.2 let through.
+            raise CheckpointKeyError(
                 f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r}, listed in its metadata, "
                 "is missing"
             )

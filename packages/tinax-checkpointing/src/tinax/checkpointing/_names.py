@@ -9,6 +9,8 @@ case-insensitive file system (macOS and Windows defaults).
 
 from __future__ import annotations
 
+import os
+import pathlib
 import re
 from collections.abc import Iterable
 
@@ -17,6 +19,8 @@ from tinax._core import validation
 __all__ = [
     "ORBAX_RESERVED_NAMES",
     "ORBAX_TMP_SUFFIX",
+    "is_orbax_temporary_name",
+    "refuse_orbax_temporary_destination",
     "require_distinct_on_case_insensitive_systems",
     "validate_checkpointable_name",
 ]
@@ -97,7 +101,7 @@ def validate_checkpointable_name(name: object) -> str:
         validation.fail_value("checkpointable name", "a name that does not end with '.' (Windows drops it)", text)
     if folded.split(".", 1)[0] in _WINDOWS_DEVICE_NAMES:
         validation.fail_value("checkpointable name", "not a Windows device name such as CON or NUL", text)
-    if ORBAX_TMP_SUFFIX in folded:
+    if is_orbax_temporary_name(text):
         validation.fail_value(
             "checkpointable name", f"free of Orbax's temporary-folder suffix {ORBAX_TMP_SUFFIX!r}", text
         )
@@ -105,6 +109,48 @@ def validate_checkpointable_name(name: object) -> str:
         listed = ", ".join(sorted(ORBAX_RESERVED_NAMES))
         validation.fail_value("checkpointable name", f"none of Orbax's reserved names ({listed}), in any case", text)
     return text
+
+
+def is_orbax_temporary_name(name: str) -> bool:
+    """Whether a folder name is one Orbax gives a save in progress.
+
+    Orbax names the folder of an unfinished save ``<name>.orbax-checkpoint-tmp``,
+    possibly followed by more (``-<timestamp>``), and treats every folder whose
+    name contains the suffix as such. Case is ignored, because a
+    case-insensitive file system cannot tell the spellings apart.
+
+    Args:
+      name: One path component.
+
+    Returns:
+      True if ``name`` contains Orbax's temporary-folder suffix.
+    """
+    return ORBAX_TMP_SUFFIX in name.casefold()
+
+
+def refuse_orbax_temporary_destination(destination: pathlib.Path) -> None:
+    """Refuses a checkpoint destination whose folder name Orbax reserves for unfinished saves.
+
+    Orbax would take such a checkpoint for a crashed save: its next save to the
+    path without the suffix deletes it. The last component is checked as
+    written (after ``.`` and ``..`` are resolved) and after symbolic links are
+    followed, so ``tmp.orbax-checkpoint-tmp-1/.`` is refused too.
+
+    Args:
+      destination: The absolute destination path.
+
+    Raises:
+      ValueError: If the destination's folder name contains Orbax's reserved
+        temporary suffix ``.orbax-checkpoint-tmp``, in any case.
+    """
+    spelled = os.path.basename(os.path.normpath(destination))
+    resolved = os.path.basename(os.path.realpath(destination))
+    for name in (spelled, resolved):
+        if is_orbax_temporary_name(name):
+            raise ValueError(
+                f"path must not name a folder with Orbax's reserved temporary suffix {ORBAX_TMP_SUFFIX!r}, got "
+                f"{str(destination)!r}: Orbax treats such a folder as an unfinished save and deletes it later"
+            )
 
 
 def require_distinct_on_case_insensitive_systems(names: Iterable[str], argument: str) -> None:

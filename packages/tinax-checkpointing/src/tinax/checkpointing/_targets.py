@@ -14,6 +14,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
+from tinax.checkpointing._errors import TracedValueError
 
 __all__ = ["abstract_restore_target", "require_restore_target"]
 
@@ -48,8 +49,9 @@ def abstract_restore_target(state: Any) -> Any:
       A pytree of the same structure holding restore targets.
 
     Raises:
-      TypeError: If a leaf is a traced value, a NumPy array of objects, or of
-        a kind Orbax cannot restore.
+      TypeError: If a leaf is a traced value (the error is also the
+        ``AttributeError`` tinax 0.2 raised for one), a NumPy array of
+        objects, or of a kind Orbax cannot restore.
       ValueError: If a leaf is a ``jax.ShapeDtypeStruct`` without a sharding.
     """
     return jax.tree_util.tree_map_with_path(_abstract_leaf, state)
@@ -84,7 +86,7 @@ def require_restore_target(target: object, name: str) -> None:
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
     where = "state" + jax.tree_util.keystr(path)
     if is_tracer(leaf):
-        validation.fail_type(where, "a concrete value, not a traced one", leaf)
+        raise TracedValueError(validation.expectation_message(where, "a concrete value, not a traced one", leaf))
     if isinstance(leaf, jax.Array):
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)  # type: ignore[no-untyped-call]
     if isinstance(leaf, jax.ShapeDtypeStruct):

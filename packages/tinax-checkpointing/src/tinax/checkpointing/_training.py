@@ -5,6 +5,12 @@ A training checkpoint is one Orbax V1 checkpoint written by one
 random state, any auxiliary state and the data iterator's position are
 committed together or not at all: a crash can never leave a model from one
 step next to an iterator from another.
+
+The layout is tinax 0.2's, so checkpoints move freely between the versions:
+five checkpointables named by :class:`TrainingCheckpointNames`, the auxiliary
+one holding ``{"state": auxiliary, "step": step}``. Checkpoints written by
+pre-release 0.3 builds, which kept the step in a checkpointable ``"step"`` of
+its own, load as well.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import numpy as np
 from tinax._core import validation
 from tinax.checkpointing._checkpointables import _require_complete_checkpoint as require_complete_checkpoint
 from tinax.checkpointing._checkpointables import load_checkpointables, save_checkpointables
+from tinax.checkpointing._errors import CheckpointKeyError
 from tinax.checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
 from tinax.checkpointing._targets import require_restore_target
 
@@ -28,18 +35,22 @@ if TYPE_CHECKING:
     from grain import DatasetIterator
 
 __all__ = [
-    "STEP_CHECKPOINTABLE",
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
     "load_training_checkpoint",
     "save_training_checkpoint",
 ]
 
-#: Name of the checkpointable that holds the training step. No part may use it.
-STEP_CHECKPOINTABLE = "step"
+# The auxiliary checkpointable holds {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: step},
+# as in tinax 0.2. Orbax saves the step as a Python int scalar, which holds any
+# unsigned 64-bit value.
+_AUXILIARY_STATE_KEY = "state"
 _STEP_KEY = "step"
-_STEP_DTYPE = np.int64
-_MAX_STEP = int(np.iinfo(_STEP_DTYPE).max)
+_MAX_STEP = 2**64 - 1
+# Pre-release 0.3 builds kept the step in a checkpointable of its own, under
+# this name, as {_STEP_KEY: int64 scalar}; such checkpoints still load.
+_SEPARATE_STEP_CHECKPOINTABLE = "step"
+_SEPARATE_STEP_DTYPE = np.int64
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 
 
@@ -60,8 +71,8 @@ class TrainingCheckpointNames:
     Raises:
       TypeError: If a name is not a ``str``.
       ValueError: If a name is not a valid checkpointable name (see
-        ``validate_checkpointable_name``), two names are equal or differ only
-        in case, or a name is ``"step"``, which holds the training step.
+        ``validate_checkpointable_name``), or two names are equal or differ
+        only in case.
     """
 
     model: str = "model"
@@ -78,12 +89,6 @@ class TrainingCheckpointNames:
                 validate_checkpointable_name(value)
             except (TypeError, ValueError) as error:
                 raise type(error)(f"TrainingCheckpointNames.{field.name}: {error}") from None
-            if value.casefold() == STEP_CHECKPOINTABLE.casefold():
-                validation.fail_value(
-                    f"TrainingCheckpointNames.{field.name}",
-                    f"a name other than {STEP_CHECKPOINTABLE!r} (it holds the training step), in any case",
-                    value,
-                )
             names.append(value)
         validation.require_unique(names, "TrainingCheckpointNames")
         require_distinct_on_case_insensitive_systems(names, "TrainingCheckpointNames")
@@ -126,20 +131,25 @@ def save_training_checkpoint(
     The step, the four states and the iterator's position go into a single
     :func:`save_checkpointables` call, so they are committed together: the
     checkpoint appears at ``path`` complete or not at all. Each part is a
-    checkpointable named by ``names``; the step is the checkpointable
-    ``"step"``. Device data and the iterator's state are captured before this
-    returns, so training may go on at once while the files are written.
+    checkpointable named by ``names``; the step is stored next to the
+    auxiliary state, as ``{"state": auxiliary, "step": step}``, which is
+    tinax 0.2's layout. Device data and the iterator's state are captured
+    before this returns, so training may go on at once while the files are
+    written.
 
     Args:
-      path: Folder to create for the checkpoint. It must not exist yet.
-      step: The training step, an int in [0, 2**63 - 1] (bools are refused).
+      path: Folder to create for the checkpoint. It must not exist yet, and
+        its name must not contain Orbax's temporary suffix
+        ``.orbax-checkpoint-tmp``.
+      step: The training step, an int in [0, 2**64 - 1] (NumPy integers are
+        accepted, bools are refused).
       model: The model state, a pytree such as ``nnx.state(model)``.
       optimizer: The optimizer state, a pytree such as
         ``nnx.state(optimizer)``.
       rng: The random state, for example a PRNG key array or an NNX
         ``RngState``.
       auxiliary: Any other state resume needs (metrics, EMA weights, loss
-        scale, ...), a pytree with at least one leaf.
+        scale, ...), a pytree. It may be empty or None.
       iterator: The live data iterator. Its position is saved; it is not
         advanced.
       names: The checkpointable name of each part; the defaults of
@@ -155,24 +165,26 @@ def save_training_checkpoint(
         ``iterator`` is not a ``grain.DatasetIterator``, ``names`` is not a
         :class:`TrainingCheckpointNames`, or a part holds a value Orbax
         cannot save.
-      ValueError: If ``step`` is negative or too large, a part is None or
-        holds no leaf, or Orbax refuses to start the save.
-      FileExistsError: If ``path`` exists, or a save to it is in flight.
+      ValueError: If ``step`` is negative or too large, the model,
+        optimizer or random state is None or holds no leaf, ``path`` is named
+        like an Orbax temporary folder, or Orbax refuses to start the save.
+      FileExistsError: If ``path`` exists, or a save to it is in flight. It
+        is also a ``ValueError``.
     """
     validation.require_path(path, "path")
-    checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**63 - 1]")
-    parts = {"model": model, "optimizer": optimizer, "rng": rng, "auxiliary": auxiliary}
+    checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
+    parts = {"model": model, "optimizer": optimizer, "rng": rng}
     for argument, value in parts.items():
         if value is None or not jax.tree_util.tree_leaves(value):
             validation.fail_value(argument, "state holding at least one array or scalar", value)
     _require_iterator(iterator)
     chosen = _require_names(names)
     checkpointables = {
-        STEP_CHECKPOINTABLE: {_STEP_KEY: np.asarray(checked_step, dtype=_STEP_DTYPE)},
         chosen.model: model,
         chosen.optimizer: optimizer,
         chosen.rng: rng,
-        chosen.auxiliary: auxiliary,
+        # The step gives this part a leaf even when the auxiliary state has none.
+        chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: int(checked_step)},
         chosen.iterator: iterator,
     }
     return save_checkpointables(path, checkpointables)
@@ -198,6 +210,9 @@ def load_training_checkpoint(
     iterator of the same pipeline: its state is replaced in place, and it
     continues exactly where the saved one stopped.
 
+    Checkpoints written by tinax 0.2 load, and so do those of pre-release 0.3
+    builds (the step in a checkpointable ``"step"`` of its own).
+
     Before anything loads, the folder is checked to be a complete checkpoint
     that holds every part under ``names``. The states load first and the
     iterator last, so a load that fails on a state leaves the iterator where
@@ -208,7 +223,8 @@ def load_training_checkpoint(
       model_target: Restore target of the model state.
       optimizer_target: Restore target of the optimizer state.
       rng_target: Restore target of the random state.
-      auxiliary_target: Restore target of the auxiliary state.
+      auxiliary_target: Restore target of the auxiliary state; None or an
+        empty container for auxiliary state that was saved so.
       iterator: A live iterator of the pipeline that was saved.
       names: The names the checkpoint was saved with; the defaults of
         :class:`TrainingCheckpointNames` when None.
@@ -222,37 +238,41 @@ def load_training_checkpoint(
         ``grain.DatasetIterator``, ``names`` is not a
         :class:`TrainingCheckpointNames`, a target holds a traced value, or
         Orbax rejects a target's kind.
-      ValueError: If a target is None or holds an abstract array without a
-        sharding, the folder is not a complete checkpoint, it lacks a part
-        under the given ``names`` (a checkpoint saved with other names, or not
-        by :func:`save_training_checkpoint`), its step is damaged, or the
-        values do not fit the targets or the iterator's pipeline.
-      FileNotFoundError: If nothing exists at ``path``.
+      ValueError: If the model, optimizer or random target is None, a target
+        holds an abstract array without a sharding, the folder is not a
+        complete checkpoint, it lacks a part under the given ``names`` (a
+        checkpoint saved with other names, or not by
+        :func:`save_training_checkpoint`), its step is damaged, or the values
+        do not fit the targets or the iterator's pipeline. A missing part and
+        values that do not fit raise an error that is also a ``KeyError``, as
+        tinax 0.2's did.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
     """
     source = validation.require_path(path, "path")
-    targets = {
-        "model_target": model_target,
-        "optimizer_target": optimizer_target,
-        "rng_target": rng_target,
-        "auxiliary_target": auxiliary_target,
-    }
+    targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}
     for argument, target in targets.items():
         require_restore_target(target, argument)
+    if auxiliary_target is not None:
+        require_restore_target(auxiliary_target, "auxiliary_target")
     _require_iterator(iterator)
     chosen = _require_names(names)
-    _require_parts(source, chosen)
-    states = _load(
-        source,
-        chosen,
-        {
-            STEP_CHECKPOINTABLE: {_STEP_KEY: np.zeros((), dtype=_STEP_DTYPE)},
-            chosen.model: model_target,
-            chosen.optimizer: optimizer_target,
-            chosen.rng: rng_target,
-            chosen.auxiliary: auxiliary_target,
-        },
-    )
-    step = _stored_step(states[STEP_CHECKPOINTABLE], source)
+    separate_step = _require_parts(source, chosen)
+    state_targets = {chosen.model: model_target, chosen.optimizer: optimizer_target, chosen.rng: rng_target}
+    if separate_step:
+        # These checkpoints never held empty auxiliary state, so the target must be explicit.
+        require_restore_target(auxiliary_target, "auxiliary_target")
+        state_targets[chosen.auxiliary] = auxiliary_target
+        state_targets[_SEPARATE_STEP_CHECKPOINTABLE] = {_STEP_KEY: np.zeros((), dtype=_SEPARATE_STEP_DTYPE)}
+    else:
+        state_targets[chosen.auxiliary] = {_AUXILIARY_STATE_KEY: auxiliary_target, _STEP_KEY: 0}
+    states = _load(source, chosen, state_targets)
+    if separate_step:
+        auxiliary = states[chosen.auxiliary]
+        step = _stored_step(states[_SEPARATE_STEP_CHECKPOINTABLE], source, _SEPARATE_STEP_DTYPE)
+    else:
+        auxiliary = states[chosen.auxiliary][_AUXILIARY_STATE_KEY]
+        step = _stored_step(states[chosen.auxiliary], source, None)
     # The iterator is moved only once every state has loaded, so a failed load
     # leaves it where it was.
     _load(source, chosen, {chosen.iterator: iterator})
@@ -261,7 +281,7 @@ def load_training_checkpoint(
         model=states[chosen.model],
         optimizer=states[chosen.optimizer],
         rng=states[chosen.rng],
-        auxiliary=states[chosen.auxiliary],
+        auxiliary=auxiliary,
         iterator=iterator,
     )
 
@@ -279,16 +299,23 @@ def _require_names(names: object) -> TrainingCheckpointNames:
     return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
 
 
-def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> None:
-    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``."""
+def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool:
+    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``.
+
+    Returns:
+      True if the step is a checkpointable of its own (pre-release 0.3
+      layout), False if it is inside the auxiliary part (tinax 0.2's layout).
+    """
     held = sorted(require_complete_checkpoint(source))
-    expected = {STEP_CHECKPOINTABLE: STEP_CHECKPOINTABLE, **dataclasses.asdict(names)}
+    expected = dataclasses.asdict(names)
+    separate_step = _SEPARATE_STEP_CHECKPOINTABLE in held and _SEPARATE_STEP_CHECKPOINTABLE not in expected.values()
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
     if missing:
-        raise ValueError(
+        raise CheckpointKeyError(
             f"the training checkpoint at {str(source)!r} has no part {', '.join(missing)} under {names}; "
             f"it holds {held}. Load it with the names it was saved with"
         )
+    return separate_step
 
 
 def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[str, Any]) -> dict[str, Any]:
@@ -298,11 +325,21 @@ def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[st
         raise type(error)(f"could not load the training checkpoint at {str(source)!r} with {names}: {error}") from error
 
 
-def _stored_step(stored: Any, source: pathlib.Path) -> int:
-    value = stored.get(_STEP_KEY) if isinstance(stored, dict) else None
-    if not isinstance(value, np.ndarray) or value.shape != () or value.dtype != _STEP_DTYPE or int(value) < 0:
+def _stored_step(stored: Any, source: pathlib.Path, dtype: type[np.generic] | None) -> int:
+    """Reads the step out of the loaded part that holds it, refusing anything but a non-negative integer.
+
+    ``dtype`` is the NumPy scalar type a pre-release 0.3 checkpoint stores; None
+    means a Python int, as tinax 0.2 stores it.
+    """
+    value: Any = stored.get(_STEP_KEY) if isinstance(stored, dict) else None
+    if dtype is None:
+        valid = type(value) is int and 0 <= value <= _MAX_STEP
+    else:
+        valid = isinstance(value, np.ndarray) and value.shape == () and value.dtype == dtype and int(value) >= 0
+    if not valid:
+        expected = "int" if dtype is None else f"{np.dtype(dtype).name} scalar"
         raise ValueError(
             f"the training checkpoint at {str(source)!r} holds a damaged step: expected a non-negative "
-            f"int64 scalar, got {validation.describe(value)}"
+            f"{expected}, got {validation.describe(value)}"
         )
     return int(value)

@@ -9,16 +9,14 @@ from collections.abc import Iterator
 from typing import Any
 
 from tinax._core import validation
+from tinax.checkpointing._errors import CheckpointExistsError
+from tinax.checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
 
 __all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
 
-# Orbax V0 stages every save in a sibling folder named "<name>.orbax-checkpoint-tmp",
-# possibly followed by a timestamp, and renames it when the save commits.
-_ORBAX_STAGING_SUFFIX = ".orbax-checkpoint-tmp"
-
 
 def require_new_destination(path: pathlib.Path) -> pathlib.Path:
-    """Checks that a checkpoint may be written at ``path``.
+    """Checks that a checkpoint may be written at ``path``, and creates the folders that would hold it.
 
     Args:
       path: The destination, already checked to be a path.
@@ -27,20 +25,20 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
       The destination as an absolute path (Orbax refuses relative ones).
 
     Raises:
-      FileExistsError: If something already exists at ``path``.
-      FileNotFoundError: If the folder that would hold ``path`` does not exist.
+      ValueError: If the destination's name contains Orbax's temporary
+        suffix ``.orbax-checkpoint-tmp``: Orbax would take the checkpoint for
+        an unfinished save.
+      FileExistsError: If something already exists at ``path``. It is also a
+        ``ValueError``.
     """
     destination = path.absolute()
+    refuse_orbax_temporary_destination(destination)
     if destination.exists() or destination.is_symlink():
-        raise FileExistsError(
+        raise CheckpointExistsError(
             f"path must not exist yet, got {str(destination)!r} which already exists; "
             "legacy V0 checkpoints are never overwritten"
         )
-    if not destination.parent.is_dir():
-        raise FileNotFoundError(
-            f"the folder of path must exist, got {str(destination)!r} whose folder "
-            f"{str(destination.parent)!r} does not exist"
-        )
+    destination.parent.mkdir(parents=True, exist_ok=True)
     return destination
 
 
@@ -55,11 +53,18 @@ def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
 
     Raises:
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a directory.
+      ValueError: If ``path`` is not a directory, or is the temporary folder
+        of an unfinished Orbax save (its name contains
+        ``.orbax-checkpoint-tmp``).
     """
     source = validation.require_existing_path(path, "path").absolute()
     if not source.is_dir():
         raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
+    if is_orbax_temporary_name(source.name):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its name contains Orbax's reserved temporary suffix "
+            f"{ORBAX_TMP_SUFFIX!r}, so it is the folder of a save that has not finished"
+        )
     return source
 
 
@@ -78,6 +83,7 @@ def save_with_v0(
 
     Raises:
       FileExistsError: If another writer created ``destination`` meanwhile.
+        It is also a ``ValueError``.
       ValueError: If the save failed with one of ``upstream_errors``.
     """
     import orbax.checkpoint as ocp
@@ -89,7 +95,7 @@ def save_with_v0(
         except upstream_errors as error:
             if destination.exists():
                 # Another writer committed the same path between our check and Orbax's.
-                raise FileExistsError(
+                raise CheckpointExistsError(
                     f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
                 ) from error
             raise ValueError(
@@ -114,7 +120,8 @@ def removing_orbax_leftovers(destination: pathlib.Path) -> Iterator[None]:
 
 
 def _staging_folders(destination: pathlib.Path) -> list[pathlib.Path]:
-    prefix = destination.name + _ORBAX_STAGING_SUFFIX
+    # Orbax V0 stages a save in "<name>.orbax-checkpoint-tmp", possibly followed by a timestamp.
+    prefix = destination.name + ORBAX_TMP_SUFFIX
     if not destination.parent.is_dir():
         return []
     return [entry for entry in destination.parent.iterdir() if entry.name.startswith(prefix)]

@@ -1,9 +1,11 @@
-"""Legacy only: pytree checkpoints in Orbax's V0 format (``StandardCheckpointer`` layout).
+"""Legacy only: pytree checkpoints in Orbax's V0 format (``PyTreeCheckpointer`` layout).
 
 Do not use these functions for new checkpoints; ``tinax.checkpointing`` writes
 Orbax V1 checkpoints. They read and write the directories that
-``orbax.checkpoint.StandardCheckpointer`` and ``PyTreeCheckpointer`` produce,
-so older pipelines keep working while they migrate.
+``orbax.checkpoint.PyTreeCheckpointer`` and ``StandardCheckpointer`` produce
+(one layout), so older pipelines keep working while they migrate. Saving
+goes through Orbax's pytree handler, as in tinax 0.2, so strings, ``None``
+leaves, NumPy scalars and a bare leaf as the whole state are kept.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tinax._core import validation
+from tinax.checkpointing._errors import UnsupportedLeafError
 from tinax.checkpointing.legacy.v0._paths import (
     require_checkpoint_directory,
     require_new_destination,
@@ -25,10 +28,14 @@ from tinax.checkpointing.legacy.v0._paths import (
 
 __all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]
 
-# What Orbax's StandardCheckpointHandler accepts as leaves; checked here first so
-# that a bad leaf is a TypeError naming its key path, not an Orbax ValueError.
-_LEAF_EXPECTATION = "a jax.Array, a numpy array or an int or float scalar"
-_TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct or an int or float scalar"
+# What Orbax's V0 pytree handler saves as leaves; checked here first so that a
+# bad leaf is an error naming its key path, not an Orbax error from a
+# background thread. NumPy scalars other than numbers (np.bool_, for one) have
+# no handler.
+_SAVABLE_LEAVES = (bool, int, float, str, np.number, np.ndarray, jax.Array)
+_LEAF_EXPECTATION = "a jax.Array, a numpy array, a NumPy number, or a Python bool, int, float or str"
+_RESTORABLE_LEAVES = (bool, int, float, str, np.ndarray, jax.Array, jax.ShapeDtypeStruct)
+_TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct, a Python bool, int or float, or a str"
 
 # Upstream failures that mean "this checkpoint or target does not fit"; they
 # are re-raised as ValueError with the cause chained.
@@ -40,26 +47,30 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
 
     Do not use this for new checkpoints; use
     ``tinax.checkpointing.save_checkpointables``. The directory written here is
-    the one ``orbax.checkpoint.StandardCheckpointer`` would write, so pipelines
-    still on Orbax's V0 API can read it with ``StandardCheckpointer.restore``.
-    The save is synchronous: when this returns, the checkpoint is committed.
+    the one ``orbax.checkpoint.PyTreeCheckpointer`` would write, so pipelines
+    still on Orbax's V0 API can read it with ``PyTreeCheckpointer.restore``
+    (or ``StandardCheckpointer.restore``, when it holds no strings). The save
+    is synchronous: when this returns, the checkpoint is committed.
 
     Args:
-      path: The checkpoint directory to create. It must not exist yet; its
-        parent folder must.
-      state: A pytree container (dict, list, dataclass pytree, ...) whose
-        leaves are ``jax.Array``, NumPy arrays, or ``int``/``float`` scalars.
+      path: The checkpoint directory to create. It must not exist yet, and
+        its name must not contain Orbax's temporary suffix
+        ``.orbax-checkpoint-tmp``. Missing parent folders are created.
+      state: A pytree (dict, list, dataclass pytree, ...) or a single leaf.
+        Leaves are ``jax.Array``, NumPy arrays, Python ``bool``, ``int``,
+        ``float`` or ``str``, or NumPy number scalars (restored as Python
+        scalars). ``None`` entries are kept.
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``,
-        ``state`` is a bare leaf rather than a container, or a leaf has a type
-        Orbax's V0 standard handler cannot save (the message names its key
-        path).
-      ValueError: If ``path`` is empty, ``state`` has no leaves, or Orbax
-        refuses the state for another reason (the Orbax error is chained).
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
+        leaf has a type Orbax's V0 pytree handler cannot save (the message
+        names its key path; the error is also a ``ValueError``, as Orbax's
+        was).
+      ValueError: If ``path`` is empty or named like an Orbax temporary
+        folder, ``state`` has no leaves, or Orbax refuses the state for
+        another reason (the Orbax error is chained).
       FileExistsError: If something already exists at ``path``. It is never
-        replaced.
-      FileNotFoundError: If the parent folder of ``path`` does not exist.
+        replaced. The error is also a ``ValueError``.
     """
     requested = validation.require_path(path, "path")
     _require_savable_state(state)
@@ -67,8 +78,8 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
     ocp = _import_orbax()
     save_with_v0(
         destination,
-        ocp.StandardCheckpointHandler(),
-        ocp.args.StandardSave(state),
+        ocp.PyTreeCheckpointHandler(),
+        ocp.args.PyTreeSave(state),
         what="state",
         upstream_errors=_UPSTREAM_MISMATCH_ERRORS,
     )
@@ -88,17 +99,19 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
       target: The tree to restore into, or None. Its structure must match the
         checkpoint. A ``jax.ShapeDtypeStruct`` leaf with a sharding restores a
         ``jax.Array`` with that sharding; a NumPy array leaf restores a NumPy
-        array. Each array leaf's shape and dtype must equal the stored ones: tinax
-        refuses the silent cast or reshape Orbax would otherwise apply. With None, Orbax
-        restores every array on the sharding recorded in the checkpoint,
-        which only works on the topology that wrote it.
+        array; a Python scalar or ``str`` leaf restores the stored scalar or
+        string. Each array leaf's shape and dtype must equal the stored ones:
+        tinax refuses the silent cast or reshape Orbax would otherwise apply.
+        With None, Orbax restores every array on the sharding recorded in the
+        checkpoint, which only works on the topology that wrote it.
 
     Returns:
       The restored pytree.
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
-        ``target`` leaf is of a kind Orbax cannot restore into.
+        ``target`` leaf is of a kind Orbax cannot restore into (that error is
+        also a ``ValueError``, as Orbax's was).
       FileNotFoundError: If nothing exists at ``path``.
       ValueError: If ``path`` is not a directory or not a complete V0 pytree
         checkpoint, or ``target`` does not match it in structure, shape or
@@ -109,11 +122,14 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
         _require_restorable_target(target)
     source = require_checkpoint_directory(requested)
     ocp = _import_orbax()
-    with ocp.Checkpointer(ocp.StandardCheckpointHandler()) as checkpointer:
-        if target is not None:
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer:
+        if target is None:
+            arguments = ocp.args.PyTreeRestore()
+        else:
             _require_stored_layout(ocp, checkpointer, source, target)
+            arguments = ocp.args.PyTreeRestore(target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
         try:
-            return checkpointer.restore(source, args=ocp.args.StandardRestore(target))
+            return checkpointer.restore(source, args=arguments)
         except _UPSTREAM_MISMATCH_ERRORS as error:
             into = "" if target is None else " into target"
             raise ValueError(
@@ -130,19 +146,23 @@ def _import_orbax() -> Any:
 def _require_savable_state(state: Any) -> None:
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     if not leaves:
-        validation.fail_value("state", "a pytree with at least one array or scalar leaf", state)
-    if len(leaves) == 1 and leaves[0][0] == ():
-        validation.fail_type("state", "a pytree container (such as a dict) of arrays and scalars", state)
+        validation.fail_value("state", "a pytree with at least one array, scalar or str leaf", state)
     for key_path, leaf in leaves:
-        if isinstance(leaf, (int, float, np.ndarray, jax.Array)) or hasattr(leaf, "__array__"):
-            continue
-        validation.fail_type(f"state{jax.tree_util.keystr(key_path)}", _LEAF_EXPECTATION, leaf)
+        if not isinstance(leaf, _SAVABLE_LEAVES) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
+            raise UnsupportedLeafError(
+                validation.expectation_message(f"state{jax.tree_util.keystr(key_path)}", _LEAF_EXPECTATION, leaf)
+            )
 
 
 def _require_restorable_target(target: Any) -> None:
     for key_path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
-        if not isinstance(leaf, (int, float, np.ndarray, jax.Array, jax.ShapeDtypeStruct)):
-            validation.fail_type(f"target{jax.tree_util.keystr(key_path)}", _TARGET_LEAF_EXPECTATION, leaf)
+        # NumPy scalars other than float64 (a float) are refused: Orbax has no restore arguments for them.
+        if not isinstance(leaf, _RESTORABLE_LEAVES):
+            raise UnsupportedLeafError(
+                validation.expectation_message(
+                    f"target{jax.tree_util.keystr(key_path)}", _TARGET_LEAF_EXPECTATION, leaf
+                )
+            )
 
 
 def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, target: Any) -> None:

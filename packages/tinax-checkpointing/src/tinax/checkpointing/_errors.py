@@ -1,0 +1,106 @@
+"""Exception classes that keep tinax 0.2's exception types while saying more.
+
+tinax 0.2 let Orbax's own exceptions reach the caller: a ``ValueError`` for an
+existing destination or an unsaveable value, a ``KeyError`` for a checkpoint
+that lacks a name or does not fit a target, and whatever a background write
+raised from ``result()``. Code written against 0.2 catches those types, so
+each error raised here is also an instance of the type 0.2 raised, next to the
+more precise type tinax documents (``FileExistsError``, ``TypeError``, ...).
+"""
+
+from __future__ import annotations
+
+import threading
+
+__all__ = [
+    "CheckpointExistsError",
+    "CheckpointKeyError",
+    "CheckpointNotFoundError",
+    "NoHandlerError",
+    "SaveFailedError",
+    "TracedValueError",
+    "UnsupportedLeafError",
+    "background_failure",
+]
+
+
+class CheckpointExistsError(FileExistsError, ValueError):
+    """A checkpoint destination already exists (0.2 raised ValueError)."""
+
+
+class CheckpointNotFoundError(FileNotFoundError, ValueError):
+    """Nothing exists at a checkpoint path to load (0.2 raised ValueError)."""
+
+
+class UnsupportedLeafError(TypeError, ValueError):
+    """A value or target leaf of a kind Orbax cannot handle (0.2 raised ValueError)."""
+
+
+class CheckpointKeyError(ValueError, KeyError):
+    """A checkpoint lacks a requested name, or holds values that do not fit a target.
+
+    0.2 raised Orbax's ``KeyError`` subclasses for both. The message prints as
+    written, not quoted the way ``KeyError`` quotes its key.
+    """
+
+    def __str__(self) -> str:
+        return BaseException.__str__(self)
+
+
+class NoHandlerError(TypeError, KeyError):
+    """Orbax has no handler for the kind of a value or restore target (0.2 raised a ``KeyError``)."""
+
+    def __str__(self) -> str:
+        return BaseException.__str__(self)
+
+
+class TracedValueError(TypeError, AttributeError):
+    """A traced value where a concrete one is needed (0.2 raised JAX's ``AttributeError``)."""
+
+
+class SaveFailedError(RuntimeError):
+    """A save failed in the background; its ``__cause__`` is the original error.
+
+    ``result()`` raises a subclass that is also of the original error's class
+    (``OSError``, ``ValueError``, ...), as 0.2 re-raised that error itself.
+    """
+
+
+_failure_classes: dict[type[BaseException], type[SaveFailedError]] = {}
+_failure_classes_lock = threading.Lock()
+
+
+def background_failure(message: str, error: BaseException) -> SaveFailedError:
+    """Builds the error ``result()`` raises for a save that failed in the background.
+
+    Args:
+      message: What failed, for the reader.
+      error: The error the background save raised. It becomes the cause.
+
+    Returns:
+      A :class:`SaveFailedError` that is also an instance of ``type(error)``
+      where Python can combine the two classes and build the result from a
+      message (it can for ``OSError``, ``ValueError``, ``KeyError`` and most
+      other ``Exception`` classes), and a plain :class:`SaveFailedError`
+      otherwise, for example for ``KeyboardInterrupt``.
+    """
+    failure = _failure_class(type(error))(message)
+    failure.__cause__ = error
+    return failure
+
+
+def _failure_class(kind: type[BaseException]) -> type[SaveFailedError]:
+    if not issubclass(kind, Exception) or issubclass(kind, SaveFailedError):
+        return SaveFailedError
+    with _failure_classes_lock:
+        cached = _failure_classes.get(kind)
+        if cached is None:
+            # The message prints as written; KeyError would quote it.
+            namespace = {"__module__": __name__, "__str__": BaseException.__str__}
+            try:
+                cached = type(f"SaveFailedError[{kind.__name__}]", (SaveFailedError, kind), namespace)
+                cached("probe")  # Some classes combine, but cannot be built from one message.
+            except TypeError:
+                cached = SaveFailedError
+            _failure_classes[kind] = cached
+        return cached
