@@ -18,8 +18,9 @@ Comparisons, each timed in interleaved rounds within one run:
     read_array_record(path)
     vs  grain.sources.ArrayRecordDataSource(path) in MapDataset.source(...).map(decode)
   ArrayRecord, shuffled pass over an already open dataset.
-  training_batches(...) vs the hand-written pipeline it stands for (slice by
-    shard, shuffle with the seed, repeat, batch), both over the same rows.
+  training_batches(...) vs the hand-written pipeline it stands for (seed,
+    shuffle, cut to whole global batches, slice the shard, batch, repeat with
+    a reseed per epoch), both over the same rows.
 ``decode`` is written by hand for this record layout, as a user of the raw
 upstream call would write it.
 
@@ -178,7 +179,7 @@ def compare_training_batches(records: list[dict[str, Any]], options: argparse.Na
     def tinax_pipeline() -> Any:
         return training_batches(
             dataset,
-            shard_options=ShardOptions(shard_index=0, shard_count=1),
+            shard_options=ShardOptions(shard_index=0, shard_count=1, drop_remainder=True),
             seed=options.seed,
             shuffle=True,
             num_epochs=num_epochs,
@@ -187,8 +188,10 @@ def compare_training_batches(records: list[dict[str, Any]], options: argparse.Na
         )
 
     def hand_written() -> Any:
-        rows = dataset.slice(slice(0, None, 1)).shuffle(options.seed).repeat(num_epochs)
-        return rows.batch(batch_size, drop_remainder=False, batch_fn=stack_batch)
+        usable = len(dataset) // batch_size * batch_size
+        rows = dataset.seed(options.seed).shuffle().slice(slice(0, usable)).slice(slice(0, usable))
+        batches = rows.batch(batch_size, drop_remainder=True, batch_fn=stack_batch)
+        return batches.repeat(num_epochs, reseed_each_epoch=True)
 
     def consume(pipeline: Callable[[], Any]) -> Any:
         return collections.deque(pipeline(), maxlen=1)

@@ -8,7 +8,8 @@ What it shows:
 - `split_by_column` splits the rows by their 'split' column into a train part
   and a test part, refusing any row with another value.
 - `training_batches` builds the deterministic, shuffled batches of this
-  process's shard, and `open_multiprocessing_iterator` reads them through
+  process's shard (every epoch cut to whole batches, so every process runs
+  the same number of steps), and `open_multiprocessing_iterator` reads them through
   2 grain worker processes that are joined when its `with` block ends. The
   workers yield exactly the batches that iterating without workers yields.
 
@@ -104,7 +105,7 @@ def run(output_dir: pathlib.Path, num_workers: int) -> None:
 
     batches = training_batches(
         train,
-        shard_options=grain.sharding.ShardOptions(shard_index=0, shard_count=1),
+        shard_options=grain.sharding.ShardOptions(shard_index=0, shard_count=1, drop_remainder=True),
         seed=7,
         shuffle=True,
         num_epochs=1,
@@ -116,9 +117,11 @@ def run(output_dir: pathlib.Path, num_workers: int) -> None:
         from_workers = [batch["row"].tolist() for batch in iterator]
     order = [row for batch in in_process for row in batch]
     train_rows = [train[index]["row"] for index in range(len(train))]
+    whole = len(train) // BATCH_SIZE * BATCH_SIZE
     report(
-        f"training_batches: {len(in_process)} shuffled batches covering every train row once",
-        sorted(order) == train_rows and order != train_rows,
+        f"training_batches: {len(in_process)} full shuffled batches, {whole} distinct train rows "
+        f"(the epoch is cut to whole batches; the other {len(train) - whole} rows wait for a later epoch)",
+        len(order) == len(set(order)) == whole and set(order) <= set(train_rows) and order != sorted(order),
     )
     report(
         f"open_multiprocessing_iterator with {num_workers} workers yielded the same batches in the same order",

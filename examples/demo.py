@@ -358,6 +358,7 @@ def main(argv: Sequence[str]) -> int:
 
     import jax
     import numpy as np
+    from grain.sharding import ShardOptions
 
     from tinax.checkpointing import save_training_checkpoint
     from tinax.data import (
@@ -466,18 +467,26 @@ def main(argv: Sequence[str]) -> int:
     weights_path = output / "weights" / "model.safetensors"
     exported = parameter_tensors(final_model_state, "model.") | parameter_tensors(final_optimizer_state, "optimizer.")
     save_safetensors(
-        weights_path, exported, overwrite=False, metadata={"producer": "tinax demo", "step": str(arguments.steps)}
+        weights_path,
+        exported,
+        overwrite=False,
+        metadata={"producer": "tinax demo", "step": str(arguments.steps)},
+        max_metadata_bytes=1024,
     )
     model_names = sorted(name for name in exported if name.startswith("model."))
     budget = sum(exported[name].nbytes for name in model_names)
-    loaded = load_safetensors(weights_path, max_bytes=budget, names=model_names)
+    loaded = load_safetensors(weights_path, max_bytes=budget, names=model_names, max_metadata_bytes=1024)
     print(
         f"   {weights_path.name}: {len(exported)} tensors; loaded {len(loaded.tensors)} of them "
         f"({budget} bytes, the whole budget)"
     )
 
+    # Evaluation sees every test row once, so its shards keep the remainder.
+    evaluation_shard = ShardOptions(
+        shard_index=setup.shard_options.shard_index, shard_count=setup.shard_options.shard_count, drop_remainder=False
+    )
     evaluation = evaluation_batches(
-        setup.test_rows, shard_options=setup.shard_options, batch_size=arguments.batch_size, batch_fn=stack_examples
+        setup.test_rows, shard_options=evaluation_shard, batch_size=arguments.batch_size, batch_fn=stack_examples
     )
     weights = {name.removeprefix("model."): value for name, value in loaded.tensors.items()}
     replicated = layout(setup.mesh, (None, None))

@@ -58,7 +58,7 @@ def _stack(rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
 def _batches(dataset: Any) -> list[dict[str, np.ndarray]]:
     pipeline = training_batches(
         dataset,
-        shard_options=grain.sharding.ShardOptions(shard_index=0, shard_count=1, drop_remainder=False),
+        shard_options=grain.sharding.ShardOptions(shard_index=0, shard_count=1, drop_remainder=True),
         seed=SEED,
         shuffle=True,
         num_epochs=1,

@@ -1,4 +1,4 @@
-"""training_batches and evaluation_batches: determinism, shards, epochs, exact and checked resume."""
+"""training_batches and evaluation_batches: tinax 0.2's batches, exact and checked resume."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ def _ids(batch: dict[str, np.ndarray]) -> list[int]:
     return batch["id"].tolist()
 
 
+def _as_list(rows: Sequence[Any]) -> list[Any]:
+    return list(rows)
+
+
 def _dataset(count: int = ROWS, source_id: str = "features:v1") -> grain.MapDataset:
     values = np.random.default_rng(0).standard_normal((count, 3)).astype(np.float32)
     rows = [{"id": index, "x": values[index]} for index in range(count)]
@@ -35,7 +39,7 @@ def _dataset(count: int = ROWS, source_id: str = "features:v1") -> grain.MapData
 
 def _training(**overrides: Any) -> grain.MapDataset:
     arguments: dict[str, Any] = {
-        "shard_options": NoSharding(),
+        "shard_options": ShardOptions(0, 1, drop_remainder=True),
         "seed": 7,
         "shuffle": True,
         "num_epochs": 2,
@@ -47,12 +51,25 @@ def _training(**overrides: Any) -> grain.MapDataset:
     return training_batches(dataset, **arguments)
 
 
+def _plain(size: int, **overrides: Any) -> grain.MapDataset:
+    arguments: dict[str, Any] = {
+        "shard_options": ShardOptions(0, 1, drop_remainder=True),
+        "seed": 0,
+        "shuffle": False,
+        "num_epochs": 1,
+        "batch_size": 2,
+        "batch_fn": _as_list,
+    }
+    arguments.update(overrides)
+    return training_batches(grain.MapDataset.range(size), **arguments)
+
+
 def _all_ids(batches: grain.MapDataset) -> list[int]:
     return [index for batch in batches for index in _ids(batch)]
 
 
 # ---------------------------------------------------------------------------
-# Determinism, shards and epochs
+# Determinism, epochs and shards, as in tinax 0.2
 
 
 def test_two_runs_give_bit_identical_batches():
@@ -70,66 +87,96 @@ def test_another_seed_gives_another_order():
 
 
 def test_random_access_matches_iteration():
-    batches = _training()
+    batches = _training(num_epochs=3)
     iterated = list(batches)
-    assert len(batches) == len(iterated)
-    assert _ids(batches[3]) == _ids(iterated[3])
+    assert len(batches) == len(iterated) == 15
+    assert [_ids(batches[index]) for index in range(15)] == [_ids(batch) for batch in iterated]
 
 
-@pytest.mark.parametrize("drop_remainder", [False, True])
-def test_shards_are_disjoint_and_cover_the_rows(drop_remainder):
-    count, rows = 3, 10
-    shards = [
-        _all_ids(
-            _training(
-                dataset=_dataset(rows),
-                shard_options=ShardOptions(index, count, drop_remainder=drop_remainder),
-                num_epochs=1,
-                batch_size=1,
-            )
-        )
-        for index in range(count)
-    ]
-    seen = [set(shard) for shard in shards]
-    assert all(len(shard) == len(set(shard)) for shard in shards)
-    assert all(a.isdisjoint(b) for i, a in enumerate(seen) for b in seen[i + 1 :])
-    if drop_remainder:
-        assert [len(shard) for shard in shards] == [3, 3, 3]
-        # As documented: the last n % shard_count rows are the ones dropped.
-        assert set().union(*seen) == set(range(9))
-    else:
-        assert [len(shard) for shard in shards] == [4, 3, 3]
-        assert set().union(*seen) == set(range(rows))
-    # Strided shards: shard i holds positions i, i + count, ...
-    assert seen[1] <= {1, 4, 7}
-
-
-def test_each_epoch_is_a_new_order_of_the_same_rows():
+def test_one_global_shuffle_per_epoch_reseeded_each_epoch():
+    # The order is grain's: dataset.seed(seed).shuffle(), with another seed for
+    # every epoch, cut to whole global batches.
     ids = _all_ids(_training(num_epochs=3, batch_size=5))
     epochs = [ids[start : start + ROWS] for start in range(0, 3 * ROWS, ROWS)]
+    expected = list(grain.MapDataset.range(ROWS).seed(7).shuffle().repeat(3, reseed_each_epoch=True))
+    assert ids == expected
     assert all(sorted(epoch) == list(range(ROWS)) for epoch in epochs)
     assert len({tuple(epoch) for epoch in epochs}) == 3
 
 
 def test_no_shuffle_keeps_order_in_every_epoch():
-    ids = _all_ids(_training(shuffle=False, num_epochs=2, batch_size=6))
-    assert ids == list(range(ROWS)) * 2
+    assert _all_ids(_training(shuffle=False, num_epochs=2, batch_size=5)) == list(range(ROWS)) * 2
 
 
-def test_finite_epochs_keep_the_final_partial_batch():
-    batches = list(_training(num_epochs=1, batch_size=6))
-    assert [len(_ids(batch)) for batch in batches] == [6, 6, 6, 2]
-    assert sorted(index for batch in batches for index in _ids(batch)) == list(range(ROWS))
+def test_epochs_are_cut_to_whole_global_batches_and_batches_never_span_two():
+    # 11 rows, 2 processes of batch 2: a global batch of 4, so 8 rows per epoch.
+    shards = [
+        list(_plain(11, shard_options=ShardOptions(index, 2, drop_remainder=True), num_epochs=2)) for index in range(2)
+    ]
+    assert shards == [[[0, 1], [2, 3], [0, 1], [2, 3]], [[4, 5], [6, 7], [4, 5], [6, 7]]]
+    # Every batch is full, also at the end of a finite run.
+    assert [len(_ids(batch)) for batch in _training(num_epochs=1, batch_size=6)] == [6, 6, 6]
 
 
-def test_num_epochs_none_repeats_forever():
+def test_processes_take_contiguous_blocks_of_one_global_order_with_equal_steps():
+    count, size, batch_size, epochs = 3, 17, 2, 3
+    shards = [
+        list(
+            _plain(
+                size,
+                shard_options=ShardOptions(index, count, drop_remainder=True),
+                seed=5,
+                shuffle=True,
+                num_epochs=epochs,
+                batch_size=batch_size,
+            )
+        )
+        for index in range(count)
+    ]
+    assert [len(batches) for batches in shards] == [6, 6, 6]
+    expected = list(
+        grain.MapDataset.range(size).seed(5).shuffle().slice(slice(0, 12)).repeat(3, reseed_each_epoch=True)
+    )
+    for epoch in range(epochs):
+        global_order = expected[epoch * 12 : (epoch + 1) * 12]
+        for index, batches in enumerate(shards):
+            local = [row for batch in batches[epoch * 2 : (epoch + 1) * 2] for row in batch]
+            assert local == global_order[index * 4 : (index + 1) * 4]
+
+
+def test_num_epochs_none_repeats_forever_with_a_new_order_each_epoch():
     batches = _training(num_epochs=None, batch_size=5)
     assert len(batches) > 10**12
     iterator = iter(batches)
-    ids = [index for _ in range(5 * ROWS // 5) for index in _ids(next(iterator))]
+    try:
+        ids = [index for _ in range(20) for index in _ids(next(iterator))]
+    finally:
+        iterator.close()
     epochs = [ids[start : start + ROWS] for start in range(0, 5 * ROWS, ROWS)]
     assert all(sorted(epoch) == list(range(ROWS)) for epoch in epochs)
     assert len({tuple(epoch) for epoch in epochs}) == 5
+
+
+def test_the_pipeline_adds_no_node_that_would_move_default_seeds():
+    # A random transformation on top of the batches draws its default seed
+    # from the pipeline's seed() by depth: it must see grain's bare chain, as
+    # tinax 0.2 returned it.
+    def noisy(batch: list[int], generator: np.random.Generator) -> tuple[int, ...]:
+        return (*batch, int(generator.integers(1 << 30)))
+
+    bare = (
+        grain.MapDataset.range(12)
+        .seed(3)
+        .shuffle()
+        .slice(slice(0, 12))
+        .slice(slice(0, 12))
+        .batch(3, drop_remainder=True, batch_fn=_as_list)
+        .repeat(2, reseed_each_epoch=True)
+    )
+    ours = _plain(12, seed=3, shuffle=True, num_epochs=2, batch_size=3)
+    assert list(ours) == list(bare)
+    assert list(ours.random_map(noisy)) == list(bare.random_map(noisy))
+    assert list(ours.to_iter_dataset().random_map(noisy)) == list(bare.to_iter_dataset().random_map(noisy))
 
 
 def test_pipelines_pickle_for_worker_processes():
@@ -183,8 +230,36 @@ def test_state_records_the_pipeline():
         "batch_size": 4,
         "num_workers": 0,
         "sequential_slice": False,
-        "state_format": 1,
+        "state_format": 2,
     }
+
+
+def test_a_state_tinax_02_saved_restores_and_continues():
+    # tinax 0.2 returned grain's chain itself, whose iterator state is grain's
+    # alone; it carries no description, so there is nothing to check.
+    bare = (
+        grain.MapDataset.range(13)
+        .seed(2)
+        .shuffle()
+        .slice(slice(0, 12))
+        .slice(slice(6, 12))
+        .batch(3, drop_remainder=True, batch_fn=_as_list)
+        .repeat(None, reseed_each_epoch=True)
+    )
+    saved = iter(bare)
+    for _ in range(5):
+        next(saved)
+    state = json.loads(json.dumps(saved.get_state()))
+    assert state == {"next_index": 5}
+    expected = [next(saved) for _ in range(4)]
+    ours = _plain(
+        13, shard_options=ShardOptions(1, 2, drop_remainder=True), seed=2, shuffle=True, num_epochs=None, batch_size=3
+    )
+    for make_iterator in _ITERATORS:
+        iterator = make_iterator(ours)
+        iterator.set_state(state)
+        assert [next(iterator) for _ in range(4)] == expected
+        iterator.close()
 
 
 def test_a_resumed_run_may_train_for_more_epochs():
@@ -201,8 +276,7 @@ def test_a_resumed_run_may_train_for_more_epochs():
         ({"seed": 8}, "seed is 7 in the state but 8 here"),
         ({"shuffle": False}, "shuffle is True in the state but False here"),
         ({"batch_size": 5}, "batch_size is 4 in the state but 5 here"),
-        ({"shard_options": ShardOptions(1, 2)}, "shard_index is 0 in the state but 1 here; shard_count is 1"),
-        ({"shard_options": ShardOptions(0, 1, drop_remainder=True)}, "drop_remainder is False in the state but True"),
+        ({"shard_options": ShardOptions(1, 2, True)}, "shard_index is 0 in the state but 1 here; shard_count is 1"),
         ({"dataset": _dataset(source_id="other")}, "source_id is 'features:v1' in the state but 'other' here"),
         ({"dataset": _dataset(ROWS + 1)}, "num_rows is 20 in the state but 21 here"),
     ],
@@ -216,6 +290,18 @@ def test_a_mismatched_restore_names_the_field(change, message):
         other.set_state(state)
 
 
+def test_unidentified_datasets_are_accepted_and_checked_by_what_can_be_compared():
+    # tinax 0.2 took any MapDataset; without a source_id the check compares the rest.
+    iterator = iter(_plain(10, seed=1, shuffle=True))
+    state = iterator.get_state()
+    assert state["tinax_pipeline"]["source_id"] is None
+    iter(_plain(10, seed=1, shuffle=True)).set_state(state)
+    with pytest.raises(ValueError, match="seed is 1 in the state but 2 here"):
+        iter(_plain(10, seed=2, shuffle=True)).set_state(state)
+    with pytest.raises(ValueError, match="num_rows is 10 in the state but 12 here"):
+        iter(_plain(12, seed=1, shuffle=True)).set_state(state)
+
+
 def test_a_state_from_more_workers_is_refused_by_name():
     iterator = iter(_training())
     state = iterator.get_state()
@@ -224,13 +310,13 @@ def test_a_state_from_more_workers_is_refused_by_name():
         iter(_training()).set_state(state)
 
 
-def test_states_that_are_not_from_a_tinax_pipeline_are_refused():
+def test_states_that_are_no_mapping_or_a_broken_description_are_refused():
     plain = iter(grain.MapDataset.source(list(range(4))).batch(2))
     next(plain)
-    with pytest.raises(ValueError, match=r"state must hold 'tinax_pipeline' and 'grain' entries.*\['next_index'\]"):
-        iter(_training()).set_state(plain.get_state())
     with pytest.raises(TypeError, match="state must be a dict returned by get_state"):
         iter(_training()).set_state(json.dumps(plain.get_state()))
+    with pytest.raises(ValueError, match=r"state must hold a 'tinax_pipeline' mapping and a 'grain' entry"):
+        iter(_training()).set_state({"tinax_pipeline": "training", "next_index": 1})
 
 
 def test_training_and_evaluation_states_do_not_mix():
@@ -277,29 +363,39 @@ def test_split_parts_are_identified_pipelines_of_their_own():
 # Evaluation
 
 
+def _evaluation(size: int, index: int = 0, count: int = 1, batch_size: int = 2) -> list[Any]:
+    return list(
+        evaluation_batches(
+            grain.MapDataset.range(size),
+            shard_options=ShardOptions(index, count, drop_remainder=False),
+            batch_size=batch_size,
+            batch_fn=_as_list,
+        )
+    )
+
+
 def test_evaluation_keeps_order_and_the_final_partial_batch():
     batches = evaluation_batches(_dataset(10), shard_options=NoSharding(), batch_size=4, batch_fn=_stack)
     assert [_ids(batch) for batch in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-def test_evaluation_shards_are_strided_disjoint_and_covering():
-    shards = [
-        [
-            _ids(batch)
-            for batch in evaluation_batches(
-                _dataset(11), shard_options=ShardOptions(index, 3), batch_size=2, batch_fn=_stack
-            )
-        ]
-        for index in range(3)
+def test_evaluation_shards_are_contiguous_blocks_that_differ_by_at_most_one_row():
+    assert [_evaluation(8, index, 3) for index in range(3)] == [[[0, 1], [2]], [[3, 4], [5]], [[6, 7]]]
+    assert [_evaluation(11, index, 3, batch_size=3) for index in range(3)] == [
+        [[0, 1, 2], [3]],
+        [[4, 5, 6], [7]],
+        [[8, 9, 10]],
     ]
-    assert shards == [[[0, 3], [6, 9]], [[1, 4], [7, 10]], [[2, 5], [8]]]
 
 
-def test_evaluation_accepts_drop_remainder_only_when_nothing_is_dropped():
-    even = evaluation_batches(_dataset(12), shard_options=ShardOptions(2, 3, True), batch_size=5, batch_fn=_stack)
-    assert [_ids(batch) for batch in even] == [[2, 5, 8, 11]]
-    with pytest.raises(ValueError, match="would drop the last 2 rows"):
-        evaluation_batches(_dataset(11), shard_options=ShardOptions(0, 3, True), batch_size=5, batch_fn=_stack)
+def test_an_evaluation_shard_without_rows_gives_no_batches():
+    assert [_evaluation(3, index, 5) for index in range(5)] == [[[0]], [[1]], [[2]], [], []]
+    assert _evaluation(0) == []
+
+
+def test_evaluation_refuses_shard_options_that_drop_rows():
+    with pytest.raises(ValueError, match="shard_options.drop_remainder must be False for evaluation"):
+        evaluation_batches(_dataset(12), shard_options=ShardOptions(2, 3, True), batch_size=5, batch_fn=_stack)
 
 
 def test_evaluation_state_resumes_exactly():
@@ -319,23 +415,6 @@ def test_evaluation_state_resumes_exactly():
 # Arguments
 
 
-def test_unidentified_sources_are_refused_with_a_pointer_to_in_memory_source():
-    with pytest.raises(
-        TypeError, match=r"dataset must be a grain.MapDataset over an identified source.*InMemorySource"
-    ):
-        training_batches(
-            grain.MapDataset.source(list(range(4))),
-            shard_options=NoSharding(),
-            seed=0,
-            shuffle=True,
-            num_epochs=1,
-            batch_size=2,
-            batch_fn=list,
-        )
-    with pytest.raises(TypeError, match="InMemorySource"):
-        evaluation_batches(grain.MapDataset.range(4), shard_options=NoSharding(), batch_size=2, batch_fn=list)
-
-
 @pytest.mark.parametrize(
     ("change", "error", "message"),
     [
@@ -343,15 +422,18 @@ def test_unidentified_sources_are_refused_with_a_pointer_to_in_memory_source():
         ({"shard_options": (0, 1)}, TypeError, "shard_options must be a grain.sharding.ShardOptions"),
         ({"shard_options": ShardOptions(True, 2)}, TypeError, "shard_options.shard_index must be an int"),
         ({"shard_options": ShardOptions(0, 1, 1)}, TypeError, "shard_options.drop_remainder must be a bool"),
+        ({"shard_options": NoSharding()}, ValueError, "shard_options.drop_remainder must be True for training"),
         ({"seed": True}, TypeError, "seed must be an int"),
-        ({"seed": 2**32}, ValueError, r"seed must be an int in \[0, 4294967295\]"),
         ({"seed": None}, TypeError, "seed must be an int"),
+        ({"seed": -1}, ValueError, "non-negative"),
         ({"shuffle": 1}, TypeError, "shuffle must be a bool"),
         ({"num_epochs": 0}, ValueError, "num_epochs must be an int >= 1 or None"),
         ({"num_epochs": True}, TypeError, "num_epochs must be an int"),
         ({"batch_size": 0}, ValueError, "batch_size must be an int >= 1"),
         ({"batch_size": 2.0}, TypeError, "batch_size must be an int >= 1"),
         ({"batch_fn": "stack"}, TypeError, "batch_fn must be callable"),
+        ({"batch_size": 21}, ValueError, "at least one complete global batch of 21 rows"),
+        ({"dataset": _dataset().repeat()}, ValueError, "dataset must be one finite epoch"),
     ],
 )
 def test_training_arguments_are_checked(change, error, message):
@@ -359,11 +441,17 @@ def test_training_arguments_are_checked(change, error, message):
         _training(**change)
 
 
-def test_a_shard_without_rows_is_an_error():
-    with pytest.raises(ValueError, match="shard 2 of 3 .* of a dataset of 2 rows, which holds none"):
-        _training(dataset=_dataset(2), shard_options=ShardOptions(2, 3))
-    with pytest.raises(ValueError, match="which holds none"):
-        evaluation_batches(_dataset(2), shard_options=ShardOptions(2, 3), batch_size=1, batch_fn=_stack)
+def test_seeds_beyond_32_bits_and_negative_seeds_without_shuffle_are_accepted():
+    # As in tinax 0.2: grain derives the shuffle seeds, and checks them only to shuffle.
+    assert len(list(_training(seed=2**64))) == 10
+    assert _all_ids(_training(seed=-1, shuffle=False, num_epochs=1)) == list(range(ROWS))
+
+
+def test_every_process_needs_a_full_global_batch():
+    with pytest.raises(ValueError, match="at least one complete global batch of 6 rows"):
+        _plain(5, shard_options=ShardOptions(0, 3, drop_remainder=True))
+    with pytest.raises(ValueError, match="at least one complete global batch"):
+        _plain(0)
 
 
 def test_evaluation_arguments_are_checked():
@@ -371,6 +459,8 @@ def test_evaluation_arguments_are_checked():
         evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=True, batch_fn=_stack)
     with pytest.raises(TypeError, match="batch_fn must be callable"):
         evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=1, batch_fn=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dataset must be one finite epoch"):
+        evaluation_batches(_dataset().repeat(), shard_options=NoSharding(), batch_size=1, batch_fn=_stack)
 
 
 # ---------------------------------------------------------------------------

@@ -29,6 +29,19 @@ def test_records_are_held_as_given_not_copied():
     assert source[0] is record
 
 
+def test_the_outer_iterable_is_snapshotted_and_the_records_are_shared():
+    nested = {"values": [1]}
+    records = [nested]
+    source = InMemorySource(records, source_id="train-records-v1")
+    records.append({"values": [9]})  # The list changes: the source does not.
+    nested["values"].append(2)  # A record changes: the source shows it.
+    assert len(source) == 1
+    assert source[0] is nested
+    assert source[0] == {"values": [1, 2]}
+    assert repr(source) == "InMemorySource(source_id='train-records-v1', size=1)"  # tinax 0.2's repr
+    assert isinstance(source, grain.sources.RandomAccessDataSource)
+
+
 def test_grain_reads_it_with_shuffle_and_batch():
     dataset = grain.MapDataset.source(InMemorySource(range(6), source_id="six"))
     assert sorted(dataset.shuffle(seed=3)) == list(range(6))

@@ -13,7 +13,7 @@ import grain
 import numpy as np
 import pytest
 from absl import flags
-from grain.sharding import NoSharding
+from grain.sharding import NoSharding, ShardOptions
 
 from tinax.data import InMemorySource, evaluation_batches, open_multiprocessing_iterator, training_batches
 
@@ -29,7 +29,7 @@ def _pipeline(**overrides: Any) -> grain.MapDataset:
     rows = [{"id": index} for index in range(ROWS)]
     dataset = grain.MapDataset.source(InMemorySource(rows, source_id="worker-rows"))
     arguments: dict[str, Any] = {
-        "shard_options": NoSharding(),
+        "shard_options": ShardOptions(0, 1, drop_remainder=True),
         "seed": 3,
         "shuffle": True,
         "num_epochs": None,
@@ -91,6 +91,26 @@ def test_unparsed_flags_are_a_clear_error_and_stay_unparsed(unparsed_flags):
     with pytest.raises(RuntimeError, match=r"needs absl flags to be parsed.*absl.app.run"):  # noqa: SIM117
         with open_multiprocessing_iterator(_pipeline().to_iter_dataset(), num_workers=2):
             pass
+    assert not flags.FLAGS.is_parsed()
+
+
+def test_zero_workers_need_no_parsed_flags_and_still_go_through_mp_prefetch(unparsed_flags, monkeypatch):
+    # As in tinax 0.2: only worker processes read the flags, and the options
+    # reach grain's mp_prefetch (which leaves the dataset as it is for 0 workers).
+    received = []
+    original = grain.IterDataset.mp_prefetch
+
+    def recording(dataset, options=None, worker_init_fn=None, sequential_slice=False):
+        received.append(options)
+        return original(dataset, options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+
+    monkeypatch.setattr(grain.IterDataset, "mp_prefetch", recording)
+    reference = [batch.tolist() for batch in _pipeline().slice(slice(0, 3))]
+    with open_multiprocessing_iterator(
+        _pipeline().to_iter_dataset(), num_workers=0, per_worker_buffer_size=3
+    ) as iterator:
+        assert [next(iterator).tolist() for _ in range(3)] == reference
+    assert received == [grain.MultiprocessingOptions(num_workers=0, per_worker_buffer_size=3)]
     assert not flags.FLAGS.is_parsed()
 
 

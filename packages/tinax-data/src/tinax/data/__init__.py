@@ -1,12 +1,13 @@
 """Records, splits and deterministic, process-aware Grain pipelines.
 
 ArrayRecord and Parquet files hold records in one versioned, pickle-free
-format and read back as random-access ``grain.MapDataset`` objects. Splits
-refuse rows they cannot place instead of dropping them. Training and
-evaluation pipelines are fixed by their arguments, shard per process, and
-yield iterators whose saved state refuses to restore into another pipeline.
-Worker processes live exactly as long as an ``open_multiprocessing_iterator``
-block. grain, pyarrow and array-record are imported only when a function runs.
+format and read back as random-access ``grain.MapDataset`` objects; records
+that do not fit it, and files tinax 0.2 or other tools wrote, are written and
+read as tinax 0.2 did. Splits and the training and evaluation pipelines give
+tinax 0.2's parts and batches for the same arguments, and the pipelines'
+iterators carry states that refuse to restore into another pipeline. Worker
+processes live exactly as long as an ``open_multiprocessing_iterator`` block.
+grain, pyarrow and array-record are imported only when a function runs.
 """
 
 from tinax.data._array_record import read_array_record, write_array_record

@@ -1,7 +1,8 @@
 """Records in Parquet files, read back as random-access Grain datasets.
 
-A file written by :func:`write_parquet_record` has one column per field: plain
-values as native Parquet columns (``null``, ``bool``, ``int64``, ``double``,
+:func:`write_parquet_record` writes the tinax record format when the records
+fit it (see ``tinax.data._record_codec``): one column per field, plain values
+as native Parquet columns (``null``, ``bool``, ``int64``, ``double``,
 ``large_string``, ``large_binary``), and each array field as a
 ``struct<shape: list<int64>, data: large_binary>`` column holding the extents
 and the raw C-order bytes of each record's array. The file's key-value
@@ -9,12 +10,20 @@ metadata holds the JSON header of ``tinax.data._record_codec`` under the key
 ``tinax.records``, with the dtype and ndim of every array field. Other Parquet
 readers see ordinary columns; tinax reads the arrays back exactly.
 
-Row groups hold about 1 MiB of data (at most 4096 records, at least one).
-Reading opens only the footer. Indexing reads the one row group that holds the
-record, decodes it into Python columns and keeps the most recently used row
-groups in a per-process cache of about 64 MiB, so random access works on files
-much larger than memory and sequential or shuffled access within the cached
-groups costs about as much as indexing a list.
+Records that do not fit the format (lists, nested mappings, NumPy scalars,
+fields missing from some records, a field that is an int in one record and a
+float in another, ...) are written as tinax 0.2 wrote every file: a plain
+Arrow table built by ``pyarrow.Table.from_pylist``, whose types pyarrow
+infers. Such files, and any other Parquet file (tinax 0.2's included), read
+back as pyarrow's ``to_pylist`` rows, as 0.2 read them.
+
+Row groups of the tinax format hold about 1 MiB of data (at most 4096
+records, at least one). Reading opens only the footer. Indexing reads the one
+row group that holds the record, decodes it into Python values and keeps the
+most recently used row groups in a per-process cache of about 64 MiB, so
+random access works on files much larger than memory and sequential or
+shuffled access within the cached groups costs about as much as indexing a
+list.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import functools
 import hashlib
 import os
 import pathlib
@@ -90,44 +100,89 @@ def _arrow_schema(schema: RecordSchema) -> pa.Schema:
 
 
 def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]) -> None:
-    """Writes records to a new Parquet file, atomically.
+    """Writes records to a Parquet file, atomically, replacing any file at ``path``.
 
-    Each record is checked as it is written, one row group at a time, so the
-    memory used is about one row group beyond the records themselves. The
-    file appears at ``path`` only once every record has been written and
-    flushed to disk; if any record is refused, nothing appears there.
+    Records that fit the tinax record format (see the package README: the
+    same fields in every record, each holding the same kind of plain value or
+    NumPy array) are written in it, one row group at a time, and read back
+    exactly. Any other records tinax 0.2 accepted (lists, nested mappings,
+    NumPy scalars, dates, fields missing from some records, ints and floats
+    mixed in one field, ...) are written as a plain Arrow table, as 0.2 wrote
+    them, and read back as pyarrow's ``to_pylist`` gives them (a missing
+    field as None, a tuple as a list, an int among floats as a float, ...).
+
+    The file appears at ``path`` only once every record has been written and
+    flushed to disk; if any record is refused, the file that was there (if
+    any) is left as it was.
 
     Args:
-      path: Where to create the file. Its folder must exist and nothing may
-        exist at the path yet.
-      records: A finite sequence (a list or tuple, or any
-        ``collections.abc.Sequence``) of mappings of str field names to
-        values, with the same rules as :func:`write_array_record`.
+      path: Where to write the file. Its folder must exist, and no file may
+        be there yet: an existing file is refused, never replaced.
+      records: A non-empty, finite sequence (a list or tuple, or any
+        ``collections.abc.Sequence``) of mappings of field names to values.
 
     Raises:
       TypeError: If ``path`` is not a path, ``records`` is not a sequence (a
-        generator or another one-shot iterable included), a record is not a
-        mapping, a key is not a str, or a value is of no supported kind.
-      ValueError: If a record's fields, value kinds, array dtypes or array
-        ndims differ from the first record's (the message names the record
-        index and the field), or a value is out of range.
-      FileExistsError: If something exists at ``path``.
+        generator or another one-shot iterable included), or a record is not
+        a mapping; or, for records outside the tinax format, pyarrow cannot
+        convert a value (the pyarrow error, as tinax 0.2 let it through).
+      ValueError: If ``records`` is empty, ``records[0]`` has no fields (a
+        Parquet row needs a column), or a record has a field that
+        ``records[0]`` lacks and the records are outside the tinax format
+        (tinax 0.2 silently dropped such fields); or pyarrow refuses the
+        values (``pyarrow.ArrowInvalid``, such as a bool and an int in one
+        field).
+      OverflowError: If, outside the tinax format, an int does not fit in 64
+        bits (pyarrow's error, as in tinax 0.2).
       FileNotFoundError: If the folder of ``path`` does not exist.
+      FileExistsError: If a file already exists at ``path``.
+      IsADirectoryError: If ``path`` is a folder.
       OSError: If the file system refuses the write.
     """
     destination = validation.require_path(path, "path")
-    received: object = records
-    if isinstance(received, (str, bytes, bytearray)) or not isinstance(received, Sequence):
-        validation.fail_type(
-            "records",
-            "a finite sequence of mappings such as a list (a generator or other one-shot iterable is not accepted)",
-            records,
-        )
+    _require_records(records)
+    if destination.is_dir():
+        # The OS error tinax 0.2 gave for a folder, checked before the no-clobber refusal.
+        raise IsADirectoryError(f"path must be a file to create, got the folder {str(destination)!r}")
+    try:
+        _write_tinax_records(destination, records)
+    except _OutsideTheFormatError:
+        _write_plain_table(destination, records)
+
+
+class _OutsideTheFormatError(Exception):
+    """The records do not fit the tinax format; they are written as a plain table instead."""
+
+
+def _require_records(records: object) -> None:
+    expected = (
+        "a non-empty finite sequence of mappings such as a list "
+        "(a generator or other one-shot iterable is not accepted)"
+    )
+    if isinstance(records, (str, bytes, bytearray)) or not isinstance(records, Sequence):
+        validation.fail_type("records", expected, records)
+    for index, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            validation.fail_type(f"records[{index}]", "a mapping of field names to values", record)
+    if len(records) == 0:
+        validation.fail_value("records", expected, records)
+
+
+def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[str, Any]]) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     count = len(records)
-    schema = RecordSchema.from_first_record(records[0]) if count else RecordSchema(())
+    try:
+        schema = RecordSchema.from_first_record(records[0])
+    except (TypeError, ValueError) as error:
+        raise _OutsideTheFormatError from error
+    if not schema.fields:
+        # A Parquet file counts its rows by its columns' values: without a
+        # column, the rows would read back as none at all (as in tinax 0.2).
+        validation.fail_value(
+            "records[0]", "a mapping with at least one field (a Parquet row needs a column)", records[0]
+        )
     arrow_schema = _arrow_schema(schema)
     digest = hashlib.sha256()
     with atomic_write(destination, overwrite=False) as handle:
@@ -136,7 +191,10 @@ def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping
             pending: list[list[Any]] = []
             pending_bytes = 0
             for index in range(count):
-                values = schema.checked_values(records[index], index)
+                try:
+                    values = schema.checked_values(records[index], index)
+                except (TypeError, ValueError) as error:
+                    raise _OutsideTheFormatError from error
                 for part in schema.encode_parts(values):
                     digest.update(part)
                 pending.append(values)
@@ -158,6 +216,28 @@ def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping
             writer.close()
         except pa.ArrowException as error:
             raise OSError(f"writing {str(destination)!r} failed: {error}") from error
+
+
+def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # pyarrow takes the columns from records[0] and would drop any other field
+    # without a word, as tinax 0.2 did; a field only some records lack is a
+    # null in those records, which the file can say.
+    columns = set(records[0])
+    for index, record in enumerate(records):
+        extra = [key for key in record if key not in columns]
+        if extra:
+            raise ValueError(
+                f"records[{index}] must have only fields that records[0] has, got the extra field {extra[0]!r}: "
+                f"a Parquet file has the columns of records[0], {list(records[0])}, and would lose it"
+            )
+    # pyarrow's own errors (ArrowInvalid, ArrowTypeError, OverflowError, ...)
+    # propagate unchanged, as they did from tinax 0.2.
+    table = pa.Table.from_pylist([dict(record) for record in records])
+    with atomic_write(destination, overwrite=False) as handle:
+        pq.write_table(table, handle)
 
 
 def _close_quietly(writer: Any) -> None:
@@ -212,7 +292,12 @@ def _array_column(arrow_type: pa.StructType, arrays: list[np.ndarray[Any, Any]])
 
 
 def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
-    """Opens a Parquet file written by :func:`write_parquet_record`.
+    """Opens a Parquet file as a random-access dataset of dict rows.
+
+    A file :func:`write_parquet_record` wrote in the tinax record format reads
+    back exactly as written. Any other Parquet file (one tinax 0.2 wrote, one
+    written in the plain-table fallback, or one from another tool) reads back
+    as pyarrow's ``to_pylist`` rows, as tinax 0.2 read it.
 
     Only the footer is read on open. Indexing reads the row group that holds
     the record (recently used row groups stay cached), so the dataset
@@ -224,25 +309,59 @@ def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
       path: The file.
 
     Returns:
-      A ``grain.MapDataset`` of ``dict`` records over a
-      :class:`ParquetRecordSource`, equal to what :func:`read_array_record`
-      gives for the same records. A row group that turns out to be corrupt
-      when it is read raises ``ValueError`` naming the path and index.
+      A ``grain.MapDataset`` of ``dict`` rows over a
+      :class:`ParquetRecordSource`. For the tinax format it equals what
+      :func:`read_array_record` gives for the same records. A row group that
+      turns out to be corrupt when it is read raises ``ValueError`` naming
+      the path and index.
 
     Raises:
       TypeError: If ``path`` is not a path.
-      FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a file written by
-        :func:`write_parquet_record` (not Parquet, truncated, written without
-        the tinax metadata, with columns that do not match it, or from a newer
-        format version); the cause is chained.
+      FileNotFoundError: If no file exists at ``path`` (a folder included).
+      ValueError: If ``path`` is not a Parquet file (a
+        ``pyarrow.ArrowInvalid``, as tinax 0.2 raised), or carries the tinax
+        metadata but contradicts it (truncated, columns that do not match,
+        a newer format version); the cause is chained.
     """
-    file = validation.require_existing_path(path, "path")
+    file = validation.require_path(path, "path")
     if not file.is_file():
-        validation.fail_value("path", "a file", str(file))
+        what = "a folder" if file.is_dir() else "nothing"
+        raise FileNotFoundError(f"No Parquet file at {str(file)!r}: {what} is there")
     import grain
 
     return grain.MapDataset.source(ParquetRecordSource(file.absolute()))
+
+
+@functools.cache
+def _unreadable_parquet_error() -> type[ValueError]:
+    # Defined on first use: subclassing pyarrow's error needs pyarrow, which
+    # importing tinax.data must not import.
+    import pyarrow as pa
+
+    class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
+        """The file is not Parquet: a ValueError, and the ``pyarrow.ArrowInvalid`` tinax 0.2 let through."""
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            # Pickled (from a Grain worker, say) as a call that defines the class first.
+            return (_new_unreadable_parquet_error, (str(self),))
+
+    UnreadableParquetError.__module__ = __name__
+    return UnreadableParquetError
+
+
+def _new_unreadable_parquet_error(message: str) -> ValueError:
+    return _unreadable_parquet_error()(message)
+
+
+class _PlainRowGroup:
+    """One row group of a plain Parquet file, as pyarrow's Python rows."""
+
+    def __init__(self, table: pa.Table) -> None:
+        self.nbytes = int(table.nbytes)
+        self._rows = table.to_pylist()
+
+    def record(self, row: int) -> dict[str, Any]:
+        return self._rows[row]  # type: ignore[no-any-return]
 
 
 class _DecodedRowGroup:
@@ -289,17 +408,21 @@ def _array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], A
 
 
 class ParquetRecordSource:
-    """Random access to the records of one file written by :func:`write_parquet_record`.
+    """Random access to the rows of one Parquet file.
 
     A Grain random-access data source over the file's row groups, with a small
-    per-process cache of decoded row groups. It pickles as its path and
-    header only; an unpickled copy (in a Grain worker, say) opens the file on
-    first use and checks that it still has the same header.
+    per-process cache of decoded row groups. A file in the tinax record format
+    (one :func:`write_parquet_record` wrote with the ``tinax.records``
+    metadata) gives its records back exactly; any other Parquet file gives
+    pyarrow's ``to_pylist`` rows. The source pickles as its path and what its
+    footer said; an unpickled copy (in a Grain worker, say) opens the file on
+    first use and checks that it still says the same.
 
     Attributes:
-      source_id: The identity of the records, derived from the header (see
-        the package README); equal for equal records, whatever the path or
-        container format.
+      source_id: For the tinax format only: the identity of the records,
+        derived from the header (see the package README); equal for equal
+        records, whatever the path or container format. Other files have no
+        identity, since naming their content would mean reading all of it.
     """
 
     def __init__(self, path: pathlib.Path) -> None:
@@ -310,28 +433,33 @@ class ParquetRecordSource:
             working directory find it too.
 
         Raises:
-          ValueError: If the file is not one :func:`write_parquet_record` wrote.
+          ValueError: If the file is not Parquet (a ``pyarrow.ArrowInvalid``),
+            or carries the tinax metadata but contradicts it.
         """
         self._path = path
         self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[int, _DecodedRowGroup] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[int, _DecodedRowGroup | _PlainRowGroup] = collections.OrderedDict()
         self._cached_bytes = 0
         parquet_file, header_bytes, group_ends = self._open_and_read_footer()
-        self._set_header(header_bytes, group_ends)
+        self._set_footer(header_bytes, group_ends)
         self._file: Any = parquet_file
 
     def _unreadable(self, reason: str) -> ValueError:
         return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
 
-    def _set_header(self, header_bytes: bytes, group_ends: list[int]) -> None:
-        header = RecordHeader.from_json_bytes(header_bytes)
+    def _set_footer(self, header_bytes: bytes | None, group_ends: list[int]) -> None:
         self._header_bytes = header_bytes
+        self._group_ends = group_ends
+        if header_bytes is None:
+            self._schema: RecordSchema | None = None
+            self._count = group_ends[-1] if group_ends else 0
+            return
+        header = RecordHeader.from_json_bytes(header_bytes)
         self._schema = header.schema
         self._count = header.count
-        self._group_ends = group_ends
         self.source_id: str = header.source_id
 
-    def _open_and_read_footer(self) -> tuple[Any, bytes, list[int]]:
+    def _open_and_read_footer(self) -> tuple[Any, bytes | None, list[int]]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -341,14 +469,14 @@ class ParquetRecordSource:
             key_values = metadata.metadata or {}
             group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
             arrow_schema = parquet_file.schema_arrow
-        except (pa.ArrowException, OSError) as error:
-            raise self._unreadable(f"pyarrow cannot read its footer ({error})") from error
+        except pa.ArrowInvalid as error:
+            raise _unreadable_parquet_error()(
+                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+            ) from error
+        group_ends = [int(end) for end in np.cumsum(group_rows, dtype=np.int64)]
         header_bytes = key_values.get(METADATA_KEY)
         if header_bytes is None:
-            raise self._unreadable(
-                f"its metadata has no {METADATA_KEY.decode()!r} entry; it was not written by "
-                "tinax.data.write_parquet_record"
-            )
+            return parquet_file, None, group_ends
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -359,7 +487,6 @@ class ParquetRecordSource:
             found = {name: str(kind) for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)}
             wanted = {name: str(kind) for name, kind in zip(expected.names, expected.types, strict=True)}
             raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}")
-        group_ends = [int(end) for end in np.cumsum(group_rows, dtype=np.int64)]
         if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
         return parquet_file, header_bytes, group_ends
@@ -367,9 +494,9 @@ class ParquetRecordSource:
     def _open_file(self) -> Any:
         # Called with the lock held.
         if self._file is None:
-            parquet_file, header_bytes, _ = self._open_and_read_footer()
-            if header_bytes != self._header_bytes:
-                raise ValueError(f"{str(self._path)!r} changed since it was opened: its header is different")
+            parquet_file, header_bytes, group_ends = self._open_and_read_footer()
+            if header_bytes != self._header_bytes or group_ends != self._group_ends:
+                raise ValueError(f"{str(self._path)!r} changed since it was opened: its footer is different")
             self._file = parquet_file
         return self._file
 
@@ -391,7 +518,7 @@ class ParquetRecordSource:
         except ValueError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
 
-    def _load(self, group_index: int, position: int) -> _DecodedRowGroup:
+    def _load(self, group_index: int, position: int) -> _DecodedRowGroup | _PlainRowGroup:
         # Called with the lock held, so one thread reads the file at a time.
         import pyarrow as pa
 
@@ -401,7 +528,7 @@ class ParquetRecordSource:
             expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
             if table.num_rows != expected_rows:
                 raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
-            group = _DecodedRowGroup(self._schema, table)
+            group = _PlainRowGroup(table) if self._schema is None else _DecodedRowGroup(self._schema, table)
         except (pa.ArrowException, OSError, ValueError) as error:
             raise ValueError(
                 f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
@@ -422,9 +549,14 @@ class ParquetRecordSource:
         self._cache = collections.OrderedDict()
         self._cached_bytes = 0
         self._file = None
-        self._set_header(state["header"], state["group_ends"])
+        self._set_footer(state["header"], state["group_ends"])
 
     def __repr__(self) -> str:
+        if self._schema is None:
+            return (
+                f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
+                f"row_groups={len(self._group_ends)}, plain Parquet rows)"
+            )
         return (
             f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, fields={list(self._schema.names)}, source_id={self.source_id!r})"

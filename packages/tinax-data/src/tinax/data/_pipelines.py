@@ -1,11 +1,15 @@
 """Deterministic, process-aware training and evaluation batches whose iterator states check themselves.
 
-Both pipelines are plain grain ``MapDataset`` chains (shard, shuffle, repeat,
-batch) under one thin dataset that describes them. Iterating that dataset
+Both pipelines are plain grain ``MapDataset`` chains (seed, shuffle, slice,
+batch, repeat) under one thin dataset that describes them. The chains are the
+ones tinax 0.2 built, call for call, so the same arguments give the same
+batches, in the same order, as 0.2 gave. Iterating the describing dataset
 yields a real ``grain.DatasetIterator`` whose state is the grain state plus
-the description (source identity, seed, shards, batch size, worker count), so
-restoring the state of another pipeline fails with a ValueError naming the
-field that differs instead of silently resuming somewhere else.
+the description (source identity, row count, seed, shards, batch size, worker
+count), so restoring the state of another pipeline fails with a ValueError
+naming the field that differs instead of silently resuming somewhere else. A
+bare grain state, as tinax 0.2's iterators saved it, carries no description:
+it is handed to grain as it is.
 
 grain may only be imported when a function runs, so the three grain subclasses
 are defined on first use by :func:`pipeline_classes`. The dataset instances
@@ -17,11 +21,13 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from tinax._core.validation import (
     fail_type,
+    fail_value,
     require_bool,
     require_callable,
     require_instance,
@@ -36,9 +42,10 @@ if TYPE_CHECKING:
     from grain.sharding import ShardOptions
 
 __all__ = [
-    "BatchTransform",
     "STATE_DESCRIPTION_KEY",
+    "STATE_FORMAT",
     "STATE_GRAIN_KEY",
+    "BatchTransform",
     "evaluation_batches",
     "find_pipeline_description",
     "pipeline_classes",
@@ -56,8 +63,9 @@ BatchTransform: TypeAlias = Callable[[Sequence[T]], BatchT]
 STATE_DESCRIPTION_KEY = "tinax_pipeline"
 #: Key of grain's own iterator state in an iterator state.
 STATE_GRAIN_KEY = "grain"
-_STATE_FORMAT = 1
-_MAX_SEED = 2**32 - 1
+#: Version of the description. 2: the chains of tinax 0.2 (contiguous
+#: per-process blocks of whole global batches, one shuffle per epoch).
+STATE_FORMAT = 2
 # Fields are reported in this order when a restore is refused; the rest follow
 # alphabetically.
 _FIELD_ORDER = (
@@ -95,27 +103,28 @@ def training_batches(
 ) -> MapDataset[BatchT]:
     """Builds the deterministic, per-process training batches of a dataset.
 
-    The steps, in order:
+    Every process builds the same global order and takes its own contiguous
+    block of it, so all processes run the same number of steps. With ``n``
+    rows, ``shard_count`` processes and a global batch of ``shard_count *
+    batch_size`` rows, the steps are:
 
-    1. **Shard.** This process keeps the rows at positions ``shard_index``,
-       ``shard_index + shard_count``, ... of ``dataset`` (a strided shard, so
-       a dataset sorted by label still gives every process every label). The
-       shards of all ``shard_count`` indices are disjoint and cover the
-       dataset. When the row count ``n`` is not a multiple of ``shard_count``,
-       the first ``n % shard_count`` shards hold one more row, unless
-       ``shard_options.drop_remainder`` is True: then every shard holds
-       ``n // shard_count`` rows and the last ``n % shard_count`` rows of
-       ``dataset`` (positions ``n - n % shard_count`` to ``n - 1``) are used
-       by no shard.
-    2. **Shuffle** (if ``shuffle``) the shard's rows with grain's index
-       shuffle, seeded by ``seed``; each epoch is shuffled with a different
-       seed derived from it, so every epoch has its own order.
-    3. **Repeat** for ``num_epochs`` epochs, or forever for None.
-    4. **Batch** ``batch_size`` consecutive rows with ``batch_fn``. Batches
-       run across epoch boundaries, and with a finite ``num_epochs`` the last
-       batch holds what is left: no row is dropped.
+    1. **Shuffle** (if ``shuffle``) all ``n`` rows with grain's index shuffle,
+       as ``dataset.seed(seed).shuffle()`` does. Each epoch is shuffled again
+       with its own seed derived from ``seed``, so every epoch has its own
+       order.
+    2. **Truncate** the epoch to whole global batches: its first
+       ``n // (shard_count * batch_size) * shard_count * batch_size`` rows.
+       The rows past that point (fewer than one global batch) are not used in
+       that epoch; when shuffling, they are other rows in every epoch.
+    3. **Shard.** Process ``shard_index`` takes the ``shard_index``-th of
+       ``shard_count`` equal contiguous blocks of the truncated epoch. The
+       blocks are disjoint, and each holds whole batches.
+    4. **Batch** ``batch_size`` consecutive rows with ``batch_fn``. A batch
+       never spans two epochs, and every batch is full.
+    5. **Repeat** for ``num_epochs`` epochs, or forever for None.
 
-    The same arguments give bit-identical batches in every run and process.
+    The same arguments give bit-identical batches in every run and process,
+    and the same batches as tinax 0.2's ``training_batches``.
 
     Iterate the returned dataset directly (``iter(batches)``) or through
     ``batches.to_iter_dataset()`` (for example to hand it to
@@ -125,27 +134,32 @@ def training_batches(
     it as a checkpointable. ``set_state`` on the iterator of a freshly built
     pipeline resumes exactly at the next batch, and refuses, with a ValueError
     naming each differing field, a state from a pipeline with another source
-    identity, row count, seed, shuffle flag, shard index, shard count,
-    ``drop_remainder``, batch size or worker count. ``num_epochs`` is not
-    checked: resuming with more epochs is a legitimate way to train longer.
-    Transformations applied to the returned dataset (``.map``, ``.slice``,
-    ...) build a plain grain pipeline whose states carry no description.
+    identity, row count, seed, shuffle flag, shard index, shard count, batch
+    size or worker count. ``num_epochs`` is not checked: resuming with more
+    epochs is a legitimate way to train longer. A state saved by tinax 0.2
+    (grain's state alone) has no description to check and is restored as it
+    is. Transformations applied to the returned dataset (``.map``,
+    ``.slice``, ...) build a plain grain pipeline whose states carry no
+    description.
 
     Args:
-      dataset: A ``grain.MapDataset`` over an identified source: an
-        :class:`InMemorySource`, a tinax record reader, a split of one, or any
-        data source with a ``source_id`` attribute.
+      dataset: A finite ``grain.MapDataset`` holding one epoch of rows. When
+        its data source has a ``source_id`` (an :class:`InMemorySource`, a
+        tinax record reader, a split of one, or any data source with that
+        attribute), iterator states record it and restores check it.
       shard_options: This process's shard, for example
         ``grain.sharding.ShardByJaxProcess(drop_remainder=True)`` (built after
         ``jax.distributed.initialize``) or
-        ``grain.sharding.ShardOptions(shard_index, shard_count)``.
-      seed: The shuffle seed, an int in [0, 2**32 - 1]. Required, and part of
-        the state check, even when ``shuffle`` is False.
-      shuffle: Whether to shuffle each epoch. False keeps the shard's rows in
-        dataset order, the same in every epoch.
-      num_epochs: A positive number of passes over the shard, or None to
+        ``grain.sharding.ShardOptions(shard_index, shard_count,
+        drop_remainder=True)``. ``drop_remainder`` must be True: every
+        process must run the same number of steps.
+      seed: The shuffle seed, an int. Required even when ``shuffle`` is False;
+        when shuffling, grain requires it to be non-negative.
+      shuffle: Whether to shuffle each epoch. False keeps dataset order, the
+        same in every epoch.
+      num_epochs: A positive number of passes over the dataset, or None to
         repeat forever.
-      batch_size: The number of rows per batch, at least 1.
+      batch_size: The number of rows per batch on this process, at least 1.
       batch_fn: Called with the list of a batch's rows; its return value is
         the batch. It must be picklable (a module-level function, for
         example) to be used with worker processes.
@@ -153,35 +167,59 @@ def training_batches(
     Returns:
       A random-access ``grain.MapDataset`` of batches. Its length is the
       number of batches; with ``num_epochs=None`` it is effectively infinite
-      (grain reports about ``sys.maxsize / batch_size``).
+      (grain reports ``sys.maxsize``).
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset`` or its source
-        has no identity, ``shard_options`` is not a
-        ``grain.sharding.ShardOptions`` (or holds non-int or non-bool fields),
-        ``seed``, ``num_epochs`` or ``batch_size`` is not an int (bools
-        included), ``shuffle`` is not a bool, or ``batch_fn`` is not
-        callable.
-      ValueError: If ``seed`` is out of range, ``num_epochs`` or
-        ``batch_size`` is below 1, or this process's shard holds no rows.
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
+        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
+        non-int or non-bool fields), ``seed``, ``num_epochs`` or
+        ``batch_size`` is not an int (bools included), ``shuffle`` is not a
+        bool, or ``batch_fn`` is not callable.
+      ValueError: If ``shard_options.drop_remainder`` is not True,
+        ``num_epochs`` or ``batch_size`` is below 1, ``dataset`` is infinite
+        (not one finite epoch), it holds fewer rows than one global batch,
+        ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
+        batched (grain refuses to batch after a ``filter``).
     """
     grain = _require_dataset(dataset)
+    # The checks run in tinax 0.2's order, so that a call with several bad
+    # arguments fails with the same exception type.
     shard = _shard_options_fields(shard_options, grain)
-    seed = require_int(seed, "seed", minimum=0, maximum=_MAX_SEED)
+    if not shard["drop_remainder"]:
+        fail_value(
+            "shard_options.drop_remainder",
+            "True for training, so that every process runs the same number of steps",
+            shard["drop_remainder"],
+        )
+    batch_size = require_positive_int(batch_size, "batch_size")
+    seed = require_int(seed, "seed")
     require_bool(shuffle, "shuffle")
     num_epochs = require_optional_positive_int(num_epochs, "num_epochs")
-    batch_size = require_positive_int(batch_size, "batch_size")
     require_callable(batch_fn, "batch_fn")
-    source_id = _require_source_id(dataset, "training_batches")
+    total = _require_finite(dataset)
+    global_batch = shard["shard_count"] * batch_size
+    usable = total // global_batch * global_batch
+    if usable == 0:
+        raise ValueError(
+            f"dataset must hold at least one complete global batch of {global_batch} rows "
+            f"({shard['shard_count']} shards of batch_size {batch_size}), got {total} rows"
+        )
 
-    rows = _shard(dataset, shard)
+    per_shard = usable // shard["shard_count"]
+    start = shard["shard_index"] * per_shard
+    rows = dataset.seed(seed)
     if shuffle:
-        rows = rows.shuffle(seed)
-    batched = rows.repeat(num_epochs).batch(batch_size, drop_remainder=False, batch_fn=batch_fn)
+        rows = rows.shuffle()
+    batched = (
+        rows.slice(slice(0, usable))
+        .slice(slice(start, start + per_shard))
+        .batch(batch_size, drop_remainder=True, batch_fn=batch_fn)
+        .repeat(num_epochs, reseed_each_epoch=True)
+    )
     description = {
         "kind": "training_batches",
-        "source_id": source_id,
-        "num_rows": len(dataset),
+        "source_id": find_source_id(dataset),
+        "num_rows": total,
         "seed": seed,
         "shuffle": shuffle,
         **shard,
@@ -199,64 +237,60 @@ def evaluation_batches(
 ) -> MapDataset[BatchT]:
     """Builds this process's evaluation batches: every row once, in order.
 
-    The process keeps the strided shard of ``dataset`` that
-    :func:`training_batches` would (positions ``shard_index``,
-    ``shard_index + shard_count``, ...), so local row ``j`` is row
-    ``shard_index + j * shard_count`` of the dataset, and batches it in that
-    order with ``batch_fn``. It never shuffles, repeats, pads or drops: the
-    last batch holds the remaining rows, possibly fewer than ``batch_size``.
-
-    Rows never go missing without an error: with
-    ``shard_options.drop_remainder`` True, the shards are accepted only when
-    ``len(dataset)`` is a multiple of ``shard_count`` (nothing to drop);
-    otherwise the call fails and says how many rows would be lost. Pass
-    ``drop_remainder=False`` shard options for evaluation (and pad on the
-    caller's side when every process must run the same number of steps).
+    The dataset is cut into ``shard_count`` contiguous blocks whose sizes
+    differ by at most one row (the first ``n % shard_count`` blocks hold one
+    more), and this process batches block ``shard_index`` in order with
+    ``batch_fn``. It never shuffles, repeats, pads or drops: the last batch
+    holds the remaining rows, possibly fewer than ``batch_size``, and a block
+    without rows gives no batches. Processes may therefore run different
+    numbers of steps; read in process order, the blocks are the dataset.
 
     Iteration, iterator state, Orbax saving and the restore checks work as for
     :func:`training_batches` (the checked fields are the source identity, row
-    count, shard index and count, ``drop_remainder``, batch size and worker
-    count).
+    count, shard index and count, batch size and worker count).
 
     Args:
-      dataset: A ``grain.MapDataset`` over an identified source (see
-        :func:`training_batches`).
-      shard_options: This process's shard.
+      dataset: A finite ``grain.MapDataset`` of the rows to evaluate; see
+        :func:`training_batches` for source identities.
+      shard_options: This process's shard. ``drop_remainder`` must be False:
+        evaluation sees every row.
       batch_size: The number of rows per batch, at least 1.
       batch_fn: Called with the list of a batch's rows; its return value is
         the batch.
 
     Returns:
-      A random-access ``grain.MapDataset`` of ``ceil(shard rows /
+      A random-access ``grain.MapDataset`` of ``ceil(block rows /
       batch_size)`` batches.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset`` or its source
-        has no identity, ``shard_options`` is not a
-        ``grain.sharding.ShardOptions`` (or holds non-int or non-bool fields),
-        ``batch_size`` is not an int (bools included), or ``batch_fn`` is not
-        callable.
-      ValueError: If ``batch_size`` is below 1, ``drop_remainder`` would drop
-        rows, or this process's shard holds no rows.
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
+        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
+        non-int or non-bool fields), ``batch_size`` is not an int (bools
+        included), or ``batch_fn`` is not callable.
+      ValueError: If ``shard_options.drop_remainder`` is not False,
+        ``batch_size`` is below 1, ``dataset`` is infinite, or it cannot be
+        batched (grain refuses to batch after a ``filter``).
     """
     grain = _require_dataset(dataset)
     shard = _shard_options_fields(shard_options, grain)
+    if shard["drop_remainder"]:
+        fail_value(
+            "shard_options.drop_remainder",
+            "False for evaluation, which never drops rows",
+            shard["drop_remainder"],
+        )
     batch_size = require_positive_int(batch_size, "batch_size")
     require_callable(batch_fn, "batch_fn")
-    source_id = _require_source_id(dataset, "evaluation_batches")
+    total = _require_finite(dataset)
 
-    total = len(dataset)
-    left_over = total % shard["shard_count"]
-    if shard["drop_remainder"] and left_over:
-        raise ValueError(
-            f"shard_options.drop_remainder must be False for evaluation of {total} rows over "
-            f"{shard['shard_count']} shards, got True, which would drop the last {left_over} rows; "
-            "evaluation_batches never drops rows"
-        )
-    batched = _shard(dataset, shard).batch(batch_size, drop_remainder=False, batch_fn=batch_fn)
+    index, count = shard["shard_index"], shard["shard_count"]
+    base, extra = divmod(total, count)
+    start = index * base + min(index, extra)
+    stop = start + base + (1 if index < extra else 0)
+    batched = dataset.slice(slice(start, stop)).batch(batch_size, drop_remainder=False, batch_fn=batch_fn)
     description = {
         "kind": "evaluation_batches",
-        "source_id": source_id,
+        "source_id": find_source_id(dataset),
         "num_rows": total,
         **shard,
         "batch_size": batch_size,
@@ -271,6 +305,17 @@ def _require_dataset(dataset: object) -> Any:
     return grain
 
 
+def _require_finite(dataset: Any) -> int:
+    total = len(dataset)
+    # grain gives infinite datasets (an unbounded repeat) the length sys.maxsize.
+    if total >= sys.maxsize:
+        raise ValueError(
+            "dataset must be one finite epoch of rows, got an infinite dataset (an unbounded repeat?); "
+            "pass num_epochs to training_batches instead of repeating the dataset"
+        )
+    return total
+
+
 def _shard_options_fields(shard_options: object, grain: Any) -> dict[str, Any]:
     options = require_instance(
         shard_options, "shard_options", grain.sharding.ShardOptions, "a grain.sharding.ShardOptions"
@@ -282,38 +327,12 @@ def _shard_options_fields(shard_options: object, grain: Any) -> dict[str, Any]:
     return {"shard_index": index, "shard_count": count, "drop_remainder": drop_remainder}
 
 
-def _require_source_id(dataset: Any, function: str) -> str:
-    source_id = find_source_id(dataset)
-    if source_id is None:
-        fail_type(
-            "dataset",
-            "a grain.MapDataset over an identified source, so that iterator states can be checked "
-            f"(for {function}, wrap in-memory records as grain.MapDataset.source(tinax.data.InMemorySource(records, "
-            "source_id=...)), or give your data source a source_id attribute)",
-            dataset,
-        )
-    return source_id
-
-
-def _shard(dataset: Any, shard: Mapping[str, Any]) -> Any:
-    total = len(dataset)
-    index, count = shard["shard_index"], shard["shard_count"]
-    stop = (total // count) * count if shard["drop_remainder"] else total
-    rows = dataset.slice(slice(index, stop, count))
-    if len(rows) == 0:
-        raise ValueError(
-            f"shard_options must give this process at least one row, got shard {index} of {count} "
-            f"(drop_remainder={shard['drop_remainder']}) of a dataset of {total} rows, which holds none"
-        )
-    return rows
-
-
 def _with_workers(description: Mapping[str, Any], num_workers: int, *, sequential_slice: bool) -> dict[str, Any]:
     return {
         **description,
         "num_workers": num_workers,
         "sequential_slice": sequential_slice,
-        "state_format": _STATE_FORMAT,
+        "state_format": STATE_FORMAT,
     }
 
 
@@ -346,20 +365,24 @@ def check_state(state: object, expected: Mapping[str, Any]) -> Any:
       expected: The description of the pipeline being restored.
 
     Returns:
-      grain's part of the state, to hand to the grain iterator.
+      grain's part of the state, to hand to the grain iterator. A state
+      without a description (grain's own state, as tinax 0.2 saved it) is
+      grain's part as a whole: there is nothing to compare it with.
 
     Raises:
       TypeError: If ``state`` is not a mapping.
-      ValueError: If it holds no pipeline description, or the description
-        differs from ``expected``; the message names every differing field.
+      ValueError: If its description differs from ``expected``; the message
+        names every differing field.
     """
     if not isinstance(state, Mapping):
-        fail_type("state", "a dict returned by get_state() of a tinax pipeline iterator", state)
-    saved = state.get(STATE_DESCRIPTION_KEY)
+        fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
+    if STATE_DESCRIPTION_KEY not in state:
+        return state
+    saved = state[STATE_DESCRIPTION_KEY]
     if not isinstance(saved, Mapping) or STATE_GRAIN_KEY not in state:
         keys = ", ".join(repr(key) for key in state)
         raise ValueError(
-            f"state must hold {STATE_DESCRIPTION_KEY!r} and {STATE_GRAIN_KEY!r} entries, as states from "
+            f"state must hold a {STATE_DESCRIPTION_KEY!r} mapping and a {STATE_GRAIN_KEY!r} entry, as states from "
             f"get_state() of a tinax pipeline iterator do, got a state with keys [{keys}]"
         )
     fields = set(saved) | set(expected)
@@ -388,16 +411,24 @@ def _new_instance(name: str) -> Any:
 def pipeline_classes() -> PipelineClasses:
     """Defines the grain subclasses behind the pipelines (once, importing grain).
 
+    The two datasets *stand in* for a grain dataset rather than wrap it: each
+    holds the dataset it replaces, takes over that dataset's parents and
+    hands every read to it. So the dataset graph keeps its depth, and grain's
+    default seeds, which depend on how far a random transformation sits above
+    a ``seed()``, come out as they do for the bare grain chain (and as they
+    did in tinax 0.2, which returned that chain).
+
     Returns:
       The dataset, iterable dataset and iterator classes.
     """
     import grain
 
     class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
-        """A grain MapDataset whose iterators carry and check a pipeline description."""
+        """Stands in for a grain MapDataset; its iterators carry and check a pipeline description."""
 
-        def __init__(self, parent: MapDataset[Any], description: Mapping[str, Any]) -> None:
-            super().__init__(parent)
+        def __init__(self, replaced: MapDataset[Any], description: Mapping[str, Any]) -> None:
+            super().__init__(list(replaced.parents))
+            self._replaced = replaced
             self._description = dict(description)
 
         @property
@@ -405,31 +436,32 @@ def pipeline_classes() -> PipelineClasses:
             return self._description
 
         def __len__(self) -> int:
-            return len(self._parent)
+            return len(self._replaced)
 
         def __getitem__(self, index: Any) -> Any:
             if isinstance(index, slice):
                 return self.slice(index)
-            return self._parent[index]
+            return self._replaced[index]
 
         def _getitems(self, indices: Sequence[int]) -> Any:
-            return self._parent._getitems(indices)
+            return self._replaced._getitems(indices)
 
         def to_iter_dataset(self, read_options: Any = None, *, allow_nones: bool = False) -> IterDataset[Any]:
-            inner = self._parent.to_iter_dataset(read_options, allow_nones=allow_nones)
-            return CheckedIterDataset(inner, self._description)
+            replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
+            return CheckedIterDataset(replaced, self._description)
 
         def __str__(self) -> str:
-            return f"CheckedMapDataset(kind={self._description.get('kind')!r})"
+            return f"CheckedMapDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
 
         def __reduce__(self) -> tuple[Any, ...]:
             return (_new_instance, ("map_dataset",), self.__dict__.copy())
 
     class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
-        """A grain IterDataset whose iterators carry and check a pipeline description."""
+        """Stands in for a grain IterDataset; its iterators carry and check a pipeline description."""
 
-        def __init__(self, parent: IterDataset[Any], description: Mapping[str, Any]) -> None:
-            super().__init__(parent)
+        def __init__(self, replaced: IterDataset[Any], description: Mapping[str, Any]) -> None:
+            super().__init__(list(replaced.parents))
+            self._replaced = replaced
             self._description = dict(description)
 
         @property
@@ -437,10 +469,15 @@ def pipeline_classes() -> PipelineClasses:
             return self._description
 
         def __iter__(self) -> DatasetIterator[Any]:
-            return CheckedIterator(self._parent.__iter__(), self._description)
+            return CheckedIterator(self._replaced.__iter__(), self._description)
+
+        def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+            # grain's worker processes each read a slice; the replaced dataset
+            # (grain's prefetch over the MapDataset) knows how to take it.
+            self._replaced.set_slice(sl, sequential_slice)
 
         def __str__(self) -> str:
-            return f"CheckedIterDataset(kind={self._description.get('kind')!r})"
+            return f"CheckedIterDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
 
         def __reduce__(self) -> tuple[Any, ...]:
             return (_new_instance, ("iter_dataset",), self.__dict__.copy())

@@ -92,7 +92,7 @@ class InMemorySource(Generic[T]):
         return self._records[position]
 
     def __repr__(self) -> str:
-        return f"InMemorySource(source_id={self._source_id!r}, records={len(self._records)})"
+        return f"InMemorySource(source_id={self._source_id!r}, size={len(self._records)})"
 
 
 def find_source_id(dataset: Any) -> str | None:

@@ -1,50 +1,73 @@
-"""Checked train/test splits that keep random access and a derived source identity.
+"""Train/test splits that keep random access and a derived source identity.
 
-A split is a view: a data source that holds its parent dataset and the parent
-positions of its rows, wrapped in ``grain.MapDataset.source``. So each part
-keeps ``len`` and random access, reads its rows from the parent only when
-asked, shuffles and shards like any other source, and carries a ``source_id``
-derived from the parent's (or none, when the parent has none).
+``split_random`` is the grain chain tinax 0.2 built (a seeded index shuffle,
+then two slices, then an optional column-dropping ``map``), so it gives 0.2's
+parts, row for row. ``split_by_column`` reads every row once to place it, and
+gives each part as a view: a data source that holds its parent dataset and the
+parent positions of its rows, wrapped in ``grain.MapDataset.source``, so a
+part reads its rows from the parent only when asked.
+
+Parts of a dataset whose source has a ``source_id`` carry one derived from it,
+so the pipelines' iterator-state checks tell the parts apart; parts of an
+unidentified dataset stay unidentified.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinax._core.validation import (
-    describe,
-    fail_type,
-    fail_value,
-    require_bool,
-    require_int,
-    require_sequence,
-    require_str,
-)
+from tinax._core.validation import describe, fail_type, fail_value, require_bool, require_int, require_str
 from tinax.data._sources import find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
 
-__all__ = ["split_by_column", "split_random"]
+__all__ = ["MissingColumnError", "split_by_column", "split_random"]
 
-_MAX_SEED = 2**32 - 1
+
+class MissingColumnError(KeyError, ValueError):
+    """A row lacks the column a split is made by.
+
+    A ValueError, as tinax reports bad values, and a KeyError, which is what
+    tinax 0.2 let through from the row lookup.
+    """
+
+    def __str__(self) -> str:
+        # KeyError shows its argument's repr; this error carries a sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+class _DropColumn:
+    """Returns a row without one column, as a fresh dict (the row itself is never modified).
+
+    A class rather than a closure so that the parts pickle for grain's worker
+    processes.
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in row.items() if key != self.column}
+
+    def __repr__(self) -> str:
+        return f"_DropColumn({self.column!r})"
 
 
 class _RowSelection:
     """A random-access data source over chosen rows of a parent grain dataset.
 
-    Row ``i`` of the selection is row ``positions[i]`` of the parent, with
-    ``drop_column`` (when set) left out of a fresh dict; the parent's row
-    object is never modified.
+    Row ``i`` of the selection is row ``positions[i]`` of the parent, without
+    ``drop_column`` when one is set.
     """
 
     def __init__(
         self,
-        parent: MapDataset[dict[str, Any]],
+        parent: MapDataset[Any],
         positions: np.ndarray[Any, np.dtype[np.int64]],
         *,
         drop_column: str | None,
@@ -53,39 +76,22 @@ class _RowSelection:
     ) -> None:
         self._parent = parent
         self._positions = positions
-        self._drop_column = drop_column
+        self._drop = None if drop_column is None else _DropColumn(drop_column)
         self._description = description
-        # Only a named parent gives a named part: a made-up identity would let
-        # an unidentified source through the pipelines' state checks.
+        # Only a named parent gives a named part: a made-up identity would
+        # claim a content the parent never vouched for.
         if source_id is not None:
             self.source_id = source_id
 
     def __len__(self) -> int:
         return len(self._positions)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        position = int(self._positions[index])
-        row = self._parent[position]
-        if self._drop_column is None:
-            return row  # type: ignore[no-any-return]
-        mapping = _require_row(row, position, self._drop_column)
-        return {key: value for key, value in mapping.items() if key != self._drop_column}
+    def __getitem__(self, index: int) -> Any:
+        row = self._parent[int(self._positions[index])]
+        return row if self._drop is None else self._drop(row)
 
     def __repr__(self) -> str:
         return f"_RowSelection({self._description}, rows={len(self._positions)})"
-
-
-def _require_row(row: object, position: int, column: str) -> Mapping[str, Any]:
-    if row is None:
-        raise ValueError(
-            f"dataset[{position}] must be a row, got None (a filtered-out row); a split needs every row present"
-        )
-    if not isinstance(row, Mapping):
-        fail_type(f"dataset[{position}]", f"a mapping with a {column!r} column", row)
-    if column not in row:
-        names = ", ".join(repr(name) for name in list(row)[:10])
-        raise ValueError(f"dataset[{position}] must have a {column!r} column, got a row with columns {names}")
-    return row
 
 
 def _require_map_dataset(dataset: object) -> Any:
@@ -96,24 +102,8 @@ def _require_map_dataset(dataset: object) -> Any:
     return grain
 
 
-def _part(
-    grain: Any,
-    dataset: MapDataset[dict[str, Any]],
-    positions: list[int] | np.ndarray[Any, np.dtype[np.int64]],
-    *,
-    drop_column: str | None,
-    parent_id: str | None,
-    description: str,
-) -> MapDataset[dict[str, Any]]:
-    source_id = None if parent_id is None else f"{parent_id}/{description}"
-    selection = _RowSelection(
-        dataset,
-        np.asarray(positions, dtype=np.int64),
-        drop_column=drop_column,
-        source_id=source_id,
-        description=description,
-    )
-    return grain.MapDataset.source(selection)
+def _derived_id(parent_id: str | None, description: str) -> str | None:
+    return None if parent_id is None else f"{parent_id}/{description}"
 
 
 def split_by_column(
@@ -123,27 +113,32 @@ def split_by_column(
     values: tuple[str, str] = ("train", "test"),
     drop_column: bool = True,
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
-    """Splits a dataset of dict rows in two by the value of one column.
+    """Splits a dataset of rows in two by the value of one column.
 
-    Every row is read once, through ``dataset[i]``, when the split is made.
-    Each row's ``column`` must hold exactly one of the two ``values``: a row
-    with any other value (a third label, a misspelling, ``bytes`` instead of
-    ``str``) stops the split with an error naming the value and the row, so no
-    row is ever dropped without notice. A value may match no row, which gives
-    an empty part.
+    Every row is read once, in order, when the split is made. A row whose
+    ``column`` equals (``==``) ``values[0]`` goes to the first part, one that
+    equals ``values[1]`` to the second. A row with any other value (a third
+    label, a misspelling, ``bytes`` instead of ``str``) stops the split with
+    an error naming the value and the row, so no row is ever dropped without
+    notice. Values of any type work (``values=(0, 1)`` for an int column).
+    Rows that are None, as a ``filter`` leaves them in a ``MapDataset``, are
+    not rows: they belong to neither part. A value may match no row, which
+    gives an empty part.
 
     Each part is a random-access ``grain.MapDataset`` over the rows of its
-    value, in their original order; it reads rows from ``dataset`` lazily. When
-    ``dataset`` has a source identity (see :class:`InMemorySource`), each part
-    gets a derived one, ``"<parent id>/split_by_column(column=..., value=...)"``,
-    so pipeline state checks tell the parts apart. A part of an unidentified
-    dataset is unidentified too.
+    value, in their original order; it reads rows from ``dataset`` lazily.
+    When ``dataset`` has a source identity (see :class:`InMemorySource`), each
+    part gets a derived one,
+    ``"<parent id>/split_by_column(column=..., value=...)"``, so pipeline
+    state checks tell the parts apart. A part of an unidentified dataset is
+    unidentified too.
 
     Args:
-      dataset: A ``grain.MapDataset`` whose rows are mappings with str keys.
+      dataset: A finite ``grain.MapDataset`` whose rows are mappings (or
+        None, for filtered-out rows).
       column: The column that says which part a row belongs to.
       values: The two values of ``column``, in the order the parts are
-        returned. They must be distinct strings.
+        returned: any iterable of exactly two values that are not equal.
       drop_column: Whether the parts' rows leave ``column`` out (as a fresh
         dict; the parent's rows are not modified).
 
@@ -151,54 +146,74 @@ def split_by_column(
       ``(rows with values[0], rows with values[1])``.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``column`` or
-        an item of ``values`` is not a ``str``, ``values`` is not a sequence,
-        ``drop_column`` is not a bool, or a row is not a mapping.
-      ValueError: If ``column`` or a value is empty, ``values`` does not hold
-        exactly two distinct values, a row is missing (None) or lacks
-        ``column``, or a row's ``column`` holds neither value.
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``column`` is
+        not a ``str``, ``drop_column`` is not a bool, ``values`` is not
+        iterable, or a row cannot be looked up by ``column``.
+      ValueError: If ``values`` does not hold exactly two values or they are
+        equal, ``dataset`` is infinite, or a row's ``column`` holds neither
+        value.
+      MissingColumnError: If a row has no ``column`` (a ValueError, and the
+        KeyError tinax 0.2 raised).
     """
     grain = _require_map_dataset(dataset)
-    column = require_str(column, "column")
-    first, second = _require_two_values(values)
+    column = require_str(column, "column", allow_empty=True)
     require_bool(drop_column, "drop_column")
+    first, second = _require_two_values(values)
+    total = len(dataset)
+    if total >= sys.maxsize:
+        fail_value("dataset", "a finite grain.MapDataset: splitting reads every row", dataset)
 
-    positions: dict[str, list[int]] = {first: [], second: []}
-    for position in range(len(dataset)):
-        value = _require_row(dataset[position], position, column)[column]
-        # Only real strings can match; a bytes b"train" is a different value.
-        chosen = positions.get(value) if isinstance(value, str) else None
-        if chosen is None:
+    positions: tuple[list[int], list[int]] = ([], [])
+    for position in range(total):
+        row = dataset[position]
+        if row is None:
+            continue
+        value = _column_value(row, position, column)
+        if value == first:
+            positions[0].append(position)
+        elif value == second:
+            positions[1].append(position)
+        else:
             raise ValueError(
-                f"dataset[{position}][{column!r}] must be {first!r} or {second!r}, got {describe(value)}; "
-                "split_by_column never drops rows with other values"
+                f"dataset[{position}][{column!r}] must be {describe(first)} or {describe(second)}, got "
+                f"{describe(value)}; split_by_column never drops rows with other values"
             )
-        chosen.append(position)
 
     parent_id = find_source_id(dataset)
-    dropped = column if drop_column else None
-    first_part, second_part = (
-        _part(
-            grain,
+    parts = []
+    for chosen, value in zip(positions, (first, second), strict=True):
+        description = f"split_by_column(column={column!r}, value={value!r})"
+        selection = _RowSelection(
             dataset,
-            positions[value],
-            drop_column=dropped,
-            parent_id=parent_id,
-            description=f"split_by_column(column={column!r}, value={value!r})",
+            np.asarray(chosen, dtype=np.int64),
+            drop_column=column if drop_column else None,
+            source_id=_derived_id(parent_id, description),
+            description=description,
         )
-        for value in (first, second)
-    )
-    return first_part, second_part
+        parts.append(grain.MapDataset.source(selection))
+    return parts[0], parts[1]
 
 
-def _require_two_values(values: object) -> tuple[str, str]:
-    items = require_sequence(
-        values, "values", item_check=lambda item, name: require_str(item, name), description="a tuple of two str"
-    )
+def _column_value(row: Any, position: int, column: str) -> Any:
+    try:
+        return row[column]
+    except KeyError:
+        names = ", ".join(repr(name) for name in list(row)[:10]) if isinstance(row, Mapping) else "?"
+        raise MissingColumnError(
+            f"dataset[{position}] must have a {column!r} column, got a row with columns {names}"
+        ) from None
+    except TypeError as error:
+        raise TypeError(f"dataset[{position}] must be a row with a {column!r} column, got {describe(row)}") from error
+
+
+def _require_two_values(values: object) -> tuple[Any, Any]:
+    if not isinstance(values, Iterable):
+        fail_type("values", "an iterable of two distinct values, such as a tuple", values)
+    items = tuple(values)
     if len(items) != 2:
-        fail_value("values", "a tuple of exactly two str", values)
+        fail_value("values", "exactly two distinct values", values)
     if items[0] == items[1]:
-        fail_value("values", "two distinct str", values)
+        fail_value("values", "two distinct values", values)
     return items[0], items[1]
 
 
@@ -209,84 +224,76 @@ def split_random(
     seed: int,
     drop_column: str | None = None,
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
-    """Splits a dataset in two at random, reproducibly for a seed.
+    """Shuffles a dataset reproducibly and cuts it in two at a ratio.
 
-    The train part gets ``floor(train_ratio * len(dataset) + 0.5)`` rows (the
-    ratio rounded half up), the test part the rest. Which rows go where is
-    decided by a NumPy permutation of the row positions seeded with ``seed``:
-    the same seed, length and ratio give the same parts (with a given NumPy
-    version), the parts are disjoint and together hold every row. Within each
-    part the rows keep their original order; shuffling is the pipeline's job.
-    No row is read to make the split, except row 0 when ``drop_column`` is
-    set, so that a misspelled column fails here rather than mid-training.
+    The rows are put in the order of ``dataset.shuffle(seed=seed)`` (grain's
+    index shuffle). The first part is the first ``round(train_ratio *
+    len(dataset))`` rows of that order (Python's ``round``, which rounds
+    halves to even), but at least one row and at most ``len(dataset) - 1``,
+    so neither part is ever empty; the second part is the rest. The same
+    dataset length, ratio and seed give the same parts; they are disjoint and
+    together hold every row. Within each part the rows stay in shuffled
+    order. No row is read to make the split.
 
     Each part is a random-access ``grain.MapDataset`` that reads its rows from
-    ``dataset`` lazily. When ``dataset`` has a source identity, each part gets
-    a derived one, ``"<parent id>/split_random(train_ratio=..., seed=...,
-    part='train'|'test')"``; a part of an unidentified dataset is unidentified.
+    ``dataset`` lazily. When ``dataset`` has a source identity, each part
+    gets a derived one, ``"<parent id>/split_random(train_ratio=..., seed=...,
+    part='train'|'test')"``; a part of an unidentified dataset is
+    unidentified.
 
     Args:
-      dataset: A ``grain.MapDataset`` (of dict rows when ``drop_column`` is
+      dataset: A ``grain.MapDataset`` (of mapping rows when ``drop_column`` is
         set).
-      train_ratio: The share of rows for the train part, a float strictly
+      train_ratio: The share of rows in the first part, a float strictly
         between 0 and 1.
-      seed: An int in [0, 2**32 - 1] that fixes the split.
-      drop_column: A column to leave out of every row of both parts (for
-        example a column that is meaningless after the split), or None to
-        keep rows as they are. Rows lose it as fresh dicts; the parent's rows
-        are not modified. A row without it raises ValueError when read.
+      seed: The shuffle seed, an int in [0, 2**32 - 1].
+      drop_column: A column to leave out of the rows of both parts (as fresh
+        dicts; the parent's rows are not modified), or None to keep rows as
+        they are. Rows without that column are kept whole.
 
     Returns:
-      ``(train part, test part)``.
+      ``(first part, second part)``.
 
     Raises:
       TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``train_ratio``
-        is not a float (ints and bools included), ``seed`` is not an int (or
-        is a bool), ``drop_column`` is not None or a ``str``, or row 0 is not
-        a mapping when ``drop_column`` is set.
-      ValueError: If ``train_ratio`` is not strictly between 0 and 1, ``seed``
-        is out of range, ``drop_column`` is empty or missing from row 0, or
-        either part would be empty (too few rows for the ratio).
+        is neither a float nor an int (bools included), ``seed`` is not an int
+        (or is a bool), or ``drop_column`` is neither None nor a ``str``.
+      ValueError: If ``train_ratio`` is not strictly between 0 and 1 (an int
+        never is), ``dataset`` holds fewer than two rows, or ``seed`` is out
+        of range.
     """
-    grain = _require_map_dataset(dataset)
+    _require_map_dataset(dataset)
     ratio = _require_ratio(train_ratio)
-    seed = require_int(seed, "seed", minimum=0, maximum=_MAX_SEED)
+    seed = require_int(seed, "seed")
     if drop_column is not None:
-        drop_column = require_str(drop_column, "drop_column")
-
+        drop_column = require_str(drop_column, "drop_column", allow_empty=True)
     total = len(dataset)
-    train_count = math.floor(ratio * total + 0.5)
-    if not 0 < train_count < total:
-        emptied = "train" if train_count == 0 else "test"
-        raise ValueError(
-            f"train_ratio must leave rows in both parts, got {ratio!r} for a dataset of {total} rows, "
-            f"which leaves the {emptied} part empty"
-        )
-    if drop_column is not None:
-        _require_row(dataset[0], 0, drop_column)
+    if total < 2:
+        fail_value("dataset", "a grain.MapDataset of at least two rows to split", dataset)
 
-    permutation = np.random.default_rng(seed).permutation(total)
+    first_count = min(max(round(ratio * total), 1), total - 1)
+    # grain checks the seed's range when it builds the shuffle.
+    shuffled = dataset.shuffle(seed=seed)
     parent_id = find_source_id(dataset)
     parts = []
-    for name, chosen in (("train", permutation[:train_count]), ("test", permutation[train_count:])):
-        parts.append(
-            _part(
-                grain,
-                dataset,
-                np.sort(chosen),
-                drop_column=drop_column,
-                parent_id=parent_id,
-                description=f"split_random(train_ratio={ratio!r}, seed={seed}, part={name!r})",
-            )
-        )
+    for name, bounds in (("train", slice(0, first_count)), ("test", slice(first_count, total))):
+        part = shuffled.slice(bounds)
+        if drop_column is not None:
+            part = part.map(_DropColumn(drop_column))
+        # An attribute, not a wrapping dataset: an extra node would move every
+        # default seed derived above this part.
+        source_id = _derived_id(parent_id, f"split_random(train_ratio={ratio!r}, seed={seed}, part={name!r})")
+        if source_id is not None:
+            setattr(part, "source_id", source_id)  # noqa: B010 (grain's classes declare no such attribute)
+        parts.append(part)
     return parts[0], parts[1]
 
 
 def _require_ratio(train_ratio: object) -> float:
     expected = "a float strictly between 0 and 1"
-    if isinstance(train_ratio, bool) or not isinstance(train_ratio, (float, np.floating)):
+    if isinstance(train_ratio, bool) or not isinstance(train_ratio, (int, float, np.floating)):
         fail_type("train_ratio", expected, train_ratio)
     ratio = float(train_ratio)
-    if not 0.0 < ratio < 1.0:  # NaN fails this too.
+    if not 0.0 < ratio < 1.0:  # NaN fails this too; so does every int.
         fail_value("train_ratio", expected, train_ratio)
     return ratio

@@ -14,7 +14,7 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
-from tinax.data._pipelines import find_pipeline_description, pipeline_classes
+from tinax.data._pipelines import STATE_FORMAT, find_pipeline_description, pipeline_classes
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset
@@ -53,10 +53,12 @@ def open_multiprocessing_iterator(
     in each worker, so keep its side effects behind
     ``if __name__ == "__main__":``.
 
-    grain's workers read absl flags, which must be parsed first (``absl.app.run``
-    does it; a program without it calls ``absl.flags.FLAGS(sys.argv)`` or
-    ``FLAGS.mark_as_parsed()`` itself). This function checks that and never
-    parses or changes flags itself.
+    grain's workers read absl flags, which must be parsed before any worker
+    starts (``absl.app.run`` does it; a program without it calls
+    ``absl.flags.FLAGS(sys.argv)`` or ``FLAGS.mark_as_parsed()`` itself). With
+    ``num_workers`` of 1 or more this function checks that, and it never
+    parses or changes flags itself. With ``num_workers=0`` no worker starts,
+    so flags need not be parsed.
 
     The yielded iterator is a ``grain.DatasetIterator``; its state is
     JSON-serializable, Orbax saves it as a checkpointable, and restoring it
@@ -69,9 +71,10 @@ def open_multiprocessing_iterator(
     differ. For other grain datasets only ``num_workers`` and
     ``sequential_slice`` are recorded and checked.
 
-    With ``num_workers=0`` no process is started and the dataset's own
-    iterator is yielded (and closed on exit), so its states are interchangeable
-    with those of the dataset iterated directly.
+    With ``num_workers=0`` no process is started: grain's ``mp_prefetch``
+    leaves the dataset as it is, and the dataset's own iterator is yielded
+    (and closed on exit), so its states are interchangeable with those of the
+    dataset iterated directly.
 
     Args:
       dataset: A ``grain.IterDataset``, for example
@@ -101,8 +104,9 @@ def open_multiprocessing_iterator(
       ValueError: If ``num_workers`` is negative,
         ``per_worker_buffer_size`` is below 1, or ``sequential_slice`` is
         True for a tinax pipeline with two or more workers.
-      RuntimeError: If absl flags have not been parsed. This is the state of
-        the program, not an argument, hence neither TypeError nor ValueError.
+      RuntimeError: If ``num_workers`` is 1 or more and absl flags have not
+        been parsed. This is the state of the program, not an argument, hence
+        neither TypeError nor ValueError.
     """
     import grain
     from absl import flags
@@ -115,16 +119,21 @@ def open_multiprocessing_iterator(
     if worker_init_fn is not None:
         require_callable(worker_init_fn, "worker_init_fn")
     require_bool(sequential_slice, "sequential_slice")
-    if not flags.FLAGS.is_parsed():
+    # Only worker processes read the flags; an in-process iterator never needs them.
+    if num_workers > 0 and not flags.FLAGS.is_parsed():
         raise RuntimeError(
             "open_multiprocessing_iterator needs absl flags to be parsed before grain starts worker processes, "
             "and tinax never parses or changes global flags: run the program with absl.app.run(main), or call "
             "absl.flags.FLAGS(sys.argv) (or absl.flags.FLAGS.mark_as_parsed()) before opening the iterator"
         )
 
+    options = grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=per_worker_buffer_size)
     iterator: Any
     if num_workers == 0:
-        iterator = dataset.__iter__()
+        # grain returns the dataset itself for zero workers; the call is kept so
+        # that the options reach mp_prefetch however many workers there are.
+        in_process = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+        iterator = in_process.__iter__()
     else:
         description = find_pipeline_description(dataset)
         if description is not None and sequential_slice and num_workers > 1:
@@ -134,9 +143,8 @@ def open_multiprocessing_iterator(
                 "shard, repeat and batch steps, which keep the uncut length, so workers would repeat rows",
                 sequential_slice,
             )
-        description = description or {"state_format": 1}
+        description = description or {"state_format": STATE_FORMAT}
         description.update(num_workers=num_workers, sequential_slice=sequential_slice)
-        options = grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=per_worker_buffer_size)
         prefetched = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
         iterator = pipeline_classes().iterator(prefetched.__iter__(), description)
     try:
