@@ -45,8 +45,8 @@ import safetensors
 import safetensors.numpy
 from safetensors import safe_open
 
+from tinax._weights._header import forget_validated_headers
 from tinax.weights import load_safetensors, save_safetensors
-from tinax.weights._header import forget_validated_headers
 
 MIB = 1024 * 1024
 MEMORY_SLOPE = 1.1

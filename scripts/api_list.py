@@ -27,11 +27,19 @@ HEADER = (
 
 
 def public_modules() -> list[str]:
+    """Every public module: the namespace's own, and the submodules of those that have a ``__path__``."""
     namespace = importlib.import_module("tinax")
-    found = []
-    for module in pkgutil.walk_packages(namespace.__path__, prefix="tinax."):
-        if module.ispkg and not any(part.startswith("_") for part in module.name.split(".")):
+    found: list[str] = []
+    pending = [(list(namespace.__path__), "tinax.")]
+    while pending:
+        path, prefix = pending.pop()
+        for module in pkgutil.iter_modules(path, prefix=prefix):
+            if any(part.startswith("_") for part in module.name.split(".")):
+                continue
             found.append(module.name)
+            submodule_path = getattr(importlib.import_module(module.name), "__path__", None)
+            if submodule_path is not None:
+                pending.append((list(submodule_path), f"{module.name}."))
     return sorted(found)
 
 

@@ -9,7 +9,7 @@ dependency pins) and:
      installs them into this environment together with 0.2's pins, so the
      resolver proves that 0.3 installs next to them;
   2. downloads the `tinax==0.2.0` sdist (version and sha256 pinned) and
-     extracts its `tests/`, redirecting the few import lines that reach a
+     extracts its `tests/` (and the `examples/` that some tests run), redirecting the few import lines that reach a
      public name through one of 0.2's private modules (REDIRECTS below);
   3. runs those tests with `tests-compat/plugin/tinax_compat_plugin.py`, which
      keeps every exception-type check but ignores `match=` wording;
@@ -36,6 +36,7 @@ import xml.etree.ElementTree as ElementTree
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 COMPAT = ROOT / "tests-compat"
 DEVIATIONS = COMPAT / "deviations.toml"
+MIGRATION = ROOT / "MIGRATION.md"
 PLUGIN_FOLDER = COMPAT / "plugin"
 
 SDIST_NAME = "tinax-0.2.0.tar.gz"
@@ -61,11 +62,10 @@ REDIRECTS = {
     "import tinax.weights._safetensors as safetensors_module": "import tinax.weights as safetensors_module",
     "import tinax.checkpointing._training as training_module": "import tinax.checkpointing as training_module",
     "from tinax.data._generic import BatchTransform": "from tinax.data import BatchTransform",
-    "from tinax.device._validation import require_jax_unimported, validate_device_index": (
-        "from tinax.device import require_jax_unimported, validate_device_index"
-    ),
 }
-_PRIVATE_IMPORT = re.compile(r"^\s*(from|import)\s+tinax\.\w+(\.\w+)*\._\w+", re.MULTILINE)
+#: 0.2 private module paths that 0.3 keeps importable (tinax.device aliases it).
+KEPT_PRIVATE_PATHS = {"tinax.device._validation"}
+_PRIVATE_IMPORT = re.compile(r"^\s*(?:from|import)\s+(tinax\.\w+(?:\.\w+)*\._\w+)", re.MULTILINE)
 
 
 def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
@@ -148,14 +148,18 @@ def extract_suite(scratch: pathlib.Path) -> pathlib.Path:
         wanted = [
             member
             for member in archive.getmembers()
-            if member.name.startswith("tinax-0.2.0/tests/") or member.name == "tinax-0.2.0/pyproject.toml"
+            # Some of 0.2's tests run its examples as `python -m examples....`.
+            if member.name.startswith(("tinax-0.2.0/tests/", "tinax-0.2.0/examples/"))
+            or member.name == "tinax-0.2.0/pyproject.toml"
         ]
         archive.extractall(scratch, members=wanted, filter="data")
     for test_file in sorted((suite / "tests").rglob("*.py")):
         text = test_file.read_text(encoding="utf-8")
         for old, new in REDIRECTS.items():
             text = text.replace(old, new)
-        leftover = _PRIVATE_IMPORT.search(text)
+        leftover = next(
+            (match for match in _PRIVATE_IMPORT.finditer(text) if match.group(1) not in KEPT_PRIVATE_PATHS), None
+        )
         if leftover:
             raise SystemExit(
                 f"compat: {test_file.name} imports a private 0.2 module with no redirect: {leftover.group(0)!r}"
@@ -187,11 +191,20 @@ def _relative_module_path(dotted: str) -> str:
 
 def load_deviations() -> dict[str, dict[str, str]]:
     document = tomllib.loads(DEVIATIONS.read_text(encoding="utf-8"))
+    migration_sections = {
+        line.lstrip("#").strip()
+        for line in MIGRATION.read_text(encoding="utf-8").splitlines()
+        if line.startswith("## ")
+    }
     entries = {}
     for entry in document.get("deviation", []):
         missing = {"test", "reason", "migration"} - entry.keys()
         if missing:
             raise SystemExit(f"compat: a deviation entry lacks {sorted(missing)}: {entry}")
+        if entry["migration"] not in migration_sections:
+            raise SystemExit(
+                f"compat: {entry['test']} names a MIGRATION.md section that does not exist: {entry['migration']!r}"
+            )
         entries[entry["test"]] = entry
     return entries
 

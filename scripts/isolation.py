@@ -56,7 +56,7 @@ def members() -> dict[str, pathlib.Path]:
 
 def public_modules(folder: pathlib.Path) -> list[str]:
     source = folder / "src" / "tinax"
-    return sorted(f"tinax.{entry.name}" for entry in source.iterdir() if entry.is_dir() and entry.name[0] != "_")
+    return sorted(f"tinax.{entry.stem}" for entry in source.glob("*.py") if entry.name[0] != "_")
 
 
 def build_wheels(folders: dict[str, pathlib.Path], output: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -137,7 +137,7 @@ def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict
         probe = (
             "import importlib, json, sys\n"
             "own, foreign = json.loads(sys.argv[1]), json.loads(sys.argv[2])\n"
-            "where = {m: importlib.import_module(m).__path__[0] for m in own}\n"
+            "where = {m: importlib.import_module(m).__file__ for m in own}\n"
             "missing = []\n"
             "for m in foreign:\n"
             "    try:\n"

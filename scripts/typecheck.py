@@ -2,7 +2,7 @@
 
 The tinax namespace spans several src/ folders, so mypy is told about all of
 them at once: each becomes a base on MYPYPATH and the files are checked under
-their real module names (tinax.array._ownership, ...).
+their real module names (tinax._array._ownership, ...).
 """
 
 from __future__ import annotations

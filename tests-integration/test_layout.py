@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import pathlib
 import tomllib
 
@@ -10,6 +12,7 @@ import pytest
 import tinax
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+RECORD_02 = ROOT / "tests-compat" / "tinax-0.2.0-record.txt"
 MEMBERS = sorted(
     path.parent for path in (ROOT / "packages").glob("*/pyproject.toml") if path.parent.name != "tinax-meta"
 )
@@ -30,21 +33,52 @@ def test_member_layout(member):
     assert project["name"] == member.name
     assert (member / "CHANGELOG.md").read_text().count(f"## {project['version']}") == 1
     assert (member / "tests").is_dir()
-    packages = [
-        entry for entry in (member / "src" / "tinax").iterdir() if entry.is_dir() and entry.name != "__pycache__"
-    ]
-    assert packages
-    for package in packages:
-        assert (package / "__init__.py").is_file(), package
-        assert (package / "py.typed").is_file(), package
+    entries = [entry for entry in (member / "src" / "tinax").iterdir() if entry.name != "__pycache__"]
+    public_modules = [entry for entry in entries if entry.suffix == ".py" and not entry.name.startswith("_")]
+    assert public_modules
+    for entry in entries:
+        if entry.is_dir() and not entry.name.startswith("_"):
+            # Type information only (tinax.checkpointing's stub package):
+            # never importable, since a module file beats a folder without
+            # __init__.py.
+            stubs = [path for path in entry.rglob("*") if path.is_file() and "__pycache__" not in path.parts]
+            assert stubs, entry
+            assert all(path.suffix == ".pyi" for path in stubs), entry
+        elif entry.is_dir():
+            # Public names are single-file modules; folders are private
+            # implementation packages (a public folder would need an
+            # __init__.py at a path tinax 0.2 installed).
+            assert (entry / "__init__.py").is_file(), entry
+        else:
+            assert entry.suffix == ".py" or entry.name == "py.typed", entry
+
+
+def test_the_namespace_carries_one_pep_561_marker_from_tinax_core():
+    markers = sorted(member.name for member in MEMBERS if (member / "src" / "tinax" / "py.typed").is_file())
+    assert markers == ["tinax-core"]
 
 
 @pytest.mark.parametrize("member", MEMBERS, ids=lambda path: path.name)
 def test_public_modules_declare_all(member):
-    for package in (member / "src" / "tinax").iterdir():
-        if package.is_dir() and not package.name.startswith("_"):
-            text = (package / "__init__.py").read_text()
-            assert "__all__" in text, package
+    for module in (member / "src" / "tinax").glob("*.py"):
+        if not module.name.startswith("_"):
+            assert "__all__" in module.read_text(), module
+
+
+@pytest.mark.parametrize("member", MEMBERS, ids=lambda path: path.name)
+def test_no_file_sits_where_tinax_02_installed_one(member):
+    # pip removes the old `tinax` by its RECORD after installing the new
+    # members (pypa/pip#8509), so any shared path would be deleted by an
+    # upgrade. The PEP 561 marker is the one exception: the meta distribution
+    # reinstalls it after the removal (tests-compat/test_upgrade.py).
+    recorded = set(RECORD_02.read_text(encoding="utf-8").split())
+    source = member / "src"
+    shipped = {
+        path.relative_to(source).as_posix()
+        for path in source.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert sorted(shipped & recorded - {"tinax/py.typed"}) == []
 
 
 def test_the_namespace_spans_every_member():
@@ -60,3 +94,24 @@ def test_meta_distribution_has_no_code():
     config = tomllib.loads((meta / "pyproject.toml").read_text())
     assert config["project"]["name"] == "tinax"
     assert config["tool"]["hatch"]["build"]["targets"]["wheel"]["bypass-selection"] is True
+
+
+@pytest.mark.parametrize(
+    ("module", "stub"),
+    [
+        ("tinax.checkpointing", "checkpointing/__init__.pyi"),
+        ("tinax.checkpointing.legacy", "checkpointing/legacy/__init__.pyi"),
+        ("tinax.checkpointing.legacy.v0", "checkpointing/legacy/v0.pyi"),
+    ],
+)
+def test_stubs_state_the_same_public_names_as_the_modules(module, stub):
+    imported = importlib.import_module(module)
+    source = ROOT / "packages" / "tinax-checkpointing" / "src" / "tinax" / stub
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    stated = {alias.asname for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    assert stated == set(imported.__all__)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            origin = importlib.import_module(node.module)
+            for alias in node.names:
+                assert getattr(origin, alias.name) is getattr(imported, alias.asname), alias.asname

@@ -60,7 +60,7 @@ def test_a_stale_meta_pin_fails_the_check(packages):
     path.write_text(path.read_text().replace('version = "0.3.0"', 'version = "0.3.1"', 1))
     result = release(packages, "check")
     assert result.returncode == 1
-    assert "pins tinax-core==0.3.0, but tinax-core is at 0.3.1" in result.stderr
+    assert "pins tinax-core[debug]==0.3.0, but tinax-core is at 0.3.1" in result.stderr
 
 
 def test_a_missing_member_pin_fails_the_check(packages):
@@ -96,7 +96,7 @@ def test_bump_rewrites_the_version_and_every_pin_naming_it(packages):
     assert result.returncode == 0, result.stderr
     assert project(packages, "tinax-core")["version"] == "0.4.0"
     assert "tinax-core>=0.4.0,<0.5" in project(packages, "tinax-extra")["dependencies"]
-    assert "tinax-core==0.4.0" in project(packages, "tinax-meta")["dependencies"]
+    assert "tinax-core[debug]==0.4.0" in project(packages, "tinax-meta")["dependencies"]
     assert "## 0.4.0 (unreleased)" in (packages / "tinax-core" / "CHANGELOG.md").read_text()
     assert release(packages, "check").returncode == 0
 
@@ -104,10 +104,26 @@ def test_bump_rewrites_the_version_and_every_pin_naming_it(packages):
 def test_a_patch_bump_keeps_sibling_ranges(packages):
     assert release(packages, "bump", "tinax-core", "patch").returncode == 0
     assert project(packages, "tinax-core")["version"] == "0.3.1"
-    assert "tinax-core==0.3.1" in project(packages, "tinax-meta")["dependencies"]
+    assert "tinax-core[debug]==0.3.1" in project(packages, "tinax-meta")["dependencies"]
     assert release(packages, "check").returncode == 0
 
 
 def test_bump_refuses_unknown_names_and_older_versions(packages):
     assert "unknown distribution" in release(packages, "bump", "tinax-nope", "patch").stderr
     assert "is not newer" in release(packages, "bump", "tinax-core", "0.2.0").stderr
+
+
+def test_the_meta_offers_the_accelerator_extras_with_the_matching_jax_build(packages):
+    extras = project(packages, "tinax-meta")["optional-dependencies"]
+    assert extras["gpu"][0] == "tinax-core[gpu]==0.3.0"
+    assert extras["gpu"][1].startswith("jax[cuda12]")
+    assert extras["tpu"][0] == "tinax-core[tpu]==0.3.0"
+    assert extras["tpu"][1].startswith("jax[tpu]")
+    assert not any("gpu" in pin or "tpu" in pin for pin in project(packages, "tinax-meta")["dependencies"])
+
+
+def test_a_bump_rewrites_the_accelerator_extras_too(packages):
+    assert release(packages, "bump", "tinax-core", "patch").returncode == 0
+    extras = project(packages, "tinax-meta")["optional-dependencies"]
+    assert extras["gpu"][0] == "tinax-core[gpu]==0.3.1"
+    assert release(packages, "check").returncode == 0

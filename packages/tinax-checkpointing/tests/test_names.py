@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import pytest
 
+from tinax._checkpointing._names import ORBAX_RESERVED_NAMES, ORBAX_TMP_SUFFIX
 from tinax.checkpointing import save_checkpointables, validate_checkpointable_name
-from tinax.checkpointing._names import ORBAX_RESERVED_NAMES, ORBAX_TMP_SUFFIX
 
 
 @pytest.mark.parametrize(

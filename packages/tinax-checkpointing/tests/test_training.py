@@ -134,7 +134,7 @@ def assert_tree_equal(actual: Any, expected: Any) -> None:
 @pytest.mark.parametrize("name", TRAINING_NAMES)
 def test_training_names_are_public(name: str) -> None:
     assert name in tinax.checkpointing.__all__
-    assert getattr(tinax.checkpointing, name).__module__ == "tinax.checkpointing._training"
+    assert getattr(tinax.checkpointing, name).__module__ == "tinax._checkpointing._training"
 
 
 @pytest.mark.parametrize(

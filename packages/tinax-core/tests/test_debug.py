@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import sys
 
@@ -39,6 +40,9 @@ def observe(values: jax.Array, max_indices: int, *, jit: bool) -> tuple[jax.Arra
     return result, reports
 
 
+# Drawing needs the `debug` extra; tinax-core installed alone (the isolation
+# check) still tests the refusals and the ImportError that names the extra.
+NEEDS_RICH = pytest.mark.skipif(importlib.util.find_spec("rich") is None, reason='needs the "debug" extra (rich)')
 EAGER_AND_JIT = pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 
 
@@ -333,6 +337,7 @@ def test_profile_call_requires_a_callable(tmp_path):
 # visualize_array_sharding ------------------------------------------------------------
 
 
+@NEEDS_RICH
 def test_visualize_prints_one_cell_per_shard(capsys):
     mesh = Mesh(np.asarray(jax.devices()), ("data",), axis_types=(AxisType.Explicit,))
     values = jax.device_put(jnp.arange(2.0 * TEST_DEVICE_COUNT), NamedSharding(mesh, PartitionSpec("data")))
@@ -344,6 +349,7 @@ def test_visualize_prints_one_cell_per_shard(capsys):
         assert f"CPU {index}" in table
 
 
+@NEEDS_RICH
 def test_visualize_prints_a_replicated_array_as_one_cell(capsys):
     visualize_array_sharding(jax.device_put(jnp.ones((2, 2)), jax.devices()[0]))
     table = capsys.readouterr().out
@@ -351,6 +357,7 @@ def test_visualize_prints_a_replicated_array_as_one_cell(capsys):
     assert "CPU 1" not in table
 
 
+@NEEDS_RICH
 def test_visualize_works_on_traced_arrays(capsys):
     jax.jit(lambda values: (visualize_array_sharding(values), values * 2)[1])(jnp.arange(4.0))
     assert "CPU 0" in capsys.readouterr().out
@@ -362,6 +369,7 @@ def test_visualize_requires_a_jax_array(array):
         visualize_array_sharding(array)
 
 
+@NEEDS_RICH
 def test_visualize_refuses_arrays_jax_cannot_draw():
     with pytest.raises(ValueError, match="dimensions"):
         visualize_array_sharding(jnp.ones((2, 2, 2)))

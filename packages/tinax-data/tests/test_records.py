@@ -692,7 +692,7 @@ def test_a_file_replaced_after_pickling_is_detected(tmp_path, container):
 
 
 def test_parquet_reads_only_the_row_groups_it_needs(tmp_path, monkeypatch):
-    from tinax.data import _parquet
+    from tinax._data import _parquet
 
     path = tmp_path / "large.parquet"
     # 64 KiB per record: about 16 records per 1 MiB row group.

@@ -8,8 +8,8 @@ import grain
 import numpy as np
 import pytest
 
+from tinax._data._sources import find_source_id
 from tinax.data import InMemorySource
-from tinax.data._sources import find_source_id
 
 
 def test_random_access_over_materialized_records():

@@ -9,9 +9,9 @@ import grain
 import numpy as np
 import pytest
 
+from tinax._data._sources import find_source_id
+from tinax._data._splits import MissingColumnError
 from tinax.data import InMemorySource, split_by_column, split_random
-from tinax.data._sources import find_source_id
-from tinax.data._splits import MissingColumnError
 
 
 def _rows(count: int) -> list[dict[str, object]]:

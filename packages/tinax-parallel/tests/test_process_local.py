@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh
 
+from tinax._parallel._process_local import cross_process_replicas
 from tinax.parallel import from_process_local_data, layout, make_mesh
-from tinax.parallel._process_local import cross_process_replicas
 
 EXPLICIT = AxisType.Explicit
 

@@ -18,6 +18,7 @@ from safetensors import SafetensorError, safe_open
 
 import tinax.weights
 from tinax._core.testing import import_side_effects, parameter_summary
+from tinax._weights._safetensors import _bounded_pieces
 from tinax.weights import (
     LoadedSafetensors,
     SafetensorsInfo,
@@ -26,7 +27,6 @@ from tinax.weights import (
     load_safetensors,
     save_safetensors,
 )
-from tinax.weights._safetensors import _bounded_pieces
 
 # Every safetensors dtype with an exact array type, and that type.
 EXACT_DTYPES = {

@@ -1,0 +1,505 @@
+"""Saving and loading named checkpointables through Orbax V1, with explicit policies.
+
+Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
+it to ``<path>`` only after every value and its metadata are on disk, so a
+process killed mid-save leaves no folder at ``<path>``. (Orbax 0.12.8 and
+later also write a ``commit_success.txt`` marker before the rename; 0.12.1,
+which tinax 0.2 pinned, does not, so the marker is not required.) This module
+adds what Orbax leaves to the caller: an immutable destination that is never
+one of Orbax's temporary names, one save at a time per destination,
+background failures that always surface, explicit restore targets, and a
+completeness check before any byte is loaded.
+
+Orbax is imported when a function runs, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import threading
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from tinax._checkpointing._errors import (
+    CheckpointExistsError,
+    CheckpointKeyError,
+    CheckpointNotFoundError,
+    NoHandlerError,
+    UnsupportedLeafError,
+    background_failure,
+)
+from tinax._checkpointing._names import (
+    ORBAX_TMP_SUFFIX,
+    is_orbax_temporary_name,
+    refuse_orbax_temporary_destination,
+    require_distinct_on_case_insensitive_systems,
+    validate_checkpointable_name,
+)
+from tinax._checkpointing._targets import require_restore_target
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+
+if TYPE_CHECKING:
+    import orbax.checkpoint.experimental.v1 as ocp
+
+__all__ = ["load_checkpointables", "save_checkpointables"]
+
+# Files every committed Orbax V1 checkpoint holds at its top level. Orbax
+# publishes the folder by renaming it only once they and every checkpointable
+# are written; Orbax's commit marker (commit_success.txt) is not among them,
+# because Orbax 0.12.1 writes none.
+_CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
+_ORBAX_INDICATOR = "orbax.checkpoint"
+_PYTREE_METADATA = "_METADATA"
+_PYTREE_HANDLER_SUFFIX = ".PyTreeHandler"
+# Leaf types, matched exactly, that Orbax's pytree handler always saves. NumPy
+# scalars are not among them: Orbax refuses np.int32 values, for one.
+_PLAIN_SCALARS = frozenset({bool, int, float, bytes, str})
+
+# Destinations (resolved, case-normalized) whose save has started in this
+# process and not yet finished. Orbax would let a second save to the same
+# destination delete the first one's temporary folder and both would fail.
+_saves_in_flight: set[str] = set()
+_saves_in_flight_lock = threading.Lock()
+
+
+def _orbax() -> Any:
+    import orbax.checkpoint.experimental.v1 as orbax_v1
+
+    return orbax_v1
+
+
+def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[str, Any]) -> ocp.AsyncResponse[None]:
+    """Starts one asynchronous save of several named values into one checkpoint.
+
+    Every name becomes a subfolder of ``path`` and is checked by
+    :func:`validate_checkpointable_name`; no two names may differ only in
+    case. The values are pytrees of ``jax.Array``, ``numpy.ndarray``, Python
+    scalars and ``str``, or objects that implement Orbax's stateful
+    checkpointable protocol (such as a Grain dataset iterator).
+
+    Device data is copied to the host before this function returns, so the
+    caller may update its arrays at once; writing continues in the background.
+    The checkpoint appears at ``path`` only when it is complete: until then it
+    lives in ``<path>.orbax-checkpoint-tmp``, which a later save to ``path``
+    removes if a crash left it behind. For that reason ``path`` itself may not
+    be named like such a folder. In a multi-process run every process calls
+    this function with the same arguments, in the same order.
+
+    The destination is immutable: an existing ``path`` is refused, and so is
+    a second save to a ``path`` whose save is still in flight in this process
+    (two spellings of one folder count as one). The claim on ``path`` ends
+    when the save finishes or fails, whether or not ``result()`` is called.
+    Call ``result()`` before the program exits. A save still in flight at
+    exit is finished where Python still starts threads during shutdown (3.11)
+    and reported on stderr as lost where it does not (3.12 and later), in
+    which case Orbax's own threads may hold the exit for minutes.
+
+    Args:
+      path: Folder to create for the checkpoint. Missing parent folders are
+        created.
+      checkpointables: The values to save, by name. At least one.
+
+    Returns:
+      An Orbax ``AsyncResponse``. Its ``result(timeout=None)`` waits for the
+      save and returns None. If the save failed it raises a ``RuntimeError``
+      that is also of the background error's class (an ``OSError`` for a
+      full disk, for example), with that error chained as its cause; it raises
+      ``TimeoutError`` if ``timeout`` seconds pass first (the save goes on).
+      ``on_complete`` registers a callback for a successful save.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``checkpointables`` is not a
+        mapping with ``str`` keys, or a value is something Orbax cannot save
+        (that error is also the ``KeyError`` or ``ValueError`` Orbax raised
+        for it, which tinax 0.2 let through).
+      ValueError: If ``checkpointables`` is empty, a name is not valid, two
+        names differ only in case, a value is None or holds nothing to save,
+        ``path`` is named like an Orbax temporary folder (it contains
+        ``.orbax-checkpoint-tmp``), or Orbax refuses to start the save (its
+        error is the cause).
+      FileExistsError: If ``path`` exists, or a save to it is still in flight
+        in this process. It is also a ``ValueError``.
+    """
+    # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
+    destination = validation.require_path(path, "path").absolute()
+    refuse_orbax_temporary_destination(destination)
+    named = validation.require_str_mapping(checkpointables, "checkpointables")
+    if not named:
+        validation.fail_value("checkpointables", "a mapping with at least one checkpointable", named)
+    for name in named:
+        validate_checkpointable_name(name)
+    require_distinct_on_case_insensitive_systems(named, "checkpointables")
+    for name, value in named.items():
+        leaves = jax.tree_util.tree_leaves(value)
+        if not leaves:
+            validation.fail_value(f"checkpointables[{name!r}]", "a value holding something to save", value)
+        if not all(_is_plain_leaf(leaf) for leaf in leaves):
+            _require_saveable(name, value)
+    orbax_v1 = _orbax()
+
+    claim = os.path.normcase(os.path.realpath(destination))
+    with _saves_in_flight_lock:
+        if claim in _saves_in_flight:
+            raise CheckpointExistsError(
+                f"path {str(destination)!r} is the destination of a save that is still in flight in this process; "
+                "wait for its result() before saving there again"
+            )
+        _saves_in_flight.add(claim)
+    try:
+        _require_absent(destination)
+        try:
+            response = orbax_v1.save_checkpointables_async(destination, dict(named))
+        except Exception as error:
+            if os.path.lexists(destination):
+                raise _exists_error(destination) from error
+            kind = UnsupportedLeafError if isinstance(error, TypeError) else ValueError
+            raise kind(
+                f"Orbax refused to save checkpointables {sorted(named)} to {str(destination)!r}: {_root_message(error)}"
+            ) from error
+    except BaseException:
+        _release(claim)
+        raise
+    guarded: ocp.AsyncResponse[None] = _response_class()(response, destination, sorted(named), lambda: _release(claim))
+    return guarded
+
+
+def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
+    """Loads named values from a complete checkpoint into explicit targets.
+
+    Every name to load needs a restore target that says where each array goes
+    (:func:`abstract_restore_target` builds one from live state). Arrays load
+    with the target's sharding, which may differ from the sharding they were
+    saved with: a ``jax.ShapeDtypeStruct`` with a sharding gives a
+    ``jax.Array`` placed that way, and a ``numpy.ndarray`` target (or the
+    class ``numpy.ndarray``) gives a host NumPy array. A target's dtype is the
+    dtype loaded (Orbax converts). Objects implementing Orbax's stateful
+    checkpointable protocol, such as Grain iterators, are restored in place.
+
+    Names left out of ``targets`` are not loaded, so a subset of a checkpoint
+    can be read (for example the model without the optimizer). Before loading,
+    the folder is checked to be a complete checkpoint: not an Orbax temporary
+    folder, with its metadata and every checkpointable the metadata lists.
+    Orbax's ``commit_success.txt`` marker is not required: Orbax 0.12.1, which
+    tinax 0.2 used, commits by renaming the folder and writes no marker. In a
+    multi-process run every process calls this function with the same
+    arguments, in the same order.
+
+    Args:
+      path: The checkpoint folder written by :func:`save_checkpointables`.
+      targets: A restore target per name to load. At least one.
+
+    Returns:
+      A dict of the loaded values, by name.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``targets`` is not a mapping with
+        ``str`` keys, a target leaf is a traced value, or Orbax rejects a
+        target's kind (its error is the cause; the error is also a
+        ``KeyError``, as Orbax's was).
+      ValueError: If ``targets`` is empty, a target is None or holds an
+        abstract array without a sharding, the folder is not a complete
+        checkpoint (an unfinished save, a missing metadata file or
+        checkpointable), a name was not saved (the message lists the saved
+        names), or the values do not fit the targets (Orbax's error is the
+        cause). A missing checkpointable, an unsaved name and values that do
+        not fit are also ``KeyError``, as Orbax's errors were.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
+    """
+    source = validation.require_path(path, "path").absolute()
+    named = validation.require_str_mapping(targets, "targets")
+    if not named:
+        validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)
+    for name, target in named.items():
+        require_restore_target(target, f"targets[{name!r}]")
+    saved = _require_complete_checkpoint(source)
+    unknown = sorted(name for name in named if name not in saved)
+    if unknown:
+        raise CheckpointKeyError(
+            f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
+        )
+    orbax_v1 = _orbax()
+    try:
+        loaded = orbax_v1.load_checkpointables(source, dict(named))
+    except Exception as error:
+        kind = NoHandlerError if isinstance(_root_cause(error), TypeError) else CheckpointKeyError
+        raise kind(
+            f"could not load checkpointables {sorted(named)} from {str(source)!r} into the given targets: "
+            f"{_root_message(error)}"
+        ) from error
+    return dict(loaded)
+
+
+class _GuardedSaveResponse:
+    """Waits for an Orbax save in a thread of its own, so its end is never missed.
+
+    The thread ends the claim on the destination as soon as Orbax finishes,
+    successfully or not, even if nobody ever calls :meth:`result`.
+    """
+
+    def __init__(self, inner: Any, destination: pathlib.Path, names: list[str], release: Callable[[], None]) -> None:
+        self._inner = inner
+        self.destination = destination
+        self._names = names
+        self._release = release
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[None], None]] = []
+        with _saves_in_flight_lock:
+            _unfinished_responses.add(self)
+        self._watcher = threading.Thread(target=self._watch, name=f"tinax-save:{destination.name}", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            self._inner.result()
+        except BaseException as error:  # Kept for result(); a save failure must never be swallowed.
+            self._error = error
+        finally:
+            self._release()
+            with _saves_in_flight_lock:
+                _unfinished_responses.discard(self)
+            with self._lock:
+                self._done.set()
+                callbacks, self._callbacks = self._callbacks, []
+        if self._error is None:
+            for callback in callbacks:
+                callback(None)
+
+    def result(self, timeout: float | None = None) -> None:
+        """Waits for the save to finish.
+
+        Args:
+          timeout: Seconds to wait, or None to wait as long as it takes.
+
+        Raises:
+          TimeoutError: If ``timeout`` passes first; the save continues.
+          RuntimeError: If the save failed. The original error is the cause,
+            and the error raised is also an instance of its class.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(
+                f"saving checkpointables to {str(self.destination)!r} did not finish within {timeout} s; "
+                "it continues in the background"
+            )
+        if self._error is not None:
+            outcome = (
+                "the destination exists, but the save did not confirm that every process finished"
+                if os.path.lexists(self.destination)
+                else "nothing was committed at the destination"
+            )
+            raise background_failure(
+                f"saving checkpointables {self._names} to {str(self.destination)!r} failed in the background "
+                f"({_root_message(self._error)}); {outcome}",
+                self._error,
+            )
+
+    def on_complete(self, callback: Callable[[None], None]) -> None:
+        """Calls ``callback(None)`` once the save has succeeded.
+
+        Called at once if it already has; never called if the save fails.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        if self._error is None:
+            callback(None)
+
+
+_response_classes: list[type[_GuardedSaveResponse]] = []
+_response_class_lock = threading.Lock()
+_unfinished_responses: set[_GuardedSaveResponse] = set()
+
+
+def _response_class() -> type[_GuardedSaveResponse]:
+    # The response must be an Orbax AsyncResponse, but Orbax may only be
+    # imported when a save runs: the subclass is made on first use.
+    with _response_class_lock:
+        if not _response_classes:
+            orbax_v1 = _orbax()
+            _response_classes.append(type("SaveResponse", (_GuardedSaveResponse, orbax_v1.AsyncResponse), {}))
+            _wait_for_saves_at_exit()
+        return _response_classes[0]
+
+
+def _wait_for_saves_at_exit() -> None:
+    """Makes interpreter shutdown finish, or at least report, the saves still in flight.
+
+    Orbax writes through ``concurrent.futures`` thread pools, which stop
+    taking work in the first step of shutdown, before non-daemon threads are
+    joined and before ``atexit`` runs. Only a hook of that same first step,
+    registered after the pools' own (hooks run last-registered first), runs
+    while Orbax can still finish. Orbax has been imported at this point, so
+    its pools registered theirs already. Where Python no longer starts
+    threads at shutdown (3.12 and later), Orbax cannot finish either: the
+    hook then names the saves that are lost instead of waiting for them.
+    """
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:  # pragma: no cover - every supported Python has it
+        return
+
+    def finish_saves() -> None:
+        with _saves_in_flight_lock:
+            unfinished = list(_unfinished_responses)
+        if not unfinished:
+            return
+        if not _threads_can_start():
+            for response in unfinished:
+                print(
+                    f"tinax.checkpointing: the save to {str(response.destination)!r} was still in flight when the "
+                    "interpreter exited and cannot finish, because Python starts no threads during shutdown; "
+                    "nothing is committed there. Call result() on the response of save_checkpointables before "
+                    "exiting.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return
+        for response in unfinished:
+            try:
+                response.result()
+            except Exception as error:
+                print(f"tinax.checkpointing: {error}", file=sys.stderr, flush=True)
+
+    register(finish_saves)
+
+
+def _threads_can_start() -> bool:
+    try:
+        probe = threading.Thread(target=int)
+        probe.start()
+    except RuntimeError:
+        return False
+    probe.join()
+    return True
+
+
+def _release(claim: str) -> None:
+    with _saves_in_flight_lock:
+        _saves_in_flight.discard(claim)
+
+
+def _exists_error(destination: pathlib.Path) -> CheckpointExistsError:
+    return CheckpointExistsError(
+        f"path {str(destination)!r} already exists; checkpoints are immutable, so save to a new path "
+        "(or delete the old checkpoint first)"
+    )
+
+
+def _require_absent(destination: pathlib.Path) -> None:
+    if os.path.lexists(destination):
+        raise _exists_error(destination)
+
+
+def _is_plain_leaf(leaf: object) -> bool:
+    """Whether Orbax's pytree handler surely saves this leaf, judged in nanoseconds."""
+    if type(leaf) in _PLAIN_SCALARS:
+        return True
+    if type(leaf) is np.ndarray:
+        return not leaf.dtype.hasobject
+    return isinstance(leaf, jax.Array) and not is_tracer(leaf)
+
+
+def _require_saveable(name: str, value: object) -> None:
+    """Asks Orbax, before anything is written, whether it has a handler for ``value``.
+
+    Orbax resolves handlers only after it has scheduled the folder creation,
+    and a failure then leaves that work dangling. The lookup builds every
+    registered handler (milliseconds), so it only runs for values that hold
+    something other than arrays, Python scalars and strings. It uses Orbax
+    internals; if they move, Orbax's own check still applies.
+    """
+    try:
+        from orbax.checkpoint.experimental.v1._src.context import context as orbax_context
+        from orbax.checkpoint.experimental.v1._src.handlers import registration
+    except ImportError:  # pragma: no cover - depends on the Orbax release
+        return
+    registry = orbax_context.get_context().checkpointables_options.registry
+    try:
+        registration.resolve_handler_for_save(registry, value, name=name)
+    except (LookupError, ValueError) as error:
+        # Keep the class of Orbax's error (0.2 let it through): a KeyError when no handler matched.
+        kind = NoHandlerError if isinstance(error, LookupError) else UnsupportedLeafError
+        raise kind(
+            validation.expectation_message(
+                f"checkpointables[{name!r}]",
+                "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
+                value,
+            )
+        ) from error
+
+
+def _require_complete_checkpoint(source: pathlib.Path) -> set[str]:
+    """Checks that ``source`` is a committed checkpoint and returns its names."""
+    if not os.path.lexists(source):
+        leftover = source.with_name(source.name + ORBAX_TMP_SUFFIX)
+        hint = (
+            f"; {str(leftover)!r} holds a save that has not finished (still running, or interrupted)"
+            if leftover.exists()
+            else ""
+        )
+        raise CheckpointNotFoundError(
+            f"path must name an existing checkpoint, got {str(source)!r} which does not exist{hint}"
+        )
+    if not source.is_dir():
+        raise ValueError(f"path must name a checkpoint folder, got {str(source)!r} which is not a folder")
+    if is_orbax_temporary_name(source.name):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: it is the temporary folder of a save that has not "
+            "finished (still running, or interrupted)"
+        )
+    missing = [name for name in (_CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so it is no Orbax checkpoint "
+            "or the folder was damaged"
+        )
+    try:
+        metadata = json.loads((source / _CHECKPOINT_METADATA).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its {_CHECKPOINT_METADATA} cannot be read ({error})"
+        ) from error
+    handlers = metadata.get("item_handlers") if isinstance(metadata, dict) else None
+    if not isinstance(handlers, dict) or not all(isinstance(name, str) for name in handlers):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its {_CHECKPOINT_METADATA} does not list the "
+            "checkpointables it holds"
+        )
+    for name, handler in handlers.items():
+        folder = source / name
+        if not folder.is_dir():
+            # Orbax reports a checkpointable it cannot find with a KeyError, which 0.2 let through.
+            raise CheckpointKeyError(
+                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r}, listed in its metadata, "
+                "is missing"
+            )
+        is_pytree = isinstance(handler, str) and handler.endswith(_PYTREE_HANDLER_SUFFIX)
+        if is_pytree and not (folder / _PYTREE_METADATA).is_file():
+            raise ValueError(
+                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r} lacks its "
+                f"{_PYTREE_METADATA} file"
+            )
+    return set(handlers)
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
+
+
+def _root_message(error: BaseException) -> str:
+    root = _root_cause(error)
+    text = str(root).strip() or "no message"
+    return f"{type(root).__name__}: {text}"

@@ -1,0 +1,123 @@
+"""Legacy only: grain iterator checkpoints through grain's Orbax V0 handler.
+
+Do not use these functions for new checkpoints; ``tinax.checkpointing`` saves
+an iterator as one checkpointable of an Orbax V1 checkpoint. These read and
+write the directories that ``grain.checkpoint.CheckpointHandler`` produces
+under Orbax's V0 ``Checkpointer`` or ``CheckpointManager``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from tinax._checkpointing._legacy_v0._paths import (
+    require_checkpoint_directory,
+    require_new_destination,
+    save_with_v0,
+)
+from tinax._core import validation
+
+if TYPE_CHECKING:
+    from grain import DatasetIterator
+
+__all__ = ["load_legacy_v0_grain_iterator", "save_legacy_v0_grain_iterator"]
+
+_ITERATOR_EXPECTATION = "a grain.DatasetIterator"
+
+# Upstream failures that mean "this state does not fit this pipeline or is not
+# an iterator checkpoint"; re-raised as ValueError with the cause chained.
+_UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+
+
+def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> None:
+    """Legacy only: writes a grain iterator's position as an Orbax V0 checkpoint.
+
+    Do not use this for new checkpoints; pass the iterator as a checkpointable
+    to ``tinax.checkpointing.save_checkpointables`` instead. The directory is
+    what ``orbax.checkpoint.Checkpointer(grain.checkpoint.CheckpointHandler())``
+    writes: one ``process_<i>-of-<n>.json`` state file per JAX process. The
+    save is synchronous: when this returns, the checkpoint is committed.
+
+    Args:
+      path: The checkpoint directory to create. It must not exist yet; its
+        parent folder must.
+      iterator: The live iterator whose position to save. It is not advanced.
+
+    Raises:
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
+        ``iterator`` is not a ``grain.DatasetIterator``.
+      ValueError: If ``path`` is empty, or the iterator's state cannot be
+        taken or written as JSON (the upstream error is chained).
+      FileExistsError: If something already exists at ``path``. It is never
+        replaced.
+      FileNotFoundError: If the parent folder of ``path`` does not exist.
+    """
+    requested = validation.require_path(path, "path")
+    grain = _import_grain()
+    validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
+    destination = require_new_destination(requested)
+    save_with_v0(
+        destination,
+        grain.checkpoint.CheckpointHandler(),
+        grain.checkpoint.CheckpointSave(iterator),
+        what="iterator",
+        upstream_errors=_UPSTREAM_MISMATCH_ERRORS,
+    )
+
+
+def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> DatasetIterator[Any]:
+    """Legacy only: moves a live grain iterator to the position stored in a V0 checkpoint.
+
+    Do not use this for new checkpoints; use
+    ``tinax.checkpointing.load_checkpointables`` with the iterator as the
+    target. This reads what :func:`save_legacy_v0_grain_iterator`, grain's
+    ``CheckpointHandler`` under Orbax's V0 ``Checkpointer``, or a
+    ``CheckpointManager`` iterator item wrote, for this process's index and
+    the current process count.
+
+    Args:
+      path: The checkpoint directory (for a ``CheckpointManager`` item, the
+        item's folder inside the step folder).
+      iterator: A fresh iterator of the same pipeline that wrote the
+        checkpoint (same dataset, transformations and worker count). Its
+        state is replaced in place.
+
+    Returns:
+      ``iterator`` itself, now at the stored position (grain also starts its
+      prefetching, as its handler does on restore).
+
+    Raises:
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
+        ``iterator`` is not a ``grain.DatasetIterator``.
+      FileNotFoundError: If nothing exists at ``path``.
+      ValueError: If ``path`` is not a directory or not a complete iterator
+        checkpoint, has no state for this process (for example, it was
+        written by another number of processes), or the stored state does not
+        fit ``iterator``'s pipeline (the upstream error is chained).
+    """
+    requested = validation.require_path(path, "path")
+    grain = _import_grain()
+    validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
+    source = require_checkpoint_directory(requested)
+    import orbax.checkpoint as ocp
+
+    try:
+        with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as checkpointer:
+            restored: DatasetIterator[Any] = checkpointer.restore(
+                source, args=grain.checkpoint.CheckpointRestore(iterator)
+            )
+    except _UPSTREAM_MISMATCH_ERRORS as error:
+        raise ValueError(
+            f"path {str(source)!r} could not be loaded into iterator as a legacy V0 grain iterator checkpoint: {error}"
+        ) from error
+    return restored
+
+
+def _import_grain() -> Any:
+    # grain imports orbax and array_record at import time, so it is only ever
+    # imported inside these functions.
+    import grain
+    import grain.checkpoint
+
+    return grain

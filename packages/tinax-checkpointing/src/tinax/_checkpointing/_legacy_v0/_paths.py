@@ -1,0 +1,127 @@
+"""Destination and source checks shared by the legacy V0 savers and loaders."""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from tinax._checkpointing._errors import CheckpointExistsError
+from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
+from tinax._core import validation
+
+__all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
+
+
+def require_new_destination(path: pathlib.Path) -> pathlib.Path:
+    """Checks that a checkpoint may be written at ``path``, and creates the folders that would hold it.
+
+    Args:
+      path: The destination, already checked to be a path.
+
+    Returns:
+      The destination as an absolute path (Orbax refuses relative ones).
+
+    Raises:
+      ValueError: If the destination's name contains Orbax's temporary
+        suffix ``.orbax-checkpoint-tmp``: Orbax would take the checkpoint for
+        an unfinished save.
+      FileExistsError: If something already exists at ``path``. It is also a
+        ``ValueError``.
+    """
+    destination = path.absolute()
+    refuse_orbax_temporary_destination(destination)
+    if destination.exists() or destination.is_symlink():
+        raise CheckpointExistsError(
+            f"path must not exist yet, got {str(destination)!r} which already exists; "
+            "legacy V0 checkpoints are never overwritten"
+        )
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    return destination
+
+
+def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
+    """Checks that ``path`` names a directory a checkpoint could be read from.
+
+    Args:
+      path: The source, already checked to be a path.
+
+    Returns:
+      The source as an absolute path.
+
+    Raises:
+      FileNotFoundError: If nothing exists at ``path``.
+      ValueError: If ``path`` is not a directory, or is the temporary folder
+        of an unfinished Orbax save (its name contains
+        ``.orbax-checkpoint-tmp``).
+    """
+    source = validation.require_existing_path(path, "path").absolute()
+    if not source.is_dir():
+        raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
+    if is_orbax_temporary_name(source.name):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: its name contains Orbax's reserved temporary suffix "
+            f"{ORBAX_TMP_SUFFIX!r}, so it is the folder of a save that has not finished"
+        )
+    return source
+
+
+def save_with_v0(
+    destination: pathlib.Path, handler: Any, save_args: Any, *, what: str, upstream_errors: tuple[type[Exception], ...]
+) -> None:
+    """Saves synchronously with Orbax's V0 ``Checkpointer``, translating its failures.
+
+    Args:
+      destination: The checked, absolute destination.
+      handler: The Orbax V0 checkpoint handler to save with.
+      save_args: The ``args`` for ``Checkpointer.save``.
+      what: What is saved, for the error message (for example ``"state"``).
+      upstream_errors: The Orbax or handler exceptions that mean the value
+        cannot be saved; they become ValueError with the cause chained.
+
+    Raises:
+      FileExistsError: If another writer created ``destination`` meanwhile.
+        It is also a ``ValueError``.
+      ValueError: If the save failed with one of ``upstream_errors``.
+    """
+    import orbax.checkpoint as ocp
+
+    with removing_orbax_leftovers(destination):
+        try:
+            with ocp.Checkpointer(handler) as checkpointer:
+                checkpointer.save(destination, args=save_args)
+        except upstream_errors as error:
+            if destination.exists():
+                # Another writer committed the same path between our check and Orbax's.
+                raise CheckpointExistsError(
+                    f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
+                ) from error
+            raise ValueError(
+                f"{what} could not be saved as a legacy V0 checkpoint at {str(destination)!r}: {error}"
+            ) from error
+
+
+@contextlib.contextmanager
+def removing_orbax_leftovers(destination: pathlib.Path) -> Iterator[None]:
+    """Removes the staging folders that a failed Orbax save left next to ``destination``.
+
+    Only folders that appeared during the ``with`` block are removed, so a
+    staging folder of an earlier, unrelated save is left alone.
+    """
+    before = set(_staging_folders(destination))
+    try:
+        yield
+    except BaseException:
+        for leftover in set(_staging_folders(destination)) - before:
+            shutil.rmtree(leftover, ignore_errors=True)
+        raise
+
+
+def _staging_folders(destination: pathlib.Path) -> list[pathlib.Path]:
+    # Orbax V0 stages a save in "<name>.orbax-checkpoint-tmp", possibly followed by a timestamp.
+    prefix = destination.name + ORBAX_TMP_SUFFIX
+    if not destination.parent.is_dir():
+        return []
+    return [entry for entry in destination.parent.iterdir() if entry.name.startswith(prefix)]

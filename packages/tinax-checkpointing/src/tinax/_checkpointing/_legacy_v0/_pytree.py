@@ -1,0 +1,200 @@
+"""Legacy only: pytree checkpoints in Orbax's V0 format (``PyTreeCheckpointer`` layout).
+
+Do not use these functions for new checkpoints; ``tinax.checkpointing`` writes
+Orbax V1 checkpoints. They read and write the directories that
+``orbax.checkpoint.PyTreeCheckpointer`` and ``StandardCheckpointer`` produce
+(one layout), so older pipelines keep working while they migrate. Saving
+goes through Orbax's pytree handler, as in tinax 0.2, so strings, ``None``
+leaves, NumPy scalars and a bare leaf as the whole state are kept.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tinax._checkpointing._errors import UnsupportedLeafError
+from tinax._checkpointing._legacy_v0._paths import (
+    require_checkpoint_directory,
+    require_new_destination,
+    save_with_v0,
+)
+from tinax._core import validation
+
+__all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]
+
+# What Orbax's V0 pytree handler saves as leaves; checked here first so that a
+# bad leaf is an error naming its key path, not an Orbax error from a
+# background thread. NumPy scalars other than numbers (np.bool_, for one) have
+# no handler.
+_SAVABLE_LEAVES = (bool, int, float, str, np.number, np.ndarray, jax.Array)
+_LEAF_EXPECTATION = "a jax.Array, a numpy array, a NumPy number, or a Python bool, int, float or str"
+_RESTORABLE_LEAVES = (bool, int, float, str, np.ndarray, jax.Array, jax.ShapeDtypeStruct)
+_TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct, a Python bool, int or float, or a str"
+
+# Upstream failures that mean "this checkpoint or target does not fit"; they
+# are re-raised as ValueError with the cause chained.
+_UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, FileNotFoundError)
+
+
+def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
+    """Legacy only: writes a pytree checkpoint in Orbax's V0 format.
+
+    Do not use this for new checkpoints; use
+    ``tinax.checkpointing.save_checkpointables``. The directory written here is
+    the one ``orbax.checkpoint.PyTreeCheckpointer`` would write, so pipelines
+    still on Orbax's V0 API can read it with ``PyTreeCheckpointer.restore``
+    (or ``StandardCheckpointer.restore``, when it holds no strings). The save
+    is synchronous: when this returns, the checkpoint is committed.
+
+    Args:
+      path: The checkpoint directory to create. It must not exist yet, and
+        its name must not contain Orbax's temporary suffix
+        ``.orbax-checkpoint-tmp``. Missing parent folders are created.
+      state: A pytree (dict, list, dataclass pytree, ...) or a single leaf.
+        Leaves are ``jax.Array``, NumPy arrays, Python ``bool``, ``int``,
+        ``float`` or ``str``, or NumPy number scalars (restored as Python
+        scalars). ``None`` entries are kept.
+
+    Raises:
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
+        leaf has a type Orbax's V0 pytree handler cannot save (the message
+        names its key path; the error is also a ``ValueError``, as Orbax's
+        was).
+      ValueError: If ``path`` is empty or named like an Orbax temporary
+        folder, ``state`` has no leaves, or Orbax refuses the state for
+        another reason (the Orbax error is chained).
+      FileExistsError: If something already exists at ``path``. It is never
+        replaced. The error is also a ``ValueError``.
+    """
+    requested = validation.require_path(path, "path")
+    _require_savable_state(state)
+    destination = require_new_destination(requested)
+    ocp = _import_orbax()
+    save_with_v0(
+        destination,
+        ocp.PyTreeCheckpointHandler(),
+        ocp.args.PyTreeSave(state),
+        what="state",
+        upstream_errors=_UPSTREAM_MISMATCH_ERRORS,
+    )
+
+
+def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = None) -> Any:
+    """Legacy only: reads a pytree checkpoint written with Orbax's V0 API.
+
+    Do not use this for new checkpoints; use
+    ``tinax.checkpointing.load_checkpointables``. This reads what
+    ``StandardCheckpointer.save``, ``PyTreeCheckpointer.save``, a
+    ``CheckpointManager`` pytree item or :func:`save_legacy_v0_pytree` wrote.
+
+    Args:
+      path: The checkpoint directory (for a ``CheckpointManager`` item, the
+        item's folder inside the step folder).
+      target: The tree to restore into, or None. Its structure must match the
+        checkpoint. A ``jax.ShapeDtypeStruct`` leaf with a sharding restores a
+        ``jax.Array`` with that sharding; a NumPy array leaf restores a NumPy
+        array; a Python scalar or ``str`` leaf restores the stored scalar or
+        string. Each array leaf's shape and dtype must equal the stored ones:
+        tinax refuses the silent cast or reshape Orbax would otherwise apply.
+        With None, Orbax restores every array on the sharding recorded in the
+        checkpoint, which only works on the topology that wrote it.
+
+    Returns:
+      The restored pytree.
+
+    Raises:
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
+        ``target`` leaf is of a kind Orbax cannot restore into (that error is
+        also a ``ValueError``, as Orbax's was).
+      FileNotFoundError: If nothing exists at ``path``.
+      ValueError: If ``path`` is not a directory or not a complete V0 pytree
+        checkpoint, or ``target`` does not match it in structure, shape or
+        dtype (the Orbax error, if any, is chained).
+    """
+    requested = validation.require_path(path, "path")
+    if target is not None:
+        _require_restorable_target(target)
+    source = require_checkpoint_directory(requested)
+    ocp = _import_orbax()
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer:
+        if target is None:
+            arguments = ocp.args.PyTreeRestore()
+        else:
+            _require_stored_layout(ocp, checkpointer, source, target)
+            arguments = ocp.args.PyTreeRestore(target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
+        try:
+            return checkpointer.restore(source, args=arguments)
+        except _UPSTREAM_MISMATCH_ERRORS as error:
+            into = "" if target is None else " into target"
+            raise ValueError(
+                f"path {str(source)!r} could not be loaded{into} as a legacy V0 pytree checkpoint: {error}"
+            ) from error
+
+
+def _import_orbax() -> Any:
+    import orbax.checkpoint as ocp
+
+    return ocp
+
+
+def _require_savable_state(state: Any) -> None:
+    leaves = jax.tree_util.tree_flatten_with_path(state)[0]
+    if not leaves:
+        validation.fail_value("state", "a pytree with at least one array, scalar or str leaf", state)
+    for key_path, leaf in leaves:
+        if not isinstance(leaf, _SAVABLE_LEAVES) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
+            raise UnsupportedLeafError(
+                validation.expectation_message(f"state{jax.tree_util.keystr(key_path)}", _LEAF_EXPECTATION, leaf)
+            )
+
+
+def _require_restorable_target(target: Any) -> None:
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
+        # NumPy scalars other than float64 (a float) are refused: Orbax has no restore arguments for them.
+        if not isinstance(leaf, _RESTORABLE_LEAVES):
+            raise UnsupportedLeafError(
+                validation.expectation_message(
+                    f"target{jax.tree_util.keystr(key_path)}", _TARGET_LEAF_EXPECTATION, leaf
+                )
+            )
+
+
+def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, target: Any) -> None:
+    """Refuses target leaves whose shape or dtype differs from the stored one.
+
+    Orbax V0 casts a stored array to the target's dtype without a word (a
+    float32 checkpoint restored into a bfloat16 target loses precision), and
+    a NumPy target leaf of another shape silently restores the stored shape.
+    Leaves missing on either side are left to Orbax's own structure check.
+    """
+    try:
+        item_metadata = checkpointer.metadata(source).item_metadata
+        stored_tree = getattr(item_metadata, "tree", item_metadata)
+        if stored_tree is None:
+            raise ValueError("the checkpoint records no pytree metadata")
+        stored = ocp.tree.to_flat_dict(stored_tree)
+        wanted = ocp.tree.to_flat_dict(ocp.tree.serialize_tree(target, keep_empty_nodes=True))
+    except _UPSTREAM_MISMATCH_ERRORS as error:
+        raise ValueError(f"path {str(source)!r} is not a complete legacy V0 pytree checkpoint: {error}") from error
+    for key, leaf in wanted.items():
+        entry = stored.get(key)
+        stored_dtype = getattr(entry, "dtype", None)
+        target_dtype = getattr(leaf, "dtype", None)
+        if stored_dtype is None or target_dtype is None:
+            continue
+        # PRNG keys are stored as their raw uint32 data; Orbax checks their implementation itself.
+        if jnp.issubdtype(target_dtype, jax.dtypes.extended):
+            continue
+        location = "target" + "".join(f"[{part!r}]" for part in key)
+        stored_shape = tuple(getattr(entry, "shape", ()))
+        if np.dtype(stored_dtype) != np.dtype(target_dtype) or stored_shape != tuple(np.shape(leaf)):
+            stored_text = f"{np.dtype(stored_dtype)}[{', '.join(str(extent) for extent in stored_shape)}]"
+            raise ValueError(
+                f"{location} must have the stored shape and dtype {stored_text}, got {validation.describe(leaf)}"
+            )

@@ -1,0 +1,125 @@
+"""Restore targets: what each loaded value must look like and where it goes.
+
+A restore target tells Orbax the shape, dtype and placement of every value it
+loads. Targets built from live state keep each array's sharding, so a
+checkpoint written on one mesh loads onto whatever mesh the live state uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import jax
+import numpy as np
+
+from tinax._checkpointing._errors import TracedValueError
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+
+__all__ = ["abstract_restore_target", "require_restore_target"]
+
+# Leaves that Orbax restores by value: the target only names their type.
+_PLAIN_LEAVES = (bool, int, float, complex, bytes, str, np.generic)
+
+
+def abstract_restore_target(state: Any) -> Any:
+    """Turns live state into a restore target that keeps every placement.
+
+    Works on any pytree (dicts, lists, dataclasses, Flax NNX ``State``, ...)
+    and keeps its structure. Leaf by leaf:
+
+    - a ``jax.Array``, PRNG key arrays included, becomes a
+      ``jax.ShapeDtypeStruct`` with the array's shape, dtype and sharding.
+      Key arrays need this: the target ``jax.eval_shape`` gives a key has no
+      sharding, and Orbax would then guess one and warn;
+    - a ``numpy.ndarray`` becomes a read-only, zero-stride NumPy array of the
+      same shape and dtype (it allocates nothing), which tells Orbax to
+      restore a host NumPy array;
+    - a ``jax.ShapeDtypeStruct`` that already has a sharding is kept;
+    - ``bool``, ``int``, ``float``, ``complex``, ``bytes``, ``str`` and NumPy
+      scalars are kept, since Orbax restores them by value;
+    - an object that implements Orbax's stateful-checkpointable protocol
+      (for example a Grain dataset iterator) is kept: Orbax restores it in
+      place.
+
+    Args:
+      state: The live state, for example the values that were saved.
+
+    Returns:
+      A pytree of the same structure holding restore targets.
+
+    Raises:
+      TypeError: If a leaf is a traced value (the error is also the
+        ``AttributeError`` tinax 0.2 raised for one), a NumPy array of
+        objects, or of a kind Orbax cannot restore.
+      ValueError: If a leaf is a ``jax.ShapeDtypeStruct`` without a sharding.
+    """
+    return jax.tree_util.tree_map_with_path(_abstract_leaf, state)
+
+
+def require_restore_target(target: object, name: str) -> None:
+    """Checks that a restore target states where every array goes.
+
+    Args:
+      target: The target of one checkpointable.
+      name: How to refer to it in messages, for example ``"targets['model']"``.
+
+    Raises:
+      TypeError: If a leaf is a traced value.
+      ValueError: If the target is None, or an abstract array in it (a
+        ``jax.ShapeDtypeStruct``, PRNG keys included) has no sharding.
+    """
+    if target is None:
+        validation.fail_value(
+            name,
+            "an explicit restore target (build one with abstract_restore_target(live_state))",
+            target,
+        )
+    for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
+        where = name + jax.tree_util.keystr(path)
+        if is_tracer(leaf):
+            validation.fail_type(where, "a concrete restore target, not a traced value", leaf)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
+            _fail_missing_sharding(where, leaf)
+
+
+def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
+    where = "state" + jax.tree_util.keystr(path)
+    if is_tracer(leaf):
+        raise TracedValueError(validation.expectation_message(where, "a concrete value, not a traced one", leaf))
+    if isinstance(leaf, jax.Array):
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)  # type: ignore[no-untyped-call]
+    if isinstance(leaf, jax.ShapeDtypeStruct):
+        if leaf.sharding is None:
+            _fail_missing_sharding(where, leaf)
+        return leaf
+    if isinstance(leaf, np.ndarray):
+        if leaf.dtype.hasobject:
+            validation.fail_type(where, "a numpy.ndarray with a numeric or bool dtype", leaf)
+        return np.broadcast_to(np.zeros((), dtype=leaf.dtype), leaf.shape)
+    if isinstance(leaf, _PLAIN_LEAVES):
+        return leaf
+    if _is_stateful_checkpointable(leaf):
+        return leaf
+    return validation.fail_type(
+        where,
+        "a jax.Array, numpy.ndarray, Python or NumPy scalar, str, bytes or an Orbax stateful checkpointable",
+        leaf,
+    )
+
+
+def _fail_missing_sharding(where: str, leaf: Any) -> NoReturn:
+    validation.fail_value(
+        where,
+        "a jax.ShapeDtypeStruct with a sharding (Orbax would otherwise guess the placement); "
+        "give it sharding=..., or use a numpy.ndarray target to load host NumPy",
+        leaf,
+    )
+
+
+def _is_stateful_checkpointable(value: object) -> bool:
+    # Only objects that are no array or scalar get here, so the Orbax import
+    # is paid only by callers who pass such objects.
+    import orbax.checkpoint.experimental.v1 as ocp
+
+    return isinstance(value, ocp.handlers.StatefulCheckpointable)

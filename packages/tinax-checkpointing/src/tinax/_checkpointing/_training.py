@@ -1,0 +1,345 @@
+"""Training checkpoints: everything a run needs to resume, in one atomic checkpoint.
+
+A training checkpoint is one Orbax V1 checkpoint written by one
+:func:`save_checkpointables` call, so the step, the model, the optimizer, the
+random state, any auxiliary state and the data iterator's position are
+committed together or not at all: a crash can never leave a model from one
+step next to an iterator from another.
+
+The layout is tinax 0.2's, so checkpoints move freely between the versions:
+five checkpointables named by :class:`TrainingCheckpointNames`, the auxiliary
+one holding ``{"state": auxiliary, "step": step}``. Checkpoints written by
+pre-release 0.3 builds, which kept the step in a checkpointable ``"step"`` of
+its own, load as well.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from tinax._checkpointing._checkpointables import _require_complete_checkpoint as require_complete_checkpoint
+from tinax._checkpointing._checkpointables import load_checkpointables, save_checkpointables
+from tinax._checkpointing._errors import CheckpointKeyError
+from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
+from tinax._checkpointing._targets import require_restore_target
+from tinax._core import validation
+
+if TYPE_CHECKING:
+    import orbax.checkpoint.experimental.v1 as ocp
+    from grain import DatasetIterator
+
+__all__ = [
+    "TrainingCheckpoint",
+    "TrainingCheckpointNames",
+    "load_training_checkpoint",
+    "save_training_checkpoint",
+]
+
+# The auxiliary checkpointable holds {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: step},
+# as in tinax 0.2. Orbax saves the step as a Python int scalar, which holds any
+# unsigned 64-bit value.
+_AUXILIARY_STATE_KEY = "state"
+_STEP_KEY = "step"
+_MAX_STEP = 2**64 - 1
+# Pre-release 0.3 builds kept the step in a checkpointable of its own, under
+# this name, as {_STEP_KEY: int64 scalar}; such checkpoints still load.
+_SEPARATE_STEP_CHECKPOINTABLE = "step"
+_SEPARATE_STEP_DTYPE = np.int64
+_ITERATOR_EXPECTATION = "a grain.DatasetIterator"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCheckpointNames:
+    """The checkpointable name of each part of a training checkpoint.
+
+    Rename parts to match an existing checkpoint layout, or to keep two
+    models apart. Loading needs the names the checkpoint was saved with.
+
+    Attributes:
+      model: Name of the model state.
+      optimizer: Name of the optimizer state.
+      rng: Name of the random state.
+      auxiliary: Name of the auxiliary state (metrics, EMA weights, ...).
+      iterator: Name of the data iterator's position.
+
+    Raises:
+      TypeError: If a name is not a ``str``.
+      ValueError: If a name is not a valid checkpointable name (see
+        ``validate_checkpointable_name``), or two names are equal or differ
+        only in case.
+    """
+
+    model: str = "model"
+    optimizer: str = "optimizer"
+    rng: str = "rng"
+    auxiliary: str = "auxiliary"
+    iterator: str = "iterator"
+
+    def __post_init__(self) -> None:
+        names = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            try:
+                validate_checkpointable_name(value)
+            except (TypeError, ValueError) as error:
+                raise type(error)(f"TrainingCheckpointNames.{field.name}: {error}") from None
+            names.append(value)
+        validation.require_unique(names, "TrainingCheckpointNames")
+        require_distinct_on_case_insensitive_systems(names, "TrainingCheckpointNames")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingCheckpoint:
+    """What :func:`load_training_checkpoint` restores.
+
+    Attributes:
+      step: The training step the checkpoint was saved at.
+      model: The model state, laid out as its restore target asked.
+      optimizer: The optimizer state, laid out as its restore target asked.
+      rng: The random state, laid out as its restore target asked.
+      auxiliary: The auxiliary state, laid out as its restore target asked.
+      iterator: The iterator passed to the load, now at the saved position.
+    """
+
+    step: int
+    model: Any
+    optimizer: Any
+    rng: Any
+    auxiliary: Any
+    iterator: DatasetIterator[Any]
+
+
+def save_training_checkpoint(
+    path: str | os.PathLike[str],
+    step: int,
+    model: Any,
+    optimizer: Any,
+    rng: Any,
+    auxiliary: Any,
+    iterator: DatasetIterator[Any],
+    *,
+    names: TrainingCheckpointNames | None = None,
+) -> ocp.AsyncResponse[None]:
+    """Starts saving everything a training run needs to resume, as one checkpoint.
+
+    The step, the four states and the iterator's position go into a single
+    :func:`save_checkpointables` call, so they are committed together: the
+    checkpoint appears at ``path`` complete or not at all. Each part is a
+    checkpointable named by ``names``; the step is stored next to the
+    auxiliary state, as ``{"state": auxiliary, "step": step}``, which is
+    tinax 0.2's layout. Device data and the iterator's state are captured
+    before this returns, so training may go on at once while the files are
+    written.
+
+    Args:
+      path: Folder to create for the checkpoint. It must not exist yet, and
+        its name must not contain Orbax's temporary suffix
+        ``.orbax-checkpoint-tmp``.
+      step: The training step, an int in [0, 2**64 - 1] (NumPy integers are
+        accepted, bools are refused).
+      model: The model state, a pytree such as ``nnx.state(model)``.
+      optimizer: The optimizer state, a pytree such as
+        ``nnx.state(optimizer)``.
+      rng: The random state, for example a PRNG key array or an NNX
+        ``RngState``.
+      auxiliary: Any other state resume needs (metrics, EMA weights, loss
+        scale, ...), a pytree. It may be empty or None.
+      iterator: The live data iterator. Its position is saved; it is not
+        advanced.
+      names: The checkpointable name of each part; the defaults of
+        :class:`TrainingCheckpointNames` when None.
+
+    Returns:
+      The Orbax ``AsyncResponse`` of :func:`save_checkpointables`. Its
+      ``result()`` waits for the save and raises ``RuntimeError`` (with the
+      cause chained) if it failed.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``step`` is not an int,
+        ``iterator`` is not a ``grain.DatasetIterator``, ``names`` is not a
+        :class:`TrainingCheckpointNames`, or a part holds a value Orbax
+        cannot save.
+      ValueError: If ``step`` is negative or too large, the model,
+        optimizer or random state is None or holds no leaf, ``path`` is named
+        like an Orbax temporary folder, or Orbax refuses to start the save.
+      FileExistsError: If ``path`` exists, or a save to it is in flight. It
+        is also a ``ValueError``.
+    """
+    validation.require_path(path, "path")
+    checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
+    parts = {"model": model, "optimizer": optimizer, "rng": rng}
+    for argument, value in parts.items():
+        if value is None or not jax.tree_util.tree_leaves(value):
+            validation.fail_value(argument, "state holding at least one array or scalar", value)
+    _require_iterator(iterator)
+    chosen = _require_names(names)
+    checkpointables = {
+        chosen.model: model,
+        chosen.optimizer: optimizer,
+        chosen.rng: rng,
+        # The step gives this part a leaf even when the auxiliary state has none.
+        chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: int(checked_step)},
+        chosen.iterator: iterator,
+    }
+    return save_checkpointables(path, checkpointables)
+
+
+def load_training_checkpoint(
+    path: str | os.PathLike[str],
+    model_target: Any,
+    optimizer_target: Any,
+    rng_target: Any,
+    auxiliary_target: Any,
+    iterator: DatasetIterator[Any],
+    *,
+    names: TrainingCheckpointNames | None = None,
+) -> TrainingCheckpoint:
+    """Restores a training checkpoint written by :func:`save_training_checkpoint`.
+
+    Each state loads into an explicit restore target that says where every
+    array goes, so a run can resume on another mesh. Build targets with
+    ``abstract_restore_target`` from freshly initialized state, or from the
+    abstract state of a model that was never allocated (for example
+    ``tinax.parallel.abstract_sharded_state``). The iterator must be a fresh
+    iterator of the same pipeline: its state is replaced in place, and it
+    continues exactly where the saved one stopped.
+
+    Checkpoints written by tinax 0.2 load, and so do those of pre-release 0.3
+    builds (the step in a checkpointable ``"step"`` of its own).
+
+    Before anything loads, the folder is checked to be a complete checkpoint
+    that holds every part under ``names``. The states load first and the
+    iterator last, so a load that fails on a state leaves the iterator where
+    it was.
+
+    Args:
+      path: The checkpoint folder.
+      model_target: Restore target of the model state.
+      optimizer_target: Restore target of the optimizer state.
+      rng_target: Restore target of the random state.
+      auxiliary_target: Restore target of the auxiliary state; None or an
+        empty container for auxiliary state that was saved so.
+      iterator: A live iterator of the pipeline that was saved.
+      names: The names the checkpoint was saved with; the defaults of
+        :class:`TrainingCheckpointNames` when None.
+
+    Returns:
+      A :class:`TrainingCheckpoint` with the saved step, the four restored
+      states and ``iterator`` itself, moved to the saved position.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``iterator`` is not a
+        ``grain.DatasetIterator``, ``names`` is not a
+        :class:`TrainingCheckpointNames`, a target holds a traced value, or
+        Orbax rejects a target's kind.
+      ValueError: If the model, optimizer or random target is None, a target
+        holds an abstract array without a sharding, the folder is not a
+        complete checkpoint, it lacks a part under the given ``names`` (a
+        checkpoint saved with other names, or not by
+        :func:`save_training_checkpoint`), its step is damaged, or the values
+        do not fit the targets or the iterator's pipeline. A missing part and
+        values that do not fit raise an error that is also a ``KeyError``, as
+        tinax 0.2's did.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
+    """
+    source = validation.require_path(path, "path")
+    targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}
+    for argument, target in targets.items():
+        require_restore_target(target, argument)
+    if auxiliary_target is not None:
+        require_restore_target(auxiliary_target, "auxiliary_target")
+    _require_iterator(iterator)
+    chosen = _require_names(names)
+    separate_step = _require_parts(source, chosen)
+    state_targets = {chosen.model: model_target, chosen.optimizer: optimizer_target, chosen.rng: rng_target}
+    if separate_step:
+        # These checkpoints never held empty auxiliary state, so the target must be explicit.
+        require_restore_target(auxiliary_target, "auxiliary_target")
+        state_targets[chosen.auxiliary] = auxiliary_target
+        state_targets[_SEPARATE_STEP_CHECKPOINTABLE] = {_STEP_KEY: np.zeros((), dtype=_SEPARATE_STEP_DTYPE)}
+    else:
+        state_targets[chosen.auxiliary] = {_AUXILIARY_STATE_KEY: auxiliary_target, _STEP_KEY: 0}
+    states = _load(source, chosen, state_targets)
+    if separate_step:
+        auxiliary = states[chosen.auxiliary]
+        step = _stored_step(states[_SEPARATE_STEP_CHECKPOINTABLE], source, _SEPARATE_STEP_DTYPE)
+    else:
+        auxiliary = states[chosen.auxiliary][_AUXILIARY_STATE_KEY]
+        step = _stored_step(states[chosen.auxiliary], source, None)
+    # The iterator is moved only once every state has loaded, so a failed load
+    # leaves it where it was.
+    _load(source, chosen, {chosen.iterator: iterator})
+    return TrainingCheckpoint(
+        step=step,
+        model=states[chosen.model],
+        optimizer=states[chosen.optimizer],
+        rng=states[chosen.rng],
+        auxiliary=auxiliary,
+        iterator=iterator,
+    )
+
+
+def _require_iterator(iterator: object) -> None:
+    # grain imports orbax and array_record, so it is imported only here.
+    import grain
+
+    validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
+
+
+def _require_names(names: object) -> TrainingCheckpointNames:
+    if names is None:
+        return TrainingCheckpointNames()
+    return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
+
+
+def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool:
+    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``.
+
+    Returns:
+      True if the step is a checkpointable of its own (pre-release 0.3
+      layout), False if it is inside the auxiliary part (tinax 0.2's layout).
+    """
+    held = sorted(require_complete_checkpoint(source))
+    expected = dataclasses.asdict(names)
+    separate_step = _SEPARATE_STEP_CHECKPOINTABLE in held and _SEPARATE_STEP_CHECKPOINTABLE not in expected.values()
+    missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
+    if missing:
+        raise CheckpointKeyError(
+            f"the training checkpoint at {str(source)!r} has no part {', '.join(missing)} under {names}; "
+            f"it holds {held}. Load it with the names it was saved with"
+        )
+    return separate_step
+
+
+def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return load_checkpointables(source, targets)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"could not load the training checkpoint at {str(source)!r} with {names}: {error}") from error
+
+
+def _stored_step(stored: Any, source: pathlib.Path, dtype: type[np.generic] | None) -> int:
+    """Reads the step out of the loaded part that holds it, refusing anything but a non-negative integer.
+
+    ``dtype`` is the NumPy scalar type a pre-release 0.3 checkpoint stores; None
+    means a Python int, as tinax 0.2 stores it.
+    """
+    value: Any = stored.get(_STEP_KEY) if isinstance(stored, dict) else None
+    if dtype is None:
+        valid = type(value) is int and 0 <= value <= _MAX_STEP
+    else:
+        valid = isinstance(value, np.ndarray) and value.shape == () and value.dtype == dtype and int(value) >= 0
+    if not valid:
+        expected = "int" if dtype is None else f"{np.dtype(dtype).name} scalar"
+        raise ValueError(
+            f"the training checkpoint at {str(source)!r} holds a damaged step: expected a non-negative "
+            f"{expected}, got {validation.describe(value)}"
+        )
+    return int(value)

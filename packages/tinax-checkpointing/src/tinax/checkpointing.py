@@ -1,0 +1,41 @@
+"""Complete, atomic Orbax V1 checkpoints with explicit restore targets.
+
+A checkpoint is a folder of named checkpointables. Saving is asynchronous,
+refuses existing destinations and concurrent saves to one destination, and
+never loses a background failure. Loading needs an explicit restore target per
+name and checks that the folder is a complete checkpoint first. Orbax and
+Grain are imported only when a function runs.
+
+Training checkpoints put the step, model, optimizer, random state, auxiliary
+state and data iterator of a run into one such checkpoint, so a run resumes
+exactly where it stopped. Checkpoints of Orbax's older V0 API are read and
+written by ``tinax.checkpointing.legacy.v0`` only, never from here.
+"""
+
+import pathlib as _pathlib
+
+from tinax._checkpointing._checkpointables import load_checkpointables, save_checkpointables
+from tinax._checkpointing._names import validate_checkpointable_name
+from tinax._checkpointing._targets import abstract_restore_target
+from tinax._checkpointing._training import (
+    TrainingCheckpoint,
+    TrainingCheckpointNames,
+    load_training_checkpoint,
+    save_training_checkpoint,
+)
+
+# A single-file public module (see the README's monorepo section for why) that
+# still has one public submodule, ``legacy``: its folder lives under the
+# private package, so no file of ours sits where tinax 0.2 installed one.
+__path__ = [str(_pathlib.Path(__file__).with_name("_checkpointing") / "_public")]
+
+__all__ = [
+    "TrainingCheckpoint",
+    "TrainingCheckpointNames",
+    "abstract_restore_target",
+    "load_checkpointables",
+    "load_training_checkpoint",
+    "save_checkpointables",
+    "save_training_checkpoint",
+    "validate_checkpointable_name",
+]

@@ -1,0 +1,3 @@
+# Type information for `tinax.checkpointing.legacy` (see ../__init__.pyi).
+
+__all__: list[str] = []

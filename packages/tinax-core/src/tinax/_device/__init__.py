@@ -1,0 +1,1 @@
+"""The implementation of :mod:`tinax.device`. Private: import from the public module."""

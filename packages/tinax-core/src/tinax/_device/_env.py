@@ -1,0 +1,124 @@
+"""Environment policy that the JAX runtime reads when it starts.
+
+Each function writes process environment variables and must run before
+``jax`` is imported; afterwards the runtime may already have read them, so the
+functions refuse instead of silently having no effect. Nothing here imports
+JAX at module level.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from tinax._core import validation
+from tinax._device._validation import require_jax_unimported, validate_device_index
+
+__all__ = ["configure_jax", "configure_single_chip", "set_visible_cuda"]
+
+
+def set_visible_cuda(indices: Iterable[int]) -> None:
+    """Limits the CUDA devices this process sees, in the given order.
+
+    Sets ``CUDA_VISIBLE_DEVICES`` to the comma-joined indices. The order is
+    kept: ``[2, 0]`` makes physical GPU 2 the process's ``cuda:0``. An empty
+    iterable hides every GPU. The indices are CUDA's, which follow
+    ``CUDA_DEVICE_ORDER`` (fastest first by default) and may differ from the
+    NVML order that :func:`tinax.device.gpus` reports unless
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+
+    Example::
+
+        set_visible_cuda([0, 1])  # first statement of the program
+        import jax
+
+    Args:
+      indices: A finite iterable of non-negative integer GPU indices, each at
+        most once. A ``str`` or ``bytes`` value is refused.
+
+    Raises:
+      RuntimeError: If ``jax`` has already been imported.
+      TypeError: If ``indices`` is not an iterable of integers (bools refused).
+      ValueError: If an index is negative or repeats.
+    """
+    require_jax_unimported("set_visible_cuda()")
+    if isinstance(indices, (str, bytes, bytearray)):
+        # Iterating them yields characters or byte values, never device indices.
+        validation.fail_type("indices", "an iterable of int GPU indices", indices)
+    try:
+        items = iter(indices)
+    except TypeError:
+        validation.fail_type("indices", "an iterable of int GPU indices", indices)
+    checked = [validate_device_index(item, f"indices[{position}]") for position, item in enumerate(items)]
+    # A repeated index never yields a second device, so the process would see
+    # fewer GPUs than the caller listed.
+    validation.require_unique(checked, "indices")
+    os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in checked)
+
+
+def configure_single_chip(chip: int) -> None:
+    """Makes this process own exactly one local TPU chip.
+
+    Sets ``TPU_PROCESS_BOUNDS=1,1,1`` (this process is the whole slice) and
+    ``TPU_VISIBLE_CHIPS`` to ``chip``, so several processes on one TPU host
+    can each run on their own chip. Other TPU topology variables are left as
+    they are.
+
+    Args:
+      chip: The local chip index, a non-negative integer.
+
+    Raises:
+      RuntimeError: If ``jax`` has already been imported.
+      TypeError: If ``chip`` is a bool or not an integer.
+      ValueError: If ``chip`` is negative.
+    """
+    require_jax_unimported("configure_single_chip()")
+    index = validate_device_index(chip, "chip")
+    os.environ["TPU_PROCESS_BOUNDS"] = "1,1,1"
+    os.environ["TPU_VISIBLE_CHIPS"] = str(index)
+
+
+def configure_jax(*, preallocate: bool = False, matmul_precision: str | None = "high") -> None:
+    """Sets the accelerator memory policy and the default matmul precision.
+
+    ``XLA_PYTHON_CLIENT_PREALLOCATE`` is set to ``"true"`` or ``"false"``; the
+    GPU client reads it when it starts. When ``matmul_precision`` is not None,
+    JAX is imported (no backend is started) and its
+    ``jax_default_matmul_precision`` option is updated, so later calls of the
+    environment functions in this module refuse to run. With
+    ``matmul_precision=None`` JAX is not imported and its precision setting is
+    left alone.
+
+    Args:
+      preallocate: Whether the GPU client reserves most of the device memory
+        up front (JAX's own default) instead of allocating on demand.
+      matmul_precision: A value that ``jax_default_matmul_precision`` accepts,
+        such as ``"default"``, ``"high"``, ``"highest"``, ``"bfloat16"``,
+        ``"tensorfloat32"`` or ``"float32"``, or None to keep JAX's setting.
+
+    Raises:
+      TypeError: If ``preallocate`` is not a bool, or ``matmul_precision`` is
+        neither a ``str`` nor None.
+      RuntimeError: If ``jax`` has already been imported.
+      ValueError: If JAX does not know ``matmul_precision``. Nothing has been
+        changed in that case.
+    """
+    validation.require_bool(preallocate, "preallocate")
+    if matmul_precision is not None and not isinstance(matmul_precision, str):
+        validation.fail_type("matmul_precision", "a str or None", matmul_precision)
+    require_jax_unimported("configure_jax()")
+    if matmul_precision is not None:
+        # The precision is checked by JAX itself (its accepted values grow
+        # between releases) before any environment variable is touched.
+        import jax
+
+        try:
+            jax.config.update("jax_default_matmul_precision", matmul_precision)  # type: ignore[no-untyped-call]
+        except ValueError as error:
+            raise ValueError(
+                validation.expectation_message(
+                    "matmul_precision", "a precision that jax_default_matmul_precision accepts", matmul_precision
+                )
+                + f" ({error})"
+            ) from error
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true" if preallocate else "false"

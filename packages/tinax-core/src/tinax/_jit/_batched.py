@@ -1,0 +1,106 @@
+"""``batched_jit``: ``jax.jit`` of ``jax.vmap`` under one trace budget."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, cast
+
+import jax
+from jax.sharding import Mesh
+
+from tinax._core import validation
+from tinax._jit._budget import TraceBudget
+from tinax._jit._wrapped import BudgetedFunction, require_mesh
+
+__all__ = ["batched_jit"]
+
+R = TypeVar("R")
+
+
+def batched_jit(
+    function: Callable[..., R],
+    *,
+    in_axes: int | None | Sequence[Any] = 0,  # noqa: RUF036 - the order of the tinax 0.2 signature
+    out_axes: Any = 0,
+    axis_size: int | None = None,
+    max_traces: int,
+    mesh: Mesh | None = None,
+) -> Callable[..., R]:
+    """Vectorizes ``function`` with ``jax.vmap`` and compiles it with a trace budget.
+
+    The result is ``jax.jit(jax.vmap(function, ...))`` with the trace budget
+    and mesh handling of :func:`bounded_jit`. The budget counts traces of the
+    batched function, so a new batch size is a new trace, and a budget error
+    names the argument whose batched shape (or dtype, weak type, sharding)
+    changed.
+
+    Example::
+
+        per_example_loss = batched_jit(loss, in_axes=(None, 0), max_traces=1)
+        losses = per_example_loss(params, batch)
+
+    Args:
+      function: The per-example function.
+      in_axes: The mapped axis of each positional argument, as for
+        ``jax.vmap``: an int, None (broadcast, not mapped), or a sequence
+        with one entry per positional argument, each an int, None or a
+        pytree prefix of that argument with int or None leaves. Keyword
+        arguments are always mapped over axis 0.
+      out_axes: Where the mapped axis goes in the outputs: an int, None, or
+        a pytree prefix of the output with int or None leaves.
+      axis_size: The batch size, needed only when no argument is mapped.
+      max_traces: How many times the batched function may be traced, at
+        least 1.
+      mesh: If given, every call (and ``lower``) runs inside
+        ``jax.set_mesh(mesh)``.
+
+    Returns:
+      A callable taking batched arguments, with the ``trace_count``,
+      ``max_traces``, ``mesh`` and ``lower`` described in :func:`bounded_jit`.
+
+    Raises:
+      TypeError: If ``function`` is not callable, an axis is not an int or
+        None (bools are refused), ``axis_size`` or ``max_traces`` is not an
+        int, or ``mesh`` is not a ``jax.sharding.Mesh``.
+      ValueError: If ``axis_size`` or ``max_traces`` is below 1, or ``mesh``
+        has no devices or a Manual axis.
+      TraceBudgetExceededError: When a call would trace the batched function
+        more than ``max_traces`` times.
+    """
+    validation.require_callable(function, "function")
+    checked_in_axes = _require_in_axes(in_axes)
+    checked_out_axes = _require_axis_tree(out_axes, "out_axes")
+    checked_axis_size = validation.require_optional_positive_int(axis_size, "axis_size")
+    budget_size = validation.require_positive_int(max_traces, "max_traces")
+    checked_mesh = require_mesh(mesh, "mesh")
+
+    vectorized = jax.vmap(function, in_axes=checked_in_axes, out_axes=checked_out_axes, axis_size=checked_axis_size)
+    budget = TraceBudget(function, budget_size, static_argnames=())
+    jitted = jax.jit(budget.counting(vectorized))
+    wrapped = BudgetedFunction(function, jitted, budget, checked_mesh, "batched_jit")
+    return cast("Callable[..., R]", wrapped)
+
+
+def _require_in_axes(value: object) -> int | tuple[Any, ...] | None:
+    """Checks ``in_axes``: an int, None, or a sequence of axis pytrees."""
+    if value is None:
+        return None
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
+        # jax.vmap reads a top-level list as one entry per argument, like a tuple.
+        checked = _require_axis_tree(tuple(value), "in_axes")
+        return cast("tuple[Any, ...]", checked)
+    return validation.require_int(value, "in_axes", bounds_text="or None, or a sequence of those")
+
+
+def _require_axis_tree(value: object, name: str) -> Any:
+    """Checks that every leaf of an axis pytree is an int (not a bool) or None.
+
+    Returns:
+      The pytree with NumPy integer leaves turned into Python ints.
+    """
+    pairs, structure = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda leaf: leaf is None)
+    leaves = [
+        None if leaf is None else validation.require_int(leaf, name + jax.tree_util.keystr(path), bounds_text="or None")
+        for path, leaf in pairs
+    ]
+    return jax.tree_util.tree_unflatten(structure, leaves)

@@ -1,0 +1,1 @@
+"""The implementation of :mod:`tinax.stdlib`. Private: import from the public module."""

@@ -1,0 +1,514 @@
+"""Deterministic, process-aware training and evaluation batches whose iterator states check themselves.
+
+Both pipelines are plain grain ``MapDataset`` chains (seed, shuffle, slice,
+batch, repeat) under one thin dataset that describes them. The chains are the
+ones tinax 0.2 built, call for call, so the same arguments give the same
+batches, in the same order, as 0.2 gave. Iterating the describing dataset
+yields a real ``grain.DatasetIterator`` whose state is the grain state plus
+the description (source identity, row count, seed, shards, batch size, worker
+count), so restoring the state of another pipeline fails with a ValueError
+naming the field that differs instead of silently resuming somewhere else. A
+bare grain state, as tinax 0.2's iterators saved it, carries no description:
+it is handed to grain as it is.
+
+grain may only be imported when a function runs, so the three grain subclasses
+are defined on first use by :func:`pipeline_classes`. The dataset instances
+pickle as a call to a module-level function that defines the classes in the
+unpickling process first, which is how they reach grain's worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
+
+from tinax._core.validation import (
+    fail_type,
+    fail_value,
+    require_bool,
+    require_callable,
+    require_instance,
+    require_int,
+    require_optional_positive_int,
+    require_positive_int,
+)
+from tinax._data._sources import find_source_id
+
+if TYPE_CHECKING:
+    from grain import DatasetIterator, IterDataset, MapDataset
+    from grain.sharding import ShardOptions
+
+__all__ = [
+    "STATE_DESCRIPTION_KEY",
+    "STATE_FORMAT",
+    "STATE_GRAIN_KEY",
+    "BatchTransform",
+    "evaluation_batches",
+    "find_pipeline_description",
+    "pipeline_classes",
+    "training_batches",
+]
+
+T = TypeVar("T")
+BatchT = TypeVar("BatchT")
+
+#: Turns the records of one batch (a sequence of up to ``batch_size`` records)
+#: into the batch the pipeline yields, for example by stacking arrays.
+BatchTransform: TypeAlias = Callable[[Sequence[T]], BatchT]
+
+#: Key of the pipeline description in an iterator state.
+STATE_DESCRIPTION_KEY = "tinax_pipeline"
+#: Key of grain's own iterator state in an iterator state.
+STATE_GRAIN_KEY = "grain"
+#: Version of the description. 2: the chains of tinax 0.2 (contiguous
+#: per-process blocks of whole global batches, one shuffle per epoch).
+STATE_FORMAT = 2
+# Fields are reported in this order when a restore is refused; the rest follow
+# alphabetically.
+_FIELD_ORDER = (
+    "kind",
+    "source_id",
+    "num_rows",
+    "seed",
+    "shuffle",
+    "shard_index",
+    "shard_count",
+    "drop_remainder",
+    "batch_size",
+    "num_workers",
+    "sequential_slice",
+)
+
+
+class PipelineClasses(NamedTuple):
+    """The grain subclasses behind the pipelines, defined on first use."""
+
+    map_dataset: type[Any]
+    iter_dataset: type[Any]
+    iterator: type[Any]
+
+
+def training_batches(
+    dataset: MapDataset[T],
+    *,
+    shard_options: ShardOptions,
+    seed: int,
+    shuffle: bool,
+    num_epochs: int | None,
+    batch_size: int,
+    batch_fn: BatchTransform[T, BatchT],
+) -> MapDataset[BatchT]:
+    """Builds the deterministic, per-process training batches of a dataset.
+
+    Every process builds the same global order and takes its own contiguous
+    block of it, so all processes run the same number of steps. With ``n``
+    rows, ``shard_count`` processes and a global batch of ``shard_count *
+    batch_size`` rows, the steps are:
+
+    1. **Shuffle** (if ``shuffle``) all ``n`` rows with grain's index shuffle,
+       as ``dataset.seed(seed).shuffle()`` does. Each epoch is shuffled again
+       with its own seed derived from ``seed``, so every epoch has its own
+       order.
+    2. **Truncate** the epoch to whole global batches: its first
+       ``n // (shard_count * batch_size) * shard_count * batch_size`` rows.
+       The rows past that point (fewer than one global batch) are not used in
+       that epoch; when shuffling, they are other rows in every epoch.
+    3. **Shard.** Process ``shard_index`` takes the ``shard_index``-th of
+       ``shard_count`` equal contiguous blocks of the truncated epoch. The
+       blocks are disjoint, and each holds whole batches.
+    4. **Batch** ``batch_size`` consecutive rows with ``batch_fn``. A batch
+       never spans two epochs, and every batch is full.
+    5. **Repeat** for ``num_epochs`` epochs, or forever for None.
+
+    The same arguments give bit-identical batches in every run and process,
+    and the same batches as tinax 0.2's ``training_batches``.
+
+    Iterate the returned dataset directly (``iter(batches)``) or through
+    ``batches.to_iter_dataset()`` (for example to hand it to
+    :func:`open_multiprocessing_iterator`). The iterator is a
+    ``grain.DatasetIterator``: its ``get_state()`` is a JSON-serializable dict
+    holding grain's state and a description of this pipeline, and Orbax saves
+    it as a checkpointable. ``set_state`` on the iterator of a freshly built
+    pipeline resumes exactly at the next batch, and refuses, with a ValueError
+    naming each differing field, a state from a pipeline with another source
+    identity, row count, seed, shuffle flag, shard index, shard count, batch
+    size or worker count. ``num_epochs`` is not checked: resuming with more
+    epochs is a legitimate way to train longer. A state saved by tinax 0.2
+    (grain's state alone) has no description to check and is restored as it
+    is. Transformations applied to the returned dataset (``.map``,
+    ``.slice``, ...) build a plain grain pipeline whose states carry no
+    description.
+
+    Args:
+      dataset: A finite ``grain.MapDataset`` holding one epoch of rows. When
+        its data source has a ``source_id`` (an :class:`InMemorySource`, a
+        tinax record reader, a split of one, or any data source with that
+        attribute), iterator states record it and restores check it.
+      shard_options: This process's shard, for example
+        ``grain.sharding.ShardByJaxProcess(drop_remainder=True)`` (built after
+        ``jax.distributed.initialize``) or
+        ``grain.sharding.ShardOptions(shard_index, shard_count,
+        drop_remainder=True)``. ``drop_remainder`` must be True: every
+        process must run the same number of steps.
+      seed: The shuffle seed, an int. Required even when ``shuffle`` is False;
+        when shuffling, grain requires it to be non-negative.
+      shuffle: Whether to shuffle each epoch. False keeps dataset order, the
+        same in every epoch.
+      num_epochs: A positive number of passes over the dataset, or None to
+        repeat forever.
+      batch_size: The number of rows per batch on this process, at least 1.
+      batch_fn: Called with the list of a batch's rows; its return value is
+        the batch. It must be picklable (a module-level function, for
+        example) to be used with worker processes.
+
+    Returns:
+      A random-access ``grain.MapDataset`` of batches. Its length is the
+      number of batches; with ``num_epochs=None`` it is effectively infinite
+      (grain reports ``sys.maxsize``).
+
+    Raises:
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
+        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
+        non-int or non-bool fields), ``seed``, ``num_epochs`` or
+        ``batch_size`` is not an int (bools included), ``shuffle`` is not a
+        bool, or ``batch_fn`` is not callable.
+      ValueError: If ``shard_options.drop_remainder`` is not True,
+        ``num_epochs`` or ``batch_size`` is below 1, ``dataset`` is infinite
+        (not one finite epoch), it holds fewer rows than one global batch,
+        ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
+        batched (grain refuses to batch after a ``filter``).
+    """
+    grain = _require_dataset(dataset)
+    # The checks run in tinax 0.2's order, so that a call with several bad
+    # arguments fails with the same exception type.
+    shard = _shard_options_fields(shard_options, grain)
+    if not shard["drop_remainder"]:
+        fail_value(
+            "shard_options.drop_remainder",
+            "True for training, so that every process runs the same number of steps",
+            shard["drop_remainder"],
+        )
+    batch_size = require_positive_int(batch_size, "batch_size")
+    seed = require_int(seed, "seed")
+    require_bool(shuffle, "shuffle")
+    num_epochs = require_optional_positive_int(num_epochs, "num_epochs")
+    require_callable(batch_fn, "batch_fn")
+    total = _require_finite(dataset)
+    global_batch = shard["shard_count"] * batch_size
+    usable = total // global_batch * global_batch
+    if usable == 0:
+        raise ValueError(
+            f"dataset must hold at least one complete global batch of {global_batch} rows "
+            f"({shard['shard_count']} shards of batch_size {batch_size}), got {total} rows"
+        )
+
+    per_shard = usable // shard["shard_count"]
+    start = shard["shard_index"] * per_shard
+    rows = dataset.seed(seed)
+    if shuffle:
+        rows = rows.shuffle()
+    batched = (
+        rows.slice(slice(0, usable))
+        .slice(slice(start, start + per_shard))
+        .batch(batch_size, drop_remainder=True, batch_fn=batch_fn)
+        .repeat(num_epochs, reseed_each_epoch=True)
+    )
+    description = {
+        "kind": "training_batches",
+        "source_id": find_source_id(dataset),
+        "num_rows": total,
+        "seed": seed,
+        "shuffle": shuffle,
+        **shard,
+        "batch_size": batch_size,
+    }
+    return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
+
+
+def evaluation_batches(
+    dataset: MapDataset[T],
+    *,
+    shard_options: ShardOptions,
+    batch_size: int,
+    batch_fn: BatchTransform[T, BatchT],
+) -> MapDataset[BatchT]:
+    """Builds this process's evaluation batches: every row once, in order.
+
+    The dataset is cut into ``shard_count`` contiguous blocks whose sizes
+    differ by at most one row (the first ``n % shard_count`` blocks hold one
+    more), and this process batches block ``shard_index`` in order with
+    ``batch_fn``. It never shuffles, repeats, pads or drops: the last batch
+    holds the remaining rows, possibly fewer than ``batch_size``, and a block
+    without rows gives no batches. Processes may therefore run different
+    numbers of steps; read in process order, the blocks are the dataset.
+
+    Iteration, iterator state, Orbax saving and the restore checks work as for
+    :func:`training_batches` (the checked fields are the source identity, row
+    count, shard index and count, batch size and worker count).
+
+    Args:
+      dataset: A finite ``grain.MapDataset`` of the rows to evaluate; see
+        :func:`training_batches` for source identities.
+      shard_options: This process's shard. ``drop_remainder`` must be False:
+        evaluation sees every row.
+      batch_size: The number of rows per batch, at least 1.
+      batch_fn: Called with the list of a batch's rows; its return value is
+        the batch.
+
+    Returns:
+      A random-access ``grain.MapDataset`` of ``ceil(block rows /
+      batch_size)`` batches.
+
+    Raises:
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
+        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
+        non-int or non-bool fields), ``batch_size`` is not an int (bools
+        included), or ``batch_fn`` is not callable.
+      ValueError: If ``shard_options.drop_remainder`` is not False,
+        ``batch_size`` is below 1, ``dataset`` is infinite, or it cannot be
+        batched (grain refuses to batch after a ``filter``).
+    """
+    grain = _require_dataset(dataset)
+    shard = _shard_options_fields(shard_options, grain)
+    if shard["drop_remainder"]:
+        fail_value(
+            "shard_options.drop_remainder",
+            "False for evaluation, which never drops rows",
+            shard["drop_remainder"],
+        )
+    batch_size = require_positive_int(batch_size, "batch_size")
+    require_callable(batch_fn, "batch_fn")
+    total = _require_finite(dataset)
+
+    index, count = shard["shard_index"], shard["shard_count"]
+    base, extra = divmod(total, count)
+    start = index * base + min(index, extra)
+    stop = start + base + (1 if index < extra else 0)
+    batched = dataset.slice(slice(start, stop)).batch(batch_size, drop_remainder=False, batch_fn=batch_fn)
+    description = {
+        "kind": "evaluation_batches",
+        "source_id": find_source_id(dataset),
+        "num_rows": total,
+        **shard,
+        "batch_size": batch_size,
+    }
+    return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
+
+
+def _require_dataset(dataset: object) -> Any:
+    import grain
+
+    require_instance(dataset, "dataset", grain.MapDataset, "a grain.MapDataset")
+    return grain
+
+
+def _require_finite(dataset: Any) -> int:
+    total = len(dataset)
+    # grain gives infinite datasets (an unbounded repeat) the length sys.maxsize.
+    if total >= sys.maxsize:
+        raise ValueError(
+            "dataset must be one finite epoch of rows, got an infinite dataset (an unbounded repeat?); "
+            "pass num_epochs to training_batches instead of repeating the dataset"
+        )
+    return total
+
+
+def _shard_options_fields(shard_options: object, grain: Any) -> dict[str, Any]:
+    options = require_instance(
+        shard_options, "shard_options", grain.sharding.ShardOptions, "a grain.sharding.ShardOptions"
+    )
+    # ShardOptions checks the range of its fields but not their types.
+    count = require_positive_int(options.shard_count, "shard_options.shard_count")
+    index = require_int(options.shard_index, "shard_options.shard_index", minimum=0, maximum=count - 1)
+    drop_remainder = require_bool(options.drop_remainder, "shard_options.drop_remainder")
+    return {"shard_index": index, "shard_count": count, "drop_remainder": drop_remainder}
+
+
+def _with_workers(description: Mapping[str, Any], num_workers: int, *, sequential_slice: bool) -> dict[str, Any]:
+    return {
+        **description,
+        "num_workers": num_workers,
+        "sequential_slice": sequential_slice,
+        "state_format": STATE_FORMAT,
+    }
+
+
+def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
+    """Returns the description of the tinax pipeline under a grain dataset, if any.
+
+    Args:
+      dataset: A grain ``MapDataset`` or ``IterDataset``.
+
+    Returns:
+      A copy of the description of the nearest pipeline dataset made by
+      :func:`training_batches` or :func:`evaluation_batches` on the way down
+      ``dataset``'s parents, or None if there is none.
+    """
+    classes = pipeline_classes()
+    pending: list[Any] = [dataset]
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, (classes.map_dataset, classes.iter_dataset)):
+            return dict(node.pipeline_description)
+        pending.extend(getattr(node, "parents", ()))
+    return None
+
+
+def check_state(state: object, expected: Mapping[str, Any]) -> Any:
+    """Checks that an iterator state belongs to the described pipeline.
+
+    Args:
+      state: What ``set_state`` received.
+      expected: The description of the pipeline being restored.
+
+    Returns:
+      grain's part of the state, to hand to the grain iterator. A state
+      without a description (grain's own state, as tinax 0.2 saved it) is
+      grain's part as a whole: there is nothing to compare it with.
+
+    Raises:
+      TypeError: If ``state`` is not a mapping.
+      ValueError: If its description differs from ``expected``; the message
+        names every differing field.
+    """
+    if not isinstance(state, Mapping):
+        fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
+    if STATE_DESCRIPTION_KEY not in state:
+        return state
+    saved = state[STATE_DESCRIPTION_KEY]
+    if not isinstance(saved, Mapping) or STATE_GRAIN_KEY not in state:
+        keys = ", ".join(repr(key) for key in state)
+        raise ValueError(
+            f"state must hold a {STATE_DESCRIPTION_KEY!r} mapping and a {STATE_GRAIN_KEY!r} entry, as states from "
+            f"get_state() of a tinax pipeline iterator do, got a state with keys [{keys}]"
+        )
+    fields = set(saved) | set(expected)
+    ordered = [name for name in _FIELD_ORDER if name in fields] + sorted(fields.difference(_FIELD_ORDER))
+    missing = "<absent>"
+    differences = [
+        f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
+        for name in ordered
+        if saved.get(name, missing) != expected.get(name, missing)
+    ]
+    if differences:
+        raise ValueError(
+            "state must come from a pipeline built with the same arguments, got one that differs: "
+            + "; ".join(differences)
+        )
+    return state[STATE_GRAIN_KEY]
+
+
+def _new_instance(name: str) -> Any:
+    """Unpickles a pipeline dataset: an empty instance, whose attributes pickle then sets."""
+    cls = getattr(pipeline_classes(), name)
+    return cls.__new__(cls)
+
+
+@functools.cache
+def pipeline_classes() -> PipelineClasses:
+    """Defines the grain subclasses behind the pipelines (once, importing grain).
+
+    The two datasets *stand in* for a grain dataset rather than wrap it: each
+    holds the dataset it replaces, takes over that dataset's parents and
+    hands every read to it. So the dataset graph keeps its depth, and grain's
+    default seeds, which depend on how far a random transformation sits above
+    a ``seed()``, come out as they do for the bare grain chain (and as they
+    did in tinax 0.2, which returned that chain).
+
+    Returns:
+      The dataset, iterable dataset and iterator classes.
+    """
+    import grain
+
+    class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
+        """Stands in for a grain MapDataset; its iterators carry and check a pipeline description."""
+
+        def __init__(self, replaced: MapDataset[Any], description: Mapping[str, Any]) -> None:
+            super().__init__(list(replaced.parents))
+            self._replaced = replaced
+            self._description = dict(description)
+
+        @property
+        def pipeline_description(self) -> dict[str, Any]:
+            return self._description
+
+        def __len__(self) -> int:
+            return len(self._replaced)
+
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, slice):
+                return self.slice(index)
+            return self._replaced[index]
+
+        def _getitems(self, indices: Sequence[int]) -> Any:
+            return self._replaced._getitems(indices)
+
+        def to_iter_dataset(self, read_options: Any = None, *, allow_nones: bool = False) -> IterDataset[Any]:
+            replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
+            return CheckedIterDataset(replaced, self._description)
+
+        def __str__(self) -> str:
+            return f"CheckedMapDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (_new_instance, ("map_dataset",), self.__dict__.copy())
+
+    class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
+        """Stands in for a grain IterDataset; its iterators carry and check a pipeline description."""
+
+        def __init__(self, replaced: IterDataset[Any], description: Mapping[str, Any]) -> None:
+            super().__init__(list(replaced.parents))
+            self._replaced = replaced
+            self._description = dict(description)
+
+        @property
+        def pipeline_description(self) -> dict[str, Any]:
+            return self._description
+
+        def __iter__(self) -> DatasetIterator[Any]:
+            return CheckedIterator(self._replaced.__iter__(), self._description)
+
+        def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+            # grain's worker processes each read a slice; the replaced dataset
+            # (grain's prefetch over the MapDataset) knows how to take it.
+            self._replaced.set_slice(sl, sequential_slice)
+
+        def __str__(self) -> str:
+            return f"CheckedIterDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (_new_instance, ("iter_dataset",), self.__dict__.copy())
+
+    class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
+        """A grain DatasetIterator whose state is grain's plus the pipeline description."""
+
+        def __init__(self, parent: DatasetIterator[Any], description: Mapping[str, Any]) -> None:
+            super().__init__(parent)
+            self._description = dict(description)
+
+        def __next__(self) -> Any:
+            return self._parent.__next__()
+
+        def get_state(self) -> dict[str, Any]:
+            # A deep copy, so that a saved state never changes as iteration goes on.
+            return {
+                STATE_DESCRIPTION_KEY: copy.deepcopy(self._description),
+                STATE_GRAIN_KEY: copy.deepcopy(self._parent.get_state()),
+            }
+
+        def set_state(self, state: dict[str, Any]) -> None:
+            self._parent.set_state(copy.deepcopy(check_state(state, self._description)))
+
+        def _get_next_index(self) -> int:
+            return self._parent._get_next_index()  # type: ignore[no-any-return]
+
+        def _set_next_index(self, index: int) -> None:
+            self._parent._set_next_index(index)
+
+        def __str__(self) -> str:
+            return f"CheckedIterator(kind={self._description.get('kind')!r})"
+
+    return PipelineClasses(CheckedMapDataset, CheckedIterDataset, CheckedIterator)

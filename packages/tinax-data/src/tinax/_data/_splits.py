@@ -1,0 +1,299 @@
+"""Train/test splits that keep random access and a derived source identity.
+
+``split_random`` is the grain chain tinax 0.2 built (a seeded index shuffle,
+then two slices, then an optional column-dropping ``map``), so it gives 0.2's
+parts, row for row. ``split_by_column`` reads every row once to place it, and
+gives each part as a view: a data source that holds its parent dataset and the
+parent positions of its rows, wrapped in ``grain.MapDataset.source``, so a
+part reads its rows from the parent only when asked.
+
+Parts of a dataset whose source has a ``source_id`` carry one derived from it,
+so the pipelines' iterator-state checks tell the parts apart; parts of an
+unidentified dataset stay unidentified.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tinax._core.validation import describe, fail_type, fail_value, require_bool, require_int, require_str
+from tinax._data._sources import find_source_id
+
+if TYPE_CHECKING:
+    from grain import MapDataset
+
+__all__ = ["MissingColumnError", "split_by_column", "split_random"]
+
+
+class MissingColumnError(KeyError, ValueError):
+    """A row lacks the column a split is made by.
+
+    A ValueError, as tinax reports bad values, and a KeyError, which is what
+    tinax 0.2 let through from the row lookup.
+    """
+
+    def __str__(self) -> str:
+        # KeyError shows its argument's repr; this error carries a sentence.
+        return str(self.args[0]) if self.args else ""
+
+
+class _DropColumn:
+    """Returns a row without one column, as a fresh dict (the row itself is never modified).
+
+    A class rather than a closure so that the parts pickle for grain's worker
+    processes.
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in row.items() if key != self.column}
+
+    def __repr__(self) -> str:
+        return f"_DropColumn({self.column!r})"
+
+
+class _RowSelection:
+    """A random-access data source over chosen rows of a parent grain dataset.
+
+    Row ``i`` of the selection is row ``positions[i]`` of the parent, without
+    ``drop_column`` when one is set.
+    """
+
+    def __init__(
+        self,
+        parent: MapDataset[Any],
+        positions: np.ndarray[Any, np.dtype[np.int64]],
+        *,
+        drop_column: str | None,
+        source_id: str | None,
+        description: str,
+    ) -> None:
+        self._parent = parent
+        self._positions = positions
+        self._drop = None if drop_column is None else _DropColumn(drop_column)
+        self._description = description
+        # Only a named parent gives a named part: a made-up identity would
+        # claim a content the parent never vouched for.
+        if source_id is not None:
+            self.source_id = source_id
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __getitem__(self, index: int) -> Any:
+        row = self._parent[int(self._positions[index])]
+        return row if self._drop is None else self._drop(row)
+
+    def __repr__(self) -> str:
+        return f"_RowSelection({self._description}, rows={len(self._positions)})"
+
+
+def _require_map_dataset(dataset: object) -> Any:
+    import grain
+
+    if not isinstance(dataset, grain.MapDataset):
+        fail_type("dataset", "a grain.MapDataset", dataset)
+    return grain
+
+
+def _derived_id(parent_id: str | None, description: str) -> str | None:
+    return None if parent_id is None else f"{parent_id}/{description}"
+
+
+def split_by_column(
+    dataset: MapDataset[dict[str, Any]],
+    column: str,
+    *,
+    values: tuple[str, str] = ("train", "test"),
+    drop_column: bool = True,
+) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
+    """Splits a dataset of rows in two by the value of one column.
+
+    Every row is read once, in order, when the split is made. A row whose
+    ``column`` equals (``==``) ``values[0]`` goes to the first part, one that
+    equals ``values[1]`` to the second. A row with any other value (a third
+    label, a misspelling, ``bytes`` instead of ``str``) stops the split with
+    an error naming the value and the row, so no row is ever dropped without
+    notice. Values of any type work (``values=(0, 1)`` for an int column).
+    Rows that are None, as a ``filter`` leaves them in a ``MapDataset``, are
+    not rows: they belong to neither part. A value may match no row, which
+    gives an empty part.
+
+    Each part is a random-access ``grain.MapDataset`` over the rows of its
+    value, in their original order; it reads rows from ``dataset`` lazily.
+    When ``dataset`` has a source identity (see :class:`InMemorySource`), each
+    part gets a derived one,
+    ``"<parent id>/split_by_column(column=..., value=...)"``, so pipeline
+    state checks tell the parts apart. A part of an unidentified dataset is
+    unidentified too.
+
+    Args:
+      dataset: A finite ``grain.MapDataset`` whose rows are mappings (or
+        None, for filtered-out rows).
+      column: The column that says which part a row belongs to.
+      values: The two values of ``column``, in the order the parts are
+        returned: any iterable of exactly two values that are not equal.
+      drop_column: Whether the parts' rows leave ``column`` out (as a fresh
+        dict; the parent's rows are not modified).
+
+    Returns:
+      ``(rows with values[0], rows with values[1])``.
+
+    Raises:
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``column`` is
+        not a ``str``, ``drop_column`` is not a bool, ``values`` is not
+        iterable, or a row cannot be looked up by ``column``.
+      ValueError: If ``values`` does not hold exactly two values or they are
+        equal, ``dataset`` is infinite, or a row's ``column`` holds neither
+        value.
+      MissingColumnError: If a row has no ``column`` (a ValueError, and the
+        KeyError tinax 0.2 raised).
+    """
+    grain = _require_map_dataset(dataset)
+    column = require_str(column, "column", allow_empty=True)
+    require_bool(drop_column, "drop_column")
+    first, second = _require_two_values(values)
+    total = len(dataset)
+    if total >= sys.maxsize:
+        fail_value("dataset", "a finite grain.MapDataset: splitting reads every row", dataset)
+
+    positions: tuple[list[int], list[int]] = ([], [])
+    for position in range(total):
+        row = dataset[position]
+        if row is None:
+            continue
+        value = _column_value(row, position, column)
+        if value == first:
+            positions[0].append(position)
+        elif value == second:
+            positions[1].append(position)
+        else:
+            raise ValueError(
+                f"dataset[{position}][{column!r}] must be {describe(first)} or {describe(second)}, got "
+                f"{describe(value)}; split_by_column never drops rows with other values"
+            )
+
+    parent_id = find_source_id(dataset)
+    parts = []
+    for chosen, value in zip(positions, (first, second), strict=True):
+        description = f"split_by_column(column={column!r}, value={value!r})"
+        selection = _RowSelection(
+            dataset,
+            np.asarray(chosen, dtype=np.int64),
+            drop_column=column if drop_column else None,
+            source_id=_derived_id(parent_id, description),
+            description=description,
+        )
+        parts.append(grain.MapDataset.source(selection))
+    return parts[0], parts[1]
+
+
+def _column_value(row: Any, position: int, column: str) -> Any:
+    try:
+        return row[column]
+    except KeyError:
+        names = ", ".join(repr(name) for name in list(row)[:10]) if isinstance(row, Mapping) else "?"
+        raise MissingColumnError(
+            f"dataset[{position}] must have a {column!r} column, got a row with columns {names}"
+        ) from None
+    except TypeError as error:
+        raise TypeError(f"dataset[{position}] must be a row with a {column!r} column, got {describe(row)}") from error
+
+
+def _require_two_values(values: object) -> tuple[Any, Any]:
+    if not isinstance(values, Iterable):
+        fail_type("values", "an iterable of two distinct values, such as a tuple", values)
+    items = tuple(values)
+    if len(items) != 2:
+        fail_value("values", "exactly two distinct values", values)
+    if items[0] == items[1]:
+        fail_value("values", "two distinct values", values)
+    return items[0], items[1]
+
+
+def split_random(
+    dataset: MapDataset[dict[str, Any]],
+    train_ratio: float,
+    *,
+    seed: int,
+    drop_column: str | None = None,
+) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
+    """Shuffles a dataset reproducibly and cuts it in two at a ratio.
+
+    The rows are put in the order of ``dataset.shuffle(seed=seed)`` (grain's
+    index shuffle). The first part is the first ``round(train_ratio *
+    len(dataset))`` rows of that order (Python's ``round``, which rounds
+    halves to even), but at least one row and at most ``len(dataset) - 1``,
+    so neither part is ever empty; the second part is the rest. The same
+    dataset length, ratio and seed give the same parts; they are disjoint and
+    together hold every row. Within each part the rows stay in shuffled
+    order. No row is read to make the split.
+
+    Each part is a random-access ``grain.MapDataset`` that reads its rows from
+    ``dataset`` lazily. When ``dataset`` has a source identity, each part
+    gets a derived one, ``"<parent id>/split_random(train_ratio=..., seed=...,
+    part='train'|'test')"``; a part of an unidentified dataset is
+    unidentified.
+
+    Args:
+      dataset: A ``grain.MapDataset`` (of mapping rows when ``drop_column`` is
+        set).
+      train_ratio: The share of rows in the first part, a float strictly
+        between 0 and 1.
+      seed: The shuffle seed, an int in [0, 2**32 - 1].
+      drop_column: A column to leave out of the rows of both parts (as fresh
+        dicts; the parent's rows are not modified), or None to keep rows as
+        they are. Rows without that column are kept whole.
+
+    Returns:
+      ``(first part, second part)``.
+
+    Raises:
+      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``train_ratio``
+        is neither a float nor an int (bools included), ``seed`` is not an int
+        (or is a bool), or ``drop_column`` is neither None nor a ``str``.
+      ValueError: If ``train_ratio`` is not strictly between 0 and 1 (an int
+        never is), ``dataset`` holds fewer than two rows, or ``seed`` is out
+        of range.
+    """
+    _require_map_dataset(dataset)
+    ratio = _require_ratio(train_ratio)
+    seed = require_int(seed, "seed")
+    if drop_column is not None:
+        drop_column = require_str(drop_column, "drop_column", allow_empty=True)
+    total = len(dataset)
+    if total < 2:
+        fail_value("dataset", "a grain.MapDataset of at least two rows to split", dataset)
+
+    first_count = min(max(round(ratio * total), 1), total - 1)
+    # grain checks the seed's range when it builds the shuffle.
+    shuffled = dataset.shuffle(seed=seed)
+    parent_id = find_source_id(dataset)
+    parts = []
+    for name, bounds in (("train", slice(0, first_count)), ("test", slice(first_count, total))):
+        part = shuffled.slice(bounds)
+        if drop_column is not None:
+            part = part.map(_DropColumn(drop_column))
+        # An attribute, not a wrapping dataset: an extra node would move every
+        # default seed derived above this part.
+        source_id = _derived_id(parent_id, f"split_random(train_ratio={ratio!r}, seed={seed}, part={name!r})")
+        if source_id is not None:
+            setattr(part, "source_id", source_id)  # noqa: B010 (grain's classes declare no such attribute)
+        parts.append(part)
+    return parts[0], parts[1]
+
+
+def _require_ratio(train_ratio: object) -> float:
+    expected = "a float strictly between 0 and 1"
+    if isinstance(train_ratio, bool) or not isinstance(train_ratio, (int, float, np.floating)):
+        fail_type("train_ratio", expected, train_ratio)
+    ratio = float(train_ratio)
+    if not 0.0 < ratio < 1.0:  # NaN fails this too; so does every int.
+        fail_value("train_ratio", expected, train_ratio)
+    return ratio

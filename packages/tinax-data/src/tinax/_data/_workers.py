@@ -1,0 +1,153 @@
+"""Grain worker processes with an owner: a context manager that always joins them."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from tinax._core.validation import (
+    fail_value,
+    require_bool,
+    require_callable,
+    require_instance,
+    require_non_negative_int,
+    require_positive_int,
+)
+from tinax._data._pipelines import STATE_FORMAT, find_pipeline_description, pipeline_classes
+
+if TYPE_CHECKING:
+    from grain import DatasetIterator, IterDataset
+
+__all__ = ["open_multiprocessing_iterator"]
+
+T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def open_multiprocessing_iterator(
+    dataset: IterDataset[T],
+    *,
+    num_workers: int,
+    per_worker_buffer_size: int = 1,
+    worker_init_fn: Callable[[int, int], None] | None = None,
+    sequential_slice: bool = False,
+) -> Iterator[DatasetIterator[T]]:
+    """Iterates a dataset in grain worker processes that live only inside a ``with`` block.
+
+    The dataset is prefetched with ``dataset.mp_prefetch`` and
+    ``grain.MultiprocessingOptions(num_workers, per_worker_buffer_size)``:
+    each worker produces every ``num_workers``-th element (batch, for a
+    pipeline) and the iterator interleaves their outputs, so a pipeline from
+    :func:`training_batches` or :func:`evaluation_batches` yields the same
+    batches, in the same order, as it does without workers. Workers start,
+    with the ``spawn`` method, at the first ``next()`` (or
+    ``start_prefetch()``). Leaving the block, normally or by an exception,
+    closes the iterator, which stops and joins every worker process (grain
+    kills one that does not stop within its own timeout); the iterator cannot
+    be used afterwards.
+
+    Everything the workers run is pickled to them: the dataset, its data
+    source and records, and functions such as ``batch_fn`` and
+    ``worker_init_fn`` must be picklable, and the main module is re-imported
+    in each worker, so keep its side effects behind
+    ``if __name__ == "__main__":``.
+
+    grain's workers read absl flags, which must be parsed before any worker
+    starts (``absl.app.run`` does it; a program without it calls
+    ``absl.flags.FLAGS(sys.argv)`` or ``FLAGS.mark_as_parsed()`` itself). With
+    ``num_workers`` of 1 or more this function checks that, and it never
+    parses or changes flags itself. With ``num_workers=0`` no worker starts,
+    so flags need not be parsed.
+
+    The yielded iterator is a ``grain.DatasetIterator``; its state is
+    JSON-serializable, Orbax saves it as a checkpointable, and restoring it
+    into a fresh iterator of the same pipeline with the same ``num_workers``
+    and ``sequential_slice`` resumes exactly. When ``dataset`` is (or is
+    built on) a tinax pipeline, the state carries the pipeline's description
+    with the worker count, and a restore into an iterator with another worker
+    count (0 included, that is, the pipeline iterated without this function),
+    or another pipeline, is refused with a ValueError naming the fields that
+    differ. For other grain datasets only ``num_workers`` and
+    ``sequential_slice`` are recorded and checked.
+
+    With ``num_workers=0`` no process is started: grain's ``mp_prefetch``
+    leaves the dataset as it is, and the dataset's own iterator is yielded
+    (and closed on exit), so its states are interchangeable with those of the
+    dataset iterated directly.
+
+    Args:
+      dataset: A ``grain.IterDataset``, for example
+        ``training_batches(...).to_iter_dataset()``.
+      num_workers: The number of worker processes, 0 for none.
+      per_worker_buffer_size: How many elements each worker may hold ready,
+        at least 1.
+      worker_init_fn: Called in each worker before it reads data, with the
+        worker's index and the worker count, or None.
+      sequential_slice: Whether each worker reads one contiguous block of
+        the source instead of every ``num_workers``-th element (grain's
+        experimental option). grain cuts the source in place under the
+        dataset's ``MapDataset`` steps, and its slice, repeat and batch steps
+        keep the length they had before the cut, so rows come out repeated:
+        it is refused for tinax pipelines when there are two or more
+        workers, and only safe for other datasets without such steps.
+
+    Yields:
+      The iterator, open for the duration of the block.
+
+    Raises:
+      TypeError: If ``dataset`` is not a ``grain.IterDataset`` (a
+        ``MapDataset`` needs ``.to_iter_dataset()``), ``num_workers`` or
+        ``per_worker_buffer_size`` is not an int (bools included),
+        ``worker_init_fn`` is neither None nor callable, or
+        ``sequential_slice`` is not a bool.
+      ValueError: If ``num_workers`` is negative,
+        ``per_worker_buffer_size`` is below 1, or ``sequential_slice`` is
+        True for a tinax pipeline with two or more workers.
+      RuntimeError: If ``num_workers`` is 1 or more and absl flags have not
+        been parsed. This is the state of the program, not an argument, hence
+        neither TypeError nor ValueError.
+    """
+    import grain
+    from absl import flags
+
+    require_instance(
+        dataset, "dataset", grain.IterDataset, "a grain.IterDataset (call .to_iter_dataset() on a MapDataset)"
+    )
+    num_workers = require_non_negative_int(num_workers, "num_workers")
+    per_worker_buffer_size = require_positive_int(per_worker_buffer_size, "per_worker_buffer_size")
+    if worker_init_fn is not None:
+        require_callable(worker_init_fn, "worker_init_fn")
+    require_bool(sequential_slice, "sequential_slice")
+    # Only worker processes read the flags; an in-process iterator never needs them.
+    if num_workers > 0 and not flags.FLAGS.is_parsed():
+        raise RuntimeError(
+            "open_multiprocessing_iterator needs absl flags to be parsed before grain starts worker processes, "
+            "and tinax never parses or changes global flags: run the program with absl.app.run(main), or call "
+            "absl.flags.FLAGS(sys.argv) (or absl.flags.FLAGS.mark_as_parsed()) before opening the iterator"
+        )
+
+    options = grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=per_worker_buffer_size)
+    iterator: Any
+    if num_workers == 0:
+        # grain returns the dataset itself for zero workers; the call is kept so
+        # that the options reach mp_prefetch however many workers there are.
+        in_process = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+        iterator = in_process.__iter__()
+    else:
+        description = find_pipeline_description(dataset)
+        if description is not None and sequential_slice and num_workers > 1:
+            fail_value(
+                "sequential_slice",
+                "False for a tinax pipeline: grain's sequential slicing cuts the source under the pipeline's "
+                "shard, repeat and batch steps, which keep the uncut length, so workers would repeat rows",
+                sequential_slice,
+            )
+        description = description or {"state_format": STATE_FORMAT}
+        description.update(num_workers=num_workers, sequential_slice=sequential_slice)
+        prefetched = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
+        iterator = pipeline_classes().iterator(prefetched.__iter__(), description)
+    try:
+        yield iterator
+    finally:
+        iterator.close()

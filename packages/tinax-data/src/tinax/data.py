@@ -1,0 +1,32 @@
+"""Records, splits and deterministic, process-aware Grain pipelines.
+
+ArrayRecord and Parquet files hold records in one versioned, pickle-free
+format and read back as random-access ``grain.MapDataset`` objects; records
+that do not fit it, and files tinax 0.2 or other tools wrote, are written and
+read as tinax 0.2 did. Splits and the training and evaluation pipelines give
+tinax 0.2's parts and batches for the same arguments, and the pipelines'
+iterators carry states that refuse to restore into another pipeline. Worker
+processes live exactly as long as an ``open_multiprocessing_iterator`` block.
+grain, pyarrow and array-record are imported only when a function runs.
+"""
+
+from tinax._data._array_record import read_array_record, write_array_record
+from tinax._data._parquet import read_parquet_record, write_parquet_record
+from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
+from tinax._data._sources import InMemorySource
+from tinax._data._splits import split_by_column, split_random
+from tinax._data._workers import open_multiprocessing_iterator
+
+__all__ = [
+    "BatchTransform",
+    "InMemorySource",
+    "evaluation_batches",
+    "open_multiprocessing_iterator",
+    "read_array_record",
+    "read_parquet_record",
+    "split_by_column",
+    "split_random",
+    "training_batches",
+    "write_array_record",
+    "write_parquet_record",
+]

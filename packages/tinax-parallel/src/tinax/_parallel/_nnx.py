@@ -1,0 +1,144 @@
+"""Flax NNX sharding helpers: abstract state, eager initialization, shardings.
+
+flax is an optional dependency (the ``nnx`` extra). It is imported inside each
+function, never when ``tinax.parallel`` is imported, so inference hosts that
+install ``tinax-parallel`` alone never load it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from jax.sharding import Mesh
+
+from tinax._core import validation
+from tinax._core.jax_compat import mesh_scope
+from tinax._core.optional import import_optional
+from tinax._parallel._mesh import require_homogeneous_mesh
+
+if TYPE_CHECKING:
+    from flax import nnx
+
+__all__ = ["abstract_sharded_state", "eager_sharded_init", "state_shardings"]
+
+T = TypeVar("T")
+StateMapping = TypeVar("StateMapping", bound=Mapping[Any, Any])
+
+_INSTALL_HINT = 'pip install "tinax-parallel[nnx]"'
+
+
+def _import_nnx(function: str) -> Any:
+    """Imports ``flax.nnx`` on first use, naming the extra when it is missing."""
+    return import_optional("flax.nnx", needed_by=f"tinax.parallel.{function}", install_hint=_INSTALL_HINT)
+
+
+def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.GraphState[T]:
+    """Describes the state an NNX initializer would build, without allocating it.
+
+    The initializer is only traced (through ``nnx.get_abstract_model``), so no
+    parameter memory is used. Every leaf of the result is a
+    ``jax.ShapeDtypeStruct`` whose sharding is a ``NamedSharding`` over the
+    concrete ``mesh`` (not an ``AbstractMesh``), laid out as the variable's
+    partitioning annotation says and replicated where there is none. Such
+    leaves are complete restore targets: Orbax can load into them without an
+    ambient mesh, and ``nnx.merge`` turns the result back into an abstract
+    module.
+
+    Args:
+      initializer: A callable taking no arguments that builds and returns an
+        NNX graph node, such as an ``nnx.Module``.
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
+        all ``AxisType.Explicit``.
+
+    Returns:
+      A ``flax.nnx.GraphState`` pairing the graph definition with the
+      abstract, sharded state.
+
+    Raises:
+      TypeError: If ``initializer`` is not callable, ``mesh`` is not a
+        ``jax.sharding.Mesh``, or the initializer returns something other than
+        an NNX graph node.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
+        Explicit axes. Nothing is traced in that case.
+      ImportError: If flax is not installed.
+    """
+    validation.require_callable(initializer, "initializer")
+    require_homogeneous_mesh(mesh)
+    flax_nnx = _import_nnx("abstract_sharded_state")
+
+    def build() -> T:
+        node = initializer()
+        if not flax_nnx.graphlib.is_graph_node(node):
+            validation.fail_type("initializer()", "an NNX graph node such as an nnx.Module", node)
+        return node
+
+    graphdef, state = flax_nnx.get_abstract_model(build, mesh)
+    abstract: nnx.GraphState[T] = flax_nnx.GraphState(graphdef, state)
+    return abstract
+
+
+def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
+    """Builds NNX state with every annotated variable already laid out on a mesh.
+
+    The initializer runs once, with ``mesh`` as the ambient mesh and Flax's
+    eager sharding switched on, whatever the caller's setting is. Each variable
+    created with a partitioning annotation (for example through
+    ``nnx.with_partitioning``) is therefore placed according to that
+    annotation as soon as it exists; variables without one are replicated.
+
+    Args:
+      initializer: A callable taking no arguments that builds and returns NNX
+        state, such as an ``nnx.Module``.
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
+        all ``AxisType.Explicit``.
+
+    Returns:
+      Whatever ``initializer`` returns.
+
+    Raises:
+      TypeError: If ``initializer`` is not callable or ``mesh`` is not a
+        ``jax.sharding.Mesh``.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
+        Explicit axes. The initializer is not called in that case.
+      ImportError: If flax is not installed.
+    """
+    validation.require_callable(initializer, "initializer")
+    require_homogeneous_mesh(mesh)
+    flax_nnx = _import_nnx("eager_sharded_init")
+
+    with mesh_scope(mesh), flax_nnx.use_eager_sharding(True):
+        return initializer()
+
+
+def state_shardings(state: StateMapping, mesh: Mesh) -> StateMapping:
+    """Derives the ``NamedSharding`` of each leaf from partitioning annotations.
+
+    The shardings come from the variables' metadata, not from where their
+    values currently live, so they are right even for state built with eager
+    sharding off (whose values are replicated). Call it once per state, for
+    example once for the model and once for the optimizer. Leaves without an
+    annotation get a replicated sharding.
+
+    Args:
+      state: A mapping of NNX state, such as ``nnx.state(model)``.
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
+        all ``AxisType.Explicit``.
+
+    Returns:
+      A mapping with the structure of ``state`` whose leaves are
+      ``jax.sharding.NamedSharding`` instances over ``mesh``.
+
+    Raises:
+      TypeError: If ``state`` is not a mapping or ``mesh`` is not a
+        ``jax.sharding.Mesh``.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
+        Explicit axes.
+      ImportError: If flax is not installed.
+    """
+    validation.require_instance(state, "state", Mapping, "a mapping of NNX state")
+    require_homogeneous_mesh(mesh)
+    flax_nnx = _import_nnx("state_shardings")
+
+    shardings: StateMapping = flax_nnx.get_named_sharding(state, mesh)
+    return shardings

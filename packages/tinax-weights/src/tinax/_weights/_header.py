@@ -1,0 +1,564 @@
+"""The safetensors header: its description classes, a complete validator and an encoder.
+
+A safetensors file is an 8-byte little-endian header length ``N``, then ``N``
+bytes of UTF-8 JSON, then the payload. The JSON maps each tensor name to
+``{"dtype", "shape", "data_offsets"}`` (offsets relative to the payload start)
+and may hold a ``"__metadata__"`` mapping of str to str.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import json
+import math
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+
+from tinax._core import validation
+from tinax._weights import _dtypes
+from tinax._weights._dtypes import SafetensorsDtype
+
+__all__ = [
+    "LENGTH_FIELD_BYTES",
+    "MAX_HEADER_BYTES",
+    "METADATA_KEY",
+    "ParsedHeader",
+    "SafetensorsInfo",
+    "TensorInfo",
+    "encode_header",
+    "forget_validated_headers",
+    "malformed",
+    "metadata_nbytes",
+    "read_exactly",
+    "read_header",
+    "utf8_text_problem",
+]
+
+#: Size of the little-endian header-length field at the start of every file.
+LENGTH_FIELD_BYTES = 8
+#: Largest header accepted, the same bound as the upstream reader's.
+MAX_HEADER_BYTES = 100_000_000
+#: The reserved header key that holds the str-to-str metadata.
+METADATA_KEY = "__metadata__"
+
+_TENSOR_KEYS = ("dtype", "shape", "data_offsets")
+_INT_TYPE = {int}
+# Longer shapes take the step-by-step path, whose size check stays cheap for any rank.
+_MAX_PLAIN_RANK = 16
+_HEADER_ALIGNMENT = 8
+
+_Fail = Callable[[str], NoReturn]
+# The tensors, the metadata and its encoded size.
+_Validated = tuple[dict[str, "TensorInfo"], dict[str, str], int]
+
+# Most headers fit in the first read; larger ones take a second.
+_FIRST_READ_BYTES = 64 * 1024
+# Validated headers remembered for repeated reads, and the largest header
+# remembered: a few thousand tensors' descriptions, about a megabyte of objects.
+_REMEMBERED_HEADERS = 4
+_REMEMBERED_HEADER_MAX_BYTES = 256 * 1024
+_remembered: collections.OrderedDict[tuple[int, bytes], _Validated] = collections.OrderedDict()
+_remembered_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorInfo:
+    """What a safetensors header says about one tensor.
+
+    Two descriptions are equal when their shapes and dtypes are; where the
+    data lies in a file (``data_offsets``) does not take part, so a
+    description read from a file equals one written by hand.
+
+    Attributes:
+      shape: The extents, as a tuple of non-negative ints. Any sequence of
+        ints is accepted.
+      dtype: The safetensors dtype name, such as ``"F32"`` or ``"BF16"``, as a
+        ``SafetensorsDtype``: a ``str`` (equal to and hashing like the name,
+        as in tinax 0.2) that also compares equal to the exact NumPy or
+        ml_dtypes type (``np.dtype(ml_dtypes.bfloat16)`` for ``"BF16"``);
+        :attr:`numpy_dtype` is that type. Given as a name (one of ``BOOL``, ``U8`` to ``U64``,
+        ``I8`` to ``I64``, ``F16``, ``BF16``, ``F32``, ``F64``, ``C64``, the
+        float8 names ``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``, ``F8_E4M3FNUZ``,
+        ``F8_E5M2FNUZ`` and the packed sub-byte ``F4``, ``F6_E2M3``,
+        ``F6_E3M2``), or as a ``numpy.dtype`` or NumPy scalar type that has
+        such a name.
+      data_offsets: ``(start, end)`` byte offsets of the data relative to the
+        start of the payload, or None for a description not read from a file.
+
+    Raises:
+      TypeError: If ``shape`` is not a sequence of ints (bools refused), or
+        ``dtype`` is neither a str nor a NumPy type with a safetensors name.
+      ValueError: If an extent is negative, ``dtype`` is a str that names no
+        safetensors dtype, a packed sub-byte tensor does not fill whole bytes,
+        or ``data_offsets`` is not a ``(start, end)`` pair with start <= end.
+    """
+
+    shape: tuple[int, ...]
+    # Typed as tinax 0.2 typed it; the value is always a SafetensorsDtype.
+    dtype: str
+    data_offsets: tuple[int, int] | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "shape",
+            validation.require_sequence(
+                self.shape, "shape", item_check=validation.require_non_negative_int, description="a sequence of ints"
+            ),
+        )
+        dtype = _require_tensor_dtype(self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        if math.prod(self.shape) * dtype.bits % 8:
+            expected = f"a shape whose {dtype} elements fill whole bytes ({dtype.bits} bits each)"
+            validation.fail_value("shape", expected, self.shape)
+        if self.data_offsets is not None:
+            offsets = validation.require_sequence(
+                self.data_offsets,
+                "data_offsets",
+                item_check=validation.require_non_negative_int,
+                description="a (start, end) pair of ints",
+            )
+            if len(offsets) != 2 or offsets[0] > offsets[1]:
+                validation.fail_value("data_offsets", "a (start, end) pair with start <= end", self.data_offsets)
+            object.__setattr__(self, "data_offsets", (offsets[0], offsets[1]))
+
+    @property
+    def nbytes(self) -> int:
+        """The size of the tensor's data in bytes."""
+        return math.prod(self.shape) * _dtypes.KNOWN_NAMES[self.dtype].bits // 8
+
+    @property
+    def numpy_dtype(self) -> np.dtype[Any] | None:
+        """The exact NumPy or ml_dtypes type of the elements, native byte order; None for packed types."""
+        return _dtypes.SAFETENSORS_DTYPES.get(self.dtype)
+
+
+_DTYPE_EXPECTATION = "a safetensors dtype name (a str) or a NumPy dtype that has one"
+
+
+def _require_tensor_dtype(value: object) -> SafetensorsDtype:
+    if isinstance(value, SafetensorsDtype):
+        return value
+    if isinstance(value, str):
+        return _dtypes.safetensors_dtype(value)
+    # numpy.dtype reads None as float64 and True as bool: neither is meant here.
+    if value is None or isinstance(value, bool):
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    try:
+        dtype = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError:
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    name = _dtypes.dtype_name(dtype)
+    if name is None:
+        validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
+    return _dtypes.KNOWN_NAMES[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class SafetensorsInfo:
+    """The validated header of a safetensors file.
+
+    Attributes:
+      tensors: Name to :class:`TensorInfo`, sorted by name. Any mapping is
+        accepted and stored as a new dict.
+      metadata: The ``__metadata__`` mapping of str to str, empty when the
+        file has none. Any such mapping (or None, for none) is accepted and
+        stored as a new dict.
+
+    Raises:
+      TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo`
+        or ``metadata`` is not a mapping of str to str.
+    """
+
+    tensors: Mapping[str, TensorInfo]
+    metadata: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        tensors = validation.require_str_mapping(self.tensors, "tensors")
+        for name, info in tensors.items():
+            validation.require_instance(info, f"tensors[{name!r}]", TensorInfo, "a TensorInfo")
+        metadata = {} if self.metadata is None else validation.require_str_to_str_mapping(self.metadata, "metadata")
+        object.__setattr__(self, "tensors", dict(tensors))
+        object.__setattr__(self, "metadata", dict(metadata))
+
+    @classmethod
+    def _validated(cls, tensors: dict[str, TensorInfo], metadata: dict[str, str]) -> SafetensorsInfo:
+        # Built from a header that was just validated: the checks of
+        # __post_init__ hold by construction and would cost a pass over
+        # every tensor on each load.
+        info = object.__new__(cls)
+        object.__setattr__(info, "tensors", tensors)
+        object.__setattr__(info, "metadata", metadata)
+        return info
+
+    @property
+    def nbytes(self) -> int:
+        """The total size of all tensors' data in bytes."""
+        return sum(info.nbytes for info in self.tensors.values())
+
+    @property
+    def total_bytes(self) -> int:
+        """The total size of all tensors' data in bytes (the same as :attr:`nbytes`)."""
+        return self.nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class ParsedHeader:
+    """A validated header and where the payload starts in the file."""
+
+    info: SafetensorsInfo
+    payload_start: int
+
+
+class _DuplicateKeyError(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # The json module keeps the last of repeated keys without a word. A key
+    # repeated with the same value says one thing twice (the upstream reader
+    # accepts it); repeated with different values the header is ambiguous,
+    # and silently picking one could load the wrong tensor, so it is refused.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        for key, value in pairs:
+            if value != result[key]:
+                raise _DuplicateKeyError(key)
+    return result
+
+
+def malformed(message: str) -> ValueError:
+    """Returns the error for a malformed safetensors file, with ``message``.
+
+    It is a ValueError and also the upstream ``safetensors.SafetensorError``,
+    imported only now so that importing tinax.weights never imports it.
+    """
+    from tinax._weights._malformed import MalformedSafetensorsError
+
+    return MalformedSafetensorsError(message)
+
+
+def _refuse_constant(constant: str) -> NoReturn:
+    raise ValueError(f"{constant} is not valid JSON")
+
+
+def utf8_text_problem(text: str) -> str | None:
+    """Returns why ``text`` cannot be written as UTF-8 (a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"contains a lone surrogate {text[error.start]!r} at index {error.start}, which UTF-8 cannot encode"
+    return None
+
+
+def metadata_nbytes(metadata: Mapping[str, str]) -> int:
+    """Returns the encoded size of a metadata mapping: its compact UTF-8 JSON form.
+
+    This is exactly what :func:`encode_header` writes as the value of
+    ``__metadata__``, and what ``max_metadata_bytes`` limits.
+    """
+    return len(json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
+
+
+def read_exactly(handle: io.RawIOBase, buffer: memoryview, offset: int) -> int:
+    """Fills ``buffer`` from ``handle`` starting at byte ``offset``.
+
+    Returns:
+      The number of bytes read: ``len(buffer)`` unless the file ended first.
+    """
+    handle.seek(offset)
+    filled = 0
+    total = buffer.nbytes
+    while filled < total:
+        count = handle.readinto(buffer[filled:])
+        if not count:
+            break
+        filled += count
+    return filled
+
+
+def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
+    """Reads and completely validates the header of an open safetensors file.
+
+    Validation depends only on the header bytes and the file size, so its
+    result is remembered for the last few small headers seen (keyed by
+    exactly those bytes and that size) and a repeated read of an unchanged
+    header costs one read and one lookup. Every caller gets fresh mappings.
+
+    Args:
+      handle: The file, opened for binary reading.
+      file_size: The file's size in bytes.
+      source: How to name the file in messages.
+      max_metadata_bytes: Limit on :func:`metadata_nbytes` of non-empty
+        metadata; 0 allows no metadata at all (an empty mapping passes).
+
+    Returns:
+      The header and the offset of the payload's first byte.
+
+    Raises:
+      ValueError: If anything about the header is malformed or inconsistent
+        with the file's size (also a ``safetensors.SafetensorError``), naming
+        the file and, where one is at fault, the tensor; or if the metadata
+        exceeds ``max_metadata_bytes`` (a plain ValueError).
+    """
+
+    def fail(problem: str) -> NoReturn:
+        raise malformed(f"{source} is not a valid safetensors file: {problem}")
+
+    header_bytes = _read_header_bytes(handle, file_size, fail)
+    payload_start = LENGTH_FIELD_BYTES + len(header_bytes)
+    key = (file_size, header_bytes)
+    cacheable = len(header_bytes) <= _REMEMBERED_HEADER_MAX_BYTES
+    with _remembered_lock:
+        validated = _remembered.get(key) if cacheable else None
+        if validated is not None:
+            _remembered.move_to_end(key)
+    if validated is None:
+        validated = _validate(header_bytes, file_size - payload_start, fail)
+        if cacheable:
+            with _remembered_lock:
+                _remembered[key] = validated
+                while len(_remembered) > _REMEMBERED_HEADERS:
+                    _remembered.popitem(last=False)
+    tensors, metadata, metadata_size = validated
+    if metadata and metadata_size > max_metadata_bytes:
+        raise ValueError(
+            f"the {METADATA_KEY} of {source} encodes to {metadata_size} bytes, more than "
+            f"max_metadata_bytes={max_metadata_bytes}; pass a larger max_metadata_bytes to read it"
+        )
+    return ParsedHeader(SafetensorsInfo._validated(dict(tensors), dict(metadata)), payload_start)
+
+
+def forget_validated_headers() -> None:
+    """Drops every remembered header validation, so the next read validates in full."""
+    with _remembered_lock:
+        _remembered.clear()
+
+
+def _read_header_bytes(handle: io.RawIOBase, file_size: int, fail: _Fail) -> bytes:
+    if file_size < LENGTH_FIELD_BYTES:
+        fail(f"it has {file_size} bytes, fewer than the {LENGTH_FIELD_BYTES}-byte header length field")
+    # One read covers the length field and, usually, the whole header.
+    first = bytearray(min(file_size, _FIRST_READ_BYTES))
+    received = read_exactly(handle, memoryview(first), 0)
+    if received < LENGTH_FIELD_BYTES:
+        fail("the file ended inside the header length field (it changed while being read)")
+    header_length = int.from_bytes(first[:LENGTH_FIELD_BYTES], "little")
+    limit = min(MAX_HEADER_BYTES, file_size - LENGTH_FIELD_BYTES)
+    if header_length < 2 or header_length > limit:
+        reason = (
+            f"the cap of {MAX_HEADER_BYTES} bytes"
+            if limit == MAX_HEADER_BYTES
+            else f"the {file_size - LENGTH_FIELD_BYTES} bytes that follow the length field"
+        )
+        fail(f"the header length field says {header_length} bytes; it must be at least 2 and at most {reason}")
+    header_end = LENGTH_FIELD_BYTES + header_length
+    if header_end <= received:
+        return bytes(first[LENGTH_FIELD_BYTES:header_end])
+    header = bytearray(header_length)
+    already = received - LENGTH_FIELD_BYTES
+    header[:already] = first[LENGTH_FIELD_BYTES:received]
+    if read_exactly(handle, memoryview(header)[already:], received) != header_length - already:
+        fail("the file ended inside the header (it changed while being read)")
+    return bytes(header)
+
+
+def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated:
+    header = _parse_json(header_bytes, fail)
+    if not isinstance(header, dict):
+        fail(f"the header must be a JSON object, got a JSON {_json_kind(header)}")
+    metadata = _check_metadata(header.pop(METADATA_KEY, None), fail)
+
+    # Headers can describe thousands of tensors and are parsed on every load,
+    # so a plainly valid entry is accepted by one compound test; anything else
+    # goes through the step-by-step checks, which name the exact problem.
+    dtypes = _dtypes.SAFETENSORS_DTYPES
+    names = _dtypes.KNOWN_NAMES
+    new_info = object.__new__
+    spans: list[tuple[int, int, int, str, TensorInfo]] = []
+    for index, (name, entry) in enumerate(header.items()):
+        try:
+            dtype_text = entry["dtype"]
+            dtype = dtypes[dtype_text]
+            shape = entry["shape"]
+            start, end = entry["data_offsets"]
+            plainly_valid = (
+                len(entry) == 3
+                and name.isascii()
+                and type(shape) is list
+                and len(shape) <= _MAX_PLAIN_RANK
+                and {*map(type, shape)} <= _INT_TYPE
+                and (not shape or min(shape) >= 0)
+                and type(start) is int
+                and type(end) is int
+                and 0 <= start <= end <= payload_size
+                and end - start == math.prod(shape) * dtype.itemsize
+            )
+        except (TypeError, KeyError, ValueError):
+            plainly_valid = False
+        if plainly_valid:
+            # What __post_init__ would check is established above, and running
+            # it for thousands of tensors is measurable, so it is bypassed.
+            info = new_info(TensorInfo)
+            vars(info).update(shape=tuple(shape), dtype=names[dtype_text], data_offsets=(start, end))
+        else:
+            checked_shape, checked_dtype, (start, end) = _check_tensor(name, entry, payload_size, fail)
+            info = TensorInfo(checked_shape, checked_dtype, (start, end))
+        spans.append((start, end, index, name, info))
+
+    # Contiguity: sorted by offsets (ties in header order), each tensor must
+    # start where the one before it ended, and the last must end exactly at
+    # the end of the file.
+    spans.sort()
+    by_offset: dict[str, TensorInfo] = {}
+    cursor = 0
+    previous: str | None = None
+    for start, end, _, name, info in spans:
+        if start != cursor:
+            if start < cursor:
+                fail(f"tensor {name!r} (data_offsets [{start}, {end}]) overlaps {previous!r}, which ends at {cursor}")
+            after = f"after tensor {previous!r}" if previous is not None else "at the start of the payload"
+            fail(f"tensor {name!r} starts at {start}, leaving bytes {cursor} to {start} {after} unused")
+        by_offset[name] = info
+        cursor = end
+        previous = name
+    if cursor != payload_size:
+        last = (
+            f"the last tensor ({previous!r}) ends" if previous is not None else "the header describes no data and ends"
+        )
+        fail(f"{last} at payload byte {cursor}, but the payload has {payload_size} bytes")
+    # Described by name, as the upstream reader lists them.
+    tensors = {name: by_offset[name] for name in sorted(by_offset)}
+    return tensors, metadata, metadata_nbytes(metadata)
+
+
+def _parse_json(header_bytes: bytes, fail: _Fail) -> Any:
+    try:
+        text = header_bytes.decode("utf-8")
+    except UnicodeDecodeError as error:
+        fail(f"the header is not UTF-8 ({error})")
+    try:
+        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_refuse_constant)
+    except _DuplicateKeyError as error:
+        fail(f"the header JSON repeats the key {error.key!r} in one object")
+    except RecursionError:
+        fail("the header JSON nests too deeply")
+    except ValueError as error:
+        fail(f"the header is not valid JSON ({error})")
+
+
+def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:
+    if value is None:  # The upstream reader accepts an explicit null as "no metadata".
+        return {}
+    if not isinstance(value, dict):
+        fail(f"{METADATA_KEY} must be a JSON object of str to str, got a JSON {_json_kind(value)}")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            fail(f"{METADATA_KEY}[{key!r}] must be a str, got {validation.describe(item)}")
+        for text in (key, item):
+            problem = utf8_text_problem(text)
+            if problem is not None:
+                fail(f"{METADATA_KEY} entry {key!r} {problem}")
+    return value
+
+
+def _check_tensor(
+    name: str, entry: object, payload_size: int, fail: _Fail
+) -> tuple[tuple[int, ...], SafetensorsDtype, tuple[int, int]]:
+    if not name.isascii():
+        problem = utf8_text_problem(name)
+        if problem is not None:
+            fail(f"the tensor name {name!r} {problem}")
+
+    def fail_tensor(text: str) -> NoReturn:
+        fail(f"tensor {name!r}: {text}")
+
+    if type(entry) is not dict:
+        fail_tensor(f"its entry must be a JSON object, got {validation.describe(entry)}")
+    # Other keys are ignored, as the upstream reader ignores them.
+    missing = [key for key in _TENSOR_KEYS if key not in entry]
+    if missing:
+        fail_tensor(f"its entry must have the keys {list(_TENSOR_KEYS)}; missing {missing}")
+
+    dtype_text = entry["dtype"]
+    if type(dtype_text) is not str:
+        fail_tensor(f"dtype must be a str, got {validation.describe(dtype_text)}")
+    dtype = _dtypes.KNOWN_NAMES.get(dtype_text)
+    if dtype is None:
+        fail_tensor(f"unknown dtype {dtype_text!r}; known: {', '.join(_dtypes.KNOWN_NAMES)}")
+
+    shape = entry["shape"]
+    if type(shape) is not list:
+        fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+    # Multiplying stops once the product exceeds the most elements the payload
+    # could hold (two per byte, for 4-bit types), unless a later extent is 0,
+    # so a hostile shape of many huge extents costs no more than a valid one.
+    # A product still within that cap is exact.
+    cap = payload_size * 2
+    element_count = 1
+    for extent in shape:
+        if type(extent) is not int or extent < 0:
+            fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+        if element_count <= cap or extent == 0:
+            element_count *= extent
+
+    offsets = entry["data_offsets"]
+    if type(offsets) is not list or len(offsets) != 2:
+        fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
+    start, end = offsets
+    if type(start) is not int or type(end) is not int or start < 0 or end < 0:
+        fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
+    if start > end:
+        fail_tensor(f"data_offsets [{start}, {end}] end before they start")
+    if end > payload_size:
+        fail_tensor(f"data_offsets [{start}, {end}] run past the end of the {payload_size}-byte payload")
+    if element_count > cap:
+        fail_tensor(
+            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs more "
+            "bytes than the whole payload"
+        )
+    bits = element_count * dtype.bits
+    if bits % 8:
+        fail_tensor(f"shape {shape} of {dtype_text} ({dtype.bits}-bit elements) does not fill whole bytes")
+    if end - start != bits // 8:
+        fail_tensor(
+            f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs "
+            f"{bits // 8} bytes"
+        )
+    return tuple(shape), dtype, (start, end)
+
+
+def _json_kind(value: object) -> str:
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def encode_header(
+    entries: list[tuple[str, str, tuple[int, ...], int, int]], metadata: Mapping[str, str] | None
+) -> bytes:
+    """Encodes a header as the upstream writer does, length field included.
+
+    Args:
+      entries: ``(name, dtype name, shape, start, end)`` per tensor, in the
+        order to list them.
+      metadata: The ``__metadata__`` mapping, or None to leave the key out.
+
+    Returns:
+      The length field and the compact JSON header, padded with spaces so the
+      payload starts at a multiple of 8 bytes.
+    """
+    header: dict[str, Any] = {}
+    if metadata is not None:
+        header[METADATA_KEY] = dict(metadata)
+    for name, dtype_text, shape, start, end in entries:
+        header[name] = {"dtype": dtype_text, "shape": list(shape), "data_offsets": [start, end]}
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    padded = text + b" " * (-len(text) % _HEADER_ALIGNMENT)
+    return len(padded).to_bytes(LENGTH_FIELD_BYTES, "little") + padded

@@ -1,0 +1,677 @@
+"""Flax msgpack state dicts, read and written without flax.
+
+The format is the one ``flax.serialization.to_bytes`` writes for a state dict:
+one msgpack map per nested mapping, plain msgpack values for ``None``, bools,
+ints, floats, strings and bytes, and three msgpack extension types for the
+rest:
+
+* type 1, an ndarray: the msgpack array ``[shape, dtype name, raw bytes]``,
+  the bytes in C order and the writer's native byte order;
+* type 2, a Python complex: the msgpack array ``[real, imag]``;
+* type 3, a NumPy scalar: encoded like a 0-d ndarray.
+
+An array over 2**30 bytes is split, as flax splits it, into the map
+``{"__msgpack_chunked_array__": True, "shape": {"0": ...}, "chunks": {"0": ...}}``
+of flat pieces, so that no msgpack object reaches the format's 2**32 - 1 byte
+limit.
+
+The writer streams the file, one leaf at a time, instead of building it in
+memory first as flax does: writing needs no memory beyond the state itself,
+except a C-order, native-order copy of an array that is neither, while it is
+written. The reader decodes the file in pieces as it reads them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import pathlib
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tinax._core import validation
+from tinax._core.files import atomic_write, open_regular_file
+from tinax._weights._paths import MissingFilePathError, require_file_destination, require_not_a_directory
+
+__all__ = ["load_msgpack", "save_msgpack"]
+
+_NDARRAY_EXTENSION = 1
+_COMPLEX_EXTENSION = 2
+_SCALAR_EXTENSION = 3
+
+#: The key flax puts in the map that stands for a chunked array.
+_CHUNKED_MARKER = "__msgpack_chunked_array__"
+
+#: Arrays larger than this are chunked, exactly at flax's threshold, so that
+#: the files stay byte-identical to flax's.
+_MAX_CHUNK_BYTES = 2**30
+
+#: How much the reader asks the file for at a time.
+_READ_SIZE = 1 << 20
+
+#: The ndarray header (shape and dtype name) always fits in this many bytes:
+#: at most 64 dimensions of at most 9 bytes each, and a short name.
+_NDARRAY_HEADER_BYTES = 1024
+
+_INT_MIN = -(2**63)
+_INT_MAX = 2**64 - 1
+
+_PYTHON_LEAVES: tuple[type, ...] = (bool, int, float, complex, str, bytes, type(None))
+
+_NUMPY_TYPES: tuple[type, ...] = (
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.complex64,
+    np.complex128,
+)
+
+# Looked up by name, so that an ml_dtypes release without one of them still works.
+_ML_DTYPE_NAMES = (
+    "bfloat16",
+    "bcomplex32",
+    "complex32",
+    "float4_e2m1fn",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "int1",
+    "int2",
+    "int4",
+    "uint1",
+    "uint2",
+    "uint4",
+)
+
+_LEAF_EXPECTATION = (
+    "a str-keyed mapping, a numpy.ndarray, a NumPy scalar, or a bool, int, float, complex, str, bytes or None"
+)
+_DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex or ml_dtypes dtype"
+
+
+@functools.cache
+def _dtypes_by_name() -> dict[str, np.dtype[Any]]:
+    """Maps each dtype name the format may carry to its native dtype."""
+    import ml_dtypes
+
+    dtypes = [np.dtype(kind) for kind in _NUMPY_TYPES]
+    dtypes += [np.dtype(getattr(ml_dtypes, name)) for name in _ML_DTYPE_NAMES if hasattr(ml_dtypes, name)]
+    return {dtype.name: dtype for dtype in dtypes}
+
+
+def _native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+    """Returns ``dtype`` in native byte order if the format can carry it, else None."""
+    native = dtype if dtype.isnative else dtype.newbyteorder("=")
+    return native if _dtypes_by_name().get(native.name) == native else None
+
+
+def _key_path(path: tuple[object, ...]) -> str:
+    return "".join(f"[{key!r}]" for key in path)
+
+
+# Writing
+
+
+def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, overwrite: bool) -> None:
+    """Writes a state dict as a Flax msgpack file, atomically.
+
+    The bytes are those ``flax.serialization.to_bytes(state)`` produces for the
+    same state (keys in the mapping's iteration order), so flax's
+    ``from_bytes`` and ``msgpack_restore`` read the file, and
+    :func:`load_msgpack` reads files flax wrote. Two deliberate differences:
+    an array with a non-native byte order is written in native order (flax
+    writes its bytes under the plain dtype name, so they would be misread),
+    and lists and tuples are refused rather than turned into ``{"0": ...}``
+    maps, so that what comes back has the structure that went in.
+
+    The file is streamed into a temporary file next to ``path`` that takes the
+    name ``path`` only once it is complete and flushed; every leaf is checked
+    before anything is written.
+
+    Args:
+      path: The file to write. Its folder must exist; it must not be a
+        symbolic link.
+      state: The state dict: a mapping with ``str`` keys whose values are
+        nested mappings of the same kind or leaves. A leaf is a
+        ``numpy.ndarray`` or NumPy scalar with a bool, integer, floating,
+        complex or ml_dtypes dtype (bfloat16, the float8 formats, int4 and
+        so on), or a Python ``bool``, ``int`` (64-bit range), ``float``,
+        ``complex``, ``str``, ``bytes`` or ``None``. Arrays over 2**30 bytes
+        are chunked as flax chunks them.
+      overwrite: Whether an existing file at ``path`` may be replaced.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``overwrite`` not a bool, ``state``
+        or a nested value not a mapping with ``str`` keys, or a leaf of a kind
+        the format cannot carry: a ``jax.Array`` (convert it with
+        ``numpy.asarray`` first), an array with an object, string or
+        structured dtype, a list, a tuple, or any other object. The message
+        names the leaf's key path.
+      ValueError: If an int leaf is outside the 64-bit range, a string is not
+        valid UTF-8, a mapping contains itself, a key is flax's reserved
+        ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
+      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      FileExistsError: If ``path`` exists and ``overwrite`` is False.
+      FileNotFoundError: If the folder of ``path`` does not exist.
+    """
+    destination = validation.require_path(path, "path")
+    validation.require_bool(overwrite, "overwrite")
+    tree = _checked_state(state, "state", frozenset())
+    require_file_destination(destination)
+    with atomic_write(destination, overwrite=overwrite) as handle:
+        _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
+
+
+def _checked_state(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
+    """Checks a (nested) state mapping and returns it as plain dicts."""
+    if not isinstance(value, Mapping):
+        validation.fail_type(where, "a mapping with str keys", value)
+    if id(value) in ancestors:
+        raise ValueError(f"{where} contains itself; a state dict must be a tree")
+    ancestors = ancestors | {id(value)}
+    checked: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            validation.fail_type(f"keys of {where}", "str", key)
+        _require_utf8(key, f"keys of {where}")
+        if key == _CHUNKED_MARKER:
+            raise ValueError(
+                f"keys of {where} must not be {_CHUNKED_MARKER!r}, which flax reads as the mark of a chunked array"
+            )
+        item_where = f"{where}[{key!r}]"
+        if isinstance(item, Mapping):
+            checked[key] = _checked_state(item, item_where, ancestors)
+        else:
+            _check_leaf(item, item_where)
+            checked[key] = item
+    return checked
+
+
+def _check_leaf(value: object, where: str) -> None:
+    if _is_jax_array(value):
+        validation.fail_type(where, "a host numpy.ndarray (convert jax.Array leaves with numpy.asarray first)", value)
+    if isinstance(value, np.ndarray):
+        # Subclasses carry state (a mask, a matrix's semantics) that the bytes would silently drop.
+        if type(value) not in (np.ndarray, np.memmap):
+            validation.fail_type(where, "a plain numpy.ndarray (or numpy.memmap), not a subclass", value)
+        if _native_dtype(value.dtype) is None:
+            validation.fail_type(where, _DTYPE_EXPECTATION, value)
+        return
+    if isinstance(value, np.generic):
+        if _native_dtype(value.dtype) is None:
+            validation.fail_type(where, _DTYPE_EXPECTATION, value)
+        return
+    # Exact types only: msgpack (and flax) cannot write subclasses such as IntEnum.
+    if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
+        validation.fail_value(where, "an int in [-2**63, 2**64 - 1], the range msgpack can store", value)
+    if type(value) is str:
+        _require_utf8(value, where)
+    if type(value) in _PYTHON_LEAVES:
+        return
+    if isinstance(value, (list, tuple)):
+        validation.fail_type(where, f"{_LEAF_EXPECTATION}; store a sequence as a mapping or an array", value)
+    validation.fail_type(where, _LEAF_EXPECTATION, value)
+
+
+def _require_utf8(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        validation.fail_value(where, "a str that UTF-8 can encode (no lone surrogates)", text)
+
+
+def _is_jax_array(value: object) -> bool:
+    # Without jax imported nothing can be a jax.Array, and this module must not import it.
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, jax.Array)
+
+
+def _write_state(handle: BinaryIO, state: dict[str, Any], *, max_chunk_bytes: int) -> None:
+    """Streams an already checked state dict to ``handle`` in flax's encoding."""
+    import msgpack
+
+    packer = msgpack.Packer(use_bin_type=True, strict_types=True, autoreset=True)
+    _write_mapping(handle, packer, state, max_chunk_bytes)
+
+
+def _write_mapping(handle: BinaryIO, packer: Any, mapping: dict[str, Any], max_chunk_bytes: int) -> None:
+    handle.write(packer.pack_map_header(len(mapping)))
+    for key, value in mapping.items():
+        handle.write(packer.pack(key))
+        if isinstance(value, dict):
+            _write_mapping(handle, packer, value, max_chunk_bytes)
+        elif isinstance(value, np.ndarray):
+            _write_array(handle, packer, value, max_chunk_bytes)
+        elif isinstance(value, np.generic):
+            _write_ndarray_extension(handle, packer, np.asarray(value), _SCALAR_EXTENSION)
+        elif type(value) is complex:
+            payload = packer.pack([value.real, value.imag])
+            handle.write(_extension_header(_COMPLEX_EXTENSION, len(payload)))
+            handle.write(payload)
+        else:
+            handle.write(packer.pack(value))
+
+
+def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max_chunk_bytes: int) -> None:
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    if array.size * array.dtype.itemsize <= max_chunk_bytes:
+        _write_ndarray_extension(handle, packer, array, _NDARRAY_EXTENSION)
+        return
+    chunk_length = max(1, max_chunk_bytes // array.dtype.itemsize)
+    flat = array.reshape(-1)
+    starts = range(0, flat.size, chunk_length)
+    handle.write(packer.pack_map_header(3))
+    handle.write(packer.pack(_CHUNKED_MARKER))
+    handle.write(packer.pack(True))
+    handle.write(packer.pack("shape"))
+    handle.write(packer.pack({str(axis): extent for axis, extent in enumerate(array.shape)}))
+    handle.write(packer.pack("chunks"))
+    handle.write(packer.pack_map_header(len(starts)))
+    for index, start in enumerate(starts):
+        handle.write(packer.pack(str(index)))
+        _write_ndarray_extension(handle, packer, flat[start : start + chunk_length], _NDARRAY_EXTENSION)
+
+
+def _write_ndarray_extension(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], code: int) -> None:
+    contiguous = array if array.flags.c_contiguous else np.array(array, order="C")
+    header = b"\x93" + packer.pack(list(contiguous.shape)) + packer.pack(contiguous.dtype.name)
+    header += _bin_header(contiguous.nbytes)
+    handle.write(_extension_header(code, len(header) + contiguous.nbytes))
+    handle.write(header)
+    if contiguous.nbytes:
+        handle.write(contiguous.reshape(-1).view(np.uint8).data)
+
+
+def _extension_header(code: int, length: int) -> bytes:
+    """Encodes a msgpack ext header as msgpack's packer does (fixext where it can)."""
+    fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
+    if length in fixed:
+        return bytes((fixed[length], code))
+    if length < 2**8:
+        return bytes((0xC7, length, code))
+    if length < 2**16:
+        return b"\xc8" + length.to_bytes(2, "big") + bytes((code,))
+    if length < 2**32:
+        return b"\xc9" + length.to_bytes(4, "big") + bytes((code,))
+    raise ValueError(f"a msgpack extension holds at most 2**32 - 1 bytes, got {length}")
+
+
+def _bin_header(length: int) -> bytes:
+    if length < 2**8:
+        return bytes((0xC4, length))
+    if length < 2**16:
+        return b"\xc5" + length.to_bytes(2, "big")
+    if length < 2**32:
+        return b"\xc6" + length.to_bytes(4, "big")
+    raise ValueError(f"a msgpack bin holds at most 2**32 - 1 bytes, got {length}")
+
+
+# Reading
+
+
+@dataclass(frozen=True)
+class _ArrayLeaf:
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def expected(self) -> str:
+        return f"a {self.dtype}[{', '.join(map(str, self.shape))}] array"
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, np.ndarray) and value.shape == self.shape and value.dtype == self.dtype
+
+
+@dataclass(frozen=True)
+class _ScalarLeaf:
+    dtype: np.dtype[Any]
+
+    def expected(self) -> str:
+        return f"a NumPy {self.dtype} scalar"
+
+    def accepts(self, value: object) -> bool:
+        return isinstance(value, np.generic) and value.dtype == self.dtype
+
+
+@dataclass(frozen=True)
+class _PythonLeaf:
+    kind: type
+
+    def expected(self) -> str:
+        return "None" if self.kind is type(None) else f"a Python {self.kind.__name__}"
+
+    def accepts(self, value: object) -> bool:
+        return type(value) is self.kind
+
+
+_Leaf = _ArrayLeaf | _ScalarLeaf | _PythonLeaf
+
+
+@dataclass
+class _Mismatches:
+    missing: list[str]
+    leaves: list[str]
+
+    def lines(self) -> list[str]:
+        lines = []
+        if self.missing:
+            lines.append(f"missing from the file: {', '.join(self.missing)}")
+        return lines + self.leaves
+
+
+def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max_bytes: int) -> Any:
+    """Reads a Flax msgpack state dict into the structure of ``target``.
+
+    Like ``flax.serialization.from_bytes`` for a state dict, without flax:
+    files written by flax's ``to_bytes`` and ``msgpack_serialize`` load,
+    chunked arrays included. The file is compared with ``target`` key by key
+    and leaf by leaf, and every difference is reported at once. Keys of the
+    file that ``target`` does not have are left out of the result, as flax
+    leaves them out, so a target may restore part of a state dict. A leaf
+    matches when:
+
+    * ``target`` holds an array (a ``numpy.ndarray``, or anything with
+      ``shape`` and ``dtype`` such as a ``jax.Array`` or
+      ``jax.ShapeDtypeStruct``): the file holds an ndarray of exactly that
+      shape and dtype;
+    * ``target`` holds a NumPy scalar: the file holds a NumPy scalar of that
+      dtype;
+    * ``target`` holds a Python bool, int, float, complex, str, bytes or
+      None: the file holds a value of exactly that type (an int does not
+      stand in for a float).
+
+    Only the structure, shapes, dtypes and types of ``target`` are used, never
+    its values.
+
+    Args:
+      path: The msgpack file.
+      target: The expected structure: a mapping with ``str`` keys whose values
+        are nested mappings of the same kind or leaves as listed above.
+      max_bytes: The largest file size to accept, in bytes. Loading holds
+        the loaded values plus about twice the largest array in memory (and
+        the whole file as well under msgpack's pure-Python fallback), and a
+        crafted file cannot make the decoder allocate more than a small
+        multiple of the file size.
+
+    Returns:
+      The loaded state with the structure of ``target``: plain dicts in
+      ``target``'s key order, with NumPy arrays (fresh, writable and
+      C-contiguous; also where ``target`` holds a ``jax.Array``), NumPy
+      scalars and Python values as leaves.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``max_bytes`` is not an int (a
+        bool included), or ``target`` is not a mapping with ``str`` keys or
+        holds a leaf of another kind (a list, a PRNG key array, ...).
+      ValueError: If ``max_bytes`` is below 1, ``path`` is not a regular file
+        (a device, say), the file is larger than ``max_bytes`` (checked
+        before reading it), the file is not a well-formed msgpack state dict
+        (truncated, trailing bytes, an unknown extension or dtype, a foreign
+        format; the decoder's error is chained, and where msgpack has its own
+        error type for the problem, such as ``msgpack.ExtraData`` for
+        trailing bytes, the error is also of that type), or it does not match
+        ``target``: the message lists every missing key and every mismatched
+        leaf.
+      FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
+        directory (then also a ValueError), as tinax 0.2 reported it.
+    """
+    source = validation.require_path(path, "path")
+    limit = validation.require_positive_int(max_bytes, "max_bytes")
+    expected = _target_structure(target, "target", frozenset())
+    require_not_a_directory(source, kind="msgpack file", error=MissingFilePathError)
+    with open_regular_file(source, kind="msgpack file") as (handle, size):
+        if size > limit:
+            raise ValueError(
+                f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
+            )
+        loaded = _read_tree(handle, size, source)
+    mismatches = _Mismatches([], [])
+    restored = _restore_mapping(expected, loaded, (), mismatches)
+    problems = mismatches.lines()
+    if problems:
+        listed = "\n".join(f"  - {problem}" for problem in problems)
+        raise ValueError(f"{str(source)!r} does not match target:\n{listed}")
+    return restored
+
+
+def _target_structure(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
+    """Checks ``target`` and reduces it to what matching needs: keys and leaf expectations."""
+    if not isinstance(value, Mapping):
+        validation.fail_type(where, "a mapping with str keys", value)
+    if id(value) in ancestors:
+        raise ValueError(f"{where} contains itself; a target must be a tree")
+    ancestors = ancestors | {id(value)}
+    structure: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            validation.fail_type(f"keys of {where}", "str", key)
+        item_where = f"{where}[{key!r}]"
+        if isinstance(item, Mapping):
+            structure[key] = _target_structure(item, item_where, ancestors)
+        else:
+            structure[key] = _target_leaf(item, item_where)
+    return structure
+
+
+def _target_leaf(value: object, where: str) -> _Leaf:
+    expected = f"{_LEAF_EXPECTATION}, or an array-like with shape and dtype"
+    if isinstance(value, np.generic):
+        dtype = _native_dtype(value.dtype)
+        if dtype is None:
+            validation.fail_type(where, _DTYPE_EXPECTATION, value)
+        return _ScalarLeaf(dtype)
+    if type(value) in _PYTHON_LEAVES:
+        return _PythonLeaf(type(value))
+    shape = getattr(value, "shape", None)
+    raw_dtype = getattr(value, "dtype", None)
+    if isinstance(value, (str, bytes, Mapping)) or shape is None or raw_dtype is None:
+        validation.fail_type(where, expected, value)
+    try:
+        dtype = _native_dtype(np.dtype(raw_dtype))
+        extents = tuple(int(extent) for extent in shape)
+    except TypeError:  # PRNG key arrays and other extended dtypes have no NumPy dtype.
+        dtype = None
+    if dtype is None:
+        validation.fail_type(where, _DTYPE_EXPECTATION, value)
+    return _ArrayLeaf(extents, dtype)
+
+
+def _read_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, Any]:
+    import msgpack
+
+    if size == 0:
+        raise ValueError(f"{str(source)!r} is empty, not a msgpack state dict")
+    # Every limit follows the file size: no string, array, map or extension
+    # can claim more items or bytes than the file has, so a crafted header
+    # cannot make the decoder preallocate beyond a small multiple of it.
+    unpacker = msgpack.Unpacker(
+        handle,
+        read_size=min(size, _READ_SIZE),
+        max_buffer_size=size,
+        max_str_len=size,
+        max_bin_len=size,
+        max_array_len=size,
+        max_map_len=size // 2,
+        max_ext_len=size,
+        raw=False,
+        strict_map_key=True,
+        ext_hook=_decode_extension,
+    )
+    from tinax._weights import _msgpack_errors
+
+    try:
+        tree = unpacker.unpack()
+        consumed = unpacker.tell()
+    except msgpack.OutOfData as error:
+        raise ValueError(f"{str(source)!r} ends in the middle of a value; it is truncated") from error
+    except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as error:
+        message = f"{str(source)!r} is not a well-formed msgpack state dict: {_cause(error)}"
+        raise _msgpack_errors.malformed(message, error) from error
+    if consumed != size:
+        raise _msgpack_errors.TrailingDataError(
+            f"{str(source)!r} has {size - consumed} bytes after its msgpack value; it is not a single state dict"
+        )
+    if not isinstance(tree, dict):
+        raise ValueError(f"{str(source)!r} holds a msgpack {type(tree).__name__}, not a state dict (a map)")
+    return tree
+
+
+def _cause(error: BaseException) -> str:
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _decode_extension(code: int, payload: bytes) -> object:
+    if code == _NDARRAY_EXTENSION:
+        return _decode_ndarray(payload)
+    if code == _SCALAR_EXTENSION:
+        array = _decode_ndarray(payload)
+        if array.ndim != 0:
+            raise ValueError(f"a NumPy scalar extension holds an array of shape {array.shape}")
+        return array[()]
+    if code == _COMPLEX_EXTENSION:
+        import msgpack
+
+        parts = msgpack.unpackb(payload)
+        if not (isinstance(parts, list) and len(parts) == 2 and all(type(part) in (int, float) for part in parts)):
+            raise ValueError(f"a complex extension must hold [real, imag], got {parts!r}")
+        return complex(parts[0], parts[1])
+    raise ValueError(f"unknown msgpack extension type {code}; flax state dicts use types 1, 2 and 3")
+
+
+def _decode_ndarray(payload: bytes) -> np.ndarray[Any, Any]:
+    """Decodes flax's ``[shape, dtype name, bytes]`` into a fresh, writable array."""
+    import msgpack
+
+    header = msgpack.Unpacker(raw=True, max_buffer_size=_NDARRAY_HEADER_BYTES)
+    header.feed(payload[:_NDARRAY_HEADER_BYTES])
+    try:
+        if header.read_array_header() != 3:
+            raise ValueError("an ndarray extension must hold [shape, dtype name, bytes]")
+        shape = header.unpack()
+        name = header.unpack()
+    except msgpack.OutOfData as error:
+        raise ValueError("an ndarray extension ends inside its shape or dtype name") from error
+    offset = header.tell()
+    if not (isinstance(shape, list) and all(type(extent) is int and extent >= 0 for extent in shape)):
+        raise ValueError(f"an ndarray extension has an invalid shape {shape!r}")
+    dtype = _dtypes_by_name().get(name.decode("ascii", "replace")) if isinstance(name, bytes) else None
+    if dtype is None:
+        raise ValueError(f"an ndarray extension has an unsupported dtype name {name!r}")
+    start, length = _buffer_span(payload, offset)
+    if start + length != len(payload):
+        raise ValueError("an ndarray extension's data does not end where the extension ends")
+    if math.prod(shape) * dtype.itemsize != length:
+        raise ValueError(f"an ndarray extension has {length} bytes of data for shape {tuple(shape)} of {dtype}")
+    array = np.empty(shape, dtype)
+    if length:
+        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(payload, np.uint8, length, start)
+    return array
+
+
+def _buffer_span(payload: bytes, offset: int) -> tuple[int, int]:
+    """Returns where the raw bytes of an ndarray extension start, and how many there are.
+
+    Flax writes them as msgpack bin; files from before msgpack had a bin type
+    hold them as a raw string, which flax still reads, and so does this.
+    """
+    if offset >= len(payload):
+        raise ValueError("an ndarray extension ends before its data")
+    marker = payload[offset]
+    if 0xA0 <= marker <= 0xBF:
+        return offset + 1, marker & 0x1F
+    widths = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
+    if marker not in widths:
+        raise ValueError(f"an ndarray extension's data must be msgpack bin, got marker 0x{marker:02x}")
+    width = widths[marker]
+    if offset + 1 + width > len(payload):
+        raise ValueError("an ndarray extension ends inside its data header")
+    return offset + 1 + width, int.from_bytes(payload[offset + 1 : offset + 1 + width], "big")
+
+
+def _restore_mapping(
+    structure: dict[str, Any], loaded: dict[Any, Any], path: tuple[object, ...], mismatches: _Mismatches
+) -> dict[str, Any]:
+    restored: dict[str, Any] = {}
+    for key, expected in structure.items():
+        if key not in loaded:
+            mismatches.missing.append(_key_path((*path, key)))
+            continue
+        # Popping releases each loaded value (a chunked array's pieces, say) once it is restored.
+        restored[key] = _restore_value(expected, loaded.pop(key), (*path, key), mismatches)
+    # What is left is what target does not ask for: flax drops it, and so does this.
+    return restored
+
+
+def _restore_value(expected: Any, value: object, path: tuple[object, ...], mismatches: _Mismatches) -> Any:
+    where = _key_path(path)
+    chunked = isinstance(value, dict) and _CHUNKED_MARKER in value
+    if isinstance(expected, dict):
+        if isinstance(value, dict) and not chunked:
+            return _restore_mapping(expected, value, path, mismatches)
+        mismatches.leaves.append(f"{where}: expected a mapping, got {_describe_loaded(value)}")
+        return None
+    if chunked:
+        try:
+            value = _unchunk(value)  # type: ignore[arg-type]
+        except ValueError as error:
+            mismatches.leaves.append(f"{where}: a malformed chunked array ({error})")
+            return None
+    leaf: _Leaf = expected
+    if not leaf.accepts(value):
+        mismatches.leaves.append(f"{where}: expected {leaf.expected()}, got {_describe_loaded(value)}")
+        return None
+    return value
+
+
+def _describe_loaded(value: object) -> str:
+    if isinstance(value, dict):
+        return "a chunked array" if _CHUNKED_MARKER in value else "a mapping"
+    return validation.describe(value)
+
+
+def _unchunk(data: dict[Any, Any]) -> np.ndarray[Any, Any]:
+    """Joins flax's chunked form of a large array back into one array."""
+    if set(data) != {_CHUNKED_MARKER, "shape", "chunks"} or data[_CHUNKED_MARKER] is not True:
+        raise ValueError(f"expected the keys {_CHUNKED_MARKER!r}, 'shape' and 'chunks', got {sorted(map(str, data))}")
+    shape = _numbered_values(data["shape"], "shape")
+    chunks = _numbered_values(data["chunks"], "chunks")
+    if not all(type(extent) is int and extent >= 0 for extent in shape):
+        raise ValueError(f"its shape must hold non-negative ints, got {shape!r}")
+    if not chunks or not all(isinstance(chunk, np.ndarray) and chunk.ndim == 1 for chunk in chunks):
+        raise ValueError("its chunks must be one or more flat arrays")
+    if len({chunk.dtype for chunk in chunks}) != 1:
+        raise ValueError(f"its chunks have different dtypes: {sorted({str(chunk.dtype) for chunk in chunks})}")
+    total = sum(chunk.size for chunk in chunks)
+    if total != math.prod(shape):
+        raise ValueError(f"its chunks hold {total} elements, but its shape {tuple(shape)} needs {math.prod(shape)}")
+    joined: np.ndarray[Any, Any] = np.concatenate(chunks).reshape(shape)
+    return joined
+
+
+def _numbered_values(value: object, name: str) -> list[Any]:
+    """Reads flax's ``{"0": a, "1": b, ...}`` encoding of a tuple."""
+    if not isinstance(value, dict) or set(value) != {str(index) for index in range(len(value))}:
+        raise ValueError(f"its {name} must be a map with keys '0', '1', ...")
+    return [value[str(index)] for index in range(len(value))]

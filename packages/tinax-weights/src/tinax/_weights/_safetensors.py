@@ -1,0 +1,451 @@
+"""Safetensors files read and written by tinax itself: validated, budgeted, exact and atomic.
+
+The format is handled here rather than by the upstream library so that every
+header is validated in full before any payload byte is read, only the
+selected tensors' bytes are read, every dtype (float8 included) loads as its
+exact NumPy or ml_dtypes type, strided arrays are stored correctly, and files
+are written atomically. The upstream package is imported only to raise its
+``SafetensorError`` (see :mod:`tinax._weights._malformed`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import io
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import numpy as np
+
+from tinax._core import validation
+from tinax._core.files import atomic_write, open_regular_file
+from tinax._core.host import require_host_array
+from tinax._weights import _dtypes
+from tinax._weights._header import (
+    LENGTH_FIELD_BYTES,
+    MAX_HEADER_BYTES,
+    METADATA_KEY,
+    SafetensorsInfo,
+    TensorInfo,
+    encode_header,
+    malformed,
+    metadata_nbytes,
+    read_exactly,
+    read_header,
+)
+from tinax._weights._paths import require_file_destination, require_not_a_directory
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+__all__ = ["LoadedSafetensors", "inspect_safetensors", "load_safetensors", "save_safetensors"]
+
+# Strided or byte-swapped arrays are converted and written in pieces of at
+# most this size, so saving them never holds a second full copy in memory.
+_CONVERSION_PIECE_BYTES = 16 * 1024 * 1024
+_MAX_CLOSE_MATCHES = 3
+
+# NumPy asks Linux for transparent huge pages for every array of 4 MiB or
+# more. Where huge pages must be assembled on demand (fragmented memory,
+# virtual machines), each first touch of a fresh 2 MiB page can stall, and
+# the loader touches every page of its result for the first time: measured
+# full loads of 1 GiB ran about 3x slower with the hint than without it, and
+# the upstream loader (plain malloc) never gives it. Load buffers are
+# therefore allocated with the hint off. The switch is process-wide, so it is
+# flipped under a lock and restored at once; where it does not exist, the
+# NumPy default stays.
+_HUGE_PAGE_HINT_BYTES = 4 * 1024 * 1024
+_set_huge_page_hint = getattr(importlib.import_module("numpy._core.multiarray"), "_set_madvise_hugepage", None)
+_huge_page_hint_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedSafetensors:
+    """Tensors loaded from a safetensors file, with the file's header.
+
+    The tensors are checked against the header when the object is built, so
+    each one is a tensor the header describes, with its shape and its exact
+    dtype (native byte order).
+
+    Attributes:
+      tensors: Name to a NumPy array. From :func:`load_safetensors`: writable
+        arrays that own their memory, for the selected tensors, in the order
+        they were asked for (sorted by name when all were loaded). Any mapping
+        is accepted and stored as a new dict.
+      info: The header of the whole file, every tensor included.
+
+    Raises:
+      TypeError: If ``info`` is not a :class:`SafetensorsInfo`, ``tensors`` is
+        not a mapping with str keys, a tensor is not a ``numpy.ndarray``, or
+        its dtype is not the exact type its description names.
+      ValueError: If a tensor is not described in ``info`` or has another
+        shape than its description.
+    """
+
+    tensors: Mapping[str, np.ndarray[Any, Any]]
+    info: SafetensorsInfo
+
+    def __post_init__(self) -> None:
+        info = validation.require_instance(self.info, "info", SafetensorsInfo, "a SafetensorsInfo")
+        tensors = validation.require_str_mapping(self.tensors, "tensors")
+        for name, array in tensors.items():
+            description = info.tensors.get(name)
+            if description is None:
+                raise ValueError(f"tensors[{name!r}] is absent from info, which describes {len(info.tensors)} tensors")
+            validation.require_instance(array, f"tensors[{name!r}]", np.ndarray, "a numpy.ndarray")
+            if array.shape != description.shape:
+                validation.fail_value(f"tensors[{name!r}]", f"an array of shape {description.shape}", array)
+            if array.dtype != description.numpy_dtype:
+                expected = description.numpy_dtype if description.numpy_dtype is not None else "no array type"
+                validation.fail_type(
+                    f"tensors[{name!r}]", f"an array of dtype {expected} (safetensors {description.dtype})", array
+                )
+        object.__setattr__(self, "tensors", dict(tensors))
+
+    @property
+    def metadata(self) -> Mapping[str, str]:
+        """The file's ``__metadata__`` mapping (the same as ``info.metadata``)."""
+        return self.info.metadata
+
+
+def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int = 0) -> SafetensorsInfo:
+    """Reads and validates a safetensors header without reading any tensor data.
+
+    The header is checked completely: a sane length field (at least 2 bytes,
+    no more than the rest of the file and no more than 100 MB), UTF-8 JSON
+    object without conflicting repeated keys, ``__metadata__`` of str to str,
+    each tensor with ``dtype``, ``shape`` and ``data_offsets`` (other keys are
+    ignored), a known dtype, non-negative integer extents, a byte span
+    matching shape times element size, and spans that are contiguous, do not
+    overlap and cover the payload to the last byte.
+
+    Args:
+      path: The file to inspect.
+      max_metadata_bytes: Largest accepted size of the ``__metadata__``
+        mapping, measured as its compact UTF-8 JSON encoding. The default, 0,
+        accepts no metadata at all (an empty mapping passes), so a file from
+        an untrusted source cannot hand over an unbounded mapping unasked.
+
+    Returns:
+      The tensors' names, shapes, dtypes and offsets, sorted by name, and the
+      metadata.
+
+    Raises:
+      TypeError: If ``path`` is not a str or path-like, or
+        ``max_metadata_bytes`` is not an int (bool included).
+      ValueError: If ``max_metadata_bytes`` is negative, the metadata is
+        larger, or the header is malformed; a malformed header raises an error
+        that is also a ``safetensors.SafetensorError``, naming the file and,
+        where one is at fault, the tensor.
+      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      FileNotFoundError: If no file exists at ``path``.
+    """
+    file_path = validation.require_path(path, "path")
+    metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
+    require_not_a_directory(file_path, kind="safetensors file")
+    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
+        return read_header(handle, file_size=file_size, source=str(file_path), max_metadata_bytes=metadata_limit).info
+
+
+def load_safetensors(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int,
+    names: Iterable[str] | None = None,
+    max_metadata_bytes: int = 0,
+) -> LoadedSafetensors:
+    """Loads some or all tensors of a safetensors file into host NumPy arrays.
+
+    The load is planned from the validated header alone: unknown names and an
+    over-budget selection are refused before any tensor data is read, and
+    then only the selected tensors' bytes are read from disk, each straight
+    into the memory of its result array. Every dtype with an array type loads
+    as its exact type, including bfloat16 and the float8 types, converted
+    from the file's little-endian byte order where the host differs.
+
+    Args:
+      path: The file to load.
+      max_bytes: Largest total size, in bytes, of the selected tensors' data.
+      names: The tensors to load, or None for all of them. The result lists
+        them in the order given (sorted by name for all of them).
+      max_metadata_bytes: As for :func:`inspect_safetensors`: the default, 0,
+        accepts no metadata.
+
+    Returns:
+      The selected tensors as writable arrays that own their memory, and the
+      header of the whole file.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``names`` is a single str or not
+        an iterable of str, ``max_bytes`` or ``max_metadata_bytes`` is not an
+        int (bool included), or a selected tensor has a packed sub-byte dtype
+        (F4, F6_E2M3, F6_E3M2), which no array type holds.
+      ValueError: If ``max_bytes`` or ``max_metadata_bytes`` is negative, the
+        metadata is larger, a name repeats or is not in the file (the message
+        suggests close matches), the selection exceeds ``max_bytes``, or the
+        file is malformed or shorter than its header says (then also a
+        ``safetensors.SafetensorError``).
+      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      FileNotFoundError: If no file exists at ``path``.
+    """
+    file_path = validation.require_path(path, "path")
+    budget = validation.require_non_negative_int(max_bytes, "max_bytes")
+    metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
+    requested = _require_names(names)
+    source = str(file_path)
+    require_not_a_directory(file_path, kind="safetensors file")
+    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
+        header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
+        available = header.info.tensors
+        selected = list(available) if requested is None else _require_known(requested, available, source)
+        total = sum(available[name].nbytes for name in selected)
+        if total > budget:
+            raise ValueError(
+                f"loading {len(selected)} tensors from {source} needs {total} bytes, more than max_bytes={budget}; "
+                "select fewer tensors with names= or raise max_bytes"
+            )
+        packed = [name for name in selected if available[name].numpy_dtype is None]
+        if packed:
+            raise TypeError(
+                f"tensors {packed} of {source} have packed sub-byte dtypes "
+                f"({', '.join(sorted({str(available[name].dtype) for name in packed}))}) that no NumPy or ml_dtypes "
+                "array type holds; leave them out with names="
+            )
+        # Reading in file order keeps the disk access sequential.
+        loaded = {
+            name: _read_tensor(handle, header.payload_start, name, available[name], source)
+            for name in sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
+        }
+    return LoadedSafetensors(tensors={name: loaded[name] for name in selected}, info=header.info)
+
+
+def save_safetensors(
+    path: str | os.PathLike[str],
+    tensors: Mapping[str, NDArray[np.generic]],
+    *,
+    overwrite: bool,
+    metadata: Mapping[str, str] | None = None,
+    max_metadata_bytes: int = 0,
+) -> None:
+    """Writes host NumPy arrays to a safetensors file, atomically.
+
+    The file is laid out as the upstream writer lays it out (tensors by
+    descending dtype size, then by name; header padded to 8 bytes), so the
+    upstream library reads it and the bytes are identical to what it would
+    write (for metadata of more than one entry, up to the order of the
+    entries, which the upstream writer does not fix). Arrays that are not
+    C-contiguous (transposes, strided views) are stored in their logical C
+    order: they are copied explicitly, in pieces of at most 16 MiB, never
+    stored by their raw memory. Big-endian arrays are byte-swapped the same
+    way. The data goes to a temporary file in the same folder, is flushed to
+    disk, and only then takes the destination name, so readers see the old
+    file or the new one.
+
+    Args:
+      path: The destination file. Its folder must exist; it must not be a
+        symbolic link.
+      tensors: Name to host ``numpy.ndarray`` (subclasses included; a masked
+        array only when no element is masked). Names are non-empty str other
+        than ``"__metadata__"``; dtypes are bool, (u)int8 to (u)int64,
+        float16/32/64, complex64, bfloat16, or the ml_dtypes float8 types
+        float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float8_e4m3fnuz and
+        float8_e5m2fnuz.
+      overwrite: Whether an existing destination may be replaced.
+      metadata: Str-to-str mapping stored as ``__metadata__``, or None to
+        store none. An empty mapping is stored as none, as upstream does.
+      max_metadata_bytes: Largest accepted size of ``metadata`` as compact
+        UTF-8 JSON. The default, 0, accepts no metadata: pass a limit to
+        store any.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
+        ``tensors`` is not a mapping with str keys, a tensor is not a
+        ``numpy.ndarray`` (a ``jax.Array``, say) or has a dtype safetensors
+        cannot store exactly (object dtype included), ``metadata`` is not a
+        str-to-str mapping, or ``max_metadata_bytes`` is not an int.
+      ValueError: If a name is empty or reserved, a masked array has masked
+        elements, the metadata exceeds ``max_metadata_bytes``, the header
+        would exceed 100 MB, or ``path`` is a symbolic link.
+      UnicodeEncodeError: If a name or metadata entry holds a lone surrogate,
+        which UTF-8 cannot encode (a ValueError).
+      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      FileExistsError: If ``path`` exists and ``overwrite`` is False.
+      FileNotFoundError: If the folder of ``path`` does not exist.
+    """
+    file_path = validation.require_path(path, "path")
+    validation.require_bool(overwrite, "overwrite")
+    arrays = validation.require_str_mapping(tensors, "tensors")
+    metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
+    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata")
+    if not stored_metadata:
+        stored_metadata = None
+
+    planned: list[tuple[str, str, np.ndarray[Any, Any]]] = []
+    for name, value in arrays.items():
+        _require_tensor_name(name)
+        array, dtype_text = _require_storable_array(value, f"tensors[{name!r}]")
+        planned.append((name, dtype_text, array))
+    if stored_metadata is not None:
+        _require_storable_metadata(stored_metadata, metadata_limit)
+    # The upstream layout: larger elements first, so every tensor is aligned.
+    planned.sort(key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
+
+    entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
+    offset = 0
+    for name, dtype_text, array in planned:
+        entries.append((name, dtype_text, array.shape, offset, offset + array.nbytes))
+        offset += array.nbytes
+    header = encode_header(entries, stored_metadata)
+    if len(header) - LENGTH_FIELD_BYTES > MAX_HEADER_BYTES:
+        raise ValueError(
+            f"the header for {len(entries)} tensors would be {len(header) - LENGTH_FIELD_BYTES} bytes, more than the "
+            f"{MAX_HEADER_BYTES}-byte limit that safetensors readers accept"
+        )
+    require_file_destination(file_path)
+    with atomic_write(file_path, overwrite=overwrite) as handle:
+        handle.write(header)
+        for _, _, array in planned:
+            _write_little_endian_c_order(handle, array)
+
+
+def _require_names(names: object) -> tuple[str, ...] | None:
+    if names is None:
+        return None
+    expected = "None or an iterable of str tensor names"
+    if isinstance(names, (str, bytes, bytearray)) or not isinstance(names, Iterable):
+        validation.fail_type("names", expected, names)
+    requested = tuple(names)
+    for index, name in enumerate(requested):
+        validation.require_instance(name, f"names[{index}]", str, "a str")
+    validation.require_unique(requested, "names")
+    return requested
+
+
+def _require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo], source: str) -> list[str]:
+    unknown = [name for name in requested if name not in available]
+    if unknown:
+        hints = []
+        for name in unknown:
+            matches = difflib.get_close_matches(name, list(available), n=_MAX_CLOSE_MATCHES)
+            hint = f"did you mean {', '.join(repr(match) for match in matches)}?" if matches else "no close match"
+            hints.append(f"{name!r} ({hint})")
+        raise ValueError(
+            f"names must name tensors in {source}, which has {len(available)}; not found: {'; '.join(hints)}"
+        )
+    return list(requested)
+
+
+def _read_tensor(
+    handle: io.FileIO, payload_start: int, name: str, info: TensorInfo, source: str
+) -> np.ndarray[Any, Any]:
+    # np.empty owns its memory and is written once, by the read itself: no
+    # intermediate bytes object, and pages are touched only for selected data.
+    array = _empty_load_buffer(info)
+    if array.nbytes == 0:
+        return array
+    start, end = info.data_offsets or (0, 0)
+    destination = array.reshape(-1).view(np.uint8).data
+    received = read_exactly(handle, destination, payload_start + start)
+    if received != end - start:
+        raise malformed(
+            f"{source} is not a valid safetensors file: tensor {name!r}: the file ended after {received} of its "
+            f"{end - start} bytes (was it truncated while being read?)"
+        )
+    if _dtypes.is_big_endian_in_memory(array.dtype):
+        array.byteswap(inplace=True)
+    return array
+
+
+def _empty_load_buffer(info: TensorInfo) -> np.ndarray[Any, Any]:
+    dtype = info.numpy_dtype  # Packed dtypes were refused before any read.
+    if _set_huge_page_hint is None or info.nbytes < _HUGE_PAGE_HINT_BYTES:
+        return np.empty(info.shape, dtype=dtype)
+    with _huge_page_hint_lock:
+        previous = _set_huge_page_hint(False)
+        try:
+            return np.empty(info.shape, dtype=dtype)
+        finally:
+            _set_huge_page_hint(previous)
+
+
+def _require_tensor_name(name: str) -> None:
+    if not name:
+        validation.fail_value("keys of tensors", "non-empty str tensor names", name)
+    if name == METADATA_KEY:
+        validation.fail_value("keys of tensors", f"tensor names other than the reserved {METADATA_KEY!r}", name)
+    _require_utf8(name, f"the tensor name {name!r}")
+
+
+def _require_utf8(text: str, what: str) -> None:
+    # UnicodeEncodeError, a ValueError, is what tinax 0.2 raised here.
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UnicodeEncodeError(
+            error.encoding,
+            error.object,
+            error.start,
+            error.end,
+            f"{what} contains a lone surrogate, which UTF-8 cannot encode",
+        ) from None
+
+
+def _require_storable_array(value: object, name: str) -> tuple[np.ndarray[Any, Any], str]:
+    array = require_host_array(value, name)
+    if isinstance(array, np.ma.MaskedArray):
+        # The file has no place for a mask: masked elements would come back
+        # as ordinary values. Without any, the data is the whole array.
+        if np.ma.getmask(array) is not np.ma.nomask and bool(np.ma.getmask(array).any()):
+            validation.fail_value(name, "an array without masked elements (safetensors cannot store a mask)", array)
+        array = np.ma.getdata(array)
+    dtype_text = _dtypes.dtype_name(array.dtype)
+    if dtype_text is None:
+        known = ", ".join(f"{dtype!s} ({text})" for text, dtype in _dtypes.SAFETENSORS_DTYPES.items())
+        validation.fail_type(name, f"an array of a dtype safetensors stores exactly: {known}", array)
+    return array, dtype_text
+
+
+def _require_storable_metadata(metadata: dict[str, str], limit: int) -> None:
+    for key, item in metadata.items():
+        for text in (key, item):
+            _require_utf8(text, f"metadata entry {key!r}")
+    size = metadata_nbytes(metadata)
+    if size > limit:
+        raise ValueError(
+            f"metadata encodes to {size} bytes, more than max_metadata_bytes={limit}; pass a larger "
+            "max_metadata_bytes to store it"
+        )
+
+
+def _write_little_endian_c_order(handle: BinaryIO, array: np.ndarray[Any, Any]) -> None:
+    if array.size == 0:
+        return
+    swap = _dtypes.is_big_endian_in_memory(array.dtype)
+    if array.flags.c_contiguous and not swap:
+        handle.write(array.reshape(-1).view(np.uint8).data)
+        return
+    for piece in _bounded_pieces(array, _CONVERSION_PIECE_BYTES):
+        # A private C-ordered copy: swapping it in place never touches the caller's data.
+        converted = np.array(piece, order="C", copy=True)
+        if swap:
+            converted.byteswap(inplace=True)
+        handle.write(converted.reshape(-1).view(np.uint8).data)
+
+
+def _bounded_pieces(array: np.ndarray[Any, Any], limit: int) -> Iterator[np.ndarray[Any, Any]]:
+    """Splits ``array`` into views whose C-order bytes, concatenated, are its own."""
+    if array.nbytes <= limit or array.ndim == 0:
+        yield array
+        return
+    row_nbytes = array.nbytes // array.shape[0]
+    if row_nbytes > limit:
+        for row in array:
+            yield from _bounded_pieces(row, limit)
+        return
+    rows_per_piece = limit // row_nbytes
+    for start in range(0, array.shape[0], rows_per_piece):
+        yield array[start : start + rows_per_piece]

@@ -1,0 +1,29 @@
+"""Weight files for inference hosts: safetensors and Flax msgpack state dicts.
+
+Everything here exchanges explicit host NumPy arrays and never gathers a
+global JAX array. Loads are planned from the file's header and refused before
+any payload is read when they exceed the caller's byte budget; every dtype
+comes back exactly (bfloat16 and float8 included); metadata is read and
+written only under an explicit size limit; manifests rename, reshape and check
+tensors. Writes are atomic and never replace a file unless asked to. flax is
+never imported, and importing this module imports neither safetensors nor
+msgpack.
+"""
+
+from tinax._weights._header import SafetensorsInfo, TensorInfo
+from tinax._weights._manifest import TensorManifest, TensorRule
+from tinax._weights._msgpack import load_msgpack, save_msgpack
+from tinax._weights._safetensors import LoadedSafetensors, inspect_safetensors, load_safetensors, save_safetensors
+
+__all__ = [
+    "LoadedSafetensors",
+    "SafetensorsInfo",
+    "TensorInfo",
+    "TensorManifest",
+    "TensorRule",
+    "inspect_safetensors",
+    "load_msgpack",
+    "load_safetensors",
+    "save_msgpack",
+    "save_safetensors",
+]

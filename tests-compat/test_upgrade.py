@@ -1,0 +1,190 @@
+"""The upgrade path from tinax 0.2, with real installers on real environments.
+
+Each test starts from a fresh virtual environment holding the real tinax
+0.2.0 wheel and its exact pins, offers our freshly built wheels through
+``--find-links`` (with ``--no-index``: 0.2's pins already satisfy every
+third-party requirement), runs one installer command, and checks what a user
+would see afterwards: ``pip check``, every public module with every name of
+its ``__all__``, and the members' own test suites.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ROOT / "packages"
+MEMBER_FOLDERS = sorted(
+    path.parent for path in PACKAGES.glob("tinax-*/pyproject.toml") if path.parent.name != "tinax-meta"
+)
+TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.155.2"]
+
+#: Every file the tinax 0.2.0 wheel installed, from its RECORD (checked in
+#: so that the layout test below needs no download).
+RECORD_02 = Path(__file__).resolve().parent / "tinax-0.2.0-record.txt"
+
+#: Paths our wheels may share with 0.2's RECORD, and why pip cannot lose them.
+#: tinax/py.typed is also shipped by the `tinax` meta distribution, which pip
+#: installs after removing 0.2, so the upgrade ends with the marker in place.
+SHARED_WITH_02 = {"tinax/py.typed"}
+
+
+def _public_module_names() -> list[str]:
+    listed = (PACKAGES / "tinax-meta" / "public-api.txt").read_text(encoding="utf-8").splitlines()
+    return sorted({line.rsplit(".", 1)[0] for line in listed if line and not line.startswith("#")})
+
+
+#: uv, installed as a package in the compat environment.
+UV = [sys.executable, "-m", "uv"]
+
+
+@pytest.fixture(scope="module")
+def our_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("our-wheels")
+    for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
+        subprocess.run(
+            [*UV, "build", "--wheel", "--quiet", "--out-dir", str(folder), str(pyproject.parent)],
+            check=True,
+        )
+    return folder
+
+
+@pytest.fixture
+def venv02(tmp_path: Path, tinax02_wheel: Path, tinax02_venv_factory: Callable[..., Path]) -> Path:
+    return tinax02_venv_factory(tmp_path / "venv", tinax02_wheel, seed_pip=True)
+
+
+def _run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    environment.setdefault("JAX_PLATFORMS", "cpu")
+    return subprocess.run(command, capture_output=True, text=True, env=environment, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
+
+
+def _pip(python: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return _run([str(python), "-m", "pip", "--disable-pip-version-check", *arguments])
+
+
+def _assert_ok(completed: subprocess.CompletedProcess[str]) -> None:
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
+
+
+_IMPORT_PROBE = """
+import importlib, json, sys
+report = {}
+for name in json.loads(sys.argv[1]):
+    module = importlib.import_module(name)
+    report[name] = {"file": module.__file__, "all": sorted(module.__all__)}
+print(json.dumps(report))
+"""
+
+
+def _import_every_public_module(python: Path, cwd: Path) -> dict[str, dict[str, object]]:
+    modules = _public_module_names()
+    completed = _run([str(python), "-c", _IMPORT_PROBE, json.dumps(modules)], cwd=cwd)
+    _assert_ok(completed)
+    report: dict[str, dict[str, object]] = json.loads(completed.stdout)
+    listed = (PACKAGES / "tinax-meta" / "public-api.txt").read_text(encoding="utf-8").splitlines()
+    for module in modules:
+        expected = sorted(line.rsplit(".", 1)[1] for line in listed if line.rsplit(".", 1)[0] == module)
+        assert report[module]["all"] == expected, module
+    return report
+
+
+def _assert_installed_like_03(python: Path, tmp_path: Path) -> None:
+    _assert_ok(_pip(python, "check"))
+    versions = _run([str(python), "-c", "import importlib.metadata as m; print(m.version('tinax'))"])
+    _assert_ok(versions)
+    assert (
+        versions.stdout.strip()
+        == tomllib.loads((PACKAGES / "tinax-meta" / "pyproject.toml").read_text())["project"]["version"]
+    )
+    report = _import_every_public_module(python, tmp_path)
+    site = Path(str(report["tinax.array"]["file"])).parent
+    assert not (site / "__init__.py").exists(), "a file of tinax 0.2 survived the upgrade"
+    assert (site / "py.typed").is_file(), "the PEP 561 marker of the tinax namespace was lost"
+
+
+def _run_member_suites(python: Path, tmp_path: Path) -> None:
+    _assert_ok(_run([*UV, "pip", "install", "--quiet", "--python", str(python), *TEST_REQUIREMENTS]))
+    for member in MEMBER_FOLDERS:
+        workspace = tmp_path / f"suite-{member.name}"
+        shutil.copytree(member / "tests", workspace / "tests")
+        shutil.copy(member / "pyproject.toml", workspace / "pyproject.toml")
+        completed = _run([str(python), "-m", "pytest", "tests", "-q", "-x"], cwd=workspace)
+        assert completed.returncode == 0, f"{member.name}:\n{completed.stdout[-6000:]}{completed.stderr[-3000:]}"
+
+
+def test_no_file_of_our_wheels_sits_at_a_path_that_tinax_02_recorded(our_wheels: Path) -> None:
+    recorded = set(RECORD_02.read_text(encoding="utf-8").split())
+    clashes = {}
+    for wheel in sorted(our_wheels.glob("*.whl")):
+        with zipfile.ZipFile(wheel) as archive:
+            shared = sorted(set(archive.namelist()) & recorded - SHARED_WITH_02)
+        if shared:
+            clashes[wheel.name] = shared
+    assert clashes == {}
+
+
+def test_pip_upgrade_over_02_leaves_a_working_install(venv02: Path, our_wheels: Path, tmp_path: Path) -> None:
+    _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax"))
+    _assert_installed_like_03(venv02, tmp_path)
+    _run_member_suites(venv02, tmp_path)
+
+
+def test_uv_upgrade_over_02_leaves_a_working_install(venv02: Path, our_wheels: Path, tmp_path: Path) -> None:
+    upgrade = [*UV, "pip", "install", "--python", str(venv02), "-U", "--no-index", "--find-links"]
+    _assert_ok(_run([*upgrade, str(our_wheels), "tinax"]))
+    _assert_installed_like_03(venv02, tmp_path)
+    _run_member_suites(venv02, tmp_path)
+
+
+def _assert_import_names_the_repair(python: Path, module: str, cwd: Path) -> None:
+    completed = _run([str(python), "-c", f"import {module}"], cwd=cwd)
+    assert completed.returncode != 0, f"import {module} succeeded in a mixed 0.2/0.3 environment"
+    assert "MixedInstallError" in completed.stderr
+    assert "pip install -U tinax" in completed.stderr
+
+
+def test_upgrading_one_member_over_02_fails_loudly_until_repaired(
+    venv02: Path, our_wheels: Path, tmp_path: Path
+) -> None:
+    _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax-weights"))
+    _assert_ok(_pip(venv02, "check"))
+    for module in ("tinax.weights", "tinax.array", "tinax.data"):
+        _assert_import_names_the_repair(venv02, module, tmp_path)
+    # The repair that the message names.
+    _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax"))
+    _assert_installed_like_03(venv02, tmp_path)
+
+
+def test_downgrading_to_02_does_not_leave_a_silent_mixture(
+    venv02: Path, our_wheels: Path, tinax02_wheel: Path, tmp_path: Path
+) -> None:
+    _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax"))
+    _assert_ok(_pip(venv02, "install", "--no-index", str(tinax02_wheel)))
+    for module in ("tinax.array", "tinax.parallel", "tinax.checkpointing.legacy.v0"):
+        _assert_import_names_the_repair(venv02, module, tmp_path)
+    # The other repair: finish the downgrade by removing the 0.3 members.
+    members = [folder.name for folder in MEMBER_FOLDERS]
+    _assert_ok(_pip(venv02, "uninstall", "-y", *members))
+    probe = _run([str(venv02), "-c", "import tinax.array, tinax.data; print(tinax.array.__file__)"], cwd=tmp_path)
+    _assert_ok(probe)
+    assert probe.stdout.strip().endswith("tinax/array/__init__.py")
+
+
+def test_the_guard_is_inert_without_tinax_02() -> None:
+    completed = _run(
+        [sys.executable, "-c", "import sys, tinax.array; print(any('MixedInstall' in repr(f) for f in sys.meta_path))"]
+    )
+    _assert_ok(completed)
+    assert completed.stdout.strip() == "False"
