@@ -70,6 +70,48 @@ def test_rule_refuses_bad_fields(arguments, error, expected):
         TensorRule(**fields)
 
 
+class _DtypeAttribute:
+    """An object that NumPy reads as a dtype through its ``dtype`` attribute."""
+
+    def __init__(self, dtype: object) -> None:
+        self.dtype = dtype
+
+
+# Values that make numpy.dtype raise something other than TypeError: ValueError, SyntaxError.
+MALFORMED_DTYPES = {
+    "repeated-field": [("a", "f4"), ("a", "f4")],
+    "negative-subarray": (np.int32, -1),
+    "huge-subarray": (np.float32, (2**62, 2**62)),
+    "subarray-not-a-shape": ("f4", "x"),
+    "65-dim-subarray": (np.float32, (1,) * 65),
+    "void-too-large": (np.void, 2**63),
+    "comma-syntax": "f4,,",
+    "subarray-syntax": "(2,)i4,,",
+    "through-an-attribute": _DtypeAttribute([("b", "i1"), ("b", "i1")]),
+}
+
+
+@pytest.mark.parametrize("dtype", list(MALFORMED_DTYPES.values()), ids=list(MALFORMED_DTYPES))
+def test_rule_refuses_malformed_dtype_descriptions_with_type_error(dtype):
+    with pytest.raises((ValueError, SyntaxError)) as numpy_error:  # The premise: NumPy's own error is no TypeError.
+        np.dtype(dtype)
+    with pytest.raises(TypeError, match="expected_dtype must be None or a numpy.dtype") as caught:
+        TensorRule("a", "b", expected_dtype=dtype)
+    assert isinstance(caught.value.__cause__, numpy_error.type)
+
+
+# A str given to TensorInfo is a safetensors name: an unknown one is a ValueError, as documented.
+NON_STR_MALFORMED_DTYPES = {name: dtype for name, dtype in MALFORMED_DTYPES.items() if not isinstance(dtype, str)}
+
+
+@pytest.mark.parametrize("dtype", list(NON_STR_MALFORMED_DTYPES.values()), ids=list(NON_STR_MALFORMED_DTYPES))
+def test_tensor_info_refuses_malformed_dtype_descriptions_with_type_error(dtype):
+    with pytest.raises(TypeError, match="dtype must be a safetensors dtype name"):
+        TensorInfo((1,), dtype)
+    with pytest.raises(ValueError, match="dtype must be a safetensors dtype name"):
+        TensorInfo((1,), "f4,,")
+
+
 def test_manifest_validates_its_rules():
     with pytest.raises(TypeError, match=r"rules\[1\] must be a TensorRule"):
         TensorManifest([TensorRule("a", "b"), ("c", "d")])  # type: ignore[list-item]

@@ -338,6 +338,61 @@ def test_targets_of_the_wrong_kind_are_refused_before_reading(tmp_path, target, 
         load_msgpack(path, target, max_bytes=10)
 
 
+class _ArrayLike:
+    """A target leaf described only by ``shape`` and ``dtype``, as a jax.ShapeDtypeStruct is."""
+
+    def __init__(self, shape, dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+
+@pytest.mark.parametrize(
+    ("shape", "dtype", "error", "expected"),
+    [
+        ("12", np.float32, TypeError, r"target\['a'\].shape must be a sequence of ints, got '12'"),
+        ("ab", np.float32, TypeError, r"target\['a'\].shape must be a sequence of ints"),
+        (b"\x02\x03", np.float32, TypeError, r"target\['a'\].shape must be a sequence of ints"),
+        (3, np.float32, TypeError, r"target\['a'\].shape must be a sequence of ints"),
+        ({"0": 2}, np.float32, TypeError, r"target\['a'\].shape must be a sequence of ints"),
+        ((2, 1.5), np.float32, TypeError, r"target\['a'\].shape\[1\] must be an int"),
+        ((2, "3"), np.float32, TypeError, r"target\['a'\].shape\[1\] must be an int"),
+        ((True, 2), np.float32, TypeError, r"target\['a'\].shape\[0\] must be an int"),
+        ((2, -1), np.float32, ValueError, r"target\['a'\].shape\[1\] must be an int >= 0"),
+        ((1,) * 65, np.float32, ValueError, r"target\['a'\].shape is not a shape of any array: .*65 dimensions"),
+        ((0, 2**63), np.uint8, ValueError, r"target\['a'\].shape is not a shape of any array"),
+        ((0, 2**61), np.float64, ValueError, r"target\['a'\].shape is not a shape of any array"),
+        ((2,), [("a", "f4"), ("a", "f4")], TypeError, r"target\['a'\] must be an array or scalar"),
+        ((2,), (np.int32, -1), TypeError, r"target\['a'\] must be an array or scalar"),
+        ((2,), "f4,,", TypeError, r"target\['a'\] must be an array or scalar"),
+        ((2,), (np.void, 2**63), TypeError, r"target\['a'\] must be an array or scalar"),
+    ],
+    ids=[
+        "str-shape", "letters-shape", "bytes-shape", "int-shape", "mapping-shape", "float-extent", "str-extent",
+        "bool-extent", "negative-extent", "65-dims", "extent-past-intp", "bytes-past-intp", "repeated-field-dtype",
+        "negative-subarray-dtype", "dtype-syntax", "void-too-large",
+    ],
+)  # fmt: skip
+def test_array_like_targets_with_malformed_shapes_or_dtypes_are_refused_before_reading(
+    tmp_path, shape, dtype, error, expected
+):
+    path = tmp_path / "never-read.msgpack"
+    path.write_bytes(b"\xc1")
+    with pytest.raises(error, match=expected):
+        load_msgpack(path, {"a": _ArrayLike(shape, dtype)}, max_bytes=10)
+
+
+def test_array_like_targets_with_integer_like_extents_still_load(tmp_path):
+    path = tmp_path / "state.msgpack"
+    save_msgpack(path, {"a": np.ones((2, 3), np.float32), "e": np.zeros((0, 4), np.int8)}, overwrite=False)
+    target = {
+        "a": _ArrayLike([np.int64(2), 3], np.dtype(np.float32)),
+        "e": jax.ShapeDtypeStruct((0, 4), jnp.int8),
+    }
+    loaded = load_msgpack(path, target, max_bytes=1000)
+    assert loaded["a"].shape == (2, 3)
+    assert loaded["e"].shape == (0, 4)
+
+
 def test_every_mismatch_is_reported_at_once(tmp_path):
     path = saved(
         tmp_path,

@@ -624,6 +624,92 @@ def test_malformed_headers_raise_value_errors_naming_file_and_tensor(tmp_path: p
         load_safetensors(path, max_bytes=2**40, max_metadata_bytes=1000)
 
 
+# Shapes NumPy cannot make an array of, with the dtype and the bytes their header claims: more than 64
+# dimensions (with or without data), an extent beyond intp, and zero-size shapes whose other extents
+# overflow intp once multiplied by the element size.
+UNREPRESENTABLE_SHAPES: dict[str, tuple[str, list[int], int]] = {
+    "65-ones": ("F32", [1] * 65, 4),
+    "65-zeros": ("F32", [0] * 65, 0),
+    "300-dims": ("U8", [0] + [2] * 299, 0),
+    "extent-2**63": ("U8", [0, 2**63], 0),
+    "extent-2**64": ("F32", [2**64, 0], 0),
+    "extent-huge": ("BOOL", [0, 10**40], 0),
+    "product-overflow": ("U8", [0, 2**62, 2**62], 0),
+    "itemsize-overflow": ("F64", [2**61, 0], 0),
+    "itemsize-overflow-c64": ("C64", [0, 2**31, 2**29], 0),
+    "packed-f4": ("F4", [0, 2**63 - 1, 2], 0),
+}
+# Shapes at NumPy's limits, which it does represent: these stay valid.
+REPRESENTABLE_SHAPES: dict[str, tuple[str, list[int], int]] = {
+    "64-ones": ("F32", [1] * 64, 4),
+    "64-zeros": ("I64", [0] * 64, 0),
+    "extent-intp-max": ("U8", [0, 2**63 - 1], 0),
+    "product-at-limit": ("I16", [2**31, 0, 2**31 - 1], 0),
+}
+
+
+def _shape_file(path: pathlib.Path, dtype: str, shape: list[int], nbytes: int, *, slow: bool) -> None:
+    # An unknown extra key sends an entry through the step-by-step checks, not the fast path.
+    extra = {"note": 1} if slow else {}
+    raw_file(path, {"t": {**entry(dtype, shape, 0, nbytes), **extra}}, bytes(nbytes))
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-path", "step-by-step"])
+@pytest.mark.parametrize("case", list(UNREPRESENTABLE_SHAPES), ids=list(UNREPRESENTABLE_SHAPES))
+def test_shapes_numpy_cannot_represent_are_malformed_headers(tmp_path: pathlib.Path, case: str, slow: bool) -> None:
+    dtype, shape, nbytes = UNREPRESENTABLE_SHAPES[case]
+    numpy_dtype = EXACT_DTYPES.get(dtype)
+    if numpy_dtype is not None:  # The premise: NumPy itself refuses the shape.
+        with pytest.raises(ValueError, match="(?i)dimension|too big"):
+            np.empty(shape, numpy_dtype)
+    path = tmp_path / f"{case}.safetensors"
+    _shape_file(path, dtype, shape, nbytes, slow=slow)
+    for read in (lambda: inspect_safetensors(path), lambda: load_safetensors(path, max_bytes=2**40)):
+        with pytest.raises(ValueError, match="tensor 't'.*(dimensions|NumPy cannot represent|largest NumPy)") as caught:
+            read()
+        assert isinstance(caught.value, SafetensorError)
+        assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("slow", [False, True], ids=["fast-path", "step-by-step"])
+@pytest.mark.parametrize("case", list(REPRESENTABLE_SHAPES), ids=list(REPRESENTABLE_SHAPES))
+def test_shapes_at_numpys_limits_still_load(tmp_path: pathlib.Path, case: str, slow: bool) -> None:
+    dtype, shape, nbytes = REPRESENTABLE_SHAPES[case]
+    path = tmp_path / f"{case}.safetensors"
+    _shape_file(path, dtype, shape, nbytes, slow=slow)
+    assert inspect_safetensors(path).tensors["t"].shape == tuple(shape)
+    loaded = load_safetensors(path, max_bytes=nbytes).tensors["t"]
+    assert loaded.shape == tuple(shape)
+    assert loaded.dtype == EXACT_DTYPES[dtype]
+
+
+def test_header_validation_agrees_with_numpy_on_random_extreme_shapes(tmp_path: pathlib.Path) -> None:
+    # Seeded shapes around the limits: ranks near 64, a zero extent, others spread over 2**0 .. 2**66.
+    rng = np.random.default_rng(13)
+    path = tmp_path / "random.safetensors"
+    outcomes = set()
+    for index in range(300):
+        dtype = ["U8", "I16", "F32", "F64", "C64"][index % 5]
+        rank = int(rng.integers(1, 70))
+        shape = [int(2 ** rng.uniform(0, 66)) if rng.random() < 0.2 else int(rng.integers(1, 4)) for _ in range(rank)]
+        shape[int(rng.integers(rank))] = 0
+        try:
+            np.empty(shape, EXACT_DTYPES[dtype])
+            numpy_accepts = True
+        except ValueError:
+            numpy_accepts = False
+        _shape_file(path, dtype, shape, 0, slow=bool(index % 2))
+        if numpy_accepts:
+            assert load_safetensors(path, max_bytes=0).tensors["t"].shape == tuple(shape)
+            outcomes.add("loaded")
+        else:
+            with pytest.raises(ValueError, match="tensor 't'") as caught:
+                load_safetensors(path, max_bytes=0)
+            assert isinstance(caught.value, SafetensorError)
+            outcomes.add("refused")
+    assert outcomes == {"refused", "loaded"}
+
+
 def test_malformed_file_errors_pickle_with_their_types(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "bad.safetensors"
     path.write_bytes(b"not a Safetensors file")

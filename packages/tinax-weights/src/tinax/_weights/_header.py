@@ -34,6 +34,7 @@ __all__ = [
     "forget_validated_headers",
     "malformed",
     "metadata_nbytes",
+    "numpy_shape_problem",
     "read_exactly",
     "read_header",
     "utf8_text_problem",
@@ -51,6 +52,11 @@ _INT_TYPE = {int}
 # Longer shapes take the step-by-step path, whose size check stays cheap for any rank.
 _MAX_PLAIN_RANK = 16
 _HEADER_ALIGNMENT = 8
+# What NumPy can represent: at most 64 dimensions (NPY_MAXDIMS), and every
+# extent and the byte count of the non-zero extents within its index type
+# (intp). NumPy checks the byte count even when another extent is 0.
+_MAX_NUMPY_RANK = 64
+_MAX_NUMPY_INDEX = int(np.iinfo(np.intp).max)
 
 _Fail = Callable[[str], NoReturn]
 # The tensors, the metadata and its encoded size.
@@ -151,7 +157,8 @@ def _require_tensor_dtype(value: object) -> SafetensorsDtype:
         validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
     try:
         dtype = np.dtype(value)  # type: ignore[call-overload]
-    except TypeError:
+    # A malformed description makes NumPy raise ValueError or even SyntaxError.
+    except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError):
         validation.fail_type("dtype", _DTYPE_EXPECTATION, value)
     name = _dtypes.dtype_name(dtype)
     if name is None:
@@ -400,6 +407,9 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
                 and type(end) is int
                 and 0 <= start <= end <= payload_size
                 and end - start == math.prod(shape) * dtype.itemsize
+                # A span of data bounds every extent; an empty one (an extent
+                # of 0) bounds none, and NumPy still limits the others.
+                and (end != start or numpy_shape_problem(shape, dtype.itemsize) is None)
             )
         except (TypeError, KeyError, ValueError):
             plainly_valid = False
@@ -524,6 +534,12 @@ def _check_tensor(
             f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs more "
             "bytes than the whole payload"
         )
+    # The span bounds a shape with data; a rank beyond NumPy's, or huge extents
+    # beside a 0, pass that bound and NumPy would refuse them at load.
+    # Packed sub-byte elements count as a byte each: no array type holds them.
+    shape_problem = numpy_shape_problem(shape, max(1, dtype.bits // 8))
+    if shape_problem is not None:
+        fail_tensor(shape_problem)
     bits = element_count * dtype.bits
     if bits % 8:
         fail_tensor(f"shape {shape} of {dtype_text} ({dtype.bits}-bit elements) does not fill whole bytes")
@@ -533,6 +549,41 @@ def _check_tensor(
             f"{bits // 8} bytes"
         )
     return tuple(shape), dtype, (start, end)
+
+
+def numpy_shape_problem(shape: list[int] | tuple[int, ...], itemsize: int) -> str | None:
+    """Returns why NumPy cannot make an array of ``shape``, or None if it can.
+
+    NumPy refuses more than 64 dimensions, an extent beyond its index type,
+    and a shape whose non-zero extents times ``itemsize`` exceed that type,
+    even when another extent is 0 and the array would hold nothing. The work
+    is bounded whatever the shape: the rank is checked first and the product
+    stops at the limit.
+
+    Args:
+      shape: Non-negative int extents.
+      itemsize: Bytes per element.
+
+    Returns:
+      The reason, for a message (``"shape [...] has 65 dimensions; ..."``), or None.
+    """
+    if len(shape) > _MAX_NUMPY_RANK:
+        return f"shape has {len(shape)} dimensions; NumPy arrays have at most {_MAX_NUMPY_RANK}"
+    nbytes = itemsize
+    for extent in shape:
+        if extent > _MAX_NUMPY_INDEX:
+            return (
+                f"shape {list(shape)} has the extent {extent}, more than {_MAX_NUMPY_INDEX}, the largest NumPy can "
+                "index"
+            )
+        if extent:
+            nbytes *= extent
+            if nbytes > _MAX_NUMPY_INDEX:
+                return (
+                    f"shape {list(shape)} is one that NumPy cannot represent: its non-zero extents span more than "
+                    f"{_MAX_NUMPY_INDEX} bytes (NumPy refuses such a shape even when another extent is 0)"
+                )
+    return None
 
 
 def _json_kind(value: object) -> str:

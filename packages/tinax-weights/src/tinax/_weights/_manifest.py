@@ -93,7 +93,9 @@ def _require_dtype(value: object) -> np.dtype[Any]:
         return value.numpy_dtype
     try:
         return np.dtype(value)  # type: ignore[call-overload, no-any-return]
-    except TypeError as error:
+    # Malformed descriptions make NumPy raise ValueError ("field 'a' occurs
+    # more than once", a negative subarray shape) or SyntaxError ("f4,,").
+    except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError) as error:
         raise TypeError(validation.expectation_message("expected_dtype", _DTYPE_EXPECTATION, value)) from error
 
 

@@ -35,8 +35,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_write, open_regular_file
-from tinax._weights._paths import MissingFilePathError, require_file_destination, require_not_a_directory
+from tinax._weights._header import numpy_shape_problem
+from tinax._weights._paths import MissingFilePathError, open_file_to_read, write_file_atomically
 
 __all__ = ["load_msgpack", "save_msgpack"]
 
@@ -171,15 +171,19 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
       ValueError: If an int leaf is outside the 64-bit range, a string is not
         valid UTF-8, a mapping contains itself, a key is flax's reserved
         ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
-      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      IsADirectoryError: If ``path`` is a directory, or becomes one before
+        the file takes its name (also a ValueError), as
+        :func:`~tinax.weights.save_safetensors` reports it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file
+        can exist at ``path``: it runs through a loop of symbolic links, or a
+        name, counting the temporary file's, is too long (then also a
+        ValueError).
     """
     destination = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
     tree = _checked_state(state, "state", frozenset())
-    require_file_destination(destination)
-    with atomic_write(destination, overwrite=overwrite) as handle:
+    with write_file_atomically(destination, overwrite=overwrite) as handle:
         _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
 
 
@@ -423,8 +427,12 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     Raises:
       TypeError: If ``path`` is not a path, ``max_bytes`` is not an int (a
         bool included), or ``target`` is not a mapping with ``str`` keys or
-        holds a leaf of another kind (a list, a PRNG key array, ...).
-      ValueError: If ``max_bytes`` is below 1, ``path`` is not a regular file
+        holds a leaf of another kind (a list, a PRNG key array, ...), or an
+        array-like whose ``shape`` is not a sequence of ints (a str
+        included) or whose ``dtype`` is not a dtype the format carries.
+      ValueError: If ``max_bytes`` is below 1, a target leaf's shape has a
+        negative extent or is one NumPy cannot represent (more than 64
+        dimensions, say), ``path`` is not a regular file
         (a device, say), the file is larger than ``max_bytes`` (checked
         before reading it), the file is not a well-formed msgpack state dict
         (truncated, trailing bytes, an unknown extension or dtype, a foreign
@@ -434,13 +442,14 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
         ``target``: the message lists every missing key and every mismatched
         leaf.
       FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
-        directory (then also a ValueError), as tinax 0.2 reported it.
+        directory (then also a ValueError), as tinax 0.2 reported it; or no
+        file can exist at ``path``: it runs through a regular file or a loop
+        of symbolic links, or a name is too long (then also a ValueError).
     """
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")
     expected = _target_structure(target, "target", frozenset())
-    require_not_a_directory(source, kind="msgpack file", error=MissingFilePathError)
-    with open_regular_file(source, kind="msgpack file") as (handle, size):
+    with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
         if size > limit:
             raise ValueError(
                 f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
@@ -489,11 +498,19 @@ def _target_leaf(value: object, where: str) -> _Leaf:
         validation.fail_type(where, expected, value)
     try:
         dtype = _native_dtype(np.dtype(raw_dtype))
-        extents = tuple(int(extent) for extent in shape)
-    except TypeError:  # PRNG key arrays and other extended dtypes have no NumPy dtype.
+    # PRNG key arrays and other extended dtypes have no NumPy dtype; a malformed
+    # dtype description makes NumPy raise ValueError or even SyntaxError.
+    except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError):
         dtype = None
     if dtype is None:
         validation.fail_type(where, _DTYPE_EXPECTATION, value)
+    # A str is a sequence, and "12" would read as the shape (1, 2).
+    extents = validation.require_sequence(
+        shape, f"{where}.shape", item_check=validation.require_non_negative_int, description="a sequence of ints"
+    )
+    problem = numpy_shape_problem(extents, dtype.itemsize)
+    if problem is not None:
+        raise ValueError(f"{where}.shape is not a shape of any array: {problem}")
     return _ArrayLeaf(extents, dtype)
 
 

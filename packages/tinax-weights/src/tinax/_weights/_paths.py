@@ -4,14 +4,41 @@ tinax 0.2 refused a symbolic link as a save destination with a ValueError,
 and reported a directory given as a file path with the operating system's
 error. These checks keep those types, and the folder errors are ValueErrors
 too, since a folder where a file is needed is a bad value.
+
+A path that cannot lead to any file (one that runs through a regular file, a
+loop of symbolic links, a name longer than the file system allows) is
+reported as :class:`UnreachablePathError`, a FileNotFoundError, which is
+what tinax 0.2 raised for the first two when loading msgpack files, and a
+ValueError, never as the operating system's bare OSError.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import io
 import pathlib
+from collections.abc import Iterator
+from typing import BinaryIO
 
-__all__ = ["DirectoryPathError", "MissingFilePathError", "require_file_destination", "require_not_a_directory"]
+from tinax._core.files import atomic_write, open_regular_file
+
+__all__ = [
+    "DirectoryPathError",
+    "MissingFilePathError",
+    "UnreachablePathError",
+    "open_file_to_read",
+    "require_file_destination",
+    "require_not_a_directory",
+    "write_file_atomically",
+]
+
+# What each errno says about a path that cannot lead to a file.
+_UNREACHABLE = {
+    errno.ENOTDIR: "a component of it before the last is not a directory",
+    errno.ELOOP: "it runs into a loop of symbolic links (or through too many of them)",
+    errno.ENAMETOOLONG: "it, or a name in it, is longer than the file system allows",
+}
 
 
 class DirectoryPathError(IsADirectoryError, ValueError):
@@ -20,6 +47,102 @@ class DirectoryPathError(IsADirectoryError, ValueError):
 
 class MissingFilePathError(FileNotFoundError, ValueError):
     """A directory was given where an existing file is needed, reported as no such file."""
+
+
+class UnreachablePathError(FileNotFoundError, ValueError):
+    """A path that cannot lead to a file, whatever exists on disk.
+
+    Its ``errno`` is the operating system's: ENOTDIR (a component is a
+    regular file), ELOOP (a symbolic-link loop) or ENAMETOOLONG.
+    """
+
+
+@contextlib.contextmanager
+def _path_errors_translated(path: pathlib.Path, action: str, directory_error: type[OSError]) -> Iterator[None]:
+    """Turns the operating system's errors for a path that leads to no file into documented ones.
+
+    Args:
+      path: The path being opened.
+      action: What was being done, for the message, such as ``"read a msgpack file at"``.
+      directory_error: The class to raise, with EISDIR or ENOENT as its class
+        says, where the system reports a directory in the way.
+    """
+    try:
+        yield
+    except (UnreachablePathError, DirectoryPathError, MissingFilePathError):
+        raise
+    except IsADirectoryError as error:  # A folder took the name after the checks.
+        code = errno.ENOENT if issubclass(directory_error, FileNotFoundError) else errno.EISDIR
+        raise directory_error(code, f"cannot {action} this path: it is a directory", str(path)) from error
+    except OSError as error:
+        reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
+        if reason is None:
+            raise
+        if error.errno == errno.ENAMETOOLONG and action.startswith("write"):
+            # The file is first written under a longer hidden name beside the destination.
+            reason = f"{reason}, counting the hidden temporary name, about 14 characters longer, written first"
+        raise UnreachablePathError(error.errno, f"cannot {action} this path: {reason}", str(path)) from error
+
+
+@contextlib.contextmanager
+def open_file_to_read(
+    path: pathlib.Path, *, kind: str, directory_error: type[OSError] = DirectoryPathError
+) -> Iterator[tuple[io.FileIO, int]]:
+    """Opens an existing regular file to read, with path errors of documented types.
+
+    Only opening is covered: errors while reading the open file (EIO, say)
+    come through unchanged.
+
+    Args:
+      path: The file to read.
+      kind: What the file should be, for messages, such as ``"safetensors file"``.
+      directory_error: The class to raise if ``path`` is a directory, an
+        OSError that is also a ValueError.
+
+    Yields:
+      The open unbuffered file and its size in bytes.
+
+    Raises:
+      FileNotFoundError: If nothing exists at ``path``, or no file can
+        (:class:`UnreachablePathError`, also a ValueError).
+      OSError: Of class ``directory_error`` (also a ValueError), if ``path``
+        is a directory.
+      ValueError: If ``path`` is not a regular file (a device, say).
+    """
+    with contextlib.ExitStack() as stack:
+        with _path_errors_translated(path, f"read a {kind} at", directory_error):
+            require_not_a_directory(path, kind=kind, error=directory_error)
+            opened = stack.enter_context(open_regular_file(path, kind=kind))
+        yield opened
+
+
+@contextlib.contextmanager
+def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[BinaryIO]:
+    """Checks a destination and writes it atomically, with path errors of documented types.
+
+    The block should only write to the file it is given: an OSError that it
+    raises is treated like one from the path.
+
+    Args:
+      path: The destination file.
+      overwrite: Whether an existing file may be replaced.
+
+    Yields:
+      A binary file to write the content to; it takes the name ``path`` when
+      the block ends without an error.
+
+    Raises:
+      ValueError: If ``path`` is a symbolic link.
+      IsADirectoryError: If ``path`` is a directory, or becomes one before the
+        file takes its name (also a ValueError).
+      FileExistsError: If ``path`` exists and ``overwrite`` is False.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file
+        can exist at ``path`` (:class:`UnreachablePathError`, also a ValueError).
+    """
+    with _path_errors_translated(path, "write a file at", DirectoryPathError):
+        require_file_destination(path)
+        with atomic_write(path, overwrite=overwrite) as handle:
+            yield handle
 
 
 def require_file_destination(path: pathlib.Path) -> None:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_write, open_regular_file
 from tinax._core.host import require_host_array
 from tinax._weights import _dtypes
 from tinax._weights._header import (
@@ -37,7 +36,7 @@ from tinax._weights._header import (
     read_exactly,
     read_header,
 )
-from tinax._weights._paths import require_file_destination, require_not_a_directory
+from tinax._weights._paths import open_file_to_read, write_file_atomically
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -120,8 +119,10 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
     object without conflicting repeated keys, ``__metadata__`` of str to str,
     each tensor with ``dtype``, ``shape`` and ``data_offsets`` (other keys are
     ignored), a known dtype, non-negative integer extents, a byte span
-    matching shape times element size, and spans that are contiguous, do not
-    overlap and cover the payload to the last byte.
+    matching shape times element size, a shape NumPy can represent (at most
+    64 dimensions; non-zero extents times the element size within its index
+    type), and spans that are contiguous, do not overlap and cover the
+    payload to the last byte.
 
     Args:
       path: The file to inspect.
@@ -138,16 +139,19 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
       TypeError: If ``path`` is not a str or path-like, or
         ``max_metadata_bytes`` is not an int (bool included).
       ValueError: If ``max_metadata_bytes`` is negative, the metadata is
-        larger, or the header is malformed; a malformed header raises an error
-        that is also a ``safetensors.SafetensorError``, naming the file and,
-        where one is at fault, the tensor.
+        larger, or the header is malformed (a tensor's shape that NumPy cannot
+        represent included: more than 64 dimensions, or extents whose
+        product overflows its index type even beside a 0); a malformed header
+        raises an error that is also a ``safetensors.SafetensorError``, naming
+        the file and, where one is at fault, the tensor.
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      FileNotFoundError: If no file exists at ``path``.
+      FileNotFoundError: If no file exists at ``path``, or none can: the path
+        runs through a regular file or a loop of symbolic links, or a name
+        is too long (then also a ValueError).
     """
     file_path = validation.require_path(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
-    require_not_a_directory(file_path, kind="safetensors file")
-    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
+    with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
         return read_header(handle, file_size=file_size, source=str(file_path), max_metadata_bytes=metadata_limit).info
 
 
@@ -190,15 +194,16 @@ def load_safetensors(
         file is malformed or shorter than its header says (then also a
         ``safetensors.SafetensorError``).
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      FileNotFoundError: If no file exists at ``path``.
+      FileNotFoundError: If no file exists at ``path``, or none can: the path
+        runs through a regular file or a loop of symbolic links, or a name
+        is too long (then also a ValueError).
     """
     file_path = validation.require_path(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = _require_names(names)
     source = str(file_path)
-    require_not_a_directory(file_path, kind="safetensors file")
-    with open_regular_file(file_path, kind="safetensors file") as (handle, file_size):
+    with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
         selected = list(available) if requested is None else _require_known(requested, available, source)
@@ -272,9 +277,14 @@ def save_safetensors(
         would exceed 100 MB, or ``path`` is a symbolic link.
       UnicodeEncodeError: If a name or metadata entry holds a lone surrogate,
         which UTF-8 cannot encode (a ValueError).
-      IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      IsADirectoryError: If ``path`` is a directory, or becomes one before
+        the file takes its name (also a ValueError), as
+        :func:`~tinax.weights.save_msgpack` reports it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file
+        can exist at ``path``: it runs through a loop of symbolic links, or a
+        name, counting the temporary file's, is too long (then also a
+        ValueError).
     """
     file_path = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
@@ -305,8 +315,7 @@ def save_safetensors(
             f"the header for {len(entries)} tensors would be {len(header) - LENGTH_FIELD_BYTES} bytes, more than the "
             f"{MAX_HEADER_BYTES}-byte limit that safetensors readers accept"
         )
-    require_file_destination(file_path)
-    with atomic_write(file_path, overwrite=overwrite) as handle:
+    with write_file_atomically(file_path, overwrite=overwrite) as handle:
         handle.write(header)
         for _, _, array in planned:
             _write_little_endian_c_order(handle, array)
