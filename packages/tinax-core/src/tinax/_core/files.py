@@ -5,19 +5,29 @@ writers that open a path themselves, :func:`atomic_path`): the bytes land in a
 temporary file in the destination folder, are flushed and fsynced, and only
 then take the destination name. A crash at any moment leaves either the old
 file (or nothing) or the complete new one, never a torn file.
+
+A writer killed before it publishes leaves its hidden temporary file behind.
+Each temporary name records who wrote it (the machine and PID namespace, the
+process id and the process's start time), so the next write to the same
+destination removes the temporary files of writers that are no longer
+running, and never those of a live one. Where that cannot be told for sure
+(no ``/proc``, another machine or container), nothing is removed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import functools
+import hashlib
 import io
 import os
 import pathlib
+import re
 import stat
 import tempfile
 from collections.abc import Iterator
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 __all__ = ["atomic_path", "atomic_write", "fsync_directory", "open_regular_file"]
 
@@ -117,8 +127,104 @@ def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int,
         raise FileNotFoundError(f"the folder of {str(destination)!r} does not exist")
     if not overwrite and (destination.exists() or destination.is_symlink()):
         raise FileExistsError(f"{str(destination)!r} already exists, and this write does not replace existing files")
-    descriptor, temporary_name = tempfile.mkstemp(prefix=f".{destination.name}.", suffix=".tmp", dir=directory)
+    stem = _temporary_stem(destination.name)
+    _remove_leftovers_of_dead_writers(directory, stem)
+    owner = _this_writer()
+    descriptor, temporary_name = tempfile.mkstemp(
+        prefix=f".{stem}.tinax-{owner.host}-{owner.pid}-{owner.start}.", suffix=".tmp", dir=directory
+    )
     return descriptor, pathlib.Path(temporary_name)
+
+
+#: Destination names longer than this are shortened in temporary names (a
+#: prefix and a hash), so the temporary name still fits NAME_MAX (255).
+_LONGEST_STEM = 150
+#: Host token of a process that cannot tell its machine and PID namespace: its
+#: temporary files carry it, and it never removes anyone's leftovers.
+_UNKNOWN_HOST = "00000000"
+
+
+def _temporary_stem(name: str) -> str:
+    if len(name) <= _LONGEST_STEM:
+        return name
+    return f"{name[:100]}-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:16]}"
+
+
+class _Writer(NamedTuple):
+    """Who wrote a temporary file: host token, process id and process start time."""
+
+    host: str
+    pid: int
+    start: int
+
+
+def _this_writer() -> _Writer:
+    pid = os.getpid()  # Not cached: a forked child is another writer.
+    start = _process_start(pid)
+    return _Writer(_host_token(), pid, 0 if start is None else start)
+
+
+@functools.cache
+def _host_token() -> str:
+    # A process id means something only on the machine, and in the PID
+    # namespace, that issued it: a folder may be shared with other hosts or
+    # containers, whose writers this process cannot see.
+    try:
+        boot = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return _UNKNOWN_HOST
+    return hashlib.sha256(f"{boot}|{namespace}".encode()).hexdigest()[:8]
+
+
+def _process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot, or None if unknown."""
+    try:
+        status = pathlib.Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    # The command name (field 2) is parenthesised and may hold spaces or ')'.
+    fields = status[status.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19])  # Field 22 of the whole line.
+    except (IndexError, ValueError):
+        return None
+
+
+def _writer_is_gone(pid: int, start: int) -> bool:
+    """Whether the writer (``pid`` started at ``start``) has certainly stopped running."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # Exists but belongs to someone else: alive as far as we can tell.
+    current = _process_start(pid)
+    # The same id on a process that started at another time: the id was reused.
+    return current is not None and current != start
+
+
+def _remove_leftovers_of_dead_writers(directory: pathlib.Path, stem: str) -> None:
+    host = _host_token()
+    if host == _UNKNOWN_HOST:
+        return
+    pattern = re.compile(rf"\.{re.escape(stem)}\.tinax-([0-9a-f]{{8}})-(\d+)-(\d+)\.\w+\.tmp")
+    this_process = os.getpid()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        match = pattern.fullmatch(entry.name)
+        if match is None or match.group(1) != host:
+            continue
+        pid, start = int(match.group(2)), int(match.group(3))
+        # Another thread of this process may be writing it right now.
+        if pid == this_process or not entry.is_file(follow_symlinks=False):
+            continue
+        if _writer_is_gone(pid, start):
+            with contextlib.suppress(FileNotFoundError):  # Another writer cleaned it first.
+                os.unlink(entry.path)
 
 
 def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: bool) -> None:

@@ -78,9 +78,6 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
         reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
         if reason is None:
             raise
-        if error.errno == errno.ENAMETOOLONG and action.startswith("write"):
-            # The file is first written under a longer hidden name beside the destination.
-            reason = f"{reason}, counting the hidden temporary name, about 14 characters longer, written first"
         raise UnreachablePathError(error.errno, f"cannot {action} this path: {reason}", str(path)) from error
 
 
