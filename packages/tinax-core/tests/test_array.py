@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
+from tinax._core.host import has_masked_elements
 from tinax._core.testing import import_side_effects
 from tinax.array import (
     ArrayInfo,
@@ -148,6 +149,59 @@ def test_to_numpy_rejects_a_deleted_array():
     assert isinstance(raised.value, jax.errors.JaxRuntimeError)
 
 
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize(
+    "masked",
+    [
+        np.ma.masked_array([1.0, 2.0, 3.0], mask=[False, True, False]),
+        np.ma.masked_invalid(np.array([[1.0, np.nan], [2.0, 3.0]], dtype=np.float32)),
+        np.ma.masked_all((2, 2), dtype=np.int32),
+        np.ma.masked_array(np.float32(5.0), mask=True),
+        np.ma.masked_array(np.arange(12).reshape(3, 4), mask=np.eye(3, 4, dtype=bool))[::2, 1:],
+    ],
+    ids=["one-masked", "masked-nan", "all-masked", "scalar-masked", "strided-view"],
+)
+def test_from_numpy_refuses_masked_arrays_with_masked_elements(masked, copy):
+    with pytest.raises(ValueError, match=r"^array must be an array without masked elements \(a jax.Array cannot hold"):
+        from_numpy(masked, copy=copy)
+
+
+def test_from_numpy_refuses_a_masked_field_of_a_structured_mask():
+    # A structured mask has one flag per field; numpy's own any() refuses it.
+    masked = np.ma.masked_array(np.zeros(2, dtype=[("a", "f4")]), mask=[(False,), (True,)])
+    with pytest.raises(ValueError, match="without masked elements"):
+        from_numpy(masked, copy=True)
+
+    assert has_masked_elements(masked)
+    assert not has_masked_elements(np.ma.masked_array(np.zeros(2, dtype=[("a", "f4")]), mask=False))
+
+
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize(
+    "unmasked",
+    [
+        np.ma.masked_array([1.0, 2.0, 3.0]),
+        np.ma.masked_array(np.arange(6, dtype=np.int16).reshape(2, 3), mask=np.zeros((2, 3), bool)),
+        np.ma.masked_invalid(np.array([1.0, 2.0])),
+    ],
+    ids=["nomask", "all-false-mask", "no-invalid"],
+)
+def test_from_numpy_accepts_masked_arrays_without_masked_elements(unmasked, copy):
+    result = from_numpy(unmasked, copy=copy)
+    assert isinstance(result, jax.Array)
+    np.testing.assert_array_equal(np.asarray(result), np.ma.getdata(unmasked))
+    assert result.dtype == jax.dtypes.canonicalize_dtype(unmasked.dtype)
+    assert not isinstance(np.asarray(result), np.ma.MaskedArray)
+
+
+def test_from_numpy_checks_argument_kinds_before_the_mask():
+    masked = np.ma.masked_array([1.0], mask=[True])
+    with pytest.raises(TypeError, match="copy must be a bool"):
+        from_numpy(masked, copy=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="numeric or bool dtype"):
+        from_numpy(np.ma.masked_array(np.array([object()]), mask=[True]), copy=True)
+
+
 # from_dlpack ----------------------------------------------------------------
 
 
@@ -186,6 +240,35 @@ def test_from_dlpack_rejects_a_non_producer():
 def test_from_dlpack_copy_must_be_bool_or_none():
     with pytest.raises(TypeError, match="copy must be a bool"):
         from_dlpack(np.ones(2), copy=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("copy", [None, False, True])
+@pytest.mark.parametrize("how", ["delete", "donate"])
+def test_from_dlpack_refuses_a_deleted_array_like_to_numpy(copy, how):
+    if how == "delete":
+        array = jnp.arange(4.0)
+        array.delete()
+    else:
+        array = jnp.arange(4.0)
+        jax.jit(lambda value: value + 1, donate_argnums=0)(array)
+        if not array.is_deleted():
+            pytest.skip("this backend does not honour donation")
+    with pytest.raises(
+        ValueError, match=r"^array must be a live array \(it was deleted or donated\), got float32\[4\]"
+    ) as raised:
+        from_dlpack(array, copy=copy)
+    # The same error as to_numpy's for a deleted array ...
+    assert isinstance(raised.value, jax.errors.JaxRuntimeError)
+    # ... and the TypeError that JAX raised here, which tinax 0.2 let through.
+    assert isinstance(raised.value, TypeError)
+
+
+def test_from_dlpack_refuses_a_deleted_shard_of_a_sharded_array(mesh8):
+    array = jax.device_put(jnp.arange(8.0), NamedSharding(mesh8, PartitionSpec("data")))
+    shard = array.addressable_shards[0].data
+    shard.delete()
+    with pytest.raises(ValueError, match="deleted or donated"):
+        from_dlpack(shard, device=jax.devices()[0])
 
 
 @pytest.mark.parametrize("copy", [None, False, True])
@@ -367,6 +450,85 @@ def test_safe_astype_argument_kinds():
         safe_astype(jnp.ones(2), jnp.float32, allow_lossy=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="numeric or bool dtype"):
         safe_astype(jax.random.key(0), jnp.uint32)
+
+
+class _BadDTypeAttribute:
+    dtype = "no-such-dtype"
+
+
+class _NumberDTypeAttribute:
+    dtype = 3
+
+
+class _RaisingDTypeAttribute:
+    @property
+    def dtype(self):
+        raise RuntimeError("no dtype here")
+
+
+ODD_DTYPES = [
+    "not-a-dtype",
+    object(),
+    3,
+    -1,
+    2**70,
+    1.5,
+    float("nan"),
+    "",
+    "i4)",
+    "int999",
+    "M8[xyz]",
+    ("i4", -1),
+    ("i4", 2**40),
+    (np.int32, "x"),
+    ("f4", {"shape": 1}),
+    {"names": ["a"], "formats": ["f4", "i4"]},
+    "\ud800",
+    _BadDTypeAttribute(),
+    _NumberDTypeAttribute(),
+    _RaisingDTypeAttribute(),
+    ">i4",
+    np.dtype(">f4"),
+    "f4,i4",
+    (np.int32, (2,)),
+    np.ones(2),
+    [np.float32],
+    Ellipsis,
+]
+
+
+@pytest.mark.parametrize("dtype", ODD_DTYPES, ids=repr)
+def test_safe_astype_dtype_that_is_no_usable_dtype_is_a_type_error(dtype):
+    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype"):
+        safe_astype(jnp.ones(2, jnp.int8), dtype, allow_lossy=True)
+
+
+@pytest.mark.parametrize("dtype", ODD_DTYPES, ids=repr)
+def test_one_hot_dtype_that_is_no_usable_dtype_is_a_type_error(dtype):
+    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype"):
+        one_hot(jnp.arange(2), num_classes=2, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        ("float32", np.float32),
+        (b"i4", np.int32),
+        ("<f2", np.float16),
+        ("=i2", np.int16),
+        (np.dtype("bfloat16"), jnp.bfloat16),
+        ("int4", jnp.int4),
+        (bool, np.bool_),
+    ],
+    ids=repr,
+)
+def test_safe_astype_accepts_every_form_of_a_usable_dtype(dtype, expected):
+    assert safe_astype(jnp.ones(2, jnp.int8), dtype, allow_lossy=True).dtype == expected
+
+
+def test_safe_astype_none_keeps_the_default_float_dtype():
+    # tinax 0.2's behaviour: None is not an odd dtype but the default float.
+    assert safe_astype(jnp.ones(2, jnp.int8), None).dtype == jnp.float32  # type: ignore[arg-type]
 
 
 # one_hot --------------------------------------------------------------------

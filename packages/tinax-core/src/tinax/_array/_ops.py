@@ -13,7 +13,7 @@ from jax.typing import DTypeLike
 
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
-from tinax._core.shapes import is_extended_dtype
+from tinax._core.shapes import devices_of, is_extended_dtype, require_fits
 
 __all__ = ["is_value_preserving_cast", "one_hot", "safe_astype", "stack_batch"]
 
@@ -23,14 +23,22 @@ def _require_dtype(value: object, name: str) -> np.dtype[Any]:
     expected = "a numeric or bool dtype"
     if value is None or isinstance(value, bool):
         validation.fail_type(name, expected, value)
-    if is_extended_dtype(value):
-        validation.fail_type(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
     try:
-        dtype: np.dtype[Any] = np.dtype(value)  # type: ignore[call-overload]
-    except TypeError as error:
+        extended = is_extended_dtype(value)
+        dtype: np.dtype[Any] | None = None if extended else np.dtype(value)  # type: ignore[call-overload]
+    except Exception as error:
+        # Whatever is not a dtype is the wrong kind of object, however NumPy
+        # says so: TypeError for most, ValueError for a bad sub-array shape
+        # such as ("i4", -1) or an object whose .dtype is no dtype,
+        # UnicodeEncodeError for a lone surrogate, or what a broken .dtype
+        # property raises.
         raise TypeError(validation.expectation_message(name, expected, value)) from error
+    if dtype is None:
+        validation.fail_type(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
     if dtype.hasobject or dtype.kind in {"U", "S", "M", "m"} or (dtype.kind == "V" and not _is_jax_numeric(dtype)):
         validation.fail_type(name, expected, value)
+    if not dtype.isnative:
+        validation.fail_type(name, expected + " in native byte order", value)
     return dtype
 
 
@@ -147,8 +155,9 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
 
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype,
-        ``dtype`` is not a numeric or bool dtype, or ``allow_lossy`` is not a
-        bool.
+        ``dtype`` is not a numeric or bool dtype in native byte order
+        (anything NumPy cannot read as a dtype included, however NumPy
+        fails on it), or ``allow_lossy`` is not a bool.
       ValueError: If the cast is lossy and ``allow_lossy`` is False, or the
         target dtype would silently be narrowed by JAX's configuration.
     """
@@ -196,8 +205,12 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
     Raises:
       TypeError: If ``indices`` is not an integer array (bool included),
         ``num_classes`` is a bool or not an int, or ``dtype`` is not a
-        numeric or bool dtype.
-      ValueError: If ``num_classes`` is below 1, or concrete indices are out
+        numeric or bool dtype in native byte order (as for
+        :func:`safe_astype`).
+      ValueError: If ``num_classes`` is below 1 or so large that the result
+        could not exist (more bytes than XLA can represent in one array,
+        2**63 - 1, or than the memory of the devices it would live on; a CPU
+        counts as the host's physical memory), or concrete indices are out
         of range.
     """
     if not isinstance(indices, (jax.Array, np.ndarray)):
@@ -206,6 +219,13 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
         validation.fail_type("indices", "an array with an integer dtype (not bool or float)", indices)
     classes = validation.require_positive_int(num_classes, "num_classes")
     target = None if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    require_fits(
+        "num_classes",
+        num_classes,
+        shape=(*indices.shape, classes),
+        dtype=np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)) if target is None else target,
+        devices=lambda: devices_of(indices),
+    )
     if not is_tracer(indices) and indices.size:
         low, high = int(jnp.min(indices)), int(jnp.max(indices))
         if low < 0 or high >= classes:

@@ -10,8 +10,8 @@ import numpy as np
 from jax.sharding import Sharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array
-from tinax._core.jax_compat import RuntimeValueError, require_concrete
+from tinax._core.host import host_source, require_host_array, require_unmasked
+from tinax._core.jax_compat import RuntimeValueError, is_tracer, require_concrete
 from tinax._core.shapes import is_extended_dtype
 
 __all__ = ["from_dlpack", "from_numpy", "to_numpy"]
@@ -36,7 +36,9 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     asynchronous.
 
     Args:
-      array: The host data. Object dtypes are refused.
+      array: The host data. Object dtypes are refused. A
+        ``numpy.ma.MaskedArray`` is accepted only when no element is masked
+        (its data is used); a JAX array has no place for a mask.
       copy: True to snapshot the data now, so the result is independent of
         ``array``. False to allow the result to share ``array``'s memory; the
         caller then must not write to ``array`` while the result is alive.
@@ -49,13 +51,14 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     Raises:
       TypeError: If ``array`` is not a ``numpy.ndarray``, has an object dtype,
         ``copy`` is not a bool, or ``device`` is of the wrong kind.
-      ValueError: If JAX cannot place the data as asked (for example a
-        sharding that does not divide the shape).
+      ValueError: If ``array`` is a masked array with masked elements, or
+        JAX cannot place the data as asked (for example a sharding that
+        does not divide the shape).
     """
     require_host_array(array, "array")
     validation.require_bool(copy, "copy")
     placement = _require_placement(device)
-    source = host_source(array, copy=copy)
+    source = host_source(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
     try:
         placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
     except (ValueError, RuntimeError) as error:
@@ -110,6 +113,16 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
 
 class _DLPackBufferError(ValueError, BufferError):
     """A ``BufferError`` raised while importing, outside the producer's own methods."""
+
+
+class _DeletedProducerError(RuntimeValueError, TypeError):
+    """A deleted (or donated) ``jax.Array`` handed to ``from_dlpack``.
+
+    Like every deleted array tinax refuses, it is a ValueError that is also
+    ``jax.errors.JaxRuntimeError``. It is a ``TypeError`` too, the type the
+    deleted array's own ``__dlpack_device__`` raises (and tinax 0.2 let
+    through), so code that catches that keeps working.
+    """
 
 
 class _WatchedProducer:
@@ -174,6 +187,10 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
         where sharing is impossible, a sharding over several devices, or a
         strided producer. Where JAX reports the failure as a
         ``jax.errors.JaxRuntimeError`` the ValueError is one too.
+        A deleted (for example donated) ``jax.Array`` is refused before
+        JAX sees it with a ValueError that is also a
+        ``jax.errors.JaxRuntimeError``, as in :func:`to_numpy`, and also
+        the ``TypeError`` that JAX itself raises there.
       Exception: Whatever the producer's own ``__dlpack__`` or
         ``__dlpack_device__`` raises passes through unchanged; NumPy, for
         example, raises ``BufferError`` for a read-only array or a dtype
@@ -184,6 +201,10 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
     if copy is not None:
         validation.require_bool(copy, "copy")
     placement = _require_placement(device)
+    if isinstance(array, jax.Array) and not is_tracer(array) and array.is_deleted():
+        raise _DeletedProducerError(
+            validation.expectation_message("array", "a live array (it was deleted or donated)", array)
+        )
     watched = None if _is_tensorflow_tensor(array) else _WatchedProducer(array)
     try:
         imported: jax.Array = jax.dlpack.from_dlpack(

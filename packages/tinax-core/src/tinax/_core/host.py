@@ -8,7 +8,7 @@ import numpy as np
 
 from tinax._core import validation
 
-__all__ = ["host_source", "require_host_array"]
+__all__ = ["has_masked_elements", "host_source", "require_host_array", "require_unmasked"]
 
 
 def require_host_array(value: object, name: str) -> np.ndarray[Any, Any]:
@@ -33,3 +33,47 @@ def host_source(array: np.ndarray[Any, Any], *, copy: bool) -> np.ndarray[Any, A
     show through; with ``copy=False`` the array itself is returned.
     """
     return np.array(array, copy=True, order="C") if copy else array
+
+
+def has_masked_elements(array: np.ndarray[Any, Any]) -> bool:
+    """Returns whether ``array`` is a ``numpy.ma.MaskedArray`` with a masked element.
+
+    Structured masks (one flag per field) count too: any masked field of
+    any element is a masked element.
+    """
+    if not isinstance(array, np.ma.MaskedArray):
+        return False
+    mask = np.ma.getmask(array)
+    return mask is not np.ma.nomask and _any_flag(np.asarray(mask))
+
+
+def _any_flag(mask: np.ndarray[Any, Any]) -> bool:
+    if mask.dtype.names:
+        return any(_any_flag(mask[field]) for field in mask.dtype.names)
+    return bool(mask.any())
+
+
+def require_unmasked(array: np.ndarray[Any, Any], name: str, *, where: str) -> np.ndarray[Any, Any]:
+    """Refuses a masked array with masked elements; returns the plain data otherwise.
+
+    JAX arrays (and the files tinax writes) have no place for a mask: masked
+    elements would silently become ordinary values. A masked array without
+    any masked element is just its data.
+
+    Args:
+      array: A host array, possibly a ``numpy.ma.MaskedArray``.
+      name: The argument name for the message.
+      where: What cannot hold the mask, for the message (``"a jax.Array"``).
+
+    Returns:
+      ``array`` itself, or a masked array's data as a plain ``numpy.ndarray``.
+
+    Raises:
+      ValueError: If an element is masked.
+    """
+    if not isinstance(array, np.ma.MaskedArray):
+        return array
+    if has_masked_elements(array):
+        validation.fail_value(name, f"an array without masked elements ({where} cannot hold a mask)", array)
+    data: np.ndarray[Any, Any] = np.ma.getdata(array)
+    return data

@@ -7,9 +7,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from tinax._core import validation
+from tinax._core.shapes import devices_of, require_fits
 
 __all__ = ["observe_nonfinite"]
 
@@ -48,7 +50,10 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
     Raises:
       TypeError: If ``callback`` is not callable, ``max_indices`` is a bool or
         not an integer, or ``values`` is not a ``jax.Array``.
-      ValueError: If ``max_indices`` is negative.
+      ValueError: If ``max_indices`` is negative, or so large that the
+        indices could not exist (more bytes than XLA can represent in one
+        array, 2**63 - 1, or than the memory of the devices it would live
+        on; a CPU counts as the host's physical memory).
     """
     validation.require_callable(callback, "callback")
     index_budget = validation.require_non_negative_int(max_indices, "max_indices")
@@ -56,6 +61,14 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
     if not jnp.issubdtype(values.dtype, jnp.inexact):
         # Integers, booleans and keys cannot hold NaN or infinity.
         return values
+    require_fits(
+        "max_indices",
+        max_indices,
+        shape=(index_budget,),
+        dtype=np.dtype(jax.dtypes.canonicalize_dtype(np.int64)),
+        devices=lambda: devices_of(values),
+        what="the reported indices",
+    )
 
     nonfinite = _replicated(jnp.logical_not(jnp.isfinite(jnp.ravel(values))))
     count = jnp.count_nonzero(nonfinite)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from tinax._core import validation
+from tinax._core.shapes import require_fits
 from tinax._jit._budget import TraceBudget
 from tinax._jit._wrapped import BudgetedFunction, require_mesh
 
@@ -63,7 +66,13 @@ def batched_jit(
         None (bools are refused), ``axis_size`` or ``max_traces`` is not an
         int, or ``mesh`` is not a ``jax.sharding.Mesh``.
       ValueError: If ``axis_size`` or ``max_traces`` is below 1, or ``mesh``
-        has no devices or a Manual axis.
+        has no devices or a Manual axis. Also when ``axis_size`` is 2**63 or more
+        (no batched value of that size is representable), or when a trace
+        finds a batched output needing more bytes than XLA can represent in
+        one array (2**63 - 1) or than the memory of the devices (a CPU
+        counts as the host's physical memory); the message names the output
+        and the bytes it would need. Intermediate values inside the function
+        are not checked.
       TraceBudgetExceededError: When a call would trace the batched function
         more than ``max_traces`` times.
     """
@@ -71,12 +80,19 @@ def batched_jit(
     checked_in_axes = _require_in_axes(in_axes)
     checked_out_axes = _require_axis_tree(out_axes, "out_axes")
     checked_axis_size = validation.require_optional_positive_int(axis_size, "axis_size")
+    if checked_axis_size is not None:
+        # Any batched value holds axis_size elements of at least one byte. The
+        # memory of the devices is checked on the outputs, when the function is
+        # traced: looking it up here would start a JAX backend.
+        require_fits(
+            "axis_size", axis_size, shape=(checked_axis_size,), dtype=np.uint8, devices=None, what="a batched value"
+        )
     budget_size = validation.require_positive_int(max_traces, "max_traces")
     checked_mesh = require_mesh(mesh, "mesh")
 
     vectorized = jax.vmap(function, in_axes=checked_in_axes, out_axes=checked_out_axes, axis_size=checked_axis_size)
     budget = TraceBudget(function, budget_size, static_argnames=())
-    jitted = jax.jit(budget.counting(vectorized))
+    jitted = jax.jit(budget.counting(_checking_outputs(vectorized, checked_mesh, axis_size)))
     wrapped = BudgetedFunction(function, jitted, budget, checked_mesh, "batched_jit")
     return cast("Callable[..., R]", wrapped)
 
@@ -104,3 +120,29 @@ def _require_axis_tree(value: object, name: str) -> Any:
         for path, leaf in pairs
     ]
     return jax.tree_util.tree_unflatten(structure, leaves)
+
+
+def _checking_outputs(vectorized: Callable[..., Any], mesh: Mesh | None, axis_size: object) -> Callable[..., Any]:
+    """Wraps the batched function so that each trace checks its outputs' sizes.
+
+    The check runs on abstract values while JAX traces, before XLA sees the
+    shapes: an output too large for XLA would otherwise abort the process.
+    """
+
+    @functools.wraps(vectorized)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        outputs = vectorized(*args, **kwargs)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(outputs)[0]:
+            aval = jax.typeof(leaf)
+            shape = tuple(int(extent) for extent in getattr(aval, "shape", ()))
+            require_fits(
+                "the batch" if axis_size is None else "axis_size",
+                leaf if axis_size is None else axis_size,
+                shape=shape,
+                dtype=aval.dtype,
+                devices=lambda: tuple(mesh.devices.flat) if mesh is not None else tuple(jax.devices()),
+                what=f"batched output{jax.tree_util.keystr(path)}",
+            )
+        return outputs
+
+    return checked

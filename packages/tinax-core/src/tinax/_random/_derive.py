@@ -6,6 +6,7 @@ import jax
 
 from tinax._core import validation
 from tinax._core.keys import require_coordinate, require_key
+from tinax._core.shapes import devices_of, require_fits
 
 __all__ = ["derive_key", "derive_process_step_key", "split_key"]
 
@@ -119,10 +120,21 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
       TypeError: If ``key`` is not an array or is a scalar array that is
         no key, or ``count`` is a bool or not an integer.
       ValueError: If ``key`` is an array of a shape no single key has, or
-        ``count`` is negative.
+        ``count`` is negative or so large that the keys could not exist:
+        more bytes than XLA can represent in one array (2**63 - 1) or than
+        the memory of the key's devices (a CPU counts as the host's physical
+        memory). The message names the bytes needed and the limit.
     """
     checked_key = require_key(key, "key")
     checked_count = validation.require_non_negative_int(count, "count")
+    require_fits(
+        "count",
+        count,
+        shape=(checked_count + 1, *checked_key.shape),
+        dtype=checked_key.dtype,
+        devices=lambda: devices_of(checked_key),
+        what="the split keys",
+    )
     keys = jax.random.split(checked_key, checked_count + 1)
     return keys[0], keys[1:]
 
