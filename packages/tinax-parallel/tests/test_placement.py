@@ -124,3 +124,18 @@ def test_place_host_array_rejects_wrong_kinds(array, sharding, copy, match):
         sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     with pytest.raises(TypeError, match=match):
         place_host_array(array, sharding, copy=copy)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_place_host_array_refuses_a_masked_array_with_masked_elements(copy):
+    values = np.ma.masked_array(np.arange(8, dtype=np.float32).reshape(2, 4), mask=False)
+    values[1, 2] = np.ma.masked
+    with pytest.raises(ValueError, match="masked"):
+        place_host_array(values, layout(mesh_2x4(), ["data", "model"]), copy=copy)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_place_host_array_places_the_data_of_a_masked_array_without_masked_elements(copy):
+    values = np.ma.masked_array(np.arange(8, dtype=np.float32).reshape(2, 4), mask=False)
+    placed = place_host_array(values, layout(mesh_2x4(), ["data", "model"]), copy=copy)
+    np.testing.assert_array_equal(np.asarray(placed), np.arange(8, dtype=np.float32).reshape(2, 4))

@@ -189,3 +189,16 @@ def test_cross_process_replicas_ignores_replicas_within_one_process():
 def test_single_process_layouts_never_replicate_across_processes():
     sharding = layout(mesh_2x4(), [None, None])
     assert cross_process_replicas(sharding.devices_indices_map((4, 8)), (4, 8)) == []
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_rejects_local_data_with_masked_elements(copy):
+    local = np.ma.masked_array(np.arange(32, dtype=np.float32).reshape(4, 8), mask=False)
+    local[0, 0] = np.ma.masked
+    with pytest.raises(ValueError, match="masked"):
+        build(local=local, copy=copy)
+
+
+def test_accepts_a_masked_array_without_masked_elements_as_its_data():
+    local = np.ma.masked_array(np.arange(32, dtype=np.float32).reshape(4, 8), mask=False)
+    np.testing.assert_array_equal(np.asarray(build(local=local)), np.arange(32, dtype=np.float32).reshape(4, 8))

@@ -7,7 +7,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array
+from tinax._core.host import host_source, require_host_array, require_unmasked
 
 __all__ = ["place_host_array", "require_divisible_shape"]
 
@@ -83,7 +83,8 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
       TypeError: If ``array`` is not a ``numpy.ndarray`` (or has an object
         dtype), ``sharding`` is not a ``NamedSharding``, or ``copy`` is not a
         bool.
-      ValueError: If ``sharding`` has devices outside this process, describes
+      ValueError: If ``array`` is a masked array with masked elements, or
+        ``sharding`` has devices outside this process, describes
         more dimensions than ``array`` has, or cannot split one of its
         dimensions evenly; the message names that dimension and its mesh axes.
     """
@@ -92,6 +93,6 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
     validation.require_bool(copy, "copy")
     require_fully_addressable(sharding, "sharding")
     require_divisible_shape(array.shape, sharding, "array")
-    source = host_source(array, copy=copy)
+    source = host_source(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
     placed: jax.Array = jax.device_put(source, sharding, may_alias=not copy)
     return placed

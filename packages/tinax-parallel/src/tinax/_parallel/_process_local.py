@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array
+from tinax._core.host import host_source, require_host_array, require_unmasked
 from tinax._core.shapes import require_shape
 from tinax._parallel._placement import require_divisible_shape
 
@@ -109,7 +109,8 @@ def from_process_local_data(
         ``global_shape`` is not a sequence of ints, ``copy`` is not a bool,
         ``replica_policy`` is not a str, or ``process_index`` /
         ``process_count`` is neither an int nor None (bools are refused).
-      ValueError: If ``replica_policy`` is not a known policy,
+      ValueError: If ``local_data`` is a masked array with masked elements,
+        ``replica_policy`` is not a known policy,
         ``process_index`` is negative, ``process_count`` is below 1, the ranks of ``local_data`` and
         ``global_shape`` differ, the sharding cannot split ``global_shape``,
         ``local_data``'s extents differ from what this process covers, or a
@@ -164,7 +165,7 @@ def from_process_local_data(
                 "if every process supplies identical data for such blocks"
             )
 
-    source = host_source(local_data, copy=copy)
+    source = host_source(require_unmasked(local_data, "local_data", where="a jax.Array"), copy=copy)
     assembled: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
         sharding, source, shape
     )
