@@ -253,8 +253,8 @@ class Setup:
         model, optimizer = nnx.merge(self.graphdef, self.state)
         return nnx.state(model), nnx.state(optimizer)
 
-    def load_checkpoint(self, path: pathlib.Path) -> int:
-        """Restores model, optimizer and iterator from a checkpoint; returns its step."""
+    def load_checkpoint(self, path: pathlib.Path, step: int) -> int:
+        """Restores model, optimizer and iterator from the checkpoint of ``step``; returns its step."""
         import numpy as np
         from flax import nnx
 
@@ -266,7 +266,8 @@ class Setup:
             abstract_restore_target(model_state),
             abstract_restore_target(optimizer_state),
             abstract_restore_target(self.root_key),
-            {"losses": np.zeros(0, np.float32)},
+            # Every target states what it expects: one loss per step trained so far.
+            {"losses": np.zeros(step, np.float32)},
             self.iterator,
         )
         model, optimizer = nnx.merge(self.graphdef, self.state)
@@ -309,7 +310,7 @@ def resumed_process(arguments: argparse.Namespace) -> int:
     checkpoint = arguments.resume_from_checkpoint
     output = checkpoint.parent.parent
     setup = Setup(arguments, output / "data")
-    step = setup.load_checkpoint(checkpoint)
+    step = setup.load_checkpoint(checkpoint, arguments.checkpoint_step)
     losses = setup.train(step, arguments.steps, report=False)
     model_state, _ = setup.model_and_optimizer_state()
     report = {

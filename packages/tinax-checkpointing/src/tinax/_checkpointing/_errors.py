@@ -19,8 +19,10 @@ __all__ = [
     "NoHandlerError",
     "SaveFailedError",
     "TracedValueError",
+    "UncreatableDestinationError",
     "UnsupportedLeafError",
     "background_failure",
+    "uncreatable_destination",
 ]
 
 
@@ -30,6 +32,19 @@ class CheckpointExistsError(FileExistsError, ValueError):
 
 class CheckpointNotFoundError(FileNotFoundError, ValueError):
     """Nothing exists at a checkpoint path to load (0.2 raised ValueError)."""
+
+
+class UncreatableDestinationError(ValueError, OSError):
+    """A checkpoint destination that cannot be created, refused before the save starts.
+
+    0.2 started such a save and failed in ``result()`` with the ``OSError``
+    that creating the folder raised; the error raised now is also of that
+    error's class (``NotADirectoryError``, ``PermissionError``, ...) and
+    carries its ``errno``.
+    """
+
+    def __str__(self) -> str:
+        return BaseException.__str__(self)
 
 
 class UnsupportedLeafError(TypeError, ValueError):
@@ -67,6 +82,7 @@ class SaveFailedError(RuntimeError):
 
 
 _failure_classes: dict[type[BaseException], type[SaveFailedError]] = {}
+_destination_classes: dict[type[OSError], type[UncreatableDestinationError]] = {}
 _failure_classes_lock = threading.Lock()
 
 
@@ -104,3 +120,37 @@ def _failure_class(kind: type[BaseException]) -> type[SaveFailedError]:
                 cached = SaveFailedError
             _failure_classes[kind] = cached
         return cached
+
+
+def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinationError:
+    """Builds the error that refuses a destination the file system cannot create.
+
+    Args:
+      message: Why the destination cannot be created, for the reader.
+      error: The ``OSError`` that probing the destination gave. Its class,
+        ``errno``, ``strerror`` and ``filename`` carry over.
+
+    Returns:
+      An :class:`UncreatableDestinationError` that is also an instance of
+      ``type(error)``.
+    """
+    kind = type(error)
+    with _failure_classes_lock:
+        cached = _destination_classes.get(kind)
+        if cached is None:
+            cached = UncreatableDestinationError
+            if kind is not OSError:
+                namespace = {"__module__": __name__, "__str__": BaseException.__str__}
+                try:
+                    cached = type(
+                        f"UncreatableDestinationError[{kind.__name__}]", (UncreatableDestinationError, kind), namespace
+                    )
+                    cached("probe")
+                except TypeError:  # pragma: no cover - every OSError subclass of the standard library combines
+                    cached = UncreatableDestinationError
+            _destination_classes[kind] = cached
+    refused = cached(message)
+    refused.errno = error.errno
+    refused.strerror = error.strerror
+    refused.filename = error.filename
+    return refused

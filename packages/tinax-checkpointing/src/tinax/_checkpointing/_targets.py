@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._errors import TracedValueError
+from tinax._checkpointing._errors import CheckpointKeyError, NoHandlerError, TracedValueError
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
 
-__all__ = ["abstract_restore_target", "require_restore_target"]
+__all__ = ["abstract_restore_target", "require_restore_target", "require_target_fits"]
 
 # Leaves that Orbax restores by value: the target only names their type.
 _PLAIN_LEAVES = (bool, int, float, complex, bytes, str, np.generic)
@@ -65,7 +66,9 @@ def require_restore_target(target: object, name: str) -> None:
       name: How to refer to it in messages, for example ``"targets['model']"``.
 
     Raises:
-      TypeError: If a leaf is a traced value.
+      TypeError: If a leaf is a traced value, or of a kind Orbax has no
+        handler for, such as ``object()`` (the error is also the
+        ``KeyError`` Orbax raised for it in tinax 0.2).
       ValueError: If the target is None, or an abstract array in it (a
         ``jax.ShapeDtypeStruct``, PRNG keys included) has no sharding.
     """
@@ -81,6 +84,62 @@ def require_restore_target(target: object, name: str) -> None:
             validation.fail_type(where, "a concrete restore target, not a traced value", leaf)
         if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
             _fail_missing_sharding(where, leaf)
+        if not _is_target_leaf(leaf):
+            raise NoHandlerError(
+                validation.expectation_message(
+                    where,
+                    "a restore target leaf: a jax.ShapeDtypeStruct, jax.Array, numpy.ndarray, a class such as "
+                    "numpy.ndarray, a Python or NumPy scalar, str, bytes or an Orbax stateful checkpointable",
+                    leaf,
+                )
+            )
+
+
+def require_target_fits(target: object, stored: object, name: str, source: str) -> None:
+    """Checks, before anything loads, that every array of a target has the shape that was saved.
+
+    Every array target is checked alike: a ``jax.ShapeDtypeStruct``, a
+    ``jax.Array`` and a ``numpy.ndarray`` (Orbax itself would check only the
+    first and load the stored shape into the others). Leaves are matched by
+    their key path; leaves without a stored counterpart are left to Orbax,
+    which reports structure mismatches itself. PRNG key targets are left to
+    Orbax too, as their stored shape includes the key data.
+
+    Args:
+      target: The restore target of one checkpointable.
+      stored: Orbax's metadata tree of that checkpointable.
+      name: How to refer to the target in messages, e.g. ``"targets['model']"``.
+      source: The checkpoint folder, for messages.
+
+    Raises:
+      ValueError: If an array target's shape differs from the stored one,
+        rank included. The error is also a ``KeyError``, as Orbax's error
+        for an incompatible target was in tinax 0.2.
+    """
+    stored_leaves = {jax.tree_util.keystr(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
+        if not isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray)):
+            continue
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
+            continue
+        counterpart = stored_leaves.get(jax.tree_util.keystr(path))
+        stored_shape = getattr(counterpart, "shape", None)
+        if not isinstance(stored_shape, tuple):
+            continue
+        if tuple(leaf.shape) != stored_shape:
+            raise CheckpointKeyError(
+                f"{name}{jax.tree_util.keystr(path)} is incompatible with the checkpoint at {source!r}: its shape "
+                f"{tuple(leaf.shape)} is not compatible with the stored shape {stored_shape}"
+            )
+
+
+def _is_target_leaf(leaf: object) -> bool:
+    if isinstance(leaf, (type, jax.ShapeDtypeStruct, jax.Array, np.ndarray, *_PLAIN_LEAVES)):
+        return True
+    # Abstract arrays of other libraries, duck-typed as Orbax does.
+    if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+        return True
+    return _is_stateful_checkpointable(leaf)
 
 
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:

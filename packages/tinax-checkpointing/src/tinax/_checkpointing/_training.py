@@ -166,8 +166,12 @@ def save_training_checkpoint(
         :class:`TrainingCheckpointNames`, or a part holds a value Orbax
         cannot save.
       ValueError: If ``step`` is negative or too large, the model,
-        optimizer or random state is None or holds no leaf, ``path`` is named
-        like an Orbax temporary folder, or Orbax refuses to start the save.
+        optimizer or random state is None or holds no leaf, a part holds a
+        value Orbax cannot store (see :func:`save_checkpointables`), ``path``
+        is named like an Orbax temporary folder, or Orbax refuses to start
+        the save.
+      OSError: If ``path`` cannot be created (see
+        :func:`save_checkpointables`). It is also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is in flight. It
         is also a ``ValueError``.
     """
@@ -236,14 +240,17 @@ def load_training_checkpoint(
     Raises:
       TypeError: If ``path`` is not a path, ``iterator`` is not a
         ``grain.DatasetIterator``, ``names`` is not a
-        :class:`TrainingCheckpointNames`, a target holds a traced value, or
+        :class:`TrainingCheckpointNames`, a target holds a traced value or a
+        leaf of a kind no restore target takes (``object()``, for one), or
         Orbax rejects a target's kind.
       ValueError: If the model, optimizer or random target is None, a target
         holds an abstract array without a sharding, the folder is not a
         complete checkpoint, it lacks a part under the given ``names`` (a
         checkpoint saved with other names, or not by
-        :func:`save_training_checkpoint`), its step is damaged, or the values
-        do not fit the targets or the iterator's pipeline. A missing part and
+        :func:`save_training_checkpoint`), its step is damaged, an array
+        target's shape or rank differs from the saved one (checked before
+        anything loads), or the values do not fit the targets or the
+        iterator's pipeline. A missing part and
         values that do not fit raise an error that is also a ``KeyError``, as
         tinax 0.2's did.
       FileNotFoundError: If nothing exists at ``path``. It is also a
