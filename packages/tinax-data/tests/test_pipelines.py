@@ -496,3 +496,154 @@ def test_signatures_match_the_compatible_surface(name, parameters):
 def test_batch_transform_is_a_generic_alias():
     alias = tinax.data.BatchTransform[int, list]
     assert alias == Callable[[Sequence[int]], list]
+
+
+# ---------------------------------------------------------------------------
+# Tampered iterator states are refused before grain sees them
+
+
+def _saved_state(consumed: int = 2) -> dict[str, Any]:
+    iterator = iter(_training())
+    for _ in range(consumed):
+        next(iterator)
+    return json.loads(json.dumps(iterator.get_state()))
+
+
+def _tampered(path: Sequence[str], value: Any) -> dict[str, Any]:
+    state = _saved_state()
+    target = state
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return state
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("make_iterator", _ITERATORS, ids=["iter", "to_iter_dataset"])
+@pytest.mark.parametrize(
+    ("path", "value", "error", "message"),
+    [
+        (("grain", "next_index"), -1, ValueError, r"state\['grain'\]\['next_index'\] must be an int in \[0, 10\]"),
+        (("grain", "next_index"), -(2**70), ValueError, r"state\['grain'\]\['next_index'\]"),
+        (("grain", "next_index"), 11, ValueError, r"state\['grain'\]\['next_index'\] must be an int in \[0, 10\]"),
+        (("grain", "next_index"), 2**70, ValueError, r"state\['grain'\]\['next_index'\]"),
+        (("grain", "next_index"), True, TypeError, r"state\['grain'\]\['next_index'\] must be an int"),
+        (("grain", "next_index"), 2.0, TypeError, r"state\['grain'\]\['next_index'\] must be an int"),
+        (("grain", "next_index"), "2", TypeError, r"state\['grain'\]\['next_index'\] must be an int"),
+        (("grain", "next_index"), None, TypeError, r"state\['grain'\]\['next_index'\] must be an int"),
+        (("grain", "next_index"), _DELETE, ValueError, r"state\['grain'\] must hold the keys .* no key 'next_index'"),
+        (("grain", "extra"), 1, ValueError, r"state\['grain'\] must hold only the keys .* unknown key 'extra'"),
+        (("grain",), [], TypeError, r"state\['grain'\] must be a mapping"),
+        (("grain",), 3, TypeError, r"state\['grain'\] must be a mapping"),
+        (("comment",), "hello", ValueError, r"state must hold only the keys .* unknown key 'comment'"),
+        (("tinax_pipeline", "seed"), 7.0, ValueError, "seed is 7.0 in the state but 7 here"),
+        (("tinax_pipeline", "batch_size"), 4.0, ValueError, "batch_size is 4.0 in the state but 4 here"),
+        (("tinax_pipeline", "shuffle"), 1, ValueError, "shuffle is 1 in the state but True here"),
+        (("tinax_pipeline", "shard_index"), False, ValueError, "shard_index is False in the state but 0 here"),
+        (("tinax_pipeline", "note"), "x", ValueError, "note is 'x' in the state but '<absent>' here"),
+    ],
+)
+def test_tampered_states_are_refused_by_field_and_leave_the_iterator_as_it_was(
+    make_iterator, path, value, error, message
+):
+    reference = [_ids(batch) for batch in _training()]
+    iterator = make_iterator(_training())
+    next(iterator)
+    with pytest.raises(error, match=message):
+        iterator.set_state(_tampered(path, value))
+    # The refused state changed nothing: the iterator goes on where it was.
+    assert _ids(next(iterator)) == reference[1]
+
+
+@pytest.mark.parametrize(
+    ("state", "error", "message"),
+    [
+        ({}, ValueError, r"state must hold the keys \['next_index'\].* no key 'next_index'"),
+        ({"next_index": -3}, ValueError, r"state\['next_index'\] must be an int in \[0, 10\]"),
+        ({"next_index": 10**30}, ValueError, r"state\['next_index'\] must be an int in \[0, 10\]"),
+        ({"next_index": False}, TypeError, r"state\['next_index'\] must be an int"),
+        ({"next_index": 1.5}, TypeError, r"state\['next_index'\] must be an int"),
+        ({"next_index": 1, "last": 0}, ValueError, "unknown key 'last'"),
+    ],
+)
+def test_tampered_bare_states_are_refused_like_described_ones(state, error, message):
+    iterator = iter(_training())
+    with pytest.raises(error, match=message):
+        iterator.set_state(state)
+
+
+def test_bare_states_at_both_ends_of_the_range_restore():
+    reference = [_ids(batch) for batch in _training()]
+    for next_index in (0, len(reference) - 1):
+        iterator = iter(_training())
+        iterator.set_state({"next_index": next_index})
+        assert _ids(next(iterator)) == reference[next_index]
+    finished = iter(_training())
+    finished.set_state({"next_index": len(reference)})
+    with pytest.raises(StopIteration):
+        next(finished)
+
+
+def _worker_state() -> dict[str, Any]:
+    # The form of grain's multiprocess prefetch state, as two workers save it.
+    description = dict(_saved_state()["tinax_pipeline"])
+    return {
+        "next_index_in_cycle": 1,
+        "next_index_in_datasets": 2,
+        "iterators_in_use_indices": [0, 1],
+        "iterators_in_use_states": [
+            {"tinax_pipeline": description, "grain": {"next_index": 1}},
+            {"tinax_pipeline": description, "grain": {"next_index": 0}},
+        ],
+        "exhausted": [0, 0],
+        "future_states": {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"next_index_in_cycle": 2}, ValueError, r"\['next_index_in_cycle'\] must be an int in \[0, 1\]"),
+        ({"next_index_in_cycle": True}, TypeError, r"\['next_index_in_cycle'\] must be an int"),
+        ({"next_index_in_datasets": -1}, ValueError, r"\['next_index_in_datasets'\] must be an int"),
+        ({"iterators_in_use_indices": [0]}, ValueError, r"\['iterators_in_use_indices'\] must be a list of 2"),
+        ({"iterators_in_use_indices": [0, 5]}, ValueError, r"\['iterators_in_use_indices'\]\[1\] must be an int"),
+        ({"iterators_in_use_states": "x"}, TypeError, r"\['iterators_in_use_states'\] must be a list"),
+        ({"iterators_in_use_states": [None, 3]}, TypeError, r"\['iterators_in_use_states'\]\[1\] must be a mapping"),
+        (
+            {"iterators_in_use_states": [None, {"tinax_pipeline": {}, "grain": {}}]},
+            ValueError,
+            r"\['iterators_in_use_states'\]\[1\]\['grain'\] must hold the keys",
+        ),
+        (
+            {"iterators_in_use_states": [None, {"next_index": -1}]},
+            ValueError,
+            r"\['iterators_in_use_states'\]\[1\]\['next_index'\] must be an int >= 0",
+        ),
+        ({"exhausted": [0, 2]}, ValueError, r"\['exhausted'\]\[1\] must be an int in \[0, 1\]"),
+        ({"exhausted": [0.0, 0]}, TypeError, r"\['exhausted'\]\[0\] must be an int"),
+        ({"future_states": []}, TypeError, r"\['future_states'\] must be a mapping"),
+        ({"spare": 1}, ValueError, "unknown key 'spare'"),
+    ],
+)
+def test_tampered_worker_states_are_refused_by_field(change, error, message):
+    from tinax._data._pipelines import check_state
+
+    expected = {**_saved_state()["tinax_pipeline"], "num_workers": 2}
+    good = _worker_state()
+    checked = check_state({"tinax_pipeline": expected, "grain": good}, expected)
+    assert checked == good
+    with pytest.raises(error, match=message):
+        check_state({"tinax_pipeline": expected, "grain": {**good, **change}}, expected)
+    # A bare (tinax 0.2) worker state is checked the same way.
+    with pytest.raises(error, match=message):
+        check_state({**good, **change}, expected)
+    missing = dict(good)
+    del missing["exhausted"]
+    with pytest.raises(ValueError, match="no key 'exhausted'"):
+        check_state(missing, expected)

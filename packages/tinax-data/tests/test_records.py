@@ -543,6 +543,17 @@ def _raw_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
     pq.write_table(table.replace_schema_metadata({"tinax.records": json.dumps(header)}), path)
 
 
+def _sealed_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
+    # A crafted file with valid checksums, as write_parquet_record seals its files.
+    from tinax._data import _parquet
+
+    groups = 1
+    placeholder = _parquet._checksum_value("0" * 64, ["0" * 64] * groups)
+    metadata = {"tinax.records": json.dumps(header), "tinax.records.checksums": placeholder}
+    pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=len(table))
+    _parquet.seal_checksums(path)
+
+
 def test_a_header_from_a_newer_format_version_is_refused(tmp_path, container):
     path = tmp_path / f"newer{container.suffix}"
     newer = _header(version=2, fields="a layout this version cannot know")
@@ -609,7 +620,7 @@ def test_a_corrupt_parquet_record_fails_at_its_index(tmp_path):
     shape_values[5] = [6]
     broken = pa.StructArray.from_arrays([pa.array(shape_values, shapes.type), payloads], fields=list(images.type))
     path = tmp_path / "corrupt.parquet"
-    _raw_parquet(path, table.set_column(1, table.schema.field(1), broken), header)
+    _sealed_parquet(path, table.set_column(1, table.schema.field(1), broken), header)
     dataset = read_parquet_record(path)
     assert dataset[4]["id"] == 4
     with pytest.raises(ValueError, match=rf"'{path}': record 5 is malformed \(an array of shape \(6,\) .* got 20\)"):
@@ -847,3 +858,370 @@ def test_training_batches_tell_record_files_apart_by_content(tmp_path, container
     other = iter(batches(tmp_path / f"b{container.suffix}"))
     with pytest.raises(ValueError, match="source_id"):
         other.set_state(state)
+
+
+# ---------------------------------------------------------------------------
+# Hardening: indices that are not ints
+
+
+@pytest.mark.parametrize(
+    "index", [True, False, np.bool_(True), np.bool_(False), 1.0, np.float32(0), "0", None, np.asarray([0])]
+)
+def test_record_sources_refuse_bools_and_other_non_int_indices(tmp_path, container, index):
+    path = tmp_path / f"rows{container.suffix}"
+    container.write(path, [{"id": value} for value in range(3)])
+    source = _source(container.read(path))
+    with pytest.raises(TypeError, match="index must be an int"):
+        source[index]
+    # NumPy integers are ints and still read.
+    assert source[np.int64(1)] == {"id": 1}
+    assert source[np.uint8(2)] == {"id": 2}
+
+
+# ---------------------------------------------------------------------------
+# Hardening: crafted headers and records give ValueError naming the file
+
+
+def _raw_header_bytes(path, container: Container, header_text: bytes) -> None:
+    if container.name == "array_record":
+        from array_record.python.array_record_module import ArrayRecordWriter
+
+        writer = ArrayRecordWriter(str(path), "group_size:1")
+        for record in [b"\x00" * 8, b"\x01" * 8, b"tinax-records\n" + header_text]:
+            writer.write(record)
+        writer.close()
+    else:
+        table = pa.table({"id": pa.array([0, 1], pa.int64())})
+        pq.write_table(table.replace_schema_metadata({"tinax.records": header_text}), path)
+
+
+def _nested(depth: int, opening: str, closing: str, inner: str = "0") -> str:
+    return opening * depth + inner + closing * depth
+
+
+@pytest.mark.parametrize(
+    ("header_text", "message"),
+    [
+        pytest.param(_nested(100_000, "[", "]").encode(), "nested too deeply", id="list-100000"),
+        pytest.param(_nested(5_000, '{"a":', "}").encode(), "nested too deeply", id="dict-5000"),
+        pytest.param(
+            (
+                '{"format":"tinax-records","version":1,"count":2,"content_sha256":"'
+                + "0" * 64
+                + '","fields":'
+                + _nested(20_000, "[", "]", "{}")
+                + "}"
+            ).encode(),
+            "nested too deeply",
+            id="deep-fields",
+        ),
+        pytest.param(("1" * 5000).encode(), "not UTF-8 JSON", id="int-of-5000-digits"),
+        pytest.param(b"\xff\xfe{}", "not UTF-8 JSON", id="not-utf8"),
+    ],
+)
+def test_crafted_header_json_gives_value_error_naming_the_file(tmp_path, container, header_text, message):
+    path = tmp_path / f"crafted{container.suffix}"
+    _raw_header_bytes(path, container, header_text)
+    with pytest.raises(ValueError, match=rf"'{path}' is not a readable .*{message}"):
+        container.read(path)
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "id", "kind": ["int"]},
+        {"name": "id", "kind": {"int": 1}},
+        {"name": "id", "kind": None},
+        {"name": "id", "kind": 3},
+        {"name": ["id"], "kind": "int"},
+        {"name": "id", "kind": "array", "dtype": ["<f4"], "ndim": 1},
+        {"name": "id", "kind": "array", "dtype": {"<f4": 1}, "ndim": 1},
+        {"name": "id", "kind": "array", "dtype": "<i8", "ndim": [1]},
+        {"name": "id", "kind": "array", "dtype": "<i8", "ndim": 65},
+    ],
+)
+def test_unhashable_or_wrongly_typed_kind_names_give_value_error(tmp_path, container, entry):
+    path = tmp_path / f"crafted{container.suffix}"
+    _raw_header_bytes(path, container, json.dumps(_header(fields=[entry])).encode())
+    with pytest.raises(ValueError, match=rf"'{path}' is not a readable .*(malformed field entry|unknown array dtype)"):
+        container.read(path)
+
+
+@pytest.mark.parametrize(
+    "extents",
+    [(2**63,), (2**64 - 1,), (2**63, 1), (2**32, 2**32), (1, 2**62), (2**40, 2**40, 2**40)],
+)
+def test_array_record_extents_beyond_int64_give_value_error_naming_file_and_field(tmp_path, extents):
+    _array_record_container()
+    path = tmp_path / "huge.array_record"
+    header = _header(count=1, fields=[{"name": "x", "kind": "array", "dtype": "<f4", "ndim": len(extents)}])
+    record = b"".join(extent.to_bytes(8, "little") for extent in extents) + b"\x00" * 16
+    _raw_array_record(path, [record], header)
+    dataset = read_array_record(path)
+    with pytest.raises(ValueError, match=rf"'{path}': record 0 is malformed \(field 'x' cannot be decoded"):
+        dataset[0]
+
+
+@pytest.mark.parametrize("shape", [[-1], [-1, 0], [0, -5], [-2, -2]])
+def test_parquet_negative_extents_give_value_error_naming_file_and_field(tmp_path, shape):
+    path = tmp_path / "negative.parquet"
+    header = _header(count=1, fields=[{"name": "x", "kind": "array", "dtype": "|u1", "ndim": len(shape)}])
+    column_type = pa.struct(
+        [
+            pa.field("shape", pa.list_(pa.field("element", pa.int64(), nullable=False)), nullable=False),
+            pa.field("data", pa.large_binary(), nullable=False),
+        ]
+    )
+    column = pa.array([{"shape": shape, "data": b"\x00" * 4}], column_type)
+    _sealed_parquet(
+        path, pa.table({"x": column}, schema=pa.schema([pa.field("x", column_type, nullable=False)])), header
+    )
+    dataset = read_parquet_record(path)
+    with pytest.raises(ValueError, match=rf"'{path}': record 0 is malformed \(.*negative extents"):
+        dataset[0]
+
+
+# ---------------------------------------------------------------------------
+# Hardening: paths that cannot name a file
+
+
+def _unreadable_paths(tmp_path) -> dict[str, Any]:
+    (tmp_path / "regular").write_bytes(b"x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    os.mkfifo(tmp_path / "fifo")
+    max_name = os.pathconf(tmp_path, "PC_NAME_MAX")
+    return {
+        "through-a-file": (tmp_path / "regular" / "x", "Not a directory"),
+        "through-a-file-deeper": (tmp_path / "regular" / "x" / "y", "Not a directory"),
+        "self-loop": (tmp_path / "loop", "symbolic links"),
+        "loop-of-two": (tmp_path / "a", "symbolic links"),
+        "through-a-loop": (tmp_path / "loop" / "x", "symbolic links"),
+        "name-too-long": (tmp_path / ("n" * (max_name + 1)), "too long"),
+        "inside-a-name-too-long": (tmp_path / ("n" * (max_name + 1)) / "x", "too long"),
+        "path-too-long": (tmp_path / "/".join(["d" * 200] * 30), "too long"),
+        "dangling-link": (tmp_path / "dangling", "nothing is there"),
+        "nul-byte": (str(tmp_path / "nu\0l"), "null"),
+        "fifo": (tmp_path / "fifo", "not a regular file"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "through-a-file",
+        "through-a-file-deeper",
+        "self-loop",
+        "loop-of-two",
+        "through-a-loop",
+        "name-too-long",
+        "inside-a-name-too-long",
+        "path-too-long",
+        "dangling-link",
+        "nul-byte",
+        "fifo",
+    ],
+)
+def test_paths_that_cannot_name_a_file_give_file_not_found(tmp_path, container, case):
+    path, reason = _unreadable_paths(tmp_path)[case]
+    with pytest.raises(FileNotFoundError, match=rf"No .* file at .*{reason}"):
+        container.read(path)
+
+
+# ---------------------------------------------------------------------------
+# Hardening: checksums in every tinax-written Parquet file
+
+
+def _small_checksummed_file(tmp_path, monkeypatch) -> tuple[Any, list[dict[str, Any]]]:
+    from tinax._data import _parquet
+
+    # Three row groups of two records: flips land in every part of the file.
+    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 2)
+    records = [
+        {
+            "id": index,
+            "score": index / 4,
+            "flag": index % 2 == 0,
+            "name": f"r{index}",
+            "blob": bytes([index, 255 - index]),
+            "nothing": None,
+            "x": np.arange(index + 1, dtype="<i2").reshape(1, -1),
+        }
+        for index in range(6)
+    ]
+    path = tmp_path / "small.parquet"
+    write_parquet_record(path, records)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    return path, records
+
+
+def _read_all(path) -> list[dict[str, Any]]:
+    dataset = read_parquet_record(path)
+    return [dataset[index] for index in range(len(dataset))]
+
+
+def test_every_single_bit_flip_in_a_tinax_parquet_file_is_detected(tmp_path, monkeypatch):
+    path, records = _small_checksummed_file(tmp_path, monkeypatch)
+    original = path.read_bytes()
+    _assert_same_records(_read_all(path), records)
+    flipped_path = tmp_path / "flipped.parquet"
+    undetected, unnamed = [], []
+    for position in range(len(original)):
+        for bit in range(8):
+            data = bytearray(original)
+            data[position] ^= 1 << bit
+            flipped_path.write_bytes(bytes(data))
+            try:
+                _read_all(flipped_path)
+            except ValueError as error:
+                if str(flipped_path) not in str(error):
+                    unnamed.append((position, bit, str(error)))
+                continue
+            undetected.append((position, bit))
+    assert unnamed == [], "every refusal names the file"
+    assert undetected == [], f"{len(undetected)} of {8 * len(original)} flips went unnoticed, first at {undetected[:5]}"
+
+
+def test_a_corrupt_row_group_names_the_file_and_the_row_group_and_others_still_read(tmp_path, monkeypatch):
+    path, records = _small_checksummed_file(tmp_path, monkeypatch)
+    metadata = pq.ParquetFile(path).metadata
+    chunk = metadata.row_group(1).column(0)
+    start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+    data = bytearray(path.read_bytes())
+    data[start + chunk.total_compressed_size - 1] ^= 1  # The last byte of row group 1's first column.
+    path.write_bytes(bytes(data))
+    dataset = read_parquet_record(path)
+    _assert_same_records([dataset[0], dataset[1], dataset[4], dataset[5]], [records[i] for i in (0, 1, 4, 5)])
+    for index in (2, 3):
+        with pytest.raises(ValueError, match=rf"'{path}': record {index} cannot be read \(row group 1: .*corrupt"):
+            dataset[index]
+
+
+def test_a_damaged_footer_names_the_file(tmp_path, monkeypatch):
+    path, _ = _small_checksummed_file(tmp_path, monkeypatch)
+    original = path.read_bytes()
+    stored = pq.ParquetFile(path).metadata.metadata[b"tinax.records.checksums"]
+    where = original.index(stored)
+    mismatch = "(footer does not match its checksum|checksum entry is malformed)"
+    for offset, bit, message in [
+        (where + len(b'{"footer_sha256":"'), 0x01, mismatch),  # The footer's own digest.
+        (where + len(stored) - 5, 0x01, mismatch),  # The last row group's digest.
+        (where + len(stored) - 1, 0x01, "checksum entry is not JSON"),
+        (original.index(b"tinax.records.checksums") + 20, 0x20, "a tinax header but no checksums"),
+        (original.index(b"tinax.records") + 2, 0x20, "tinax checksums but no tinax header"),
+        (len(original) - 5, 0x01, "not a readable Parquet file"),  # The trailer's magic.
+        (1, 0x01, "does not start with the Parquet magic"),
+    ]:
+        data = bytearray(original)
+        data[offset] ^= bit
+        path.write_bytes(bytes(data))
+        with pytest.raises(ValueError, match=rf"'{path}' .*{message}"):
+            _read_all(path)
+
+
+def test_writers_put_page_checksums_in_plain_parquet_files_and_plain_files_read_as_before(tmp_path):
+    path = tmp_path / "plain.parquet"
+    rows = [{"id": index, "values": [index, index + 1]} for index in range(5)]
+    write_parquet_record(path, rows)
+    metadata = pq.ParquetFile(path).metadata.metadata or {}
+    assert b"tinax.records" not in metadata
+    assert b"tinax.records.checksums" not in metadata
+    assert _read_all(path) == rows
+    # A page whose bytes no longer match its CRC is refused by pyarrow's page checksum check.
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=rf"'{path}': record 0 cannot be read \(row group 0"):
+        _read_all(path)
+    # A plain file without page checksums (as other tools and tinax 0.2 write them) reads as before.
+    other = tmp_path / "other.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), other)
+    assert _read_all(other) == rows
+
+
+# ---------------------------------------------------------------------------
+# Hardening: seeded fuzzing of both readers
+
+_FUZZ_MUTATIONS = 1000
+
+
+def _mutate(data: bytes, rng: np.random.Generator) -> bytes:
+    mutated = bytearray(data)
+    kind = int(rng.integers(7))
+    position = int(rng.integers(len(mutated)))
+    if kind == 0:  # One bit.
+        mutated[position] ^= 1 << int(rng.integers(8))
+    elif kind == 1:  # A few random bytes.
+        for _ in range(int(rng.integers(1, 9))):
+            mutated[int(rng.integers(len(mutated)))] = int(rng.integers(256))
+    elif kind == 2:  # A run of one extreme value (sizes and lengths become huge or zero).
+        run = int(rng.integers(1, 17))
+        mutated[position : position + run] = bytes([0xFF if rng.integers(2) else 0x00]) * run
+    elif kind == 3:  # Truncation.
+        del mutated[position:]
+    elif kind == 4:  # Deletion.
+        del mutated[position : position + int(rng.integers(1, 64))]
+    elif kind == 5:  # Insertion.
+        mutated[position:position] = rng.integers(256, size=int(rng.integers(1, 64)), dtype=np.uint8).tobytes()
+    else:  # A copy of another region over this one.
+        source = int(rng.integers(len(mutated)))
+        run = int(rng.integers(1, 128))
+        mutated[position : position + run] = mutated[source : source + run]
+    return bytes(mutated)
+
+
+def _fuzz_records() -> list[dict[str, Any]]:
+    return [
+        {
+            "id": index,
+            "score": index * 0.5,
+            "flag": bool(index % 3),
+            "name": "é" * index,
+            "blob": bytes(range(index)),
+            "nothing": None,
+            "x": np.arange(index * 2, dtype=">f4").reshape(index, 2),
+            "y": np.asarray(index, dtype=ml_dtypes.bfloat16),
+        }
+        for index in range(8)
+    ]
+
+
+@pytest.mark.parametrize("name", ["parquet", "array_record"])
+def test_seeded_mutations_give_only_documented_errors(tmp_path, monkeypatch, name):
+    from tinax._data import _parquet
+
+    container = _array_record_container() if name == "array_record" else _parquet_container()
+    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 3)
+    path = tmp_path / f"original{container.suffix}"
+    container.write(path, _fuzz_records())
+    original = path.read_bytes()
+    rng = np.random.default_rng(20261130)
+    outcomes = {"refused": 0, "read": 0}
+    changed_but_read, unnamed = [], []
+    for mutation in range(_FUZZ_MUTATIONS):
+        mutated = tmp_path / f"m{mutation % 2}{container.suffix}"
+        data = _mutate(original, rng)
+        mutated.write_bytes(data)
+        try:
+            dataset = container.read(mutated)
+            for index in range(len(dataset)):
+                dataset[index]
+        except ValueError as error:
+            # The documented type (UnreadableArrayRecordError, pyarrow's
+            # ArrowInvalid and json's errors are ValueErrors), naming the file.
+            if str(mutated) not in str(error) + "".join(getattr(error, "__notes__", [])):
+                unnamed.append((mutation, str(error)))
+            outcomes["refused"] += 1
+        else:
+            outcomes["read"] += 1
+            if data != original:
+                changed_but_read.append(mutation)
+    assert sum(outcomes.values()) == _FUZZ_MUTATIONS
+    assert unnamed == [], "every refusal names the file"
+    assert outcomes["refused"] > 0
+    if name == "parquet":
+        # The checksums catch every change to a tinax-written Parquet file.
+        assert changed_but_read == []

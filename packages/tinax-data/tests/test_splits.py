@@ -283,3 +283,26 @@ def test_split_random_of_a_split_composes():
     fit, held_out = split_random(train, 0.75, seed=4)
     assert sorted(_xs(fit) + _xs(held_out)) == _xs(train)
     assert find_source_id(fit).startswith("base/split_by_column(column='split', value='train')/split_random(")
+
+
+# ---------------------------------------------------------------------------
+# Hardening: indices that are not ints
+
+
+@pytest.mark.parametrize("index", [True, False, np.bool_(True), 1.0, "1", None, np.asarray([0])])
+def test_split_views_refuse_bools_and_other_non_int_indices(index):
+    train, test = split_by_column(_dataset(_rows(8)), "split")
+    for part in (train, test):
+        with pytest.raises(TypeError, match="index must be an int"):
+            part._source[index]
+
+
+def test_split_views_index_like_sequences():
+    train, _ = split_by_column(_dataset(_rows(8)), "split")
+    view = train._source
+    assert view[0] == {"x": 0}
+    assert view[-1] == {"x": 6}
+    assert view[np.int64(1)] == {"x": 1}
+    for index in (6, -7, 2**70):
+        with pytest.raises(IndexError, match=f"index {index} is out of range for the 6 rows"):
+            view[index]

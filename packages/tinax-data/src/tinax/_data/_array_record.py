@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from tinax._core import validation
 from tinax._core.files import atomic_path
 from tinax._core.optional import import_optional
-from tinax._data._record_codec import RecordHeader, RecordSchema, record_position
+from tinax._data._record_codec import RecordHeader, RecordSchema, record_position, require_record_file
 
 if TYPE_CHECKING:
     import grain
@@ -266,9 +266,7 @@ def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
     """
     file = validation.require_path(path, "path")
     _array_record_module("read_array_record")
-    if not file.is_file():
-        what = "a folder" if file.is_dir() else "nothing"
-        raise FileNotFoundError(f"No ArrayRecord file at {str(file)!r}: {what} is there")
+    require_record_file(file, "ArrayRecord")
     import grain
 
     return grain.MapDataset.source(ArrayRecordSource(file.absolute()))

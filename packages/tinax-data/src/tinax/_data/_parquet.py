@@ -33,6 +33,7 @@ import collections
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import pathlib
 import threading
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_write
+from tinax._core.files import atomic_path, atomic_write
 from tinax._data._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -57,6 +58,7 @@ from tinax._data._record_codec import (
     array_bytes,
     array_from_bytes,
     record_position,
+    require_record_file,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +68,12 @@ if TYPE_CHECKING:
 __all__ = ["ParquetRecordSource", "read_parquet_record", "write_parquet_record"]
 
 METADATA_KEY = b"tinax.records"
+#: Key of the checksums of a tinax-format file: the SHA-256 of the bytes of
+#: every row group, and of the footer (with its own digest written as zeros).
+CHECKSUM_KEY = b"tinax.records.checksums"
+_MAGIC = b"PAR1"
+_ZERO_DIGEST = "0" * 64
+_HASH_CHUNK = 1 << 20
 _ROW_GROUP_TARGET_BYTES = 1 << 20
 _ROW_GROUP_MAX_ROWS = 4096
 _CACHE_BYTES = 64 << 20
@@ -185,8 +193,9 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
         )
     arrow_schema = _arrow_schema(schema)
     digest = hashlib.sha256()
-    with atomic_write(destination, overwrite=False) as handle:
-        writer = pq.ParquetWriter(handle, arrow_schema)
+    with atomic_path(destination, overwrite=False) as temporary:
+        writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True)
+        groups = 0
         try:
             pending: list[list[Any]] = []
             pending_bytes = 0
@@ -201,11 +210,14 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
                 pending_bytes += _stored_size(schema, values)
                 if pending_bytes >= _ROW_GROUP_TARGET_BYTES or len(pending) >= _ROW_GROUP_MAX_ROWS:
                     writer.write_table(_row_group(schema, arrow_schema, pending), row_group_size=len(pending))
+                    groups += 1
                     pending, pending_bytes = [], 0
             if pending:
                 writer.write_table(_row_group(schema, arrow_schema, pending), row_group_size=len(pending))
+                groups += 1
             header = RecordHeader(schema, count, digest.hexdigest())
-            writer.add_key_value_metadata({METADATA_KEY: header.to_json_bytes()})
+            placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * groups)
+            writer.add_key_value_metadata({METADATA_KEY: header.to_json_bytes(), CHECKSUM_KEY: placeholder})
         except pa.ArrowException as error:
             _close_quietly(writer)
             raise OSError(f"writing {str(destination)!r} failed: {error}") from error
@@ -216,6 +228,155 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
             writer.close()
         except pa.ArrowException as error:
             raise OSError(f"writing {str(destination)!r} failed: {error}") from error
+        seal_checksums(temporary)
+
+
+def _checksum_value(footer_digest: str, group_digests: Sequence[str]) -> bytes:
+    """Returns the checksum entry: fixed-length JSON, so a digest can be patched in place."""
+    entry = {"footer_sha256": footer_digest, "row_groups_sha256": list(group_digests)}
+    return json.dumps(entry, separators=(",", ":")).encode("ascii")
+
+
+def _read_raw_footer(handle: Any, what: str) -> tuple[bytes, int]:
+    """Reads the footer of an open Parquet file as bytes.
+
+    Returns:
+      The footer with its 8-byte trailer (length and magic), and its offset.
+
+    Raises:
+      ValueError: If the file does not start and end as Parquet does.
+    """
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(0)
+    if size < 12 or handle.read(4) != _MAGIC:
+        raise ValueError(f"{what} does not start with the Parquet magic bytes")
+    handle.seek(size - 8)
+    trailer = handle.read(8)
+    length = int.from_bytes(trailer[:4], "little")
+    if trailer[4:] != _MAGIC or length > size - 12:
+        raise ValueError(f"{what} does not end with a Parquet footer")
+    start = size - 8 - length
+    handle.seek(start)
+    return handle.read(length) + trailer, start
+
+
+def _row_group_ranges(metadata: Any, footer_start: int, what: str) -> list[tuple[int, int]]:
+    """Returns the byte range of every row group, checking that they tile the data."""
+    ranges = []
+    expected_start = len(_MAGIC)
+    for group in range(metadata.num_row_groups):
+        row_group = metadata.row_group(group)
+        start = end = expected_start
+        for column in range(row_group.num_columns):
+            chunk = row_group.column(column)
+            first = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+            if first != end:
+                raise ValueError(f"{what}: row group {group} does not follow the bytes before it")
+            end = first + chunk.total_compressed_size
+        ranges.append((start, end))
+        expected_start = end
+    if expected_start != footer_start:
+        raise ValueError(f"{what}: its row groups do not end where its footer starts")
+    return ranges
+
+
+def _digest_range(handle: Any, start: int, end: int) -> str:
+    digest = hashlib.sha256()
+    handle.seek(start)
+    remaining = end - start
+    while remaining:
+        chunk = handle.read(min(remaining, _HASH_CHUNK))
+        if not chunk:
+            raise ValueError("the file ends inside a row group")
+        digest.update(chunk)
+        remaining -= len(chunk)
+    return digest.hexdigest()
+
+
+# How every checksum entry starts (see _checksum_value); no other file's footer holds it.
+_CHECKSUM_MARKER = b'{"footer_sha256":"'
+
+
+def _footer_holds_checksums(path: pathlib.Path) -> bool:
+    """Whether the raw footer of a file pyarrow parsed holds a tinax checksum entry."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - 8, 0))
+            length = int.from_bytes(handle.read(4), "little")
+            handle.seek(max(size - 8 - length, 0))
+            return _CHECKSUM_MARKER in handle.read(length)
+    except OSError:
+        return False
+
+
+def _footer_digest(footer: bytes, stored: bytes, group_digests: Sequence[str]) -> str:
+    """The footer's digest: its bytes with the checksum entry's footer digest as zeros."""
+    if footer.count(stored) != 1:
+        raise ValueError("its checksum entry cannot be found in its footer")
+    return hashlib.sha256(footer.replace(stored, _checksum_value(_ZERO_DIGEST, group_digests))).hexdigest()
+
+
+def seal_checksums(path: pathlib.Path) -> None:
+    """Writes the checksums into a closed Parquet file whose checksum entry holds zeros.
+
+    The file must carry, under :data:`CHECKSUM_KEY`, the entry
+    :func:`_checksum_value` gives for zero digests, one per row group. The
+    digests of the row groups' bytes go in first, then the digest of the
+    footer they are part of; both have the placeholders' length, so the
+    footer keeps its size and layout.
+
+    Args:
+      path: The written (and closed) file.
+
+    Raises:
+      OSError: If the file is not as this writer left it.
+    """
+    import pyarrow.parquet as pq
+
+    metadata = pq.ParquetFile(path).metadata
+    with open(path, "r+b") as handle:
+        try:
+            footer, footer_start = _read_raw_footer(handle, str(path))
+            ranges = _row_group_ranges(metadata, footer_start, str(path))
+        except ValueError as error:
+            raise OSError(f"sealing {str(path)!r} failed: {error}") from error
+        placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * len(ranges))
+        if footer.count(placeholder) != 1:
+            raise OSError(f"sealing {str(path)!r} failed: its footer holds no checksum entry to fill in")
+        group_digests = [_digest_range(handle, start, end) for start, end in ranges]
+        with_groups = footer.replace(placeholder, _checksum_value(_ZERO_DIGEST, group_digests))
+        footer_digest = hashlib.sha256(with_groups).hexdigest()
+        sealed = with_groups.replace(
+            _checksum_value(_ZERO_DIGEST, group_digests), _checksum_value(footer_digest, group_digests)
+        )
+        handle.seek(footer_start)
+        handle.write(sealed)
+        handle.flush()
+
+
+def _parse_checksums(stored: bytes, groups: int) -> tuple[str, list[str]]:
+    try:
+        entry = json.loads(stored.decode("ascii"))
+    except (ValueError, RecursionError) as error:
+        raise ValueError("its checksum entry is not JSON") from error
+    if not isinstance(entry, dict):
+        raise ValueError("its checksum entry is not a JSON object")
+    digests = entry.get("row_groups_sha256")
+    footer_digest = entry.get("footer_sha256")
+    if (
+        set(entry) != {"footer_sha256", "row_groups_sha256"}
+        or not isinstance(digests, list)
+        or len(digests) != groups
+        or not all(_is_digest(value) for value in [footer_digest, *digests])
+        or stored != _checksum_value(footer_digest, digests)  # type: ignore[arg-type]
+    ):
+        raise ValueError(f"its checksum entry is malformed or does not list {groups} row groups")
+    return footer_digest, digests  # type: ignore[return-value]
+
+
+def _is_digest(value: object) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
 def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str, Any]]) -> None:
@@ -237,7 +398,8 @@ def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str,
     # propagate unchanged, as they did from tinax 0.2.
     table = pa.Table.from_pylist([dict(record) for record in records])
     with atomic_write(destination, overwrite=False) as handle:
-        pq.write_table(table, handle)
+        # Page checksums, which pyarrow verifies when reading through tinax.
+        pq.write_table(table, handle, write_page_checksum=True)
 
 
 def _close_quietly(writer: Any) -> None:
@@ -324,9 +486,7 @@ def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
         a newer format version); the cause is chained.
     """
     file = validation.require_path(path, "path")
-    if not file.is_file():
-        what = "a folder" if file.is_dir() else "nothing"
-        raise FileNotFoundError(f"No Parquet file at {str(file)!r}: {what} is there")
+    require_record_file(file, "Parquet")
     import grain
 
     return grain.MapDataset.source(ParquetRecordSource(file.absolute()))
@@ -347,6 +507,10 @@ def _unreadable_parquet_error() -> type[ValueError]:
 
     UnreadableParquetError.__module__ = __name__
     return UnreadableParquetError
+
+
+class CorruptParquetError(OSError, ValueError):
+    """A Parquet footer pyarrow cannot decode: the OSError pyarrow raised, and a ValueError."""
 
 
 def _new_unreadable_parquet_error(message: str) -> ValueError:
@@ -440,16 +604,20 @@ class ParquetRecordSource:
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[int, _DecodedRowGroup | _PlainRowGroup] = collections.OrderedDict()
         self._cached_bytes = 0
-        parquet_file, header_bytes, group_ends = self._open_and_read_footer()
-        self._set_footer(header_bytes, group_ends)
+        parquet_file, header_bytes, group_ends, group_checks = self._open_and_read_footer()
+        self._set_footer(header_bytes, group_ends, group_checks)
         self._file: Any = parquet_file
 
     def _unreadable(self, reason: str) -> ValueError:
         return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
 
-    def _set_footer(self, header_bytes: bytes | None, group_ends: list[int]) -> None:
+    def _set_footer(
+        self, header_bytes: bytes | None, group_ends: list[int], group_checks: list[tuple[int, int, str]] | None
+    ) -> None:
         self._header_bytes = header_bytes
         self._group_ends = group_ends
+        # The byte range and SHA-256 of every row group (tinax format only).
+        self._group_checks = group_checks
         if header_bytes is None:
             self._schema: RecordSchema | None = None
             self._count = group_ends[-1] if group_ends else 0
@@ -459,24 +627,41 @@ class ParquetRecordSource:
         self._count = header.count
         self.source_id: str = header.source_id
 
-    def _open_and_read_footer(self) -> tuple[Any, bytes | None, list[int]]:
+    def _open_and_read_footer(self) -> tuple[Any, bytes | None, list[int], list[tuple[int, int, str]] | None]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         try:
-            parquet_file = pq.ParquetFile(self._path)
+            parquet_file = pq.ParquetFile(self._path, page_checksum_verification=True)
             metadata = parquet_file.metadata
             key_values = metadata.metadata or {}
             group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
             arrow_schema = parquet_file.schema_arrow
-        except pa.ArrowInvalid as error:
+        except (ValueError, pa.ArrowException) as error:
+            # ArrowInvalid (tinax 0.2's error for a file that is not Parquet),
+            # pyarrow's other errors, and the UnicodeDecodeError of a damaged
+            # column name.
             raise _unreadable_parquet_error()(
+                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+            ) from error
+        except OSError as error:
+            if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
+                raise
+            # pyarrow's plain OSError for a footer it cannot decode (a damaged
+            # Thrift structure): an OSError as before, and the ValueError
+            # tinax gives for a malformed file.
+            raise CorruptParquetError(
                 f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
         group_ends = [int(end) for end in np.cumsum(group_rows, dtype=np.int64)]
         header_bytes = key_values.get(METADATA_KEY)
+        stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
-            return parquet_file, None, group_ends
+            if stored_checksums is not None or _footer_holds_checksums(self._path):
+                # A damaged footer can lose its key-value list and still parse:
+                # the checksum entry's bytes are still there, unparsed.
+                raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
+            return parquet_file, None, group_ends, None
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -489,13 +674,32 @@ class ParquetRecordSource:
             raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}")
         if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
-        return parquet_file, header_bytes, group_ends
+        if stored_checksums is None:
+            raise self._unreadable(
+                "it carries a tinax header but no checksums: its footer is damaged, or an older tinax 0.3 "
+                "development version wrote it"
+            )
+        try:
+            group_checks = self._verified_footer(metadata, stored_checksums)
+        except (OSError, ValueError) as error:
+            raise self._unreadable(str(error)) from error
+        return parquet_file, header_bytes, group_ends, group_checks
+
+    def _verified_footer(self, metadata: Any, stored: bytes) -> list[tuple[int, int, str]]:
+        """Checks the footer's digest and returns every row group's range and digest."""
+        footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
+        with open(self._path, "rb") as handle:
+            footer, footer_start = _read_raw_footer(handle, "the file")
+        if _footer_digest(footer, stored, group_digests) != footer_digest:
+            raise ValueError("its footer does not match its checksum: the footer is corrupt")
+        ranges = _row_group_ranges(metadata, footer_start, "the file")
+        return [(start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True)]
 
     def _open_file(self) -> Any:
         # Called with the lock held.
         if self._file is None:
-            parquet_file, header_bytes, group_ends = self._open_and_read_footer()
-            if header_bytes != self._header_bytes or group_ends != self._group_ends:
+            parquet_file, header_bytes, group_ends, group_checks = self._open_and_read_footer()
+            if (header_bytes, group_ends, group_checks) != (self._header_bytes, self._group_ends, self._group_checks):
                 raise ValueError(f"{str(self._path)!r} changed since it was opened: its footer is different")
             self._file = parquet_file
         return self._file
@@ -524,6 +728,8 @@ class ParquetRecordSource:
 
         parquet_file = self._open_file()
         try:
+            if self._group_checks is not None:
+                self._verify_row_group(group_index)
             table = parquet_file.read_row_group(group_index)
             expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
             if table.num_rows != expected_rows:
@@ -540,8 +746,23 @@ class ParquetRecordSource:
             self._cached_bytes -= evicted.nbytes
         return group
 
+    def _verify_row_group(self, group_index: int) -> None:
+        assert self._group_checks is not None
+        start, end, expected = self._group_checks[group_index]
+        with open(self._path, "rb") as handle:
+            found = _digest_range(handle, start, end)
+        if found != expected:
+            raise ValueError(
+                f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
+            )
+
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": os.fspath(self._path), "header": self._header_bytes, "group_ends": self._group_ends}
+        return {
+            "path": os.fspath(self._path),
+            "header": self._header_bytes,
+            "group_ends": self._group_ends,
+            "group_checks": self._group_checks,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._path = pathlib.Path(state["path"])
@@ -549,7 +770,10 @@ class ParquetRecordSource:
         self._cache = collections.OrderedDict()
         self._cached_bytes = 0
         self._file = None
-        self._set_footer(state["header"], state["group_ends"])
+        checks = state.get("group_checks")
+        self._set_footer(
+            state["header"], state["group_ends"], None if checks is None else [tuple(check) for check in checks]
+        )
 
     def __repr__(self) -> str:
         if self._schema is None:

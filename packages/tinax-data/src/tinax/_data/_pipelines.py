@@ -357,27 +357,38 @@ def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
     return None
 
 
-def check_state(state: object, expected: Mapping[str, Any]) -> Any:
-    """Checks that an iterator state belongs to the described pipeline.
+def check_state(state: object, expected: Mapping[str, Any], *, length: int | None = None) -> Any:
+    """Checks that an iterator state belongs to the described pipeline and is well formed.
+
+    The check is as strict as the checkpoint loaders': every key is known,
+    every count is an int (never a bool or a float), and every index is in
+    range, so a tampered state is refused before grain sees any of it.
 
     Args:
       state: What ``set_state`` received.
       expected: The description of the pipeline being restored.
+      length: The number of elements of the iterator being restored, when
+        known: the largest ``next_index`` a single-process state may hold.
 
     Returns:
-      grain's part of the state, to hand to the grain iterator. A state
-      without a description (grain's own state, as tinax 0.2 saved it) is
-      grain's part as a whole: there is nothing to compare it with.
+      grain's part of the state, to hand to the grain iterator (a checked
+      copy). A state without a description (grain's own state, as tinax 0.2
+      saved it) is grain's part as a whole: there is no description to
+      compare, but its form is checked all the same.
 
     Raises:
-      TypeError: If ``state`` is not a mapping.
-      ValueError: If its description differs from ``expected``; the message
-        names every differing field.
+      TypeError: If ``state`` or a part of it is not a mapping, or a count or
+        index in it is not an int (bools and floats included).
+      ValueError: If its description differs from ``expected`` (the message
+        names every differing field), it has keys a state never has or lacks
+        one it always has, or an index is out of range; the message names
+        the field.
     """
     if not isinstance(state, Mapping):
         fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
+    num_workers = expected.get("num_workers", 0)
     if STATE_DESCRIPTION_KEY not in state:
-        return state
+        return _checked_grain_state(state, "state", num_workers, length)
     saved = state[STATE_DESCRIPTION_KEY]
     if not isinstance(saved, Mapping) or STATE_GRAIN_KEY not in state:
         keys = ", ".join(repr(key) for key in state)
@@ -385,20 +396,133 @@ def check_state(state: object, expected: Mapping[str, Any]) -> Any:
             f"state must hold a {STATE_DESCRIPTION_KEY!r} mapping and a {STATE_GRAIN_KEY!r} entry, as states from "
             f"get_state() of a tinax pipeline iterator do, got a state with keys [{keys}]"
         )
+    _refuse_unknown_keys(state, "state", (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
     fields = set(saved) | set(expected)
-    ordered = [name for name in _FIELD_ORDER if name in fields] + sorted(fields.difference(_FIELD_ORDER))
+    ordered = [name for name in _FIELD_ORDER if name in fields] + sorted(fields.difference(_FIELD_ORDER), key=str)
     missing = "<absent>"
     differences = [
         f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
         for name in ordered
-        if saved.get(name, missing) != expected.get(name, missing)
+        if not _same_value(saved.get(name, missing), expected.get(name, missing))
     ]
     if differences:
         raise ValueError(
             "state must come from a pipeline built with the same arguments, got one that differs: "
             + "; ".join(differences)
         )
-    return state[STATE_GRAIN_KEY]
+    return _checked_grain_state(state[STATE_GRAIN_KEY], f"state[{STATE_GRAIN_KEY!r}]", num_workers, length)
+
+
+def _same_value(saved: object, expected: object) -> bool:
+    # 7.0 == 7 and True == 1 in Python; a state holding either was tampered with.
+    return type(saved) is type(expected) and saved == expected
+
+
+# The keys of the state of grain's multiprocess prefetch (an interleave over one
+# dataset per worker).
+_WORKER_STATE_KEYS = (
+    "next_index_in_cycle",
+    "next_index_in_datasets",
+    "iterators_in_use_indices",
+    "iterators_in_use_states",
+    "exhausted",
+    "future_states",
+)
+
+
+def _refuse_unknown_keys(part: Mapping[Any, Any], where: str, known: Sequence[str]) -> None:
+    unknown = [key for key in part if key not in known]
+    if unknown:
+        raise ValueError(
+            f"{where} must hold only the keys {list(known)} of a saved iterator state, "
+            f"got the unknown key {unknown[0]!r}"
+        )
+    absent = [key for key in known if key not in part]
+    if absent:
+        raise ValueError(
+            f"{where} must hold the keys {list(known)} of a saved iterator state, but has no key {absent[0]!r}"
+        )
+
+
+def _checked_index(value: object, where: str, minimum: int, maximum: int | None) -> int:
+    # Exact ints only: NumPy integers never occur in a saved state, and a float
+    # or bool that happens to equal an int is a tampered state.
+    if type(value) is not int:
+        fail_type(where, "an int", value)
+    return require_int(value, where, minimum=minimum, maximum=maximum)
+
+
+def _checked_grain_state(part: object, where: str, num_workers: object, length: int | None) -> dict[str, Any]:
+    """Checks grain's part of an iterator state and returns a copy for grain."""
+    if not isinstance(part, Mapping):
+        fail_type(where, "a mapping, as grain's iterator states are", part)
+    if type(num_workers) is not int or num_workers <= 0:
+        _refuse_unknown_keys(part, where, ("next_index",))
+        maximum = length if length is not None and length < sys.maxsize else None
+        return {"next_index": _checked_index(part["next_index"], f"{where}['next_index']", 0, maximum)}
+    _refuse_unknown_keys(part, where, _WORKER_STATE_KEYS)
+    checked: dict[str, Any] = {
+        "next_index_in_cycle": _checked_index(
+            part["next_index_in_cycle"], f"{where}['next_index_in_cycle']", 0, num_workers - 1
+        ),
+        "next_index_in_datasets": _checked_index(
+            part["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
+        ),
+    }
+    lists: dict[str, list[Any]] = {}
+    for key in ("iterators_in_use_indices", "iterators_in_use_states", "exhausted"):
+        value = part[key]
+        if not isinstance(value, (list, tuple)):
+            fail_type(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
+        if len(value) != num_workers:
+            fail_value(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
+        lists[key] = list(value)
+    checked["iterators_in_use_indices"] = [
+        _checked_index(value, f"{where}['iterators_in_use_indices'][{position}]", 0, num_workers - 1)
+        for position, value in enumerate(lists["iterators_in_use_indices"])
+    ]
+    checked["iterators_in_use_states"] = [
+        _checked_worker_state(value, f"{where}['iterators_in_use_states'][{position}]")
+        for position, value in enumerate(lists["iterators_in_use_states"])
+    ]
+    checked["exhausted"] = [
+        _checked_index(value, f"{where}['exhausted'][{position}]", 0, 1)
+        for position, value in enumerate(lists["exhausted"])
+    ]
+    future = part["future_states"]
+    if not isinstance(future, Mapping):
+        fail_type(f"{where}['future_states']", "a mapping of worker states", future)
+    checked["future_states"] = {
+        key: _checked_worker_state(value, f"{where}['future_states'][{key!r}]") for key, value in future.items()
+    }
+    return checked
+
+
+def _checked_worker_state(part: object, where: str) -> Any:
+    """Checks the state of one worker's iterator (None or {} when it has none)."""
+    if part is None:
+        return None
+    if not isinstance(part, Mapping):
+        fail_type(where, "a mapping, as grain's iterator states are, or None", part)
+    if not part:
+        return {}
+    if STATE_DESCRIPTION_KEY not in part:
+        # The state of whatever grain iterator the worker runs (a dataset
+        # built on a tinax pipeline need not be one): its keys depend on that
+        # iterator, so only the index every such state shares is checked.
+        checked = dict(part)
+        if "next_index" in checked:
+            checked["next_index"] = _checked_index(checked["next_index"], f"{where}['next_index']", 0, None)
+        return checked
+    _refuse_unknown_keys(part, where, (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
+    description = part[STATE_DESCRIPTION_KEY]
+    if not isinstance(description, Mapping):
+        fail_type(f"{where}[{STATE_DESCRIPTION_KEY!r}]", "a mapping describing the pipeline", description)
+    # The worker's own iterator compares the description when it restores.
+    return {
+        STATE_DESCRIPTION_KEY: dict(description),
+        STATE_GRAIN_KEY: _checked_grain_state(part[STATE_GRAIN_KEY], f"{where}[{STATE_GRAIN_KEY!r}]", 0, None),
+    }
 
 
 def _new_instance(name: str) -> Any:
@@ -500,7 +624,11 @@ def pipeline_classes() -> PipelineClasses:
             }
 
         def set_state(self, state: dict[str, Any]) -> None:
-            self._parent.set_state(copy.deepcopy(check_state(state, self._description)))
+            # grain's single-process iterator knows its length; it checks the
+            # upper bound only after taking the index, so tinax checks first.
+            length = getattr(self._parent, "_dataset_length", None)
+            checked = check_state(state, self._description, length=length if type(length) is int else None)
+            self._parent.set_state(copy.deepcopy(checked))
 
         def _get_next_index(self) -> int:
             return self._parent._get_next_index()  # type: ignore[no-any-return]

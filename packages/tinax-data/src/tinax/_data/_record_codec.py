@@ -62,11 +62,15 @@ written as ArrayRecord and as Parquet have the same ``source_id``.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import json
 import math
+import os
+import pathlib
 import re
+import stat
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
@@ -129,6 +133,40 @@ _LENGTH = struct.Struct("<Q")
 
 # Built-in dtypes whose raw bytes mean the same on every platform.
 _BUILTIN_DESCRIPTOR = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
+
+
+# What stat says of a path that cannot name a file: nothing can be there.
+_NO_FILE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG})
+
+
+def require_record_file(file: pathlib.Path, container: str) -> None:
+    """Checks that a path names a regular file before a reader opens it.
+
+    Args:
+      file: The path given to the reader.
+      container: ``"Parquet"`` or ``"ArrayRecord"``, for the message.
+
+    Raises:
+      FileNotFoundError: If no regular file is there: nothing, a folder, a
+        path through a regular file, a symlink loop, a name longer than the
+        file system allows, a dangling link, or something that is not a
+        file (a FIFO, a device, ...). The message says which.
+      OSError: If the file system refuses to say (a folder without search
+        permission), as ``pathlib.Path.is_file`` raised in tinax 0.2.
+    """
+    try:
+        mode = os.stat(file).st_mode
+    except ValueError as error:  # An embedded NUL: no file can have that name.
+        raise FileNotFoundError(f"No {container} file at {str(file)!r}: nothing is there ({error})") from error
+    except OSError as error:
+        if error.errno not in _NO_FILE_ERRNOS:
+            raise
+        reason = "nothing is there" if error.errno == errno.ENOENT else f"nothing is there ({error.strerror})"
+        raise FileNotFoundError(f"No {container} file at {str(file)!r}: {reason}") from error
+    if stat.S_ISREG(mode):
+        return
+    what = "a folder" if stat.S_ISDIR(mode) else "something that is not a regular file"
+    raise FileNotFoundError(f"No {container} file at {str(file)!r}: {what} is there")
 
 
 def record_position(index: object, count: int, path: object) -> int:
@@ -352,7 +390,7 @@ class RecordSchema:
                 record[name], offset = decoder(data, offset)
         except (struct.error, IndexError) as error:
             raise ValueError(f"the record ends inside field {name!r}") from error
-        except ValueError as error:
+        except (ValueError, OverflowError, MemoryError) as error:
             raise ValueError(f"field {name!r} cannot be decoded: {error}") from error
         if offset != len(data):
             raise ValueError(f"the record has {len(data) - offset} bytes after its last field")
@@ -384,6 +422,8 @@ def array_from_bytes(data: Any, offset: int, nbytes: int, dtype: np.dtype[Any], 
       ValueError: If the byte count does not match the shape and dtype, or the
         buffer is too short.
     """
+    if any(extent < 0 for extent in shape):
+        raise ValueError(f"an array cannot have the negative extents of shape {shape}")
     count = math.prod(shape)
     if count * dtype.itemsize != nbytes:
         raise ValueError(
@@ -450,6 +490,9 @@ def _decoder(field: FieldSpec) -> _Decoder:
         count = shape[0] if ndim == 1 else prod(shape)
         if not count:
             return empty(shape, dtype), offset
+        if count * itemsize > len(data) - offset:
+            # Checked before NumPy sees it: extents of 2**63 or more overflow its sizes.
+            raise ValueError(f"an array of shape {shape} needs {count * itemsize} bytes but the record ends first")
         # frombuffer refuses a buffer too short for count items. It views the
         # (read-only) record; the copy gives an aligned, writable array of its own.
         array = frombuffer(data, dtype, count, offset)
@@ -513,8 +556,11 @@ class RecordHeader:
         """
         try:
             header = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise ValueError("the header is not UTF-8 JSON") from error
+        except RecursionError as error:
+            # A crafted header nested thousands deep exhausts the parser's stack.
+            raise ValueError("the header is JSON nested too deeply to be a tinax header") from error
+        except ValueError as error:  # UnicodeDecodeError, JSONDecodeError, an int of too many digits.
+            raise ValueError(f"the header is not UTF-8 JSON ({error})") from error
         if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
             raise ValueError(f"the header does not declare the {FORMAT_NAME!r} format")
         version = header.get("version")
@@ -542,7 +588,13 @@ class RecordHeader:
 
 
 def _field_from_json(entry: object) -> FieldSpec:
-    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or entry.get("kind") not in _KINDS:
+    # The kind is checked to be a str first: a list or dict there is unhashable.
+    if (
+        not isinstance(entry, dict)
+        or not isinstance(entry.get("name"), str)
+        or not isinstance(entry.get("kind"), str)
+        or entry["kind"] not in _KINDS
+    ):
         raise ValueError(f"the header has a malformed field entry {entry!r}")
     if entry["kind"] != KIND_ARRAY:
         return FieldSpec(entry["name"], entry["kind"])

@@ -87,7 +87,20 @@ class _RowSelection:
         return len(self._positions)
 
     def __getitem__(self, index: int) -> Any:
-        row = self._parent[int(self._positions[index])]
+        """Returns row ``index`` of the selection (negative indices count from the end).
+
+        Raises:
+          TypeError: If ``index`` is not an int (bools, NumPy bools and
+            floats are refused rather than read as 1, 0 or a mask).
+          IndexError: If ``index`` is outside the selection.
+        """
+        count = len(self._positions)
+        position = index if type(index) is int else require_int(index, "index")
+        if position < 0:
+            position += count
+        if not 0 <= position < count:
+            raise IndexError(f"index {index} is out of range for the {count} rows of {self._description}")
+        row = self._parent[int(self._positions[position])]
         return row if self._drop is None else self._drop(row)
 
     def __repr__(self) -> str:
