@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -647,3 +648,55 @@ def test_tampered_worker_states_are_refused_by_field(change, error, message):
     del missing["exhausted"]
     with pytest.raises(ValueError, match="no key 'exhausted'"):
         check_state(missing, expected)
+
+
+# ---------------------------------------------------------------------------
+# Hardening: counts beyond what grain can represent
+
+
+@pytest.mark.parametrize("num_epochs", [2**62, 2**63, 2**100, np.int64(2**62), np.uint64(2**64 - 1)])
+def test_epoch_counts_grain_cannot_count_are_a_value_error_naming_the_limit(num_epochs):
+    # 20 rows in batches of 4: 5 batches per epoch.
+    limit = (sys.maxsize - 1) // 5
+    with pytest.raises(ValueError, match=rf"num_epochs must be at most {limit} for 5 batches per epoch"):
+        _training(num_epochs=num_epochs)
+
+
+def test_the_largest_epoch_count_grain_can_count_still_builds_and_reads():
+    # 20 rows, 2 processes, batches of 5: 2 batches per process and epoch.
+    shard = ShardOptions(1, 2, drop_remainder=True)
+    limit = (sys.maxsize - 1) // 2
+    batches = _training(shard_options=shard, batch_size=5, num_epochs=limit, shuffle=False)
+    assert len(batches) == 2 * limit < sys.maxsize
+    assert _ids(batches[len(batches) - 1]) == [15, 16, 17, 18, 19]
+    with pytest.raises(ValueError, match=rf"num_epochs must be at most {limit} for 2 batches per epoch"):
+        _training(shard_options=shard, batch_size=5, num_epochs=limit + 1)
+    # One batch per epoch allows the most epochs; None still repeats forever.
+    assert len(_training(batch_size=20, num_epochs=sys.maxsize - 1)) == sys.maxsize - 1
+    with pytest.raises(ValueError, match=rf"num_epochs must be at most {sys.maxsize - 1} for 1 batches"):
+        _training(batch_size=20, num_epochs=sys.maxsize)
+    assert len(_training(num_epochs=None)) == sys.maxsize
+
+
+def test_absurd_batch_sizes_and_shard_counts_are_value_errors_or_work():
+    with pytest.raises(ValueError, match="at least one complete global batch"):
+        _training(batch_size=2**100)
+    with pytest.raises(ValueError, match="at least one complete global batch"):
+        _training(shard_options=ShardOptions(0, 2**70, drop_remainder=True))
+    # Evaluation takes any positive batch size and shard count: the batch or
+    # block is just everything, or nothing.
+    everything = list(evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=2**100, batch_fn=_stack))
+    assert [_ids(batch) for batch in everything] == [list(range(ROWS))]
+    last = ShardOptions(2**70 - 1, 2**70, drop_remainder=False)
+    assert list(evaluation_batches(_dataset(), shard_options=last, batch_size=2**63, batch_fn=_stack)) == []
+
+
+@pytest.mark.parametrize("index", [True, False, np.bool_(True), np.bool_(False)])
+def test_pipelines_refuse_bool_batch_indices(index):
+    training = _training(shuffle=False)
+    evaluation = evaluation_batches(_dataset(), shard_options=NoSharding(), batch_size=4, batch_fn=_stack)
+    for batches in (training, evaluation, cloudpickle.loads(cloudpickle.dumps(training))):
+        with pytest.raises(TypeError, match=r"index must be an int, got (np\.)?(True|False)"):
+            batches[index]
+        assert _ids(batches[np.int64(1)]) == [4, 5, 6, 7]
+        assert [_ids(batch) for batch in batches[1:3]] == [[4, 5, 6, 7], [8, 9, 10, 11]]

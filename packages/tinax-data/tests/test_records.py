@@ -1225,3 +1225,67 @@ def test_seeded_mutations_give_only_documented_errors(tmp_path, monkeypatch, nam
     if name == "parquet":
         # The checksums catch every change to a tinax-written Parquet file.
         assert changed_but_read == []
+
+
+# ---------------------------------------------------------------------------
+# Hardening: bool indices at the dataset level
+
+
+def _plain_source_dataset(dataset: grain.MapDataset) -> grain.MapDataset:
+    # grain's own dataset over the same source, as tinax 0.2's readers returned.
+    return grain.MapDataset.source(_source(dataset))
+
+
+@pytest.mark.parametrize("index", [True, False, np.bool_(True), np.bool_(False)])
+def test_reader_datasets_refuse_bool_indices_that_grain_would_read_as_0_or_1(tmp_path, container, index):
+    path = tmp_path / f"rows{container.suffix}"
+    container.write(path, [{"id": value} for value in range(4)])
+    dataset = container.read(path)
+    with pytest.raises(TypeError, match=r"index must be an int, got (np\.)?(True|False)"):
+        dataset[index]
+    # grain reduces other indices modulo the length before the source sees
+    # them, as before; ints of every kind read.
+    assert [dataset[position] for position in (0, np.int64(3), np.uint16(1), -1)] == [
+        {"id": 0},
+        {"id": 3},
+        {"id": 1},
+        {"id": 3},
+    ]
+    # What grain reduces to a non-int the source still refuses.
+    with pytest.raises(TypeError, match="index must be an int"):
+        dataset[1.0]
+
+
+def test_reader_datasets_behave_as_grains_own_and_pickle(tmp_path, container):
+    import cloudpickle
+
+    path = tmp_path / f"rows{container.suffix}"
+    container.write(path, [{"id": value, "x": np.arange(value, value + 2)} for value in range(9)])
+    dataset = container.read(path)
+    plain = _plain_source_dataset(dataset)
+    assert isinstance(dataset, grain.MapDataset)
+    assert isinstance(dataset, type(plain)), "a subclass of grain's source dataset, not a wrapper around it"
+    assert list(dataset.parents) == list(plain.parents) == []
+    assert str(dataset) == str(plain)
+
+    def ids(rows: Any) -> list[int]:
+        return [row["id"] for row in rows]
+
+    assert len(dataset) == 9
+    assert ids(dataset) == ids(plain) == list(range(9))
+    assert ids(dataset[2:7:2]) == ids(plain[2:7:2]) == [2, 4, 6]
+    assert ids(dataset.slice(slice(-3, None))) == [6, 7, 8]
+    assert ids(dataset.seed(3).shuffle()) == ids(plain.seed(3).shuffle())
+    assert ids(dataset.shuffle(seed=5)) == ids(plain.shuffle(seed=5))
+    assert list(dataset.map(lambda row: row["x"].sum())) == [2 * value + 1 for value in range(9)]
+    assert ids(dataset.to_iter_dataset()) == list(range(9))
+    assert [ids(batch) for batch in dataset.batch(4, batch_fn=list)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    # A sliced or transformed dataset reads with ints as grain always did.
+    assert dataset[3:][0]["id"] == dataset[3]["id"] == 3
+    for dumps, loads in ((pickle.dumps, pickle.loads), (cloudpickle.dumps, cloudpickle.loads)):
+        copy = loads(dumps(dataset))
+        assert type(copy) is type(dataset)
+        assert ids(copy) == list(range(9))
+        assert ids(loads(dumps(dataset.shuffle(seed=5)))) == ids(plain.shuffle(seed=5))
+        with pytest.raises(TypeError, match="index must be an int, got True"):
+            copy[True]

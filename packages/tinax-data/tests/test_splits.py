@@ -306,3 +306,28 @@ def test_split_views_index_like_sequences():
     for index in (6, -7, 2**70):
         with pytest.raises(IndexError, match=f"index {index} is out of range for the 6 rows"):
             view[index]
+
+
+@pytest.mark.parametrize("index", [True, False, np.bool_(True), np.bool_(False)])
+def test_split_parts_refuse_bool_indices_that_grain_would_read_as_0_or_1(index):
+    train, test = split_by_column(_dataset(_rows(8)), "split")
+    for part in (train, test):
+        with pytest.raises(TypeError, match=r"index must be an int, got (np\.)?(True|False)"):
+            part[index]
+    assert train[1] == {"x": 1}
+    assert test[np.int64(-1)] == {"x": 7}
+
+
+def test_split_parts_stay_grain_datasets_that_slice_shuffle_and_pickle():
+    train, test = split_by_column(_dataset(_rows(8)), "split")
+    plain = grain.MapDataset.source(train._source)
+    assert isinstance(train, type(plain))
+    assert list(train[1:5]) == list(plain[1:5])
+    assert list(train.shuffle(seed=2)) == list(plain.shuffle(seed=2))
+    assert _xs(train.map(lambda row: {"x": row["x"] * 10})) == [value * 10 for value in _xs(train)]
+    copy = cloudpickle.loads(cloudpickle.dumps(test))
+    assert type(copy) is type(test)
+    assert list(copy) == list(test)
+    assert find_source_id(copy) == find_source_id(test)
+    with pytest.raises(TypeError, match="index must be an int"):
+        copy[np.bool_(False)]

@@ -15,7 +15,15 @@ import pytest
 from absl import flags
 from grain.sharding import NoSharding, ShardOptions
 
-from tinax.data import InMemorySource, evaluation_batches, open_multiprocessing_iterator, training_batches
+from tinax.data import (
+    InMemorySource,
+    evaluation_batches,
+    open_multiprocessing_iterator,
+    read_parquet_record,
+    split_by_column,
+    training_batches,
+    write_parquet_record,
+)
 
 ROWS = 24
 
@@ -233,3 +241,19 @@ def test_evaluation_with_workers_sees_every_row_once_in_order(parsed_flags):
 
 def _noop(worker_index: int, worker_count: int) -> None:
     assert 0 <= worker_index < worker_count
+
+
+def test_workers_read_record_files_and_split_parts(parsed_flags, tmp_path):
+    # The reader's and the split's datasets (grain source datasets that refuse
+    # bool indices) reach the spawned workers by pickle and read there.
+    path = tmp_path / "rows.parquet"
+    write_parquet_record(path, [{"id": index, "half": index % 2} for index in range(ROWS)])
+    even, odd = split_by_column(read_parquet_record(path), "half", values=(0, 1))
+    for part, expected in ((read_parquet_record(path), list(range(ROWS))), (odd, list(range(1, ROWS, 2)))):
+        batches = evaluation_batches(part, shard_options=NoSharding(), batch_size=5, batch_fn=_stack_ids)
+        seen: list[int] = []
+        with open_multiprocessing_iterator(batches.to_iter_dataset(), num_workers=2) as iterator:
+            for batch in iterator:
+                seen.extend(batch.tolist())
+        assert seen == expected
+    assert even[np.int64(0)] == {"id": 0}

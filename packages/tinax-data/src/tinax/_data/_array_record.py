@@ -267,9 +267,10 @@ def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
     file = validation.require_path(path, "path")
     _array_record_module("read_array_record")
     require_record_file(file, "ArrayRecord")
-    import grain
+    # grain's source dataset, refusing bool indices that it would read as 0 or 1.
+    from tinax._data._datasets import source_dataset
 
-    return grain.MapDataset.source(ArrayRecordSource(file.absolute()))
+    return source_dataset(ArrayRecordSource(file.absolute()))
 
 
 class ArrayRecordSource:

@@ -487,9 +487,10 @@ def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
     """
     file = validation.require_path(path, "path")
     require_record_file(file, "Parquet")
-    import grain
+    # grain's source dataset, refusing bool indices that it would read as 0 or 1.
+    from tinax._data._datasets import source_dataset
 
-    return grain.MapDataset.source(ParquetRecordSource(file.absolute()))
+    return source_dataset(ParquetRecordSource(file.absolute()))
 
 
 @functools.cache

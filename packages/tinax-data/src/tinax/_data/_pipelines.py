@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
+import numpy as np
+
 from tinax._core.validation import (
     fail_type,
     fail_value,
@@ -176,7 +178,9 @@ def training_batches(
         ``batch_size`` is not an int (bools included), ``shuffle`` is not a
         bool, or ``batch_fn`` is not callable.
       ValueError: If ``shard_options.drop_remainder`` is not True,
-        ``num_epochs`` or ``batch_size`` is below 1, ``dataset`` is infinite
+        ``num_epochs`` or ``batch_size`` is below 1, ``num_epochs`` times the
+        batches of one epoch reaches ``sys.maxsize`` (more batches than grain
+        can count; the message gives the largest ``num_epochs``), ``dataset`` is infinite
         (not one finite epoch), it holds fewer rows than one global batch,
         ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
         batched (grain refuses to batch after a ``filter``).
@@ -207,6 +211,15 @@ def training_batches(
 
     per_shard = usable // shard["shard_count"]
     start = shard["shard_index"] * per_shard
+    # grain's lengths are index-sized ints, and it reserves sys.maxsize for an
+    # endless repeat: more batches than that overflow inside grain.
+    epoch_batches = per_shard // batch_size
+    if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
+        limit = (sys.maxsize - 1) // epoch_batches
+        raise ValueError(
+            f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
+            f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
+        )
     rows = dataset.seed(seed)
     if shuffle:
         rows = rows.shuffle()
@@ -565,6 +578,9 @@ def pipeline_classes() -> PipelineClasses:
         def __getitem__(self, index: Any) -> Any:
             if isinstance(index, slice):
                 return self.slice(index)
+            # grain's chain would read a bool as batch 0 or 1.
+            if isinstance(index, (bool, np.bool_)):
+                fail_type("index", "an int", index)
             return self._replaced[index]
 
         def _getitems(self, indices: Sequence[int]) -> Any:

@@ -168,7 +168,7 @@ def split_by_column(
       MissingColumnError: If a row has no ``column`` (a ValueError, and the
         KeyError tinax 0.2 raised).
     """
-    grain = _require_map_dataset(dataset)
+    _require_map_dataset(dataset)
     column = require_str(column, "column", allow_empty=True)
     require_bool(drop_column, "drop_column")
     first, second = _require_two_values(values)
@@ -192,6 +192,8 @@ def split_by_column(
                 f"{describe(value)}; split_by_column never drops rows with other values"
             )
 
+    from tinax._data._datasets import source_dataset
+
     parent_id = find_source_id(dataset)
     parts = []
     for chosen, value in zip(positions, (first, second), strict=True):
@@ -203,7 +205,7 @@ def split_by_column(
             source_id=_derived_id(parent_id, description),
             description=description,
         )
-        parts.append(grain.MapDataset.source(selection))
+        parts.append(source_dataset(selection))
     return parts[0], parts[1]
 
 

@@ -1,0 +1,58 @@
+"""The grain dataset over a tinax data source: grain's own, refusing bool indices.
+
+``grain.MapDataset.source(source)`` reduces every index modulo the source's
+length before the source sees it, so ``True`` reaches a tinax source as the
+int 1 and reads record 1. :class:`RecordSourceMapDataset` is grain's source
+dataset with a ``__getitem__`` that refuses bools (and NumPy bools) with
+TypeError first and otherwise hands the index to grain unchanged: slices,
+ints, NumPy ints, length, iteration, transformations and worker processes
+behave exactly as for the dataset ``MapDataset.source`` returns. It is a
+subclass, not a wrapper, so no node is added to the dataset graph and grain's
+default seeds stay where they are.
+
+This module imports grain, so tinax imports it only when a function that
+builds a dataset runs; instances pickle by reference to the class here, and
+unpickling imports the module (and grain) in the worker process.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grain
+import numpy as np
+
+from tinax._core.validation import fail_type
+
+__all__ = ["RecordSourceMapDataset", "source_dataset"]
+
+# grain's SourceMapDataset has no public name; MapDataset.source builds one.
+_SourceMapDataset: type[Any] = type(grain.MapDataset.source(()))
+
+
+class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
+    """grain's dataset over a random-access source, refusing bool indices."""
+
+    def __getitem__(self, index: Any) -> Any:
+        """Returns the record at ``index``, or a sliced dataset for a slice, as grain does.
+
+        Raises:
+          TypeError: If ``index`` is a bool or a NumPy bool (grain would read
+            it as 0 or 1), or what the source raises for other non-ints.
+          IndexError: As the source raises it.
+        """
+        if isinstance(index, (bool, np.bool_)):
+            fail_type("index", "an int", index)
+        return super().__getitem__(index)
+
+
+def source_dataset(source: Any) -> grain.MapDataset:
+    """Returns ``grain.MapDataset.source(source)``, refusing bool indices.
+
+    Args:
+      source: A random-access data source (``len`` and integer indexing).
+
+    Returns:
+      A :class:`RecordSourceMapDataset` over ``source``.
+    """
+    return RecordSourceMapDataset(source)
