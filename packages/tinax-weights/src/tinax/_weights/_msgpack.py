@@ -176,8 +176,8 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         :func:`~tinax.weights.save_safetensors` reports it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a loop of symbolic links, or a
-        name, counting the temporary file's, is too long (then also a
+        can exist at ``path``: it runs through a loop of symbolic links, or
+        its name is longer than the file system allows (then also a
         ValueError).
     """
     destination = validation.require_path(path, "path")

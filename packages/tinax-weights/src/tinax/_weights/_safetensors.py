@@ -282,8 +282,8 @@ def save_safetensors(
         :func:`~tinax.weights.save_msgpack` reports it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a loop of symbolic links, or a
-        name, counting the temporary file's, is too long (then also a
+        can exist at ``path``: it runs through a loop of symbolic links, or
+        its name is longer than the file system allows (then also a
         ValueError).
     """
     file_path = validation.require_path(path, "path")
