@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -145,9 +146,20 @@ def open_multiprocessing_iterator(
             )
         description = description or {"state_format": STATE_FORMAT}
         description.update(num_workers=num_workers, sequential_slice=sequential_slice)
+        # Finalize semaphores of iterators the program already dropped before
+        # grain registers new ones (see the collection on exit for why).
+        gc.collect()
         prefetched = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
         iterator = pipeline_classes().iterator(prefetched.__iter__(), description)
     try:
         yield iterator
     finally:
         iterator.close()
+        if num_workers > 0:
+            # grain's queues and events hold semaphores inside reference
+            # cycles. Left for a later collection, their finalizers can fire
+            # while multiprocessing's resource tracker is mid-call in this
+            # thread, which CPython reports as a reentrant call and a leaked
+            # semaphore. Collecting here releases them while nothing else is
+            # talking to the tracker.
+            gc.collect()
