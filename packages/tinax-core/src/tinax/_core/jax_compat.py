@@ -23,6 +23,7 @@ __all__ = [
     "JAX_VERSION",
     "RuntimeValueError",
     "Tracer",
+    "ambient_concrete_mesh",
     "backends_are_initialized",
     "initialize_distributed",
     "is_tracer",
@@ -86,6 +87,20 @@ def tracing_in_progress() -> bool:
     ``jax.set_mesh`` can only be entered when this is False.
     """
     return not _jax_core.trace_state_clean()
+
+
+def ambient_concrete_mesh() -> Mesh | None:
+    """Returns the concrete mesh entered with ``jax.set_mesh``, or None.
+
+    Unlike ``jax.sharding.get_mesh``, this also answers inside a trace, where
+    only the abstract mesh is public; the devices are what it adds.
+    """
+    from jax._src import mesh as _jax_mesh  # Private, but stable across 0.10-0.12.
+
+    mesh = _jax_mesh.get_concrete_mesh()
+    if not isinstance(mesh, Mesh) or mesh.empty:
+        return None
+    return mesh
 
 
 def mesh_axis_types(mesh: Mesh) -> tuple[AxisType, ...]:
