@@ -12,7 +12,9 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from tinax.parallel import shard_mapped
+from tinax.grad import value_and_grad
+from tinax.jit import bounded_jit
+from tinax.parallel import layout, make_mesh, place_host_array, shard_mapped
 
 DEVICE_COUNT = 8
 
@@ -250,3 +252,215 @@ def test_rejects_spec_referencing_non_manual_axis() -> None:
 def test_rejects_spec_referencing_unknown_axis() -> None:
     with pytest.raises(ValueError, match=r"references axis 'q' \(not a mesh axis\)"):
         shard_mapped(_identity, mesh=_manual_mesh(), in_specs=P("q"), out_specs=P("i"))
+
+
+# ---------------------------------------------------------------------------
+# Inputs laid out by `layout` on an Explicit mesh of the same devices.
+
+MESH_SHAPES = [pytest.param((2, 4), id="2x4"), pytest.param((4, 2), id="4x2")]
+AXES = ("data", "model")
+LOSS_SPECS: dict[str, Any] = {"in_specs": (P(), P("data")), "out_specs": P()}
+
+
+def _explicit_and_manual(shape: tuple[int, int]) -> tuple[Mesh, Mesh]:
+    devices = jax.devices()[:DEVICE_COUNT]
+    explicit = make_mesh(devices, shape, AXES, axis_types=(AxisType.Explicit, AxisType.Explicit))
+    manual_data = make_mesh(devices, shape, AXES, axis_types=(AxisType.Manual, AxisType.Auto))
+    return explicit, manual_data
+
+
+def _laid_out(explicit: Mesh) -> tuple[jax.Array, jax.Array]:
+    generator = np.random.default_rng(3)
+    weights = generator.normal(size=(5, 3)).astype(np.float32)
+    rows = generator.normal(size=(16, 5)).astype(np.float32)
+    return (
+        place_host_array(weights, layout(explicit, (None, None)), copy=True),
+        place_host_array(rows, layout(explicit, ("data", None)), copy=True),
+    )
+
+
+def _shard_loss(weights: jax.Array, rows: jax.Array) -> jax.Array:
+    return jax.lax.pmean(jnp.mean(jnp.tanh(rows @ weights) ** 2), "data")
+
+
+def _mixed_step(loss: Callable[..., jax.Array]) -> Callable[..., tuple[jax.Array, jax.Array]]:
+    # The result of the mapped call meets the laid-out input in one computation.
+    def step(weights: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+        value = loss(weights, rows)
+        return value, rows * value
+
+    return step
+
+
+def _same_bits(left: object, right: object) -> None:
+    left_leaves, right_leaves = jax.tree_util.tree_leaves(left), jax.tree_util.tree_leaves(right)
+    assert len(left_leaves) == len(right_leaves)
+    for ours, raw in zip(left_leaves, right_leaves, strict=True):
+        assert np.asarray(ours).tobytes() == np.asarray(raw).tobytes()
+        assert ours.sharding == raw.sharding
+
+
+@pytest.mark.parametrize("shape", MESH_SHAPES)
+@pytest.mark.parametrize("mode", ["eager", "jit", "bounded_jit", "bounded_jit_with_mesh"])
+def test_layout_inputs_mix_with_the_results(shape: tuple[int, int], mode: str) -> None:
+    explicit, manual_data = _explicit_and_manual(shape)
+    weights, rows = _laid_out(explicit)
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    raw = jax.shard_map(_shard_loss, mesh=explicit, axis_names={"data"}, **LOSS_SPECS)
+    wrap: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
+        "eager": lambda step: step,
+        "jit": jax.jit,
+        "bounded_jit": lambda step: bounded_jit(step, max_traces=1),
+        "bounded_jit_with_mesh": lambda step: bounded_jit(step, max_traces=1, mesh=explicit),
+    }
+    value, scaled = wrap[mode](_mixed_step(ours))(weights, rows)
+
+    assert value.sharding == NamedSharding(explicit, P())
+    assert scaled.sharding == rows.sharding
+    if mode == "eager":
+        expected = _mixed_step(raw)(weights, rows)
+    else:
+        with jax.set_mesh(explicit):
+            expected = jax.jit(_mixed_step(raw))(weights, rows)
+    _same_bits((value, scaled), expected)
+
+
+@pytest.mark.parametrize("shape", MESH_SHAPES)
+@pytest.mark.parametrize("mode", ["jit", "bounded_jit", "bounded_jit_with_mesh", "eager_under_set_mesh"])
+def test_value_and_grad_matches_raw_shard_map_bit_for_bit(shape: tuple[int, int], mode: str) -> None:
+    explicit, manual_data = _explicit_and_manual(shape)
+    weights, rows = _laid_out(explicit)
+    ours = value_and_grad(shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS))
+    raw = jax.jit(jax.value_and_grad(jax.shard_map(_shard_loss, mesh=explicit, axis_names={"data"}, **LOSS_SPECS)))
+    expected = raw(weights, rows)
+    if mode == "jit":
+        got = jax.jit(ours)(weights, rows)
+    elif mode == "bounded_jit":
+        got = bounded_jit(ours, max_traces=1)(weights, rows)
+    elif mode == "bounded_jit_with_mesh":
+        got = bounded_jit(ours, max_traces=1, mesh=explicit)(weights, rows)
+    else:
+        # Eager differentiation of Explicit arrays needs the mesh in context, for any JAX computation.
+        with jax.set_mesh(explicit):
+            got = ours(weights, rows)
+            expected = jax.value_and_grad(jax.shard_map(_shard_loss, mesh=explicit, axis_names={"data"}, **LOSS_SPECS))(
+                weights, rows
+            )
+    _same_bits(got, expected)
+    # And the gradient is the gradient: the same math on host, to float32 rounding.
+    host_weights, host_rows = np.asarray(weights, np.float64), np.asarray(rows, np.float64)
+    activation = np.tanh(host_rows @ host_weights)
+    host_gradient = host_rows.T @ (2 * activation * (1 - activation**2)) / activation.size
+    np.testing.assert_allclose(np.asarray(got[1]), host_gradient, rtol=1e-4, atol=1e-6)
+
+
+def test_full_manual_mesh_over_layout_inputs() -> None:
+    explicit, _ = _explicit_and_manual((2, 4))
+    manual = make_mesh(jax.devices()[:DEVICE_COUNT], (2, 4), AXES, axis_types=(AxisType.Manual, AxisType.Manual))
+    grid = place_host_array(np.arange(8 * 16, dtype=np.float32).reshape(8, 16), layout(explicit, AXES), copy=True)
+    row_sums = shard_mapped(
+        lambda block: jax.lax.psum(block.sum(axis=1), "model"), mesh=manual, in_specs=P(*AXES), out_specs=P("data")
+    )
+    expected = np.arange(8 * 16, dtype=np.float32).reshape(8, 16).sum(axis=1)
+    for run in _both(lambda block: row_sums(block) - jnp.max(block, axis=1)):
+        result = run(grid)
+        assert result.sharding == NamedSharding(explicit, P("data"))
+        np.testing.assert_array_equal(np.asarray(result), expected - np.asarray(grid).max(axis=1))
+
+
+def test_host_values_next_to_layout_inputs_are_placed_as_in_specs_say() -> None:
+    explicit, manual_data = _explicit_and_manual((2, 4))
+    weights, rows = _laid_out(explicit)
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    for run in _both(ours):
+        expected = np.asarray(run(weights, rows))
+        for pair in [(np.asarray(weights), rows), (weights, np.asarray(rows))]:
+            result = run(*pair)
+            assert result.sharding == NamedSharding(explicit, P())
+            assert np.asarray(result).tobytes() == expected.tobytes()
+
+
+def test_host_and_auto_inputs_still_run_on_auto_axes() -> None:
+    _, manual_data = _explicit_and_manual((2, 4))
+    auto = Mesh(manual_data.devices, AXES, axis_types=(AxisType.Auto, AxisType.Auto))
+    weights, rows = (np.asarray(array) for array in _laid_out(_explicit_and_manual((2, 4))[0]))
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    on_auto = (
+        jax.device_put(weights, NamedSharding(auto, P())),
+        jax.device_put(rows, NamedSharding(auto, P("data"))),
+    )
+    for run in _both(ours):
+        for arguments in [(weights, rows), (jnp.asarray(weights), jnp.asarray(rows)), on_auto]:
+            result = run(*arguments)
+            assert isinstance(result.sharding, NamedSharding)
+            assert result.sharding.mesh.axis_types == (AxisType.Auto, AxisType.Auto)
+
+
+def _other_meshes() -> dict[str, Mesh]:
+    devices = jax.devices()[:DEVICE_COUNT]
+    explicit = (AxisType.Explicit, AxisType.Explicit)
+    return {
+        "other-device-order": make_mesh(devices[::-1], (2, 4), AXES, axis_types=explicit),
+        "other-axis-names": make_mesh(devices, (2, 4), ("data", "tensor"), axis_types=explicit),
+        "other-axis-sizes": make_mesh(devices, (4, 2), AXES, axis_types=explicit),
+    }
+
+
+@pytest.mark.parametrize("which", ["other-device-order", "other-axis-names", "other-axis-sizes"])
+@pytest.mark.parametrize("mode", ["eager", "bounded_jit_with_mesh", "jit"])
+def test_inputs_on_another_mesh_are_a_value_error_naming_both(which: str, mode: str) -> None:
+    other = _other_meshes()[which]
+    _, manual_data = _explicit_and_manual((2, 4))
+    weights, rows = _laid_out(other)
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    if mode == "eager":
+        call: Callable[..., Any] = ours
+    elif mode == "bounded_jit_with_mesh":
+        call = bounded_jit(ours, max_traces=1, mesh=other)
+    else:
+        call = jax.jit(ours)
+    if mode == "jit" and which == "other-device-order":
+        # Inside a plain jax.jit the arguments are abstract and carry no devices;
+        # JAX itself refuses the mix and names both device lists.
+        with pytest.raises(ValueError, match=r"incompatible devices.*\[7, 6, 5, 4, 3, 2, 1, 0\].*\[0, 1, 2, 3, 4, 5"):
+            call(weights, rows)
+        return
+    expected = r"^a shard_mapped function runs on the devices and axes of its mesh Mesh\('data': 2 \(Manual\)"
+    with pytest.raises(ValueError, match=expected) as caught:
+        call(weights, rows)
+    message = str(caught.value)
+    assert "Mesh for all inputs should be equal" not in message
+    assert "device ids [[0, 1, 2, 3], [4, 5, 6, 7]]" in message
+    other_text = {
+        "other-device-order": "device ids [[7, 6, 5, 4], [3, 2, 1, 0]]",
+        "other-axis-names": "'tensor': 4 (Explicit)",
+        "other-axis-sizes": "'data': 4 (Explicit), 'model': 2 (Explicit)",
+    }[which]
+    assert other_text in message
+
+
+def test_inputs_on_two_explicit_meshes_typed_differently_are_a_value_error() -> None:
+    explicit, manual_data = _explicit_and_manual((2, 4))
+    weights, rows = _laid_out(explicit)
+    half = Mesh(explicit.devices, AXES, axis_types=(AxisType.Explicit, AxisType.Auto))
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    with pytest.raises(ValueError, match=r"^the inputs of a shard_mapped function must share one mesh: args\[0\]"):
+        ours(weights, jax.device_put(np.asarray(rows), NamedSharding(half, P("data"))))
+
+
+def test_eval_shape_of_layout_inputs_carries_the_declared_output_sharding() -> None:
+    explicit, manual_data = _explicit_and_manual((2, 4))
+    weights, rows = _laid_out(explicit)
+
+    def body(weights: jax.Array, rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return _shard_loss(weights, rows), rows @ weights
+
+    ours = shard_mapped(
+        body, mesh=manual_data, axis_names=frozenset({"data"}), in_specs=(P(), P("data")), out_specs=(P(), P("data"))
+    )
+    abstract = [jax.ShapeDtypeStruct(array.shape, array.dtype, sharding=array.sharding) for array in (weights, rows)]
+    loss, projected = jax.eval_shape(ours, *abstract)
+    assert (loss.shape, projected.shape) == ((), (16, 3))
+    assert loss.sharding.spec == P()
+    assert projected.sharding.spec == P("data", None)
+    assert projected.sharding.mesh == explicit.abstract_mesh

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import jax
-from jax.sharding import AxisType, Mesh, PartitionSpec
+import numpy as np
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from tinax._core.jax_compat import mesh_axis_types
+from tinax._core.jax_compat import ambient_concrete_mesh, is_tracer, mesh_axis_types
 from tinax._core.validation import (
     describe,
     fail_type,
@@ -114,15 +116,18 @@ def shard_mapped(
     _check_specs(in_specs, "in_specs", mesh, manual_axes)
     _check_specs(out_specs, "out_specs", mesh, manual_axes)
 
-    runnable_mesh = _with_manual_axes_as_auto(mesh, manual_axes)
-    return jax.shard_map(
-        function,
-        mesh=runnable_mesh,
-        in_specs=in_specs,
-        out_specs=out_specs,
-        axis_names=manual_axes,
-        check_vma=check_vma,
-    )
+    runner = _Runner(function, mesh, manual_axes, in_specs, out_specs, check_vma)
+
+    @functools.wraps(function)
+    def mapped(*args: P.args, **kwargs: P.kwargs) -> R:
+        if kwargs:
+            # jax.shard_map maps positional arguments only; say so before it does.
+            raise TypeError(
+                f"a shard_mapped function takes its arguments by position only, got keywords {sorted(kwargs)}"
+            )
+        return runner(args)  # type: ignore[no-any-return]
+
+    return mapped
 
 
 def _manual_axes(mesh: Mesh, axis_names: object) -> frozenset[str]:
@@ -162,11 +167,172 @@ def _check_specs(specs: object, name: str, mesh: Mesh, manual_axes: frozenset[st
                 )
 
 
-def _with_manual_axes_as_auto(mesh: Mesh, manual_axes: frozenset[str]) -> Mesh:
-    # jax.shard_map cannot lower over axes already typed Manual, so it runs over
-    # the same devices and names with those axes typed Auto instead.
-    axis_types = tuple(
-        AxisType.Auto if name in manual_axes else axis_type
-        for name, axis_type in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+class _Runner:
+    """Picks the mesh ``jax.shard_map`` runs over, per call, from the inputs.
+
+    The caller's mesh names the devices, the axes and which of them are
+    manual. The types the run uses come from what the inputs carry: JAX
+    needs one mesh per computation, so a run over arrays that ``layout`` put
+    on an Explicit mesh has to use that Explicit mesh, and its results then
+    live there too. Without such inputs the manual axes run as Auto.
+    """
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        mesh: Mesh,
+        manual_axes: frozenset[str],
+        in_specs: object,
+        out_specs: object,
+        check_vma: bool,
+    ) -> None:
+        self._function = function
+        self._mesh = mesh
+        self._manual_axes = manual_axes
+        self._in_specs = in_specs
+        self._out_specs = out_specs
+        self._check_vma = check_vma
+        self._default_types = tuple(
+            AxisType.Auto if name in manual_axes else axis_type
+            for name, axis_type in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+        )
+        self._mapped: dict[tuple[AxisType, ...], tuple[Mesh, Callable[..., Any]]] = {}
+        # Concrete meshes already found to hold the caller's devices in order.
+        self._same_devices: set[Mesh] = {mesh}
+
+    def __call__(self, args: tuple[Any, ...]) -> Any:
+        types = self._ambient_types()
+        inputs: list[tuple[str, Mesh | AbstractMesh]] = []
+        for path, leaf in jax.tree_util.tree_flatten_with_path(args)[0]:
+            leaf_mesh = _carried_mesh(leaf)
+            if leaf_mesh is not None:
+                where = "args" + jax.tree_util.keystr(path)
+                self._require_same_mesh(leaf_mesh, f"{where} is laid out on")
+                inputs.append((where, leaf_mesh))
+        if types is None:
+            types = self._types_from_inputs(inputs)
+        runnable, mapped = self._mapped_over(types)
+        if _is_explicit(runnable, self._manual_axes):
+            args = self._place_unplaced(args, runnable)
+        return mapped(*args)
+
+    def _ambient_types(self) -> tuple[AxisType, ...] | None:
+        # jax.shard_map requires its mesh to equal the ambient one (jax.set_mesh,
+        # bounded_jit's mesh, an enclosing shard_map), so that decides the types.
+        ambient = jax.sharding.get_abstract_mesh()
+        if ambient.empty:
+            return None
+        self._require_same_mesh(ambient, "the ambient mesh (jax.set_mesh) is")
+        concrete = ambient_concrete_mesh()
+        if concrete is not None:
+            self._require_same_mesh(concrete, "the ambient mesh (jax.set_mesh) is")
+        return tuple(ambient.axis_types)
+
+    def _types_from_inputs(self, inputs: list[tuple[str, Mesh | AbstractMesh]]) -> tuple[AxisType, ...]:
+        explicit = [(where, found) for where, found in inputs if _is_explicit(found, self._manual_axes)]
+        if not explicit:
+            return self._default_types
+        first_where, first = explicit[0]
+        for where, found in explicit[1:]:
+            if tuple(found.axis_types) != tuple(first.axis_types):
+                raise ValueError(
+                    f"the inputs of a shard_mapped function must share one mesh: {first_where} is laid out on "
+                    f"{_mesh_text(first)} and {where} on {_mesh_text(found)}, which types the axes differently"
+                )
+        return tuple(first.axis_types)
+
+    def _require_same_mesh(self, found: Mesh | AbstractMesh, what: str) -> None:
+        if isinstance(found, Mesh):
+            if found in self._same_devices:
+                return
+            same = (
+                tuple(found.axis_names) == tuple(self._mesh.axis_names)
+                and found.devices.shape == self._mesh.devices.shape
+                and np.array_equal(found.device_ids, self._mesh.device_ids)
+            )
+            if same:
+                self._same_devices.add(found)
+                return
+        elif tuple(found.axis_names) == tuple(self._mesh.axis_names) and tuple(found.axis_sizes) == tuple(
+            self._mesh.axis_sizes
+        ):
+            return
+        raise ValueError(
+            f"a shard_mapped function runs on the devices and axes of its mesh {_mesh_text(self._mesh)}, "
+            f"but {what} {_mesh_text(found)}, which has other devices, axis names or axis sizes; "
+            "lay the inputs out on a mesh of the same devices, in the same order, with the same axis names"
+        )
+
+    def _mapped_over(self, types: tuple[AxisType, ...]) -> tuple[Mesh, Callable[..., Any]]:
+        entry = self._mapped.get(types)
+        if entry is None:
+            runnable = Mesh(self._mesh.devices, self._mesh.axis_names, axis_types=types)
+            mapped = jax.shard_map(
+                self._function,
+                mesh=runnable,
+                in_specs=self._in_specs,
+                out_specs=self._out_specs,
+                axis_names=self._manual_axes,
+                check_vma=self._check_vma,
+            )
+            entry = self._mapped[types] = (runnable, mapped)
+        return entry
+
+    def _place_unplaced(self, args: tuple[Any, ...], runnable: Mesh) -> tuple[Any, ...]:
+        # Explicit axes take the layout an input carries as its in_spec, so host
+        # and uncommitted values (which carry none) are placed as in_specs say;
+        # arrays that carry a layout are left for jax.shard_map to check.
+        def is_spec(node: object) -> bool:
+            return node is None or isinstance(node, PartitionSpec)
+
+        try:
+            specs = jax.tree.broadcast(self._in_specs, args, is_leaf=is_spec)
+        except ValueError:
+            return args  # Not a prefix of the arguments: jax.shard_map says so itself.
+
+        def place(spec: PartitionSpec | None, subtree: Any) -> Any:
+            if spec is None:
+                return subtree  # A static argument, passed to the body as it is.
+            return _place_leaf(subtree, NamedSharding(runnable, spec))
+
+        placed: tuple[Any, ...] = jax.tree.map(place, specs, args, is_leaf=is_spec)
+        return placed
+
+
+def _place_leaf(leaf: Any, sharding: NamedSharding) -> Any:
+    if _carried_mesh(leaf) is not None or not isinstance(
+        leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)
+    ):
+        return leaf
+    return jax.device_put(leaf, sharding)
+
+
+def _carried_mesh(leaf: object) -> Mesh | AbstractMesh | None:
+    """The mesh an input is laid out on, or None for host and unplaced values."""
+    if is_tracer(leaf):
+        sharding = getattr(jax.typeof(leaf), "sharding", None)
+    elif isinstance(leaf, jax.Array):
+        sharding = leaf.sharding
+    else:
+        return None
+    if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:
+        return None
+    return sharding.mesh
+
+
+def _is_explicit(mesh: Mesh | AbstractMesh, manual_axes: frozenset[str]) -> bool:
+    return any(
+        axis_type == AxisType.Explicit
+        for name, axis_type in zip(mesh.axis_names, mesh.axis_types, strict=True)
+        if name in manual_axes
     )
-    return Mesh(mesh.devices, mesh.axis_names, axis_types=axis_types)
+
+
+def _mesh_text(mesh: Mesh | AbstractMesh) -> str:
+    axes = ", ".join(
+        f"{name!r}: {size} ({kind.name})"
+        for name, size, kind in zip(mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True)
+    )
+    if isinstance(mesh, Mesh):
+        return f"Mesh({axes}; device ids {mesh.device_ids.tolist()})"
+    return f"AbstractMesh({axes}; devices unknown inside a trace)"
