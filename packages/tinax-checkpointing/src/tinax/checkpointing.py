@@ -8,13 +8,22 @@ Grain are imported only when a function runs.
 
 Training checkpoints put the step, model, optimizer, random state, auxiliary
 state and data iterator of a run into one such checkpoint, so a run resumes
-exactly where it stopped. Checkpoints of Orbax's older V0 API are read and
+exactly where it stopped. ``TrainingCheckpointManager`` runs the save
+schedule of a job over a root folder of such checkpoints, one per step: it
+resumes from committed steps only, keeps what a retention policy says, and
+saves once more when the job is preempted. Checkpoints of Orbax's older V0 API are read and
 written by ``tinax.checkpointing.legacy.v0`` only, never from here.
 """
 
 import pathlib as _pathlib
 
 from tinax._checkpointing._checkpointables import load_checkpointables, save_checkpointables
+from tinax._checkpointing._manager import (
+    CheckpointScan,
+    SaveInFlightError,
+    StepDisagreementError,
+    TrainingCheckpointManager,
+)
 from tinax._checkpointing._names import validate_checkpointable_name
 from tinax._checkpointing._targets import abstract_restore_target
 from tinax._checkpointing._training import (
@@ -30,7 +39,11 @@ from tinax._checkpointing._training import (
 __path__ = [str(_pathlib.Path(__file__).with_name("_checkpointing") / "_public")]
 
 __all__ = [
+    "CheckpointScan",
+    "SaveInFlightError",
+    "StepDisagreementError",
     "TrainingCheckpoint",
+    "TrainingCheckpointManager",
     "TrainingCheckpointNames",
     "abstract_restore_target",
     "load_checkpointables",

@@ -7,6 +7,10 @@
 
 from tinax._checkpointing._checkpointables import load_checkpointables as load_checkpointables
 from tinax._checkpointing._checkpointables import save_checkpointables as save_checkpointables
+from tinax._checkpointing._manager import CheckpointScan as CheckpointScan
+from tinax._checkpointing._manager import SaveInFlightError as SaveInFlightError
+from tinax._checkpointing._manager import StepDisagreementError as StepDisagreementError
+from tinax._checkpointing._manager import TrainingCheckpointManager as TrainingCheckpointManager
 from tinax._checkpointing._names import validate_checkpointable_name as validate_checkpointable_name
 from tinax._checkpointing._targets import abstract_restore_target as abstract_restore_target
 from tinax._checkpointing._training import TrainingCheckpoint as TrainingCheckpoint
@@ -15,7 +19,11 @@ from tinax._checkpointing._training import load_training_checkpoint as load_trai
 from tinax._checkpointing._training import save_training_checkpoint as save_training_checkpoint
 
 __all__ = [
+    "CheckpointScan",
+    "SaveInFlightError",
+    "StepDisagreementError",
     "TrainingCheckpoint",
+    "TrainingCheckpointManager",
     "TrainingCheckpointNames",
     "abstract_restore_target",
     "load_checkpointables",

@@ -1,0 +1,718 @@
+"""A step manager over a root folder: committed steps, retention, one save at a time, preemption.
+
+A training job that checkpoints needs the same loop every time: save every N
+steps, keep some of the saves, find the newest good one at start-up, and save
+once more when the scheduler preempts the job. :class:`TrainingCheckpointManager`
+is that loop around :func:`save_training_checkpoint` and
+:func:`load_training_checkpoint`; each step is one training checkpoint of
+exactly their format in ``<root>/<step>``.
+
+The guarantees, and why they are kept here rather than by the caller:
+
+- A step counts only once its folder passes the completeness check that
+  :func:`load_checkpointables` runs, so a save that never committed is never
+  chosen for a resume.
+- Retention deletes only after a newer save has committed, and deletes a step
+  by renaming it to a temporary name first, so a crash at any moment leaves
+  every kept step whole and never leaves a half-deleted folder that looks
+  committed.
+- In a multi-process run, process 0's view of the folder decides and every
+  other process checks that it sees the same; a difference is an error on
+  every process, never a silent divergence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import pathlib
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from tinax._checkpointing._checkpointables import _require_complete_checkpoint as require_complete_checkpoint
+from tinax._checkpointing._errors import CheckpointNotFoundError
+from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
+from tinax._checkpointing._training import (
+    TrainingCheckpoint,
+    TrainingCheckpointNames,
+    load_training_checkpoint,
+    save_training_checkpoint,
+)
+from tinax._core import validation
+from tinax._core.files import atomic_write
+
+if TYPE_CHECKING:
+    import orbax.checkpoint.experimental.v1 as ocp
+    from grain import DatasetIterator
+
+__all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager"]
+
+# The largest step a training checkpoint stores.
+_MAX_STEP = 2**64 - 1
+# The caller-supplied metric of each step, kept next to the step folders (never
+# inside a checkpoint, whose format stays save_training_checkpoint's).
+METRICS_FILE = "tinax-step-metrics.json"
+# A step being deleted is first renamed to this name, which every scan takes for
+# an unfinished save: a crash during the removal never leaves a folder that
+# still looks committed.
+_DELETING_SUFFIX = ORBAX_TMP_SUFFIX + "-tinax-deleting"
+_SAVE_IN_FLIGHT_CHOICES = ("wait", "refuse")
+_BEST_MODES = ("min", "max")
+
+
+class SaveInFlightError(RuntimeError):
+    """A save was refused because the manager's previous save has not finished."""
+
+
+class StepDisagreementError(RuntimeError):
+    """The processes of a multi-process run see different committed steps under the root."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointScan:
+    """What a scan of the root folder found.
+
+    Attributes:
+      committed: The steps whose folder is a complete checkpoint, ascending.
+      torn: Step folders that are not complete checkpoints (a damaged or
+        half-deleted folder, or a step-named file).
+      temporary: Unfinished saves: names containing ``.orbax-checkpoint-tmp``.
+      unrelated: Every other name, which the manager never touches. The
+        manager's metric file is not listed.
+      removed: What this scan removed: the torn and temporary entries when
+        it ran with ``cleanup=True``, nothing otherwise.
+    """
+
+    committed: tuple[int, ...]
+    torn: tuple[pathlib.Path, ...]
+    temporary: tuple[pathlib.Path, ...]
+    unrelated: tuple[pathlib.Path, ...]
+    removed: tuple[pathlib.Path, ...]
+
+
+class TrainingCheckpointManager:
+    """Saves training checkpoints into ``<root>/<step>`` on a schedule and keeps what a policy says.
+
+    Every step is one :func:`save_training_checkpoint` checkpoint in a folder
+    named by the step in decimal (``<root>/1200``). A step is *committed*
+    once its folder passes the same completeness check as
+    :func:`load_checkpointables`; temporary folders of unfinished saves, torn
+    folders and unrelated names are never taken for a step.
+
+    Retention, applied after each save commits, keeps the union of the last
+    ``keep_last`` committed steps, every step divisible by ``keep_every``,
+    and the ``keep_best`` steps with the best metric (as passed to
+    :meth:`save`; steps saved without one never count as best). The other
+    steps older than the newest committed one are deleted, so a crash at any
+    moment leaves at least one complete checkpoint once one has committed.
+    Retention runs when the manager learns that a save committed: in
+    :meth:`wait`, and in the next :meth:`save`.
+
+    In a multi-process run, every process constructs the manager with the
+    same arguments and calls its methods in the same order, as it does for
+    :func:`save_training_checkpoint`. Process 0 decides which steps are
+    committed, the others check that they see the same, and only process 0
+    deletes or writes the metric file.
+
+    Args:
+      root: The folder holding one subfolder per step.
+      save_interval_steps: :meth:`should_save` answers True for steps
+        divisible by this.
+      keep_last: How many of the newest committed steps to keep, at least 1.
+      keep_every: Also keep every step divisible by this; None keeps no
+        such steps.
+      keep_best: Also keep this many steps with the best metric; None keeps
+        none for their metric.
+      best_mode: ``"min"`` or ``"max"``: whether a lower or a higher metric
+        is better. Given exactly when ``keep_best`` is.
+      save_in_flight: What :meth:`save` does while the previous save is still
+        being written: ``"wait"`` for it, or ``"refuse"`` with
+        :class:`SaveInFlightError`.
+      create: Whether to create ``root`` (and missing parents) when it does
+        not exist.
+      names: The part names for :func:`save_training_checkpoint` and
+        :func:`load_training_checkpoint`; their defaults when None.
+
+    Raises:
+      TypeError: If an argument is of the wrong kind (a bool for a count
+        included).
+      ValueError: If a count is not positive, ``best_mode`` is not ``"min"``
+        or ``"max"``, ``best_mode`` is given without ``keep_best`` or the
+        other way round, ``save_in_flight`` is not ``"wait"`` or
+        ``"refuse"``, or ``root`` exists but is not a folder.
+      FileNotFoundError: If ``root`` does not exist and ``create`` is False.
+        It is also a ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        save_interval_steps: int,
+        keep_last: int,
+        keep_every: int | None,
+        keep_best: int | None,
+        best_mode: Literal["min", "max"] | None,
+        save_in_flight: Literal["wait", "refuse"],
+        create: bool,
+        names: TrainingCheckpointNames | None = None,
+    ) -> None:
+        folder = validation.require_path(root, "root").absolute()
+        self._interval = validation.require_positive_int(save_interval_steps, "save_interval_steps")
+        self._keep_last = validation.require_positive_int(keep_last, "keep_last")
+        self._keep_every = validation.require_optional_positive_int(keep_every, "keep_every")
+        self._keep_best = validation.require_optional_positive_int(keep_best, "keep_best")
+        if best_mode is not None:
+            validation.require_str(best_mode, "best_mode")
+            validation.require_one_of(best_mode, "best_mode", _BEST_MODES)
+        if (best_mode is None) != (self._keep_best is None):
+            validation.fail_value(
+                "best_mode", "'min' or 'max' exactly when keep_best is given (None when keep_best is None)", best_mode
+            )
+        self._best_mode = best_mode
+        validation.require_str(save_in_flight, "save_in_flight")
+        validation.require_one_of(save_in_flight, "save_in_flight", _SAVE_IN_FLIGHT_CHOICES)
+        self._wait_for_previous_save = save_in_flight == "wait"
+        should_create = validation.require_bool(create, "create")
+        self._names = (
+            None
+            if names is None
+            else validation.require_instance(
+                names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None"
+            )
+        )
+        if not os.path.lexists(folder):
+            if not should_create:
+                raise CheckpointNotFoundError(
+                    f"root must name an existing folder when create=False, got {str(folder)!r} which does not exist"
+                )
+            folder.mkdir(parents=True, exist_ok=True)
+        elif not folder.is_dir():
+            validation.fail_value("root", "a folder", str(folder))
+        self._root = folder
+        # The newest step saved or being saved by this manager; should_save refuses steps up to it.
+        self._newest = -1
+        self._in_flight: tuple[int, ocp.AsyncResponse[None]] | None = None
+        # Set by the SIGTERM handler; read by should_save.
+        self._signal_received = False
+        self._preemption_requested = False
+        self._guard_active = False
+        # True while a guard is active in a multi-process run: should_save then exchanges the flag.
+        self._exchange_preemption = False
+        # Step folders already found complete, by name, with the (inode, mtime) they had then:
+        # committed checkpoints are immutable, so they are checked once, not at every scan.
+        self._complete: dict[str, tuple[int, int]] = {}
+
+    @property
+    def root(self) -> pathlib.Path:
+        """The absolute root folder."""
+        return self._root
+
+    @property
+    def preemption_requested(self) -> bool:
+        """Whether a SIGTERM arrived under :meth:`preemption_guard` and :meth:`should_save` has seen it.
+
+        In a multi-process run this turns True on every process at the same
+        :meth:`should_save` call. The training loop saves when
+        :meth:`should_save` says so and then stops when this is True.
+        """
+        return self._preemption_requested
+
+    @property
+    def save_in_flight(self) -> bool:
+        """Whether the manager's last save is still being written."""
+        return self._in_flight is not None and not _finished(self._in_flight[1])
+
+    # ------------------------------------------------------------------
+    # Committed steps.
+
+    def scan(self, *, cleanup: bool) -> CheckpointScan:
+        """Lists what is under the root, agreed by every process, and optionally removes leftovers.
+
+        With ``cleanup=True``, torn step folders and temporary folders are
+        removed (by process 0 in a multi-process run), after any save of this
+        manager still in flight has finished, so that its own temporary folder
+        is never taken for a leftover. Unrelated names are reported but never
+        removed: the manager cannot know that they are its own.
+
+        Args:
+          cleanup: Whether to remove the torn and temporary entries found.
+
+        Returns:
+          A :class:`CheckpointScan`. Its ``committed`` steps are process 0's
+          and equal on every process.
+
+        Raises:
+          TypeError: If ``cleanup`` is not a bool.
+          StepDisagreementError: In a multi-process run, if a process sees
+            other committed steps than process 0. Every process raises it.
+          RuntimeError: If ``cleanup`` is True and the save in flight failed
+            (the save's error, as :meth:`wait` raises it).
+        """
+        remove = validation.require_bool(cleanup, "cleanup")
+        if remove:
+            self.wait()
+        found = self._agreed_scan()
+        removed: list[pathlib.Path] = []
+        if remove and _is_process_zero():
+            for entry in (*found.torn, *found.temporary):
+                _remove(entry)
+                removed.append(entry)
+            _barrier("tinax-manager-cleanup")
+        elif remove:
+            _barrier("tinax-manager-cleanup")
+        return dataclasses.replace(found, removed=tuple(removed))
+
+    def committed_steps(self) -> tuple[int, ...]:
+        """The committed steps under the root, ascending, equal on every process.
+
+        Raises:
+          StepDisagreementError: In a multi-process run, if a process sees
+            other committed steps than process 0. Every process raises it.
+        """
+        return self._agreed_scan().committed
+
+    def latest_committed_step(self) -> int | None:
+        """The newest committed step, or None if no step has committed; equal on every process.
+
+        Raises:
+          StepDisagreementError: In a multi-process run, if a process sees
+            other committed steps than process 0. Every process raises it.
+        """
+        committed = self.committed_steps()
+        return committed[-1] if committed else None
+
+    # ------------------------------------------------------------------
+    # Saving.
+
+    def should_save(self, step: int) -> bool:
+        """Whether ``step`` is to be saved: on the interval, or at once after a SIGTERM.
+
+        A step that this manager already saved (or is saving), or one that is
+        not newer than it, is never due. Under :meth:`preemption_guard` in a
+        multi-process run, every call exchanges the SIGTERM flag with the
+        other processes (one small collective), so that all of them save the
+        same step even when the signal reaches them at different steps;
+        otherwise the call does no I/O and no communication.
+
+        Args:
+          step: The step about to be saved, an int in [0, 2**64 - 1].
+
+        Returns:
+          True if :meth:`save` should be called for ``step`` now.
+
+        Raises:
+          TypeError: If ``step`` is not an int (bools are refused).
+          ValueError: If ``step`` is negative or above 2**64 - 1.
+        """
+        if type(step) is not int or not 0 <= step <= _MAX_STEP:
+            step = _require_step(step)
+        if self._exchange_preemption:
+            self._exchange_preemption_flag()
+        elif self._signal_received:
+            self._preemption_requested = True
+        if step <= self._newest:
+            return False
+        return self._preemption_requested or step % self._interval == 0
+
+    def save(
+        self,
+        step: int,
+        model: Any,
+        optimizer: Any,
+        rng: Any,
+        auxiliary: Any,
+        iterator: DatasetIterator[Any],
+        *,
+        metric: float | None = None,
+    ) -> ocp.AsyncResponse[None]:
+        """Starts saving ``step`` into ``<root>/<step>`` with :func:`save_training_checkpoint`.
+
+        If the previous save is still being written, this waits for it or
+        refuses, as ``save_in_flight`` chose. Once the previous save has
+        committed, retention runs. After a SIGTERM (see
+        :meth:`preemption_guard`), the save is waited for before this
+        returns, so the job may exit right after.
+
+        Args:
+          step: The training step, newer than every step this manager saved
+            and than every committed step under the root.
+          model: The model state.
+          optimizer: The optimizer state.
+          rng: The random state.
+          auxiliary: Any other state resume needs; may be empty or None.
+          iterator: The live data iterator; its position is saved.
+          metric: The step's value of the caller's metric. Required when the
+            manager keeps the best steps, refused otherwise.
+
+        Returns:
+          The Orbax ``AsyncResponse`` of :func:`save_training_checkpoint`.
+          Calling its ``result()`` is allowed; the manager still applies
+          retention at its next :meth:`wait` or :meth:`save`.
+
+        Raises:
+          TypeError: If an argument is of the wrong kind (see
+            :func:`save_training_checkpoint`), or ``metric`` is not a real
+            number.
+          ValueError: If ``step`` is not newer than the newest saved or
+            committed step, ``metric`` is missing, given without
+            ``keep_best``, or not finite, or the save refuses a value.
+          SaveInFlightError: If the previous save has not finished and the
+            manager was built with ``save_in_flight="refuse"``. It is a
+            ``RuntimeError``.
+          RuntimeError: If the previous save failed in the background (its
+            error, with the cause chained).
+          StepDisagreementError: In a multi-process run, if the processes see
+            different committed steps.
+        """
+        checked = _require_step(step)
+        value = self._require_metric(metric)
+        if self.save_in_flight and not self._wait_for_previous_save:
+            saving = self._in_flight[0] if self._in_flight is not None else None
+            raise SaveInFlightError(
+                f"cannot save step {checked} under {str(self._root)!r}: the save of step {saving} is still in flight "
+                "and this manager was built with save_in_flight='refuse'; call wait() or save later"
+            )
+        self.wait()
+        newest = max(self._newest, self.latest_committed_step() or -1)
+        if checked <= newest:
+            validation.fail_value("step", f"a step newer than the newest saved or committed step {newest}", checked)
+        if value is not None and _is_process_zero():
+            self._record_metric(checked, value)
+        response = save_training_checkpoint(
+            self._root / str(checked), checked, model, optimizer, rng, auxiliary, iterator, names=self._names
+        )
+        self._newest = checked
+        self._in_flight = (checked, response)
+        if self._preemption_requested:
+            self.wait()
+        return response
+
+    def wait(self) -> None:
+        """Waits for the save in flight, if any, then applies retention.
+
+        Raises:
+          RuntimeError: If that save failed in the background (its error,
+            with the cause chained). Nothing is deleted then.
+          StepDisagreementError: In a multi-process run, if the processes see
+            different committed steps.
+        """
+        if self._in_flight is None:
+            return
+        _, response = self._in_flight
+        try:
+            response.result()
+        finally:
+            self._in_flight = None
+        self._apply_retention()
+
+    def retained_steps(self) -> tuple[int, ...]:
+        """The committed steps after every finished save's retention: :meth:`wait`, then :meth:`committed_steps`."""
+        self.wait()
+        return self.committed_steps()
+
+    # ------------------------------------------------------------------
+    # Loading.
+
+    def restore(
+        self,
+        step: int,
+        model_target: Any,
+        optimizer_target: Any,
+        rng_target: Any,
+        auxiliary_target: Any,
+        iterator: DatasetIterator[Any],
+    ) -> TrainingCheckpoint:
+        """Loads committed ``step`` with :func:`load_training_checkpoint`.
+
+        Pass :meth:`latest_committed_step` to resume from the newest
+        checkpoint. The targets are those of :func:`load_training_checkpoint`.
+
+        Returns:
+          The :class:`TrainingCheckpoint`, with ``iterator`` moved to the
+          saved position. Later saves must be of newer steps.
+
+        Raises:
+          TypeError: If ``step`` is not an int, or a target or the iterator
+            is of the wrong kind.
+          ValueError: If the targets do not fit the checkpoint (see
+            :func:`load_training_checkpoint`).
+          FileNotFoundError: If ``step`` is not a committed step under the
+            root. It is also a ``ValueError``.
+          StepDisagreementError: In a multi-process run, if the processes see
+            different committed steps.
+        """
+        checked = _require_step(step)
+        committed = self.committed_steps()
+        if checked not in committed:
+            raise CheckpointNotFoundError(
+                f"step must be a committed step under {str(self._root)!r}, got {checked}; the committed steps are "
+                f"{list(committed)}"
+            )
+        restored = load_training_checkpoint(
+            self._root / str(checked),
+            model_target,
+            optimizer_target,
+            rng_target,
+            auxiliary_target,
+            iterator,
+            names=self._names,
+        )
+        self._newest = max(self._newest, checked)
+        return restored
+
+    # ------------------------------------------------------------------
+    # Preemption.
+
+    @contextlib.contextmanager
+    def preemption_guard(self) -> Iterator[TrainingCheckpointManager]:
+        """Turns a SIGTERM into a request to save now, for the block's lifetime.
+
+        Inside the block, SIGTERM no longer ends the process: the handler
+        only records the signal. The next :meth:`should_save` answers True
+        and :attr:`preemption_requested` turns True; :meth:`save` then waits
+        for the commit, and the loop stops. The handler that was installed
+        before is restored when the block ends, however it ends. Must be
+        entered on the main thread (Python delivers signals there only).
+
+        Yields:
+          This manager.
+
+        Raises:
+          RuntimeError: If a guard of this manager is already active.
+          ValueError: If entered on a thread other than the main thread.
+        """
+        if self._guard_active:
+            raise RuntimeError("preemption_guard is already active for this manager; it cannot be nested")
+        if threading.current_thread() is not threading.main_thread():
+            raise ValueError("preemption_guard must be entered on the main thread, where Python handles signals")
+
+        def record(signum: int, frame: FrameType | None) -> None:
+            self._signal_received = True
+
+        previous = signal.signal(signal.SIGTERM, record)
+        self._guard_active = True
+        self._exchange_preemption = _process_count() > 1
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            self._guard_active = False
+            self._exchange_preemption = False
+
+    # ------------------------------------------------------------------
+    # Internals.
+
+    def _require_metric(self, metric: object) -> float | None:
+        if self._keep_best is None:
+            if metric is not None:
+                validation.fail_value("metric", "None, because this manager keeps no best steps", metric)
+            return None
+        if metric is None:
+            validation.fail_value("metric", "a finite number, because this manager keeps the best steps", metric)
+        if isinstance(metric, bool):
+            validation.fail_type("metric", "a real number", metric)
+        try:
+            value = float(metric)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            validation.fail_type("metric", "a real number", metric)
+        if not math.isfinite(value):
+            validation.fail_value("metric", "a finite number", metric)
+        return value
+
+    def _read_metrics(self) -> dict[int, float]:
+        try:
+            stored = json.loads((self._root / METRICS_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            raise ValueError(
+                f"the metric file {str(self._root / METRICS_FILE)!r} cannot be read; it holds no JSON object"
+            ) from error
+        if not isinstance(stored, dict):
+            raise ValueError(f"the metric file {str(self._root / METRICS_FILE)!r} holds no JSON object")
+        metrics: dict[int, float] = {}
+        for key, value in stored.items():
+            if _step_of(key) is None or type(value) not in (int, float):
+                raise ValueError(
+                    f"the metric file {str(self._root / METRICS_FILE)!r} holds an entry that is not a step and a "
+                    f"number: {key!r}: {value!r}"
+                )
+            metrics[int(key)] = float(value)
+        return metrics
+
+    def _write_metrics(self, metrics: dict[int, float]) -> None:
+        encoded = json.dumps({str(step): metrics[step] for step in sorted(metrics)}).encode("utf-8")
+        with atomic_write(self._root / METRICS_FILE, overwrite=True) as handle:
+            handle.write(encoded)
+
+    def _record_metric(self, step: int, value: float) -> None:
+        metrics = self._read_metrics()
+        metrics[step] = value
+        self._write_metrics(metrics)
+
+    def _kept(self, committed: tuple[int, ...], metrics: dict[int, float]) -> set[int]:
+        kept = set(committed[-self._keep_last :])
+        if self._keep_every is not None:
+            kept.update(step for step in committed if step % self._keep_every == 0)
+        if self._keep_best is not None:
+            scored = [step for step in committed if step in metrics]
+            # Ties go to the newer step.
+            sign = 1.0 if self._best_mode == "min" else -1.0
+            scored.sort(key=lambda step: (sign * metrics[step], -step))
+            kept.update(scored[: self._keep_best])
+        return kept
+
+    def _apply_retention(self) -> None:
+        committed = self.committed_steps()
+        if _is_process_zero() and committed:
+            metrics = self._read_metrics() if self._keep_best is not None else {}
+            kept = self._kept(committed, metrics)
+            newest = committed[-1]
+            doomed = [step for step in committed if step not in kept and step < newest]
+            for step in doomed:
+                _delete_step(self._root / str(step))
+            if self._keep_best is not None:
+                remaining = {step: value for step, value in metrics.items() if step in kept or step > newest}
+                if remaining != metrics:
+                    self._write_metrics(remaining)
+        _barrier("tinax-manager-retention")
+
+    def _local_scan(self) -> CheckpointScan:
+        committed: list[int] = []
+        torn: list[pathlib.Path] = []
+        temporary: list[pathlib.Path] = []
+        unrelated: list[pathlib.Path] = []
+        for entry in sorted(self._root.iterdir()):
+            name = entry.name
+            if is_orbax_temporary_name(name):
+                temporary.append(entry)
+                continue
+            step = _step_of(name)
+            if step is None:
+                if name != METRICS_FILE:
+                    unrelated.append(entry)
+                continue
+            try:
+                status = entry.stat()
+                identity = (status.st_ino, status.st_mtime_ns)
+                if self._complete.get(name) != identity:
+                    require_complete_checkpoint(entry)
+                    self._complete[name] = identity
+            except (OSError, ValueError):
+                self._complete.pop(name, None)
+                torn.append(entry)
+            else:
+                committed.append(step)
+        return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
+
+    def _agreed_scan(self) -> CheckpointScan:
+        if _process_count() == 1:
+            return self._local_scan()
+        # Deletions and cleanups of process 0 end before it reaches this barrier.
+        _barrier("tinax-manager-scan")
+        local = self._local_scan()
+        _agree_on_steps(self._root, local.committed)
+        return local
+
+    def _exchange_preemption_flag(self) -> None:
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        flags = multihost_utils.process_allgather(np.array([self._signal_received], dtype=np.uint8))
+        if bool(np.asarray(flags).any()):
+            self._preemption_requested = True
+
+
+def _require_step(step: object) -> int:
+    return validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
+
+
+def _step_of(name: str) -> int | None:
+    """The step a folder name stands for: canonical decimal digits only ("7", not "07", "+7" or a non-ASCII digit)."""
+    if not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
+        return None
+    step = int(name)
+    return step if step <= _MAX_STEP else None
+
+
+def _finished(response: Any) -> bool:
+    try:
+        response.result(timeout=0)
+    except TimeoutError:
+        return False
+    except Exception:  # A failure is reported by wait(); the save is over either way.
+        return True
+    return True
+
+
+def _remove(entry: pathlib.Path) -> None:
+    if entry.is_dir() and not entry.is_symlink():
+        shutil.rmtree(entry)
+    else:
+        entry.unlink(missing_ok=True)
+
+
+def _delete_step(folder: pathlib.Path) -> None:
+    # The rename is atomic: from here on every scan takes the folder for an unfinished save.
+    doomed = folder.with_name(folder.name + _DELETING_SUFFIX)
+    os.replace(folder, doomed)
+    shutil.rmtree(doomed)
+
+
+def _process_count() -> int:
+    import jax
+
+    return int(jax.process_count())
+
+
+def _is_process_zero() -> bool:
+    import jax
+
+    return int(jax.process_index()) == 0
+
+
+def _barrier(name: str) -> None:
+    if _process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
+def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
+    """Checks, through the JAX runtime, that every process sees process 0's committed steps.
+
+    Each process contributes a fixed-size summary of what it sees (a SHA-256
+    of the list, the count and the newest step, as bytes, which survive any
+    JAX integer width); every process then compares all summaries with
+    process 0's, so a difference fails every process at the same call.
+    """
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    digest = hashlib.sha256(json.dumps(list(committed)).encode("ascii")).digest()
+    newest = committed[-1] if committed else 0
+    summary = digest + len(committed).to_bytes(8, "little") + newest.to_bytes(8, "little")
+    gathered = np.asarray(multihost_utils.process_allgather(np.frombuffer(summary, dtype=np.uint8)))
+    rows = [bytes(row.tolist()) for row in gathered.reshape(_process_count(), len(summary))]
+    if all(row == rows[0] for row in rows):
+        return
+
+    def describe(row: bytes) -> str:
+        count = int.from_bytes(row[32:40], "little")
+        return f"{count} committed steps" + (f", newest {int.from_bytes(row[40:48], 'little')}" if count else "")
+
+    differing = [index for index, row in enumerate(rows) if row != rows[0]]
+    views = "; ".join(f"process {index} sees {describe(row)}" for index, row in enumerate(rows))
+    raise StepDisagreementError(
+        f"the processes disagree on the committed steps under {str(root)!r}: process(es) {differing} see a different "
+        f"set than process 0, which decides ({views}). Every process must see the same root folder"
+    )
