@@ -1,7 +1,10 @@
 """Weight files for inference hosts: safetensors and Flax msgpack state dicts.
 
-Everything here exchanges explicit host NumPy arrays and never gathers a
-global JAX array. Loads are planned from the file's header and refused before
+The plain loaders and savers exchange explicit host NumPy arrays and never
+gather a global JAX array; ``load_sharded_safetensors`` and
+``save_sharded_safetensors`` move global ``jax.Array`` s between devices and
+safetensors files (single or indexed multi-file), each process touching only
+the bytes of its own shards. Loads are planned from the file's header and refused before
 any payload is read when they exceed the caller's byte budget; every dtype
 comes back exactly (bfloat16 and float8 included); metadata is read and
 written only under an explicit size limit; manifests rename, reshape and check
@@ -14,9 +17,12 @@ from tinax._weights._header import SafetensorsInfo, TensorInfo
 from tinax._weights._manifest import TensorManifest, TensorRule
 from tinax._weights._msgpack import load_msgpack, save_msgpack
 from tinax._weights._safetensors import LoadedSafetensors, inspect_safetensors, load_safetensors, save_safetensors
+from tinax._weights._sharded_load import LoadedShardedSafetensors, load_sharded_safetensors
+from tinax._weights._sharded_save import save_sharded_safetensors
 
 __all__ = [
     "LoadedSafetensors",
+    "LoadedShardedSafetensors",
     "SafetensorsInfo",
     "TensorInfo",
     "TensorManifest",
@@ -24,6 +30,8 @@ __all__ = [
     "inspect_safetensors",
     "load_msgpack",
     "load_safetensors",
+    "load_sharded_safetensors",
     "save_msgpack",
     "save_safetensors",
+    "save_sharded_safetensors",
 ]

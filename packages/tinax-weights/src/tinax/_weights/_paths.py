@@ -21,10 +21,12 @@ import pathlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from tinax._core.files import atomic_write, open_regular_file
+from tinax._core.files import atomic_path, atomic_write, open_regular_file
 
 __all__ = [
     "DirectoryPathError",
+    "path_to_write_atomically",
+    "require_writable_destination",
     "MissingFilePathError",
     "UnreachablePathError",
     "open_file_to_read",
@@ -140,6 +142,42 @@ def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[Bi
         require_file_destination(path)
         with atomic_write(path, overwrite=overwrite) as handle:
             yield handle
+
+
+@contextlib.contextmanager
+def path_to_write_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
+    """Checks a destination and gives a temporary path that atomically becomes it.
+
+    As :func:`write_file_atomically`, for writers that open the file
+    themselves (several processes writing parts of one file): the temporary
+    file exists, empty, in the destination's folder, and takes the name
+    ``path`` when the block ends without an error; if the block raises, it
+    is removed.
+
+    Raises:
+      The errors of :func:`write_file_atomically`.
+    """
+    with _path_errors_translated(path, "write a file at", DirectoryPathError):
+        require_file_destination(path)
+        with atomic_path(path, overwrite=overwrite) as temporary:
+            yield temporary
+
+
+def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None:
+    """Runs the checks of :func:`write_file_atomically` without writing anything.
+
+    Several processes that write one file all run them first, so that on a
+    shared file system each refuses a bad destination with the same error.
+
+    Raises:
+      The errors of :func:`write_file_atomically`.
+    """
+    with _path_errors_translated(path, "write a file at", DirectoryPathError):
+        require_file_destination(path)
+        if not path.parent.is_dir():
+            raise FileNotFoundError(f"the folder of {str(path)!r} does not exist")
+        if not overwrite and (path.exists() or path.is_symlink()):
+            raise FileExistsError(f"{str(path)!r} already exists, and this write does not replace existing files")
 
 
 def require_file_destination(path: pathlib.Path) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import importlib
 import io
+import math
 import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -201,12 +202,12 @@ def load_safetensors(
     file_path = validation.require_path(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
-    requested = _require_names(names)
+    requested = require_names(names)
     source = str(file_path)
     with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
-        selected = list(available) if requested is None else _require_known(requested, available, source)
+        selected = list(available) if requested is None else require_known(requested, available, source)
         total = sum(available[name].nbytes for name in selected)
         if total > budget:
             raise ValueError(
@@ -296,32 +297,60 @@ def save_safetensors(
 
     planned: list[tuple[str, str, np.ndarray[Any, Any]]] = []
     for name, value in arrays.items():
-        _require_tensor_name(name)
+        require_tensor_name(name)
         array, dtype_text = _require_storable_array(value, f"tensors[{name!r}]")
         planned.append((name, dtype_text, array))
     if stored_metadata is not None:
-        _require_storable_metadata(stored_metadata, metadata_limit)
-    # The upstream layout: larger elements first, so every tensor is aligned.
-    planned.sort(key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
+        require_storable_metadata(stored_metadata, metadata_limit)
+    entries, header = plan_file(
+        [(name, dtype_text, array.shape) for name, dtype_text, array in planned], stored_metadata
+    )
+    by_name = {name: array for name, _, array in planned}
+    with write_file_atomically(file_path, overwrite=overwrite) as handle:
+        handle.write(header)
+        for name, *_ in entries:
+            _write_little_endian_c_order(handle, by_name[name])
 
+
+def plan_file(
+    tensors: list[tuple[str, str, tuple[int, ...]]], metadata: Mapping[str, str] | None
+) -> tuple[list[tuple[str, str, tuple[int, ...], int, int]], bytes]:
+    """Lays out a safetensors file as the upstream writer does, and encodes its header.
+
+    Every writer of tinax goes through here, so a file exported from sharded
+    arrays has the very bytes that :func:`save_safetensors` writes for the
+    same arrays gathered.
+
+    Args:
+      tensors: ``(name, dtype name, shape)`` per tensor, in any order.
+      metadata: The ``__metadata__`` mapping, or None to store none.
+
+    Returns:
+      ``(name, dtype name, shape, start, end)`` per tensor in file order
+      (larger elements first, so every tensor is aligned, then by name), and
+      the encoded header with its length field.
+
+    Raises:
+      ValueError: If the header would exceed the 100 MB that readers accept.
+    """
+    ordered = sorted(tensors, key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
     entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
     offset = 0
-    for name, dtype_text, array in planned:
-        entries.append((name, dtype_text, array.shape, offset, offset + array.nbytes))
-        offset += array.nbytes
-    header = encode_header(entries, stored_metadata)
+    for name, dtype_text, shape in ordered:
+        nbytes = math.prod(shape) * _dtypes.KNOWN_NAMES[dtype_text].bits // 8
+        entries.append((name, dtype_text, tuple(shape), offset, offset + nbytes))
+        offset += nbytes
+    header = encode_header(entries, metadata)
     if len(header) - LENGTH_FIELD_BYTES > MAX_HEADER_BYTES:
         raise ValueError(
             f"the header for {len(entries)} tensors would be {len(header) - LENGTH_FIELD_BYTES} bytes, more than the "
             f"{MAX_HEADER_BYTES}-byte limit that safetensors readers accept"
         )
-    with write_file_atomically(file_path, overwrite=overwrite) as handle:
-        handle.write(header)
-        for _, _, array in planned:
-            _write_little_endian_c_order(handle, array)
+    return entries, header
 
 
-def _require_names(names: object) -> tuple[str, ...] | None:
+def require_names(names: object) -> tuple[str, ...] | None:
+    """Checks a ``names=`` argument: None, or an iterable of distinct str (a lone str refused)."""
     if names is None:
         return None
     expected = "None or an iterable of str tensor names"
@@ -334,7 +363,8 @@ def _require_names(names: object) -> tuple[str, ...] | None:
     return requested
 
 
-def _require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo], source: str) -> list[str]:
+def require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo], source: str) -> list[str]:
+    """Refuses names absent from ``available`` with a ValueError that suggests close matches."""
     unknown = [name for name in requested if name not in available]
     if unknown:
         hints = []
@@ -353,43 +383,62 @@ def _read_tensor(
 ) -> np.ndarray[Any, Any]:
     # np.empty owns its memory and is written once, by the read itself: no
     # intermediate bytes object, and pages are touched only for selected data.
-    array = _empty_load_buffer(info)
+    array = empty_load_buffer(info.shape, info.numpy_dtype)  # Packed dtypes were refused before any read.
     if array.nbytes == 0:
         return array
-    start, end = info.data_offsets or (0, 0)
-    destination = array.reshape(-1).view(np.uint8).data
-    received = read_exactly(handle, destination, payload_start + start)
-    if received != end - start:
-        raise malformed(
-            f"{source} is not a valid safetensors file: tensor {name!r}: the file ended after {received} of its "
-            f"{end - start} bytes (was it truncated while being read?)"
-        )
+    start, _ = info.data_offsets or (0, 0)
+    read_payload(handle, array.reshape(-1).view(np.uint8).data, payload_start + start, name=name, source=source)
     if _dtypes.is_big_endian_in_memory(array.dtype):
         array.byteswap(inplace=True)
     return array
 
 
-def _empty_load_buffer(info: TensorInfo) -> np.ndarray[Any, Any]:
-    dtype = info.numpy_dtype  # Packed dtypes were refused before any read.
-    if _set_huge_page_hint is None or info.nbytes < _HUGE_PAGE_HINT_BYTES:
-        return np.empty(info.shape, dtype=dtype)
+def read_payload(handle: io.FileIO, destination: memoryview, offset: int, *, name: str, source: str) -> None:
+    """Fills ``destination`` with the bytes of ``handle`` from ``offset`` on, or reports a truncated file.
+
+    Args:
+      handle: The open safetensors file.
+      destination: Where the bytes go; its length is how many to read.
+      offset: The absolute file offset of the first byte.
+      name: The tensor the bytes belong to, for the message.
+      source: How to name the file in messages.
+
+    Raises:
+      ValueError: If the file ends first (it shrank after its header was
+        validated); also a ``safetensors.SafetensorError``.
+    """
+    expected = destination.nbytes
+    received = read_exactly(handle, destination, offset)
+    if received != expected:
+        raise malformed(
+            f"{source} is not a valid safetensors file: tensor {name!r}: the file ended after {received} of the "
+            f"{expected} bytes read from offset {offset} (was it truncated while being read?)"
+        )
+
+
+def empty_load_buffer(shape: tuple[int, ...], dtype: np.dtype[Any] | None) -> np.ndarray[Any, Any]:
+    """Returns an uninitialised array for a load, allocated without the transparent huge page hint."""
+    if _set_huge_page_hint is None or math.prod(shape) * np.dtype(dtype).itemsize < _HUGE_PAGE_HINT_BYTES:
+        return np.empty(shape, dtype=dtype)
     with _huge_page_hint_lock:
         previous = _set_huge_page_hint(False)
         try:
-            return np.empty(info.shape, dtype=dtype)
+            return np.empty(shape, dtype=dtype)
         finally:
             _set_huge_page_hint(previous)
 
 
-def _require_tensor_name(name: str) -> None:
+def require_tensor_name(name: str) -> None:
+    """Refuses a tensor name that cannot be stored: empty, reserved, or not encodable as UTF-8."""
     if not name:
         validation.fail_value("keys of tensors", "non-empty str tensor names", name)
     if name == METADATA_KEY:
         validation.fail_value("keys of tensors", f"tensor names other than the reserved {METADATA_KEY!r}", name)
-    _require_utf8(name, f"the tensor name {name!r}")
+    require_utf8(name, f"the tensor name {name!r}")
 
 
-def _require_utf8(text: str, what: str) -> None:
+def require_utf8(text: str, what: str) -> None:
+    """Raises UnicodeEncodeError, naming ``what``, if ``text`` holds a lone surrogate."""
     # UnicodeEncodeError, a ValueError, is what tinax 0.2 raised here.
     try:
         text.encode("utf-8")
@@ -418,10 +467,11 @@ def _require_storable_array(value: object, name: str) -> tuple[np.ndarray[Any, A
     return array, dtype_text
 
 
-def _require_storable_metadata(metadata: dict[str, str], limit: int) -> None:
+def require_storable_metadata(metadata: dict[str, str], limit: int) -> None:
+    """Refuses metadata that UTF-8 cannot encode or that encodes to more than ``limit`` bytes."""
     for key, item in metadata.items():
         for text in (key, item):
-            _require_utf8(text, f"metadata entry {key!r}")
+            require_utf8(text, f"metadata entry {key!r}")
     size = metadata_nbytes(metadata)
     if size > limit:
         raise ValueError(

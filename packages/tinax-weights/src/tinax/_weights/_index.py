@@ -1,0 +1,198 @@
+"""Checkpoints of one safetensors file, or of several files listed by an index.
+
+The index is the Hugging Face convention: a JSON file (conventionally
+``<name>.safetensors.index.json``) with a ``weight_map`` object from tensor
+name to the file that holds it, relative to the index's folder, and an
+optional ``metadata`` object that is not interpreted here. Every file the
+index names is opened and its header validated by the one header reader of
+:mod:`tinax._weights._header`, and the index and the headers must agree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import io
+import json
+import pathlib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_exactly, read_header
+from tinax._weights._paths import MissingFilePathError, open_file_to_read
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "OpenTensor",
+    "encode_index",
+    "is_index_path",
+    "open_checkpoint",
+    "part_file_names",
+]
+
+#: The name ending of the index files that the multi-file export writes.
+INDEX_SUFFIX = ".safetensors.index.json"
+_PART_NAME = "{prefix}-{number:05d}-of-{count:05d}.safetensors"
+_SAFE_PART = re.compile(r"[^/\\]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenTensor:
+    """A tensor of a checkpoint, with the open file that holds it.
+
+    Attributes:
+      info: Its validated description (offsets relative to the payload).
+      handle: The open file.
+      payload_start: The file offset of the payload's first byte.
+      source: How to name the file in messages.
+    """
+
+    info: TensorInfo
+    handle: io.FileIO
+    payload_start: int
+    source: str
+
+
+def is_index_path(path: pathlib.Path) -> bool:
+    """Returns whether ``path`` names an index rather than a safetensors file (its name ends with ``.json``)."""
+    return path.name.endswith(".json")
+
+
+def part_file_names(index_path: pathlib.Path, count: int) -> list[str]:
+    """Returns the names of the ``count`` files of a multi-file export, as the index convention names them.
+
+    Raises:
+      ValueError: If the index's name does not end with ``.safetensors.index.json``.
+    """
+    if not index_path.name.endswith(INDEX_SUFFIX) or index_path.name == INDEX_SUFFIX:
+        raise ValueError(
+            f"path must name the index of a multi-file checkpoint, ending with {INDEX_SUFFIX!r} after a non-empty "
+            f"prefix (as in 'model{INDEX_SUFFIX}'), got {str(index_path)!r}"
+        )
+    prefix = index_path.name[: -len(INDEX_SUFFIX)]
+    return [_PART_NAME.format(prefix=prefix, number=number, count=count) for number in range(1, count + 1)]
+
+
+def encode_index(weight_map: Mapping[str, str], total_size: int) -> bytes:
+    """Encodes an index as the Hugging Face writers do: ``metadata.total_size`` and a name-sorted ``weight_map``."""
+    document = {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def open_checkpoint(
+    stack: contextlib.ExitStack, path: pathlib.Path, *, max_metadata_bytes: int
+) -> tuple[dict[str, OpenTensor], str]:
+    """Opens a safetensors file or every file of an index, and validates their headers.
+
+    The files stay open until ``stack`` closes.
+
+    Args:
+      stack: Holds the open files.
+      path: A safetensors file, or an index (a name ending with ``.json``).
+      max_metadata_bytes: As for ``load_safetensors``, per file.
+
+    Returns:
+      Every tensor by name, and how to name the checkpoint in messages.
+
+    Raises:
+      ValueError: If the index is malformed (not a JSON object with a
+        ``weight_map`` of str to relative file names), maps one tensor to two
+        files, names a tensor that its file lacks, or a file holds a tensor
+        that the index maps to another file; or a header is malformed (also
+        a ``safetensors.SafetensorError``).
+      FileNotFoundError: If ``path``, or a file the index names, does not
+        exist (the latter also a ValueError, naming the index too).
+    """
+    source = str(path)
+    if not is_index_path(path):
+        handle, file_size = stack.enter_context(open_file_to_read(path, kind="safetensors file"))
+        header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=max_metadata_bytes)
+        return {
+            name: OpenTensor(info, handle, header.payload_start, source) for name, info in header.info.tensors.items()
+        }, source
+
+    weight_map = _read_weight_map(path)
+    files: dict[str, list[str]] = {}
+    for name, file_name in weight_map.items():
+        files.setdefault(file_name, []).append(name)
+    tensors: dict[str, OpenTensor] = {}
+    for file_name, names in files.items():
+        file_path = path.parent / file_name
+        file_source = str(file_path)
+        if not file_path.is_file():
+            raise MissingFilePathError(
+                errno.ENOENT,
+                f"the index {source} maps {len(names)} tensors (first {names[0]!r}) to {file_name!r}, which is not "
+                "a file",
+                file_source,
+            )
+        handle, file_size = stack.enter_context(open_file_to_read(file_path, kind="safetensors file"))
+        header = read_header(handle, file_size=file_size, source=file_source, max_metadata_bytes=max_metadata_bytes)
+        held = header.info.tensors
+        absent = [name for name in names if name not in held]
+        if absent:
+            raise ValueError(
+                f"the index {source} maps tensor {absent[0]!r} to {file_source}, which does not hold it "
+                f"({len(absent)} such tensors)"
+            )
+        for name, info in held.items():
+            mapped = weight_map.get(name)
+            if mapped is not None and mapped != file_name:
+                raise ValueError(
+                    f"tensor {name!r} is in two files: the index {source} maps it to {str(path.parent / mapped)!r}, "
+                    f"and {file_source} holds it too"
+                )
+            if mapped is not None:
+                tensors[name] = OpenTensor(info, handle, header.payload_start, file_source)
+    return tensors, source
+
+
+class _RepeatedKeyError(ValueError):
+    def __init__(self, key: str, values: list[Any]) -> None:
+        super().__init__(key)
+        self.key = key
+        self.values = values
+
+
+def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        for key, value in pairs:
+            if value != result[key]:
+                raise _RepeatedKeyError(key, [item for name, item in pairs if name == key])
+    return result
+
+
+def _read_weight_map(path: pathlib.Path) -> dict[str, str]:
+    source = str(path)
+    with open_file_to_read(path, kind="safetensors index") as (handle, file_size):
+        if file_size > MAX_HEADER_BYTES:
+            raise ValueError(f"the index {source} has {file_size} bytes, more than the {MAX_HEADER_BYTES} accepted")
+        content = bytearray(file_size)
+        if read_exactly(handle, memoryview(content), 0) != file_size:
+            raise ValueError(f"the index {source} ended early (it changed while being read)")
+
+    def fail(problem: str) -> ValueError:
+        return ValueError(f"{source} is not a valid safetensors index: {problem}")
+
+    try:
+        document = json.loads(content.decode("utf-8"), object_pairs_hook=_distinct_keys)
+    except _RepeatedKeyError as error:
+        if all(isinstance(value, str) for value in error.values):
+            files = " and ".join(repr(value) for value in error.values)
+            raise fail(f"tensor {error.key!r} is in two files: the weight_map maps it to {files}") from None
+        raise fail(f"it repeats the key {error.key!r} with different values") from None
+    except (UnicodeDecodeError, RecursionError, ValueError) as error:
+        raise fail(f"it is not UTF-8 JSON ({error})") from error
+    if not isinstance(document, dict) or not isinstance(document.get("weight_map"), dict):
+        raise fail('it must be a JSON object with a "weight_map" object of tensor names to file names')
+    weight_map: dict[str, str] = document["weight_map"]
+    for name, file_name in weight_map.items():
+        if not isinstance(file_name, str) or not file_name:
+            raise fail(f"weight_map[{name!r}] must be a file name (a non-empty str), got {file_name!r}")
+        parts = pathlib.PurePosixPath(file_name).parts
+        if pathlib.PurePath(file_name).is_absolute() or ".." in parts or not all(map(_SAFE_PART.fullmatch, parts)):
+            raise fail(f"weight_map[{name!r}] must be a path relative to the index's folder, got {file_name!r}")
+    return weight_map

@@ -1,0 +1,88 @@
+"""Where the bytes of one shard of a C-ordered tensor lie in the tensor's data.
+
+A shard is a box of the tensor: a ``[start, stop)`` range per axis. Its
+elements, in the shard's own C order, are a sequence of equal runs that are
+each contiguous in the tensor's data: the last axis the shard does not cover
+completely, together with every axis after it, forms one run, and the axes
+before it repeat that run. A shard along the first axis is thus one run; a
+shard along a later axis is one run per row of the axes before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["Box", "ShardRuns", "box_of_index", "shard_runs"]
+
+#: ``(start, stop)`` per axis.
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRuns:
+    """The contiguous runs of one shard.
+
+    Attributes:
+      offsets: Byte offset of each run from the start of the tensor's data,
+        in the shard's C order (int64).
+      run_nbytes: The length of every run in bytes. Run ``i`` fills bytes
+        ``[i * run_nbytes, (i + 1) * run_nbytes)`` of the shard's own C-ordered
+        buffer.
+    """
+
+    offsets: np.ndarray
+    run_nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        """The shard's size in bytes."""
+        return len(self.offsets) * self.run_nbytes
+
+
+def box_of_index(index: Sequence[slice | int], shape: Sequence[int]) -> Box:
+    """Returns the box that a JAX shard index (one slice per axis, unit steps) selects."""
+    box = []
+    for axis, extent in enumerate(shape):
+        part = index[axis] if axis < len(index) else slice(None)
+        if isinstance(part, slice):
+            start, stop, step = part.indices(extent)
+            if step != 1:
+                raise ValueError(f"shard index {tuple(index)} steps by {step} along axis {axis}; only 1 is supported")
+        else:  # An integer index keeps one element of that axis.
+            start, stop = int(part), int(part) + 1
+        box.append((start, max(start, stop)))
+    return tuple(box)
+
+
+def shard_runs(shape: Sequence[int], itemsize: int, box: Box) -> ShardRuns:
+    """Lists the runs that make up the shard ``box`` of a tensor of ``shape``.
+
+    Args:
+      shape: The tensor's extents.
+      itemsize: Bytes per element.
+      box: The shard, as ``(start, stop)`` per axis.
+
+    Returns:
+      The runs, none for an empty shard.
+    """
+    if any(stop <= start for start, stop in box):
+        return ShardRuns(np.zeros(0, dtype=np.int64), 0)
+    axis = len(shape) - 1
+    while axis >= 0 and box[axis] == (0, shape[axis]):
+        axis -= 1
+    if axis < 0:
+        return ShardRuns(np.zeros(1, dtype=np.int64), math.prod(shape) * itemsize)
+    strides = [math.prod(shape[later + 1 :]) * itemsize for later in range(len(shape))]
+    start, stop = box[axis]
+    run_nbytes = (stop - start) * strides[axis]
+    offsets = np.full(1, start * strides[axis], dtype=np.int64)
+    # Outer axes first, so the runs come in the shard's C order.
+    for outer in range(axis - 1, -1, -1):
+        first, last = box[outer]
+        rows = np.arange(first, last, dtype=np.int64) * strides[outer]
+        offsets = (rows[:, None] + offsets[None, :]).reshape(-1)
+    return ShardRuns(offsets, run_nbytes)

@@ -1,0 +1,346 @@
+"""Sharded ``jax.Array`` s exported to safetensors without gathering them to one host.
+
+The header of every file is fixed from the global shapes and dtypes before
+any data is written, with the layout of ``save_safetensors``; then every
+process writes, at their offsets, the shards it owns (the copy of each
+shard whose ``replica_id`` is 0, so each byte is written once across all
+processes). With several processes, process 0 creates the temporary file and
+tells the others its name; the file takes its destination name only after
+every process reported its part written and flushed. All processes must
+therefore see the destination's folder as one shared file system.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tinax._core import validation
+from tinax._weights import _dtypes
+from tinax._weights._index import encode_index, part_file_names
+from tinax._weights._paths import (
+    path_to_write_atomically,
+    require_writable_destination,
+    write_file_atomically,
+)
+from tinax._weights._ranges import box_of_index, shard_runs
+from tinax._weights._safetensors import plan_file, require_storable_metadata, require_tensor_name
+
+if TYPE_CHECKING:
+    import jax
+
+__all__ = ["save_sharded_safetensors"]
+
+# The longest temporary file name process 0 can hand to the others.
+_MAX_NAME_BYTES = 1024
+_Entry = tuple[str, str, tuple[int, ...], int, int]
+
+
+def save_sharded_safetensors(
+    path: str | os.PathLike[str],
+    arrays: Mapping[str, jax.Array],
+    *,
+    overwrite: bool,
+    metadata: Mapping[str, str] | None = None,
+    max_metadata_bytes: int = 0,
+    max_file_bytes: int | None = None,
+) -> None:
+    """Writes global ``jax.Array`` s to safetensors without gathering any of them.
+
+    Each process writes only the shards it owns, one copy of each replicated
+    shard across all processes, straight from device to its place in the
+    file, one shard at a time; host memory never holds a whole array. The
+    header is fixed from the global shapes first, with the layout of
+    :func:`save_safetensors`, so a single file is byte-identical to what
+    :func:`save_safetensors` writes for the same arrays gathered, and the
+    upstream library reads it.
+
+    Writes are atomic: a file takes its name only after every process wrote
+    and flushed its part, so a crash of any process leaves the old file or
+    none. With several processes, every process calls this with the same
+    arguments, and the destination's folder must be one file system that
+    every process sees (a local folder on one machine, or a shared network
+    file system): process 0 creates the temporary file, the others write
+    into it by name.
+
+    Args:
+      path: The destination: a safetensors file, or with ``max_file_bytes``
+        the index of a multi-file checkpoint, a name ending with
+        ``.safetensors.index.json``. Its folder must exist; it must not be a
+        symbolic link.
+      arrays: Name to ``jax.Array`` (sharded, replicated or on one device,
+        possibly spanning several processes). Dtypes as for
+        :func:`save_safetensors`.
+      overwrite: Whether existing destination files may be replaced.
+      metadata: Str-to-str ``__metadata__`` stored in every file, or None.
+      max_metadata_bytes: As for :func:`save_safetensors`.
+      max_file_bytes: None writes one file. Otherwise the tensors, in file
+        layout order, are split into files whose payloads hold at most this
+        many bytes (a larger tensor gets a file of its own), named
+        ``<prefix>-00001-of-0000N.safetensors`` next to ``path``, and an
+        index maps each name to its file; the index is written last, so the
+        checkpoint is complete once it appears.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
+        ``arrays`` is not a mapping of str to ``jax.Array`` (a NumPy array is
+        refused: use :func:`save_safetensors`), an array is being traced or
+        has a dtype safetensors cannot store exactly, ``metadata`` is not a
+        str-to-str mapping, or a size limit is not an int.
+      ValueError: If a name is empty or reserved, an array was deleted, the
+        metadata exceeds ``max_metadata_bytes``, ``max_file_bytes`` is not
+        positive, the index name has the wrong ending, or ``path`` is a
+        symbolic link.
+      FileExistsError: If a destination file exists and ``overwrite`` is False.
+      FileNotFoundError: If the folder of ``path`` does not exist.
+      RuntimeError: In a process other than the one that failed, when another
+        process could not create, write or publish the file; nothing is
+        published then.
+    """
+    file_path = validation.require_path(path, "path")
+    validation.require_bool(overwrite, "overwrite")
+    given = validation.require_str_mapping(arrays, "arrays")
+    metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
+    file_limit = None if max_file_bytes is None else validation.require_positive_int(max_file_bytes, "max_file_bytes")
+    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata")
+    if not stored_metadata:
+        stored_metadata = None
+    described: list[tuple[str, str, tuple[int, ...]]] = []
+    for name, value in given.items():
+        require_tensor_name(name)
+        described.append((name, _require_global_array(value, f"arrays[{name!r}]"), tuple(value.shape)))
+    if stored_metadata is not None:
+        require_storable_metadata(stored_metadata, metadata_limit)
+
+    if file_limit is None:
+        entries, header = plan_file(described, stored_metadata)
+        _write_file(file_path, header, entries, given, overwrite=overwrite)
+        return
+
+    groups = _split(described, file_limit)
+    part_names = part_file_names(file_path, len(groups))
+    files = [
+        (file_path.parent / part, *plan_file(group, stored_metadata))
+        for part, group in zip(part_names, groups, strict=True)
+    ]
+    for destination in [file_path, *(destination for destination, _, _ in files)]:
+        require_writable_destination(destination, overwrite=overwrite)
+    weight_map: dict[str, str] = {}
+    for destination, entries, header in files:
+        _write_file(destination, header, entries, given, overwrite=overwrite)
+        weight_map.update((name, destination.name) for name, *_ in entries)
+    total_size = sum(end - start for _, entries, _ in files for *_, start, end in entries)
+    index = encode_index(weight_map, total_size)
+    _as_leader(lambda: _write_bytes(file_path, index, overwrite=overwrite), str(file_path))
+
+
+def _require_global_array(value: object, name: str) -> str:
+    import jax
+
+    from tinax._core.jax_compat import require_concrete
+
+    if not isinstance(value, jax.Array):
+        hint = "; save host NumPy arrays with save_safetensors" if isinstance(value, np.ndarray) else ""
+        validation.fail_type(name, f"a jax.Array{hint}", value)
+    require_concrete(value, name, "a concrete jax.Array")
+    if value.is_deleted():
+        validation.fail_value(name, "a jax.Array that was not deleted", value)
+    try:
+        dtype = np.dtype(value.dtype)
+    except TypeError:
+        dtype_text = None
+    else:
+        dtype_text = _dtypes.dtype_name(dtype)
+    if dtype_text is None:
+        known = ", ".join(f"{dtype!s} ({text})" for text, dtype in _dtypes.SAFETENSORS_DTYPES.items())
+        validation.fail_type(name, f"an array of a dtype safetensors stores exactly: {known}", value)
+    return dtype_text
+
+
+def _split(
+    described: list[tuple[str, str, tuple[int, ...]]], limit: int
+) -> list[list[tuple[str, str, tuple[int, ...]]]]:
+    ordered = sorted(described, key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
+    groups: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    filled = 0
+    for item in ordered:
+        nbytes = int(np.prod(item[2], dtype=np.int64)) * (_dtypes.KNOWN_NAMES[item[1]].bits // 8)
+        if groups[-1] and filled + nbytes > limit:
+            groups.append([])
+            filled = 0
+        groups[-1].append(item)
+        filled += nbytes
+    return groups
+
+
+def _write_file(
+    destination: pathlib.Path, header: bytes, entries: list[_Entry], arrays: Mapping[str, Any], *, overwrite: bool
+) -> None:
+    import jax
+
+    size = len(header) + (entries[-1][4] if entries else 0)
+    if jax.process_count() == 1:
+        with path_to_write_atomically(destination, overwrite=overwrite) as temporary:
+            _write_header(temporary, header, size)
+            _write_owned_shards(temporary, len(header), entries, arrays)
+        return
+
+    require_writable_destination(destination, overwrite=overwrite)
+    stack = contextlib.ExitStack()
+    try:
+        _write_file_together(stack, destination, header, size, entries, arrays, overwrite=overwrite)
+    except BaseException as error:
+        # In process 0, this removes the temporary file; the stack is empty by
+        # now if it was published.
+        stack.__exit__(type(error), error, error.__traceback__)
+        raise
+
+
+def _write_file_together(
+    stack: contextlib.ExitStack,
+    destination: pathlib.Path,
+    header: bytes,
+    size: int,
+    entries: list[_Entry],
+    arrays: Mapping[str, Any],
+    *,
+    overwrite: bool,
+) -> None:
+    import jax
+
+    # Process 0 creates the temporary file with its final header and size.
+    name = ""
+    leader_error: BaseException | None = None
+    if jax.process_index() == 0:
+        try:
+            temporary = stack.enter_context(path_to_write_atomically(destination, overwrite=overwrite))
+            _write_header(temporary, header, size)
+            name = temporary.name
+        except Exception as error:
+            leader_error = error
+    name = _broadcast_text(name)
+    if not name:
+        if leader_error is not None:
+            raise leader_error
+        raise RuntimeError(f"process 0 could not create the temporary file for {str(destination)!r}")
+
+    # Every process writes its part; none goes on before all reported.
+    own_error: BaseException | None = None
+    try:
+        _write_owned_shards(destination.parent / name, len(header), entries, arrays)
+    except Exception as error:
+        own_error = error
+    failed = _failed_processes(own_error is None)
+    if own_error is not None:
+        if isinstance(own_error, FileNotFoundError):
+            raise FileNotFoundError(
+                f"process {jax.process_index()} cannot open the temporary file {name!r} that process 0 created next "
+                f"to {str(destination)!r}: every process must see the destination's folder as one shared file system"
+            ) from own_error
+        raise own_error
+    if failed:
+        raise RuntimeError(f"process(es) {failed} could not write their part of {str(destination)!r}; not published")
+
+    # Process 0 publishes; every process returns once it did, or raises.
+    publish_error: BaseException | None = None
+    try:
+        stack.close()
+    except Exception as error:
+        publish_error = error
+    if _failed_processes(publish_error is None):
+        if publish_error is not None:
+            raise publish_error
+        raise RuntimeError(f"process 0 could not publish {str(destination)!r}")
+
+
+def _as_leader(action: Any, what: str) -> None:
+    """Runs ``action`` in process 0 only, and has every process return or raise together."""
+    import jax
+
+    if jax.process_count() == 1:
+        action()
+        return
+    error: BaseException | None = None
+    if jax.process_index() == 0:
+        try:
+            action()
+        except Exception as caught:
+            error = caught
+    if _failed_processes(error is None):
+        if error is not None:
+            raise error
+        raise RuntimeError(f"process 0 could not write {what!r}")
+
+
+def _write_bytes(path: pathlib.Path, content: bytes, *, overwrite: bool) -> None:
+    with write_file_atomically(path, overwrite=overwrite) as handle:
+        handle.write(content)
+
+
+def _write_header(path: pathlib.Path, header: bytes, size: int) -> None:
+    descriptor = os.open(path, os.O_WRONLY)
+    try:
+        _write_at(descriptor, memoryview(header), 0)
+        # The payload's length is known now, so every process writes inside the file.
+        os.ftruncate(descriptor, size)
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_owned_shards(
+    path: pathlib.Path, payload_start: int, entries: list[_Entry], arrays: Mapping[str, Any]
+) -> None:
+    descriptor = os.open(path, os.O_WRONLY)
+    try:
+        for name, _, shape, start, _ in entries:
+            for shard in arrays[name].addressable_shards:
+                if shard.replica_id != 0:
+                    continue
+                data = np.asarray(shard.data)
+                runs = shard_runs(shape, data.itemsize, box_of_index(shard.index, shape))
+                if not runs.nbytes:
+                    continue
+                data = np.ascontiguousarray(data)
+                if _dtypes.is_big_endian_in_memory(data.dtype):
+                    data = data.byteswap().view(data.dtype.newbyteorder())
+                flat = data.reshape(-1).view(np.uint8).data
+                size = runs.run_nbytes
+                for position, offset in enumerate(runs.offsets.tolist()):
+                    _write_at(descriptor, flat[position * size : (position + 1) * size], payload_start + start + offset)
+                del data, flat
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_at(descriptor: int, view: memoryview, offset: int) -> None:
+    while view.nbytes:
+        written = os.pwrite(descriptor, view, offset)
+        view = view[written:]
+        offset += written
+
+
+def _broadcast_text(text: str) -> str:
+    from jax.experimental import multihost_utils
+
+    raw = text.encode("utf-8")
+    if len(raw) > _MAX_NAME_BYTES:
+        raw = b""
+    message = np.zeros(_MAX_NAME_BYTES + 1, dtype=np.int32)
+    message[0] = len(raw)
+    message[1 : 1 + len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    received = np.asarray(multihost_utils.broadcast_one_to_all(message))
+    return bytes(received[1 : 1 + int(received[0])].astype(np.uint8)).decode("utf-8")
+
+
+def _failed_processes(succeeded: bool) -> list[int]:
+    from jax.experimental import multihost_utils
+
+    flags = np.asarray(multihost_utils.process_allgather(np.array([int(succeeded)], dtype=np.int32)))
+    return [index for index, flag in enumerate(flags.reshape(-1).tolist()) if not flag]
