@@ -89,10 +89,13 @@ def run_job(
     signal_at: int | None,
     pause: float,
     report: bool,
+    signal_late: bool = False,
 ) -> dict[str, Any]:
     """Trains to step ``total``, resuming from the newest committed step under ``root`` if there is one.
 
-    ``signal_at`` sends this process a real SIGTERM before that step runs.
+    ``signal_at`` sends this process a real SIGTERM in that iteration of the
+    loop: before its training step, or after its ``should_save`` when
+    ``signal_late`` is True (so that the other processes learn of it first).
     """
     import contextlib
 
@@ -139,7 +142,7 @@ def run_job(
     guarded = manager.preemption_guard() if guard else contextlib.nullcontext()
     with guarded:
         for step in range(start, total):
-            if signal_at == step:
+            if signal_at == step and not signal_late:
                 os.kill(os.getpid(), signal.SIGTERM)
             batch_id = next(iterator)
             weights, momentum, loss = step_fn(weights, momentum, key, batch_id)
@@ -154,6 +157,8 @@ def run_job(
                 if step + 1 - interval >= 1:
                     # The previous save was waited for and committed before this one started.
                     _emit({"committed": step + 1 - interval}, report)
+            if signal_at == step and signal_late:
+                os.kill(os.getpid(), signal.SIGTERM)
             if manager.preemption_requested:
                 stopped = step + 1
                 break
