@@ -1,64 +1,56 @@
-"""A training step whose loss runs through ``shard_mapped`` with a real collective, compiled by ``bounded_jit``.
+"""A full training step whose loss runs through ``shard_mapped``, on data laid out by ``layout``.
 
-The seam: ``tinax.parallel.shard_mapped`` maps the per-example loss by hand
-over the ``data`` axis and averages it with ``pmean``; ``tinax.grad`` takes
-the gradient through that collective; ``tinax.jit.bounded_jit`` compiles the
-whole step once, under the mesh, and runs it for several steps on batches
-that ``place_host_array`` split over ``data``.
+The seam: a Flax NNX MLP is built with ``eager_sharded_init`` on an Explicit
+``(data, model)`` mesh, its kernels split over ``model``; batches are laid out
+over ``data`` with ``layout`` (``place_host_array`` in one process,
+``from_process_local_data`` in two); ``tinax.parallel.shard_mapped`` maps the
+loss by hand over ``data`` (its mesh types ``data`` Manual) and averages it
+with ``pmean``; ``tinax.grad.value_and_grad`` differentiates through that
+collective; optax's adam updates the model; ``tinax.jit.bounded_jit`` compiles
+the whole step once, with and without its ``mesh`` argument.
 
 Two references check the numbers:
 
-* the same step written with ``jax.shard_map``, ``jax.value_and_grad`` and
-  ``jax.jit`` directly, on the same mesh and inputs. It compiles to the same
-  program, so losses and parameters must agree bit for bit: the tinax
-  wrappers add checks, not arithmetic.
-* the same math with no manual sharding at all (one global mean on unsharded
-  arrays). The reductions then run in another order (a mean per data shard,
-  then a mean of those, against one mean over the batch), so float32 results
-  agree only to rounding, and are compared with a tolerance.
+* the same step written with ``jax.shard_map`` over the Explicit mesh,
+  ``jax.value_and_grad`` and ``jax.jit`` directly, on the same inputs. It is
+  the same program, so losses and the final state must agree bit for bit: the
+  tinax wrappers add checks, not arithmetic.
+* the same model and optimizer with no manual sharding (one global mean over
+  the batch). The reductions then run in another order, so float32 results
+  agree only to rounding.
 
-Why the mesh's axes are Auto: ``shard_mapped`` runs ``jax.shard_map`` over the
-caller's devices with the manual axes retyped to Auto, so its inputs and
-outputs live on that Auto mesh. Inside one jitted step, arrays on an Explicit
-mesh of the same devices cannot be combined with them (JAX refuses two meshes
-that differ only in axis types), and JAX cannot transpose the ``shard_map``
-when its inputs carry Explicit shardings. A step built around ``shard_mapped``
-therefore places its data on the Auto mesh that the call runs over.
+The same step also runs in two processes of four CPU devices each (one JAX
+runtime, the ``_body_*`` function below runs in the children), where every
+process feeds its own rows and must see the losses and final parameters of
+the single-process run.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+import pytest
+from jax.sharding import AxisType, Mesh, PartitionSpec
 
-from tinax.grad import value_and_grad
-from tinax.jit import bounded_jit
-from tinax.parallel import make_mesh, place_host_array, shard_mapped
+from tinax._core.distributed_testing import run_processes
+
+pytest.importorskip("flax", reason="the training step uses a Flax NNX model")
+pytest.importorskip("optax", reason="the training step uses an optax optimizer")
 
 STEPS = 4
 BATCH_SIZE = 16
-FEATURES = 5
+FEATURES = 6
 HIDDEN = 8
 TARGETS = 2
-LEARNING_RATE = 0.1
+LEARNING_RATE = 0.05
+INIT_SEED = 0
 AXES = ("data", "model")
-SHAPE = (2, 4)
-
-Params = dict[str, jax.Array]
-
-
-def _initial_parameters() -> dict[str, np.ndarray]:
-    generator = np.random.default_rng(0)
-    return {
-        "w1": (generator.normal(size=(FEATURES, HIDDEN)) / np.sqrt(FEATURES)).astype(np.float32),
-        "b1": np.zeros(HIDDEN, np.float32),
-        "w2": (generator.normal(size=(HIDDEN, TARGETS)) / np.sqrt(HIDDEN)).astype(np.float32),
-        "b2": np.zeros(TARGETS, np.float32),
-    }
+MESH_SHAPES = [pytest.param((2, 4), id="2x4"), pytest.param((4, 2), id="4x2")]
 
 
 def _host_batches() -> list[tuple[np.ndarray, np.ndarray]]:
@@ -71,106 +63,259 @@ def _host_batches() -> list[tuple[np.ndarray, np.ndarray]]:
     return batches
 
 
-def _mean_squared_error(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
-    hidden = jnp.tanh(x @ params["w1"] + params["b1"])
-    return jnp.mean((hidden @ params["w2"] + params["b2"] - y) ** 2)
+def _meshes(devices: list[jax.Device], shape: tuple[int, int]) -> tuple[Mesh, Mesh]:
+    """The Explicit mesh the data lives on, and the same devices with 'data' Manual for shard_mapped."""
+    from tinax.parallel import make_mesh
+
+    explicit = make_mesh(devices, shape, AXES, axis_types=(AxisType.Explicit, AxisType.Explicit))
+    manual_data = make_mesh(devices, shape, AXES, axis_types=(AxisType.Manual, AxisType.Explicit))
+    return explicit, manual_data
 
 
-def _shard_loss(params: Params, x: jax.Array, y: jax.Array) -> jax.Array:
-    # Each data shard holds the same number of rows, so the mean of the shard
-    # means is the mean over the whole batch.
-    return jax.lax.pmean(_mean_squared_error(params, x, y), "data")
+class _Trainer:
+    """Builds the model, optimizer and the three steps over one mesh.
+
+    Everything the steps share (the model graph, the loss body, the
+    optimizer) is built here once, so ours and the references differ only in
+    how the loss is mapped, differentiated and compiled.
+    """
+
+    def __init__(self, devices: list[jax.Device], shape: tuple[int, int]) -> None:
+        import optax
+        from flax import nnx
+
+        from tinax.parallel import eager_sharded_init
+
+        self.explicit, self.manual_data = _meshes(devices, shape)
+
+        class MLP(nnx.Module):
+            def __init__(self, rngs: nnx.Rngs) -> None:
+                init = nnx.initializers.lecun_normal()
+                self.hidden = nnx.Linear(
+                    FEATURES, HIDDEN, kernel_init=nnx.with_partitioning(init, (None, "model")), rngs=rngs
+                )
+                self.output = nnx.Linear(
+                    HIDDEN, TARGETS, kernel_init=nnx.with_partitioning(init, ("model", None)), rngs=rngs
+                )
+
+            def __call__(self, inputs: jax.Array) -> jax.Array:
+                hidden = jnp.tanh(self.hidden(inputs))
+                # The contraction runs over the model-split axis: say where the sum lands.
+                return self.output(hidden, out_sharding=PartitionSpec(None, None))
+
+        def build() -> tuple[Any, Any]:
+            model = MLP(nnx.Rngs(INIT_SEED))
+            return model, nnx.Optimizer(model, optax.adam(LEARNING_RATE), wrt=nnx.Param)
+
+        self.build = lambda: eager_sharded_init(build, self.explicit)
+        model, optimizer = self.build()
+        self.model_graphdef = nnx.graphdef(model)
+        self.graphdef = nnx.graphdef((model, optimizer))
+
+    def initial_state(self) -> Any:
+        from flax import nnx
+
+        return nnx.state(self.build())
+
+    def mean_squared_error(self, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        from flax import nnx
+
+        return jnp.mean((nnx.merge(self.model_graphdef, params)(x) - y) ** 2)
+
+    def shard_loss(self, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        # Every data shard holds as many rows, so the mean of the shard means is the batch mean.
+        return jax.lax.pmean(self.mean_squared_error(params, x, y), "data")
+
+    def specs(self) -> dict[str, Any]:
+        return {
+            "in_specs": (PartitionSpec(), PartitionSpec("data"), PartitionSpec("data")),
+            "out_specs": PartitionSpec(),
+            "axis_names": frozenset({"data"}),
+        }
+
+    def step(self, loss: Callable[..., jax.Array], grad: Callable[..., Any]) -> Callable[..., Any]:
+        from flax import nnx
+
+        def train_step(state: Any, x: jax.Array, y: jax.Array) -> tuple[Any, jax.Array]:
+            model, optimizer = nnx.merge(self.graphdef, state)
+            value, grads = grad(loss)(nnx.state(model, nnx.Param), x, y)
+            optimizer.update(model, grads)
+            return nnx.state((model, optimizer)), value
+
+        return train_step
+
+    def tinax_step(self, with_mesh: bool) -> Any:
+        from tinax.grad import value_and_grad
+        from tinax.jit import bounded_jit
+        from tinax.parallel import shard_mapped
+
+        loss = shard_mapped(self.shard_loss, mesh=self.manual_data, **self.specs())
+        return bounded_jit(self.step(loss, value_and_grad), max_traces=1, mesh=self.explicit if with_mesh else None)
+
+    def raw_step(self) -> Callable[..., Any]:
+        specs = self.specs()
+        specs["axis_names"] = set(specs["axis_names"])
+        loss = jax.shard_map(self.shard_loss, mesh=self.explicit, **specs)
+        return jax.jit(self.step(loss, jax.value_and_grad))
+
+    def global_step(self) -> Callable[..., Any]:
+        return jax.jit(self.step(self.mean_squared_error, jax.value_and_grad))
 
 
-def _sgd(params: Params, grads: Params) -> Params:
-    return {name: params[name] - LEARNING_RATE * grads[name] for name in params}
-
-
-_SPECS: dict[str, Any] = {
-    "in_specs": (PartitionSpec(), PartitionSpec("data"), PartitionSpec("data")),
-    "out_specs": PartitionSpec(),
-}
-
-
-def _meshes() -> tuple[Mesh, Mesh]:
-    """The Auto mesh the step runs under, and the same devices with 'data' Manual for shard_mapped."""
-    devices = jax.devices()
-    auto = make_mesh(devices, SHAPE, AXES, axis_types=(AxisType.Auto, AxisType.Auto))
-    manual_data = make_mesh(devices, SHAPE, AXES, axis_types=(AxisType.Manual, AxisType.Auto))
-    return auto, manual_data
-
-
-def _place(
-    mesh: Mesh, params: dict[str, np.ndarray], batches: list[tuple[np.ndarray, np.ndarray]]
-) -> tuple[Params, list[tuple[jax.Array, jax.Array]]]:
-    replicated = NamedSharding(mesh, PartitionSpec())
-    rows = NamedSharding(mesh, PartitionSpec("data", None))
-    placed_params = {name: place_host_array(value, replicated, copy=True) for name, value in params.items()}
-    placed_batches = [(place_host_array(x, rows, copy=True), place_host_array(y, rows, copy=True)) for x, y in batches]
-    return placed_params, placed_batches
-
-
-def _run(step: Any, params: Params, batches: list[tuple[jax.Array, jax.Array]]) -> tuple[Params, list[np.ndarray]]:
+def _train(step: Any, state: Any, batches: list[tuple[jax.Array, jax.Array]]) -> tuple[Any, list[jax.Array]]:
     losses = []
     for x, y in batches:
-        params, loss = step(params, x, y)
-        losses.append(np.asarray(loss))
-    return params, losses
+        state, loss = step(state, x, y)
+        losses.append(loss)
+    return state, losses
 
 
-def test_shard_mapped_loss_in_a_bounded_jit_step_matches_plain_jax() -> None:
-    auto, manual_data = _meshes()
-    host_params = _initial_parameters()
-    host_batches = _host_batches()
-    params, batches = _place(auto, host_params, host_batches)
+def _placed_batches(trainer: _Trainer) -> list[tuple[jax.Array, jax.Array]]:
+    from tinax.parallel import layout, place_host_array
 
-    loss_over_data = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **_SPECS)
+    rows = layout(trainer.explicit, ("data", None))
+    return [(place_host_array(x, rows, copy=True), place_host_array(y, rows, copy=True)) for x, y in _host_batches()]
 
-    def train_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
-        loss, grads = value_and_grad(loss_over_data)(params, x, y)
-        return _sgd(params, grads), loss
 
-    step_fn = bounded_jit(train_step, max_traces=1, mesh=auto)
-    final, losses = _run(step_fn, params, batches)
+def _params(state: Any) -> dict[str, np.ndarray]:
+    from flax import nnx
 
-    assert step_fn.trace_count == 1
-    assert all(loss.shape == () and loss.dtype == np.float32 for loss in losses)
-    # The data rows stayed split over 'data'; the parameters stayed replicated on the mesh.
-    assert all(x.sharding.spec == PartitionSpec("data", None) for x, _ in batches)
-    for name, value in final.items():
-        assert value.sharding.is_fully_replicated, name
-        assert value.sharding.mesh == auto, name
-    # Training did something: the loss went down and the parameters moved.
-    assert losses[-1] < losses[0]
-    assert not np.array_equal(np.asarray(final["w1"]), host_params["w1"])
+    model_state = state[0]
+    return {
+        jax.tree_util.keystr(path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(model_state))[0]
+    }
 
-    # Reference 1: the same program from raw JAX, bit for bit.
-    raw_loss = jax.shard_map(_shard_loss, mesh=auto, axis_names={"data"}, **_SPECS)
 
-    @jax.jit
-    def raw_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
-        loss, grads = jax.value_and_grad(raw_loss)(params, x, y)
-        return _sgd(params, grads), loss
+@pytest.mark.parametrize("shape", MESH_SHAPES)
+@pytest.mark.parametrize("with_mesh", [False, True], ids=["bounded_jit", "bounded_jit-with-mesh"])
+def test_shard_mapped_loss_on_layout_batches_trains_like_plain_jax(shape: tuple[int, int], with_mesh: bool) -> None:
+    trainer = _Trainer(jax.devices(), shape)
+    batches = _placed_batches(trainer)
+    initial = _params(trainer.initial_state())
 
-    with jax.set_mesh(auto):
-        raw_final, raw_losses = _run(raw_step, *_place(auto, host_params, host_batches))
+    step = trainer.tinax_step(with_mesh)
+    final, losses = _train(step, trainer.initial_state(), batches)
+
+    assert step.trace_count == 1
+    for loss in losses:
+        assert loss.shape == ()
+        assert loss.dtype == jnp.float32
+        # The loss lives on the batches' Explicit mesh: it mixes with them.
+        assert loss.sharding.mesh == trainer.explicit
+        assert loss.sharding.spec == PartitionSpec()
+    kernels = {"hidden": PartitionSpec(None, "model"), "output": PartitionSpec("model", None)}
+    for name, spec in kernels.items():
+        kernel = final[0][name]["kernel"][...]
+        assert kernel.sharding.mesh == trainer.explicit
+        assert kernel.sharding.spec == spec
+    host_losses = [float(np.asarray(loss)) for loss in losses]
+    assert host_losses[-1] < host_losses[0]
+    params = _params(final)
+    assert any(not np.array_equal(params[name], initial[name]) for name in params)
+
+    # Reference 1: the same program from raw JAX over the Explicit mesh, bit for bit.
+    with jax.set_mesh(trainer.explicit):
+        raw_final, raw_losses = _train(trainer.raw_step(), trainer.initial_state(), batches)
     for loss, raw in zip(losses, raw_losses, strict=True):
-        assert loss.tobytes() == raw.tobytes()
-    for name in final:
-        np.testing.assert_array_equal(np.asarray(final[name]), np.asarray(raw_final[name]), err_msg=name)
+        assert np.asarray(loss).tobytes() == np.asarray(raw).tobytes()
+    raw_params = _params(raw_final)
+    for name in params:
+        np.testing.assert_array_equal(params[name], raw_params[name], err_msg=name)
 
-    # Reference 2: no manual sharding and one global mean, equal up to float32 rounding.
-    @jax.jit
-    def global_step(params: Params, x: jax.Array, y: jax.Array) -> tuple[Params, jax.Array]:
-        loss, grads = jax.value_and_grad(_mean_squared_error)(params, x, y)
-        return _sgd(params, grads), loss
+    # Reference 2: no manual sharding, one global mean: equal up to float32 rounding.
+    with jax.set_mesh(trainer.explicit):
+        plain_final, plain_losses = _train(trainer.global_step(), trainer.initial_state(), batches)
+    np.testing.assert_allclose(host_losses, [float(np.asarray(loss)) for loss in plain_losses], rtol=1e-5)
+    plain_params = _params(plain_final)
+    for name in params:
+        np.testing.assert_allclose(params[name], plain_params[name], rtol=1e-4, atol=1e-6, err_msg=name)
 
-    plain_params = {name: jnp.asarray(value) for name, value in host_params.items()}
-    plain_final, plain_losses = _run(
-        global_step, plain_params, [(jnp.asarray(x), jnp.asarray(y)) for x, y in host_batches]
-    )
-    np.testing.assert_allclose(np.stack(losses), np.stack(plain_losses), rtol=1e-5, atol=1e-7)
-    for name in final:
-        np.testing.assert_allclose(
-            np.asarray(final[name]), np.asarray(plain_final[name]), rtol=1e-5, atol=1e-6, err_msg=name
+
+# ---------------------------------------------------------------------------
+# Two processes of four devices: the body runs in the children.
+
+
+def _bits(value: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+
+
+def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
+    from jax.experimental import multihost_utils
+
+    from tinax.parallel import from_process_local_data, layout
+
+    # Process-major order: each 'data' row of the 2x4 mesh is one process's devices.
+    devices = sorted(jax.devices(), key=lambda device: (device.process_index, device.id))
+    trainer = _Trainer(devices, (shape[0], shape[1]))
+    rows = layout(trainer.explicit, ("data", None))
+    count, index = jax.process_count(), jax.process_index()
+    per_process = BATCH_SIZE // count
+    own = slice(index * per_process, (index + 1) * per_process)
+    batches = [
+        tuple(
+            from_process_local_data(array[own].copy(), rows, array.shape, copy=True, replica_policy="disallow")
+            for array in pair
         )
+        for pair in _host_batches()
+    ]
+
+    step = trainer.tinax_step(with_mesh=False)
+    final, losses = _train(step, trainer.initial_state(), batches)
+    _, mesh_losses = _train(trainer.tinax_step(with_mesh=True), trainer.initial_state(), batches)
+    with jax.set_mesh(trainer.explicit):
+        raw_final, raw_losses = _train(trainer.raw_step(), trainer.initial_state(), batches)
+
+    def gathered(state: Any) -> dict[str, np.ndarray]:
+        from flax import nnx
+
+        # Gathered to be compared: every process sees the whole value.
+        return {
+            jax.tree_util.keystr(path): np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+            for path, leaf in jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(state[0]))[0]
+        }
+
+    params = gathered(final)
+
+    def local(loss: jax.Array) -> str:
+        return _bits(np.asarray(loss.addressable_shards[0].data))
+
+    return {
+        "process": index,
+        "trace_count": step.trace_count,
+        "loss_mesh_is_explicit": all(loss.sharding.mesh == trainer.explicit for loss in losses),
+        "losses": [float(np.asarray(loss.addressable_shards[0].data)) for loss in losses],
+        "loss_bits": [local(loss) for loss in losses],
+        "raw_loss_bits": [local(loss) for loss in raw_losses],
+        "with_mesh_loss_bits": [local(loss) for loss in mesh_losses],
+        "param_bits": {name: _bits(value) for name, value in params.items()},
+        "raw_param_bits": {name: _bits(value) for name, value in gathered(raw_final).items()},
+        "params": {name: value.tolist() for name, value in params.items()},
+    }
+
+
+def test_the_same_step_in_two_processes_of_four_devices() -> None:
+    results = run_processes(
+        _body_train_across_processes, num_processes=2, devices_per_process=4, args=[[2, 4]], timeout=240.0
+    )
+
+    # The single-process run of the same step on the same mesh shape. Its
+    # collectives run in-process rather than across processes, so it agrees to
+    # float32 rounding rather than bit for bit.
+    trainer = _Trainer(jax.devices(), (2, 4))
+    final, losses = _train(trainer.tinax_step(with_mesh=False), trainer.initial_state(), _placed_batches(trainer))
+    expected_params = _params(final)
+
+    assert [result["process"] for result in results] == [0, 1]
+    for result in results:
+        assert result["trace_count"] == 1
+        assert result["loss_mesh_is_explicit"] is True
+        assert result["loss_bits"] == result["raw_loss_bits"] == result["with_mesh_loss_bits"]
+        assert result["param_bits"] == result["raw_param_bits"]
+        assert result["losses"][-1] < result["losses"][0]
+        np.testing.assert_allclose(result["losses"], [float(np.asarray(loss)) for loss in losses], rtol=1e-6)
+        assert set(result["params"]) == set(expected_params)
+        for name, value in result["params"].items():
+            np.testing.assert_allclose(np.asarray(value), expected_params[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    assert results[0]["loss_bits"] == results[1]["loss_bits"]
+    assert results[0]["param_bits"] == results[1]["param_bits"]
