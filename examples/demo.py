@@ -14,17 +14,18 @@ generated locally; nothing is downloaded. In order, it:
 5. trains it with optax's adam under `bounded_jit(max_traces=1)`, with batches
    placed by `place_host_array` and per-step noise keys from
    `derive_process_step_key`;
-6. saves a `TrainingCheckpoint` (model, optimizer, key, losses and the data
-   iterator's position) midway, and trains on to the end;
+6. saves `TrainingCheckpoint`s (model, optimizer, key, losses and the data
+   iterator's position) on a schedule with a `TrainingCheckpointManager`,
+   which keeps the last two steps and the resume step and deletes the rest;
 7. simulates an interruption: a new process rebuilds everything from scratch,
-   restores the checkpoint and trains to the end, and the demo checks that
+   restores the resume step's checkpoint and trains to the end, and the demo checks that
    its losses and final parameters equal the uninterrupted run bit for bit;
 8. exports the final weights and optimizer moments with `save_safetensors`,
    reloads only the model weights under a byte budget with `load_safetensors`,
    and evaluates them on the test split with `evaluation_batches`.
 
 It prints progress, a summary table, and writes a loss curve (`loss.png`),
-the data, the checkpoint and the weights into the output folder. It refuses
+the data, the checkpoints and the weights into the output folder. It refuses
 an existing output folder unless `--overwrite` is given.
 
 This file is a runnable example, not a stable API.
@@ -72,7 +73,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
         "--checkpoint-step",
         type=int,
         default=None,
-        help="step after which to save the checkpoint (default: steps // 2)",
+        help="step the resumed process restores (default: steps // 2); checkpoints are saved every "
+        "checkpoint-step / (its smallest prime factor) steps",
     )
     parser.add_argument("--output", type=pathlib.Path, default=pathlib.Path("demo-output"), help="output folder")
     parser.add_argument("--overwrite", action="store_true", help="replace the output folder if it exists")
@@ -253,16 +255,16 @@ class Setup:
         model, optimizer = nnx.merge(self.graphdef, self.state)
         return nnx.state(model), nnx.state(optimizer)
 
-    def load_checkpoint(self, path: pathlib.Path, step: int) -> int:
-        """Restores model, optimizer and iterator from the checkpoint of ``step``; returns its step."""
+    def load_checkpoint(self, manager: Any, step: int) -> int:
+        """Restores model, optimizer and iterator from the manager's checkpoint of ``step``; returns its step."""
         import numpy as np
         from flax import nnx
 
-        from tinax.checkpointing import abstract_restore_target, load_training_checkpoint
+        from tinax.checkpointing import abstract_restore_target
 
         model_state, optimizer_state = self.model_and_optimizer_state()
-        restored = load_training_checkpoint(
-            path,
+        restored = manager.restore(
+            step,
             abstract_restore_target(model_state),
             abstract_restore_target(optimizer_state),
             abstract_restore_target(self.root_key),
@@ -298,6 +300,29 @@ def parameter_tensors(state: Any, prefix: str) -> dict[str, Any]:
     return tensors
 
 
+def checkpoint_manager(root: pathlib.Path, checkpoint_step: int, *, create: bool) -> Any:
+    """The demo's save schedule and retention policy over ``root``, the same in both processes.
+
+    Checkpoints are saved every ``checkpoint_step / p`` steps, with ``p`` the
+    smallest prime factor of ``checkpoint_step``, so the resume step is one of
+    them. The last two are kept, and so is every multiple of the resume step;
+    the manager deletes the others once a newer save has committed.
+    """
+    from tinax.checkpointing import TrainingCheckpointManager
+
+    factor = next((p for p in range(2, checkpoint_step + 1) if checkpoint_step % p == 0), 1)
+    return TrainingCheckpointManager(
+        root,
+        save_interval_steps=checkpoint_step // factor,
+        keep_last=2,
+        keep_every=checkpoint_step,
+        keep_best=None,
+        best_mode=None,
+        save_in_flight="wait",
+        create=create,
+    )
+
+
 def bits(values: Sequence[float]) -> list[str]:
     """Exact float32 bit patterns, so 'equal' means bit for bit."""
     import numpy as np
@@ -306,11 +331,12 @@ def bits(values: Sequence[float]) -> list[str]:
 
 
 def resumed_process(arguments: argparse.Namespace) -> int:
-    """The simulated restart: a new process that restores the checkpoint and trains on."""
-    checkpoint = arguments.resume_from_checkpoint
-    output = checkpoint.parent.parent
+    """The simulated restart: a new process that restores the resume step's checkpoint and trains on."""
+    root = arguments.resume_from_checkpoint
+    output = root.parent
     setup = Setup(arguments, output / "data")
-    step = setup.load_checkpoint(checkpoint, arguments.checkpoint_step)
+    manager = checkpoint_manager(root, arguments.checkpoint_step, create=False)
+    step = setup.load_checkpoint(manager, arguments.checkpoint_step)
     losses = setup.train(step, arguments.steps, report=False)
     model_state, _ = setup.model_and_optimizer_state()
     report = {
@@ -361,7 +387,6 @@ def main(argv: Sequence[str]) -> int:
     import numpy as np
     from grain.sharding import ShardOptions
 
-    from tinax.checkpointing import save_training_checkpoint
     from tinax.data import (
         evaluation_batches,
         read_array_record,
@@ -380,7 +405,6 @@ def main(argv: Sequence[str]) -> int:
     (output / MARKER).write_text("Written by the tinax demo; `--overwrite` may replace this folder.\n")
     data_folder = output / "data"
     data_folder.mkdir()
-    (output / "checkpoints").mkdir()
     (output / "weights").mkdir()
 
     print(f"1. data: {ROWS} synthetic rows, {FEATURES} features, {CLASSES} classes")
@@ -410,33 +434,29 @@ def main(argv: Sequence[str]) -> int:
         f"hidden kernel laid out as {setup.model.hidden.kernel.get_value().sharding.spec}"
     )
 
-    checkpoint_path = output / "checkpoints" / f"step-{arguments.checkpoint_step}"
-    pending: list[Any] = []
+    checkpoints = output / "checkpoints"
+    manager = checkpoint_manager(checkpoints, arguments.checkpoint_step, create=True)
 
-    def save_midway(step: int, losses: list[float]) -> None:
-        if step != arguments.checkpoint_step:
+    def save_on_schedule(step: int, losses: list[float]) -> None:
+        if not manager.should_save(step):
             return
         model_state, optimizer_state = setup.model_and_optimizer_state()
-        pending.append(
-            save_training_checkpoint(
-                checkpoint_path,
-                step,
-                model_state,
-                optimizer_state,
-                setup.root_key,
-                {"losses": np.asarray(losses, dtype=np.float32)},
-                setup.iterator,
-            )
+        manager.save(
+            step,
+            model_state,
+            optimizer_state,
+            setup.root_key,
+            {"losses": np.asarray(losses, dtype=np.float32)},
+            setup.iterator,
         )
-        print(f"   6. checkpoint of step {step} started: {checkpoint_path}", flush=True)
+        print(f"   6. checkpoint of step {step} started: {checkpoints / str(step)}", flush=True)
 
     print(f"5. training {arguments.steps} steps (adam, bounded_jit with a budget of 1 trace)")
     training_started = time.perf_counter()
-    losses = setup.train(0, arguments.steps, report=True, checkpoint=save_midway)
+    losses = setup.train(0, arguments.steps, report=True, checkpoint=save_on_schedule)
     training_seconds = time.perf_counter() - training_started
-    for response in pending:
-        response.result()
-    print(f"   checkpoint committed: {checkpoint_path}")
+    retained = manager.retained_steps()
+    print(f"   checkpoints committed; retained steps: {', '.join(map(str, retained))} in {checkpoints}")
 
     print(f"7. interruption: a new process restores step {arguments.checkpoint_step} and trains to the end")
     resume_flags = [
@@ -445,7 +465,7 @@ def main(argv: Sequence[str]) -> int:
         "--mesh", f"{data_size}x{model_size}",
         "--batch-size", str(arguments.batch_size),
         "--seed", str(arguments.seed),
-        RESUME_FLAG, str(checkpoint_path),
+        RESUME_FLAG, str(checkpoints),
     ]  # fmt: skip
     completed = subprocess.run([sys.executable, os.path.abspath(__file__), *resume_flags], check=False)
     if completed.returncode != 0:
@@ -513,9 +533,16 @@ def main(argv: Sequence[str]) -> int:
     plot_path = output / "loss.png"
     plot_losses(plot_path, losses, resumed_losses.tolist(), arguments.checkpoint_step)
 
-    ok = losses_match and parameters_match and resumed["trace_count"] == 1 and losses[-1] < losses[0]
+    ok = (
+        losses_match
+        and parameters_match
+        and resumed["trace_count"] == 1
+        and losses[-1] < losses[0]
+        and arguments.checkpoint_step in retained
+    )
     rows = [
         ("steps", f"{arguments.steps} (checkpoint after {arguments.checkpoint_step})"),
+        ("retained steps", ", ".join(map(str, retained))),
         ("mesh", f"{data_size} x {model_size} ('data', 'model'), {data_size * model_size} CPU devices"),
         ("traces used", f"{setup.step_fn.trace_count} of {setup.step_fn.max_traces}"),
         ("first / last loss", f"{losses[0]:.6f} / {losses[-1]:.6f}"),

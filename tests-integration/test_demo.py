@@ -42,7 +42,9 @@ def test_demo_trains_resumes_bit_identically_and_exports(tmp_path):
     assert re.search(r"step\s+24/24\s+loss \d+\.\d+\s+\d+ examples/s", completed.stdout)
     assert (output / "loss.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     assert (output / "weights" / "model.safetensors").is_file()
-    assert (output / "checkpoints" / "step-12").is_dir()
+    # Saved every 6 steps; the last two and every multiple of the resume step are kept.
+    assert rows["retained steps"] == "12, 18, 24"
+    assert sorted(entry.name for entry in (output / "checkpoints").iterdir()) == ["12", "18", "24"]
 
     refused = run_demo("--steps", "24", "--output", str(output), cwd=tmp_path)
     assert refused.returncode == 2
