@@ -122,6 +122,25 @@ class TrainingCheckpointManager:
     committed, the others check that they see the same, and only process 0
     deletes or writes the metric file.
 
+    A training loop that resumes, saves on schedule and saves once more on
+    preemption::
+
+        manager = TrainingCheckpointManager(
+            run_dir, save_interval_steps=1000, keep_last=3, keep_every=10_000, keep_best=None,
+            best_mode=None, save_in_flight="wait", create=True,
+        )
+        start = manager.latest_committed_step()
+        if start is not None:
+            restored = manager.restore(start, model_target, optimizer_target, rng_target, {}, iterator)
+        with manager.preemption_guard():
+            for step in range(start or 0, total_steps):
+                state = train_step(state, next(iterator))
+                if manager.should_save(step + 1):
+                    manager.save(step + 1, state.model, state.optimizer, key, {}, iterator)
+                if manager.preemption_requested:
+                    break
+        manager.wait()
+
     Args:
       root: The folder holding one subfolder per step.
       save_interval_steps: :meth:`should_save` answers True for steps
@@ -245,6 +264,8 @@ class TrainingCheckpointManager:
 
         Args:
           cleanup: Whether to remove the torn and temporary entries found.
+            Only while no other program writes into the root: its save in
+            progress would look like a leftover.
 
         Returns:
           A :class:`CheckpointScan`. Its ``committed`` steps are process 0's
@@ -480,7 +501,9 @@ class TrainingCheckpointManager:
         only records the signal. The next :meth:`should_save` answers True
         and :attr:`preemption_requested` turns True; :meth:`save` then waits
         for the commit, and the loop stops. The handler that was installed
-        before is restored when the block ends, however it ends. Must be
+        before is restored when the block ends, however it ends; a handler
+        that was installed outside Python (Python reports it as None) cannot
+        be reinstalled, and the default action is restored instead. Must be
         entered on the main thread (Python delivers signals there only).
 
         Yields:
@@ -504,7 +527,8 @@ class TrainingCheckpointManager:
         try:
             yield self
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            # None means a handler installed outside Python, which Python cannot reinstall.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
             self._guard_active = False
             self._exchange_preemption = False
 
