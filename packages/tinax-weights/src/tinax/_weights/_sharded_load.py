@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 
+#: Tensors whose local shards, copies included, fit in this many bytes are
+#: staged together and placed in one transfer; larger ones one shard at a
+#: time. Host staging memory thus stays within the larger of one shard and
+#: this constant.
+STAGING_BATCH_BYTES = 8 * 1024 * 1024
+
 ShardingChoice = Mapping[str, "Sharding"] | Callable[[str, TensorInfo], "Sharding"]
 
 
@@ -53,6 +59,8 @@ class _Plan:
     # The distinct shards this process's devices hold, each with those devices.
     shards: dict[Box, list[Any]]
     nbytes: int
+    # The payload bytes read so far, counted read by read.
+    counter: list[int] = dataclasses.field(default_factory=lambda: [0])
 
 
 def load_sharded_safetensors(
@@ -147,11 +155,8 @@ def load_sharded_safetensors(
                 f"devices; the largest, tensor {largest.name!r}, {largest.nbytes}), more than max_bytes={budget}; "
                 "select fewer tensors with names=, shard them further or raise max_bytes"
             )
-        arrays: dict[str, jax.Array] = {}
-        bytes_read = 0
-        for plan in plans:
-            arrays[plan.name], count = _load(plan)
-            bytes_read += count
+        arrays = {plan.name: _load(plan) for plan in plans}
+        bytes_read = sum(plan.counter[0] for plan in plans)
     return LoadedShardedSafetensors(
         arrays=arrays, tensors={name: available[name].info for name in selected}, bytes_read=bytes_read
     )
@@ -178,11 +183,11 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
     )
     try:
         shard_shape = sharding.shard_shape(info.shape)
-        indices = sharding.addressable_devices_indices_map(info.shape)
+        indices: Mapping[Any, Any] = sharding.addressable_devices_indices_map(info.shape)
     except (ValueError, TypeError, IndexError, AssertionError) as error:
         raise ValueError(f"shardings[{name!r}] does not fit tensor {name!r} of shape {info.shape}: {error}") from error
     shards: dict[Box, list[Any]] = {}
-    for device, index in sorted(indices.items(), key=lambda item: item[0].id):
+    for device, index in sorted(indices.items(), key=lambda item: int(item[0].id)):
         box = box_of_index(index if index is not None else (), info.shape)
         if tuple(stop - start for start, stop in box) != tuple(shard_shape):
             raise ValueError(
@@ -195,39 +200,61 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
     return _Plan(name, tensor, sharding, shards, nbytes)
 
 
-def _load(plan: _Plan) -> tuple[jax.Array, int]:
-    """Reads and places the shards of one tensor; returns the array and the payload bytes read."""
+def _load(plan: _Plan) -> jax.Array:
+    """Reads and places the shards of one tensor."""
     import jax
 
-    tensor = plan.tensor
-    info = tensor.info
-    dtype = info.numpy_dtype
-    start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
+    info = plan.tensor.info
+    shard_nbytes = plan.nbytes // len(plan.shards) if plan.shards else 0
+    device_count = sum(len(devices) for devices in plan.shards.values())
+    if shard_nbytes * device_count <= STAGING_BATCH_BYTES:
+        # Small tensors: every local shard staged at once and placed in one
+        # batched transfer, whose fixed cost dominates at this size. A shard
+        # that several devices hold goes to each as its own copy, so no two
+        # devices ever share host memory.
+        staged = {box: _read_shard(plan, box) for box in plan.shards}
+        placed: set[Box] = set()
+
+        def piece(index: Any) -> np.ndarray[Any, Any]:
+            box = box_of_index(index, info.shape)
+            if box in placed:
+                return staged[box].copy()
+            placed.add(box)
+            return staged[box]
+
+        return jax.make_array_from_callback(info.shape, plan.sharding, piece)
+
+    # Large tensors: one shard at a time. The first device may take the
+    # staged buffer over; the others copy from that device.
     pieces = []
-    bytes_read = 0
     for box, devices in plan.shards.items():
-        # One shard is staged at a time; the first device may take the
-        # buffer over, and the others copy from that device.
-        buffer = empty_load_buffer(tuple(stop - first for first, stop in box), dtype)
-        runs = shard_runs(info.shape, buffer.itemsize, box)
-        flat = buffer.reshape(-1).view(np.uint8).data
-        size = runs.run_nbytes
-        for position, offset in enumerate(runs.offsets.tolist()):
-            read_payload(
-                tensor.handle,
-                flat[position * size : (position + 1) * size],
-                start + offset,
-                name=plan.name,
-                source=tensor.source,
-            )
-            bytes_read += size
-        if _dtypes.is_big_endian_in_memory(buffer.dtype):
-            buffer.byteswap(inplace=True)
+        buffer = _read_shard(plan, box)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
         # The transfer may still hold the buffer; waiting for it keeps the
         # staging memory at one shard.
-        jax.block_until_ready(pieces[-len(devices) :])
-        del buffer, flat
-    return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces), bytes_read
+        for placed_piece in pieces[-len(devices) :]:
+            placed_piece.block_until_ready()
+        del buffer
+    return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
+
+
+def _read_shard(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
+    """Reads one shard into a new buffer, run by run, and adds the bytes to ``plan.counter``."""
+    tensor = plan.tensor
+    info = tensor.info
+    start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
+    buffer = empty_load_buffer(tuple(stop - first for first, stop in box), info.numpy_dtype)
+    runs = shard_runs(info.shape, buffer.itemsize, box)
+    flat = buffer.reshape(-1).view(np.uint8).data
+    size = runs.run_nbytes
+    for position, offset in enumerate(runs.offsets.tolist()):
+        read_payload(
+            tensor.handle, flat[position * size : (position + 1) * size], start + offset, name=plan.name,
+            source=tensor.source,
+        )  # fmt: skip
+        plan.counter[0] += size
+    if _dtypes.is_big_endian_in_memory(buffer.dtype):
+        buffer.byteswap(inplace=True)
+    return buffer

@@ -187,7 +187,8 @@ def _write_file(
     if jax.process_count() == 1:
         with path_to_write_atomically(destination, overwrite=overwrite) as temporary:
             _write_header(temporary, header, size)
-            _write_owned_shards(temporary, len(header), entries, arrays)
+            # Publishing flushes the file.
+            _write_owned_shards(temporary, len(header), entries, arrays, flush=False)
         return
 
     require_writable_destination(destination, overwrite=overwrite)
@@ -232,7 +233,7 @@ def _write_file_together(
     # Every process writes its part; none goes on before all reported.
     own_error: BaseException | None = None
     try:
-        _write_owned_shards(destination.parent / name, len(header), entries, arrays)
+        _write_owned_shards(destination.parent / name, len(header), entries, arrays, flush=True)
     except Exception as error:
         own_error = error
     failed = _failed_processes(own_error is None)
@@ -288,13 +289,12 @@ def _write_header(path: pathlib.Path, header: bytes, size: int) -> None:
         _write_at(descriptor, memoryview(header), 0)
         # The payload's length is known now, so every process writes inside the file.
         os.ftruncate(descriptor, size)
-        os.fsync(descriptor)
     finally:
         os.close(descriptor)
 
 
 def _write_owned_shards(
-    path: pathlib.Path, payload_start: int, entries: list[_Entry], arrays: Mapping[str, Any]
+    path: pathlib.Path, payload_start: int, entries: list[_Entry], arrays: Mapping[str, Any], *, flush: bool
 ) -> None:
     descriptor = os.open(path, os.O_WRONLY)
     try:
@@ -314,7 +314,9 @@ def _write_owned_shards(
                 for position, offset in enumerate(runs.offsets.tolist()):
                     _write_at(descriptor, flat[position * size : (position + 1) * size], payload_start + start + offset)
                 del data, flat
-        os.fsync(descriptor)
+        if flush:
+            # On a network file system, another process's flush need not cover these writes.
+            os.fsync(descriptor)
     finally:
         os.close(descriptor)
 
