@@ -609,21 +609,47 @@ def test_a_corrupt_array_record_record_fails_at_its_index(tmp_path):
         dataset[1]
 
 
+def _legacy_array_column(arrays: list[np.ndarray], shapes: list[list[int]]) -> pa.Array:
+    # Early tinax 0.3 development files stored arrays as their extents and raw bytes.
+    shape_type = pa.list_(pa.field("element", pa.int64(), nullable=False))
+    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+    np.cumsum([array.nbytes for array in arrays], out=offsets[1:])
+    data = pa.py_buffer(b"".join(array.tobytes() for array in arrays))
+    payloads = pa.Array.from_buffers(pa.large_binary(), len(arrays), [None, pa.py_buffer(offsets), data])
+    fields = [pa.field("shape", shape_type, nullable=False), pa.field("data", pa.large_binary(), nullable=False)]
+    return pa.StructArray.from_arrays([pa.array(shapes, shape_type), payloads], fields=fields)
+
+
+def test_files_in_the_early_03_array_layout_still_read_exactly(tmp_path):
+    arrays = [np.arange(index * 2, dtype="<f4").reshape(index, 2) for index in range(5)]
+    column = _legacy_array_column(arrays, [[index, 2] for index in range(5)])
+    table = pa.table({"id": pa.array(range(5), pa.int64()), "x": column})
+    fields = [{"kind": "int", "name": "id"}, {"dtype": "<f4", "kind": "array", "name": "x", "ndim": 2}]
+    header = _header(fields=fields, count=5)
+    path = tmp_path / "early.parquet"
+    _sealed_parquet(path, table, header)
+    for index, record in enumerate(read_parquet_record(path)):
+        assert record["id"] == index
+        assert record["x"].dtype == np.float32
+        assert record["x"].shape == (index, 2)
+        np.testing.assert_array_equal(record["x"], arrays[index])
+
+
 def test_a_corrupt_parquet_record_fails_at_its_index(tmp_path):
     valid = _valid_file(tmp_path, _parquet_container())
     table = pq.read_table(valid)
     header = json.loads(pq.ParquetFile(valid).metadata.metadata[b"tinax.records"])
-    images = table.column("x").combine_chunks()
-    shapes, payloads = images.flatten()
+    arrays = [np.arange(index, dtype=np.float32) for index in range(len(table))]
+    shapes = [[len(array)] for array in arrays]
     # Record 5 claims 6 elements but keeps the 5 * 4 bytes it has.
-    shape_values = shapes.to_pylist()
-    shape_values[5] = [6]
-    broken = pa.StructArray.from_arrays([pa.array(shape_values, shapes.type), payloads], fields=list(images.type))
+    shapes[5] = [6]
+    broken = _legacy_array_column(arrays, shapes)
     path = tmp_path / "corrupt.parquet"
-    _sealed_parquet(path, table.set_column(1, table.schema.field(1), broken), header)
+    _sealed_parquet(path, table.set_column(1, pa.field("x", broken.type, nullable=False), broken), header)
     dataset = read_parquet_record(path)
     assert dataset[4]["id"] == 4
-    with pytest.raises(ValueError, match=rf"'{path}': record 5 is malformed \(an array of shape \(6,\) .* got 20\)"):
+    expected = rf"'{path}': record 5 is malformed \(column 'x': an array of shape \(6,\) .* got 20\)"
+    with pytest.raises(ValueError, match=expected):
         dataset[5]
 
 
@@ -702,9 +728,7 @@ def test_a_file_replaced_after_pickling_is_detected(tmp_path, container):
         copy[0]
 
 
-def test_parquet_reads_only_the_row_groups_it_needs(tmp_path, monkeypatch):
-    from tinax._data import _parquet
-
+def test_parquet_reads_only_the_row_groups_it_needs_within_its_budget(tmp_path):
     path = tmp_path / "large.parquet"
     # 64 KiB per record: about 16 records per 1 MiB row group.
     records = [{"id": index, "x": np.full(16384, index, dtype=np.float32)} for index in range(64)]
@@ -714,20 +738,25 @@ def test_parquet_reads_only_the_row_groups_it_needs(tmp_path, monkeypatch):
     assert len(source._cache) == 0  # Opening reads the footer only.
     assert source[40]["x"][0] == 40
     assert list(source._cache) == [2]
-    monkeypatch.setattr(_parquet, "_CACHE_BYTES", 3 << 20)
-    for index in (0, 20, 63, 41):
-        assert source[index]["id"] == index
-    assert list(source._cache) == [3, 2]
+    small = _source(read_parquet_record(path, cache_bytes=3 << 20))
+    for index in (0, 20, 63, 41, 40):
+        assert small[index]["id"] == index
+    # At most two 1 MiB row groups fit 3 MiB of budget: the least recently used went first.
+    assert list(small._cache) == [3, 2]
+    assert small._cached_bytes <= 3 << 20
 
 
 def test_parquet_files_are_ordinary_columns_for_other_readers(tmp_path):
     path = tmp_path / "d.parquet"
     write_parquet_record(path, [{"id": 1, "name": "a", "x": np.asarray([[1, 2]], np.int16)}])
-    (row,) = pq.read_table(path).to_pylist()
+    table = pq.read_table(path)
+    (row,) = table.to_pylist()
     assert row["id"] == 1
     assert row["name"] == "a"
-    assert row["x"]["shape"] == [1, 2]
-    assert np.frombuffer(row["x"]["data"], np.int16).tolist() == [1, 2]
+    assert isinstance(table.schema.field("x").type, pa.FixedShapeTensorType)
+    assert table.schema.field("x").type.shape == [1, 2]
+    assert table.column("x").combine_chunks().to_numpy_ndarray().tolist() == [[[1, 2]]]
+    assert table.schema.field("x").metadata == {b"tinax.dtype": b"<i2"}
 
 
 _WORKER_SCRIPT = textwrap.dedent(
@@ -817,13 +846,22 @@ def test_signatures_match_the_kept_api():
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("records", "POSITIONAL_OR_KEYWORD", None),
         ("group_size", "KEYWORD_ONLY", 1),
+        ("overwrite", "KEYWORD_ONLY", False),
     ]
-    assert parameter_summary(read_array_record) == [("path", "POSITIONAL_OR_KEYWORD", None)]
+    assert parameter_summary(read_array_record) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("decode", "KEYWORD_ONLY", None),
+    ]
     assert parameter_summary(write_parquet_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("records", "POSITIONAL_OR_KEYWORD", None),
+        ("overwrite", "KEYWORD_ONLY", False),
     ]
-    assert parameter_summary(read_parquet_record) == [("path", "POSITIONAL_OR_KEYWORD", None)]
+    assert parameter_summary(read_parquet_record) == [
+        ("path", "POSITIONAL_OR_KEYWORD", None),
+        ("mapping", "KEYWORD_ONLY", "python"),
+        ("cache_bytes", "KEYWORD_ONLY", 512 << 20),
+    ]
 
 
 def _ids(rows: list[dict[str, Any]]) -> list[int]:

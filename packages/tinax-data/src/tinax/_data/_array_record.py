@@ -27,7 +27,7 @@ import json
 import os
 import pathlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tinax._core import validation
@@ -72,6 +72,21 @@ class _DestinationIsFolderError(IsADirectoryError, ArrayRecordWriteError):
     """The destination is a folder."""
 
 
+class _NotJsonError(json.JSONDecodeError):
+    """A record of a file without the tinax header is not JSON: the message names the file and ``decode``."""
+
+    def __init__(self, message: str, doc: str, pos: int) -> None:
+        super().__init__(message, doc, pos)
+        # JSONDecodeError appends the line and column; the message already says what matters.
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args[0], self.doc, self.pos))
+
+
 class UnreadableArrayRecordError(ValueError, RuntimeError):
     """A file is not an ArrayRecord file tinax can read.
 
@@ -88,9 +103,13 @@ def _array_record_module(function: str) -> Any:
 
 
 def write_array_record(
-    path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]], *, group_size: int = 1
+    path: str | os.PathLike[str],
+    records: Iterable[Mapping[str, Any]],
+    *,
+    group_size: int = 1,
+    overwrite: bool = False,
 ) -> None:
-    """Writes records to an ArrayRecord file, atomically, replacing any file at ``path``.
+    """Writes records to an ArrayRecord file, atomically.
 
     The records are checked and written one at a time, so ``records`` may be
     a generator over more data than fits in memory. Records that fit the
@@ -108,17 +127,18 @@ def write_array_record(
     any) is left as it was.
 
     Args:
-      path: Where to write the file. Its folder must exist, and no file may
-        be there yet: an existing file is refused, never replaced.
+      path: Where to write the file. Its folder must exist.
       records: An iterable of records (a ``str``, ``bytes`` or mapping, whose
         items would be characters, ints or keys, is refused).
       group_size: Records per ArrayRecord chunk. 1 (the default) gives the
         fastest random access; larger groups compress better but each read
         decompresses the whole group.
+      overwrite: Whether a file already at ``path`` may be replaced. The
+        default refuses it.
 
     Raises:
       TypeError: If ``path`` is not a path, ``group_size`` is not an int (or
-        is a bool), ``records`` is not an iterable of records, or the records
+        is a bool), ``overwrite`` is not a bool, ``records`` is not an iterable of records, or the records
         are outside the tinax format and one is not JSON-serializable (the
         ``json`` error, as tinax 0.2 let it through).
       ValueError: If ``group_size`` is below 1 (or above array-record's
@@ -126,11 +146,13 @@ def write_array_record(
       ArrayRecordWriteError: If the folder of ``path`` does not exist (also a
         FileNotFoundError), ``path`` is a folder (also an IsADirectoryError),
         or array-record fails to write; a RuntimeError, as in tinax 0.2.
-      FileExistsError: If a file already exists at ``path``.
+      FileExistsError: If a file already exists at ``path`` and ``overwrite``
+        is False.
       ImportError: If array-record is not installed.
     """
     destination = validation.require_path(path, "path")
     group_size = validation.require_positive_int(group_size, "group_size")
+    validation.require_bool(overwrite, "overwrite")
     if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
         validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
     module = _array_record_module("write_array_record")
@@ -139,7 +161,7 @@ def write_array_record(
     if destination.is_dir():
         raise _DestinationIsFolderError(f"{str(destination)!r} is a folder, not a file")
     options = f"group_size:{group_size}"
-    with atomic_path(destination, overwrite=False) as temporary:
+    with atomic_path(destination, overwrite=overwrite) as temporary:
         _write_records(module, temporary, options, iter(records), destination)
 
 
@@ -233,13 +255,17 @@ def _write(writer: Any, data: bytes, destination: pathlib.Path) -> None:
         raise ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}") from error
 
 
-def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
+def read_array_record(
+    path: str | os.PathLike[str], *, decode: Callable[[bytes], Any] | None = None
+) -> grain.MapDataset:
     """Opens an ArrayRecord file of records as a random-access dataset.
 
     A file :func:`write_array_record` wrote in the tinax record format reads
-    back exactly as written. A file of JSON records (one tinax 0.2 wrote, or
-    one written in the JSON fallback) reads back through ``json.loads``, as
-    tinax 0.2 read it. Only the last record is read on open. Records are read
+    back exactly as written. Any other file's records are given by
+    ``decode`` when it is given; without it they are read as JSON records
+    (tinax 0.2's format, and the JSON fallback's) through ``json.loads``, as
+    tinax 0.2 read them, and a record that is not JSON raises a ValueError
+    naming the path and suggesting ``decode``. Only the last record is read on open. Records are read
     and decoded when they are indexed, so the dataset supports ``len``,
     indexing, ``shuffle`` and every other ``MapDataset`` transformation, and
     it can be sent to Grain's multiprocessing workers (each reopens the file
@@ -247,6 +273,10 @@ def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
 
     Args:
       path: The file.
+      decode: For files without the tinax header: a function that turns one
+        record's bytes into the record (a protocol buffer parser, say). It
+        must be picklable (a module-level function) to reach Grain's worker
+        processes. Ignored for files in the tinax format.
 
     Returns:
       A ``grain.MapDataset`` of records over an :class:`ArrayRecordSource`. A
@@ -256,7 +286,8 @@ def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
       a note).
 
     Raises:
-      TypeError: If ``path`` is not a path.
+      TypeError: If ``path`` is not a path, or ``decode`` is neither None nor
+        callable.
       FileNotFoundError: If no file exists at ``path`` (a folder included).
       UnreadableArrayRecordError: If ``path`` is not an ArrayRecord file, or
         holds a tinax header that is malformed or from a newer format
@@ -265,12 +296,14 @@ def read_array_record(path: str | os.PathLike[str]) -> grain.MapDataset:
       ImportError: If array-record is not installed.
     """
     file = validation.require_path(path, "path")
+    if decode is not None:
+        validation.require_callable(decode, "decode")
     _array_record_module("read_array_record")
     require_record_file(file, "ArrayRecord")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
     from tinax._data._datasets import source_dataset
 
-    return source_dataset(ArrayRecordSource(file.absolute()))
+    return source_dataset(ArrayRecordSource(file.absolute(), decode=decode))
 
 
 class ArrayRecordSource:
@@ -289,18 +322,21 @@ class ArrayRecordSource:
         their content would mean reading all of it.
     """
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: pathlib.Path, *, decode: Callable[[bytes], Any] | None = None) -> None:
         """Opens the file and reads its last record.
 
         Args:
           path: The file, preferably absolute so that workers with another
             working directory find it too.
+          decode: Turns a record of a file without the tinax header into
+            the record; None reads such records as JSON.
 
         Raises:
           UnreadableArrayRecordError: If the file is not ArrayRecord, or its
             tinax header is malformed.
         """
         self._path = path
+        self._decode = decode
         self._lock = threading.Lock()
         reader, header_bytes, total = self._open_and_read_header()
         self._set_header(header_bytes, total)
@@ -371,10 +407,28 @@ class ArrayRecordSource:
         except RuntimeError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} cannot be read ({error})") from error
         if self._schema is None:
+            if self._decode is not None:
+                try:
+                    return self._decode(data)
+                except Exception as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: record {position} cannot be decoded by decode ({error!r})"
+                    ) from error
             try:
                 return json.loads(data)
-            except ValueError as error:  # JSONDecodeError and UnicodeDecodeError, kept as they are.
-                error.add_note(f"reading record {position} of {str(self._path)!r}")
+            except json.JSONDecodeError as error:
+                # Still the JSONDecodeError tinax 0.2 raised, now naming the file and the way out.
+                raise _NotJsonError(
+                    f"{str(self._path)!r}: record {position} is neither a tinax record nor JSON ({error.msg}); "
+                    "for files of another record encoding, pass decode= to read_array_record",
+                    error.doc,
+                    error.pos,
+                ) from error
+            except ValueError as error:  # UnicodeDecodeError, kept as it is.
+                error.add_note(
+                    f"reading record {position} of {str(self._path)!r}; for files of another record encoding, "
+                    "pass decode= to read_array_record"
+                )
                 raise
         try:
             return self._schema.decode(data)
@@ -382,10 +436,11 @@ class ArrayRecordSource:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": os.fspath(self._path), "header": self._header_bytes, "total": self._total}
+        return {"path": os.fspath(self._path), "header": self._header_bytes, "total": self._total, "decode": self._decode}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._path = pathlib.Path(state["path"])
+        self._decode = state.get("decode")
         self._lock = threading.Lock()
         self._reader = None
         self._set_header(state["header"], state["total"])

@@ -31,9 +31,11 @@ from __future__ import annotations
 import bisect
 import collections
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
+import math
 import os
 import pathlib
 import threading
@@ -44,6 +46,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.files import atomic_path, atomic_write
+from tinax._data._arrow_values import MAPPINGS, ArrayColumn, column_getter, require_mappable
 from tinax._data._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -57,6 +60,8 @@ from tinax._data._record_codec import (
     RecordSchema,
     array_bytes,
     array_from_bytes,
+    dtype_descriptor,
+    dtype_from_descriptor,
     record_position,
     require_record_file,
 )
@@ -76,10 +81,14 @@ _ZERO_DIGEST = "0" * 64
 _HASH_CHUNK = 1 << 20
 _ROW_GROUP_TARGET_BYTES = 1 << 20
 _ROW_GROUP_MAX_ROWS = 4096
-_CACHE_BYTES = 64 << 20
+#: The default memory budget of a reader's cache of decoded row groups.
+DEFAULT_CACHE_BYTES = 512 << 20
+#: Key, in the Arrow field metadata of an array column, of the field's exact dtype.
+FIELD_DTYPE_KEY = b"tinax.dtype"
 
 
-def _arrow_type(field: FieldSpec) -> pa.DataType:
+def _legacy_arrow_type(field: FieldSpec) -> pa.DataType:
+    """The column type of an early tinax 0.3 file, which stored arrays as shapes and raw bytes."""
     import pyarrow as pa
 
     if field.kind == KIND_ARRAY:
@@ -88,6 +97,12 @@ def _arrow_type(field: FieldSpec) -> pa.DataType:
         return pa.struct(
             [pa.field("shape", shape, nullable=False), pa.field("data", pa.large_binary(), nullable=False)]
         )
+    return _plain_arrow_type(field.kind)
+
+
+def _plain_arrow_type(kind: str) -> pa.DataType:
+    import pyarrow as pa
+
     types: dict[str, Callable[[], pa.DataType]] = {
         KIND_NONE: pa.null,
         KIND_BOOL: pa.bool_,
@@ -96,26 +111,132 @@ def _arrow_type(field: FieldSpec) -> pa.DataType:
         KIND_STR: pa.large_string,
         KIND_BYTES: pa.large_binary,
     }
-    return types[field.kind]()
+    return types[kind]()
 
 
-def _arrow_schema(schema: RecordSchema) -> pa.Schema:
+@dataclasses.dataclass(frozen=True)
+class _Storage:
+    """How the elements of an array field are stored in Arrow.
+
+    Attributes:
+      dtype: The NumPy dtype of the stored elements (little-endian, one Arrow has).
+      pairs: Whether each element is stored as two (a complex number as its
+        real and imaginary parts, on a trailing axis of 2).
+    """
+
+    dtype: np.dtype[Any]
+    pairs: bool
+
+
+def _storage(dtype: np.dtype[Any]) -> _Storage:
+    if dtype.kind == "c":
+        return _Storage(np.dtype(f"<f{dtype.itemsize // 2}"), True)
+    if dtype.type.__module__.partition(".")[0] == "ml_dtypes":
+        # No Arrow type: the raw bits, as the unsigned integer of the same width.
+        return _Storage(np.dtype(f"<u{dtype.itemsize}"), False)
+    if dtype.kind == "b":
+        return _Storage(np.dtype(bool), False)
+    return _Storage(dtype.newbyteorder("<"), False)
+
+
+def _to_storage(array: np.ndarray[Any, Any], storage: _Storage) -> np.ndarray[Any, Any]:
+    """The stored elements of a C-contiguous array (its shape, plus a trailing 2 for pairs)."""
+    if storage.pairs:
+        flat = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<"), copy=False))
+        return flat.reshape(-1).view(storage.dtype).reshape((*array.shape, 2))
+    if array.dtype.type.__module__.partition(".")[0] == "ml_dtypes":
+        return array.view(storage.dtype)
+    return array.astype(storage.dtype, copy=False)
+
+
+_LEGACY = "legacy"
+
+
+def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | str | None) -> pa.DataType:
+    """The Arrow-native column type of a field; arrays of one shape in every record are tensors."""
     import pyarrow as pa
 
-    return pa.schema(
-        [pa.field(field.name, _arrow_type(field), nullable=field.kind == KIND_NONE) for field in schema.fields]
-    )
+    if field.kind != KIND_ARRAY:
+        return _plain_arrow_type(field.kind)
+    if fixed_shape == _LEGACY:
+        return _legacy_arrow_type(field)
+    assert not isinstance(fixed_shape, str)
+    assert field.dtype is not None
+    assert field.ndim is not None
+    storage = _storage(field.dtype)
+    value_type = pa.from_numpy_dtype(storage.dtype)
+    if fixed_shape is not None:
+        shape = (*fixed_shape, 2) if storage.pairs else fixed_shape
+        return value_type if not shape else pa.fixed_shape_tensor(value_type, list(shape))
+    arrow_type = pa.list_(value_type, 2) if storage.pairs else value_type
+    for _ in range(field.ndim):
+        arrow_type = pa.large_list(arrow_type)
+    return arrow_type
 
 
-def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]) -> None:
-    """Writes records to a Parquet file, atomically, replacing any file at ``path``.
+def _native_arrow_schema(
+    schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | str | None]
+) -> pa.Schema:
+    import pyarrow as pa
+
+    fields = []
+    for field in schema.fields:
+        metadata = None
+        if field.kind == KIND_ARRAY:
+            assert field.dtype is not None
+            # Where Arrow has no such dtype (bfloat16, float8, int4, complex, big-endian), other tools
+            # see the stored numbers; this names the exact dtype for them.
+            metadata = {FIELD_DTYPE_KEY: dtype_descriptor(field.dtype) or ""}
+        arrow_type = _native_arrow_type(field, fixed_shapes.get(field.name))
+        fields.append(pa.field(field.name, arrow_type, nullable=field.kind == KIND_NONE, metadata=metadata))
+    return pa.schema(fields)
+
+
+def _is_native_array_type(field: FieldSpec, arrow_type: pa.DataType) -> bool:
+    """Whether a column type is one the writer gives an array field (any fixed shape)."""
+    import pyarrow as pa
+
+    assert field.dtype is not None
+    assert field.ndim is not None
+    storage = _storage(field.dtype)
+    value_type = pa.from_numpy_dtype(storage.dtype)
+    stored_ndim = field.ndim + (1 if storage.pairs else 0)
+    if isinstance(arrow_type, pa.FixedShapeTensorType):
+        return (
+            arrow_type.value_type == value_type
+            and len(arrow_type.shape) == stored_ndim
+            and stored_ndim > 0
+            and arrow_type.permutation is None
+            and (not storage.pairs or arrow_type.shape[-1] == 2)
+        )
+    if stored_ndim == 0:
+        return bool(arrow_type == value_type)
+    return bool(arrow_type == _native_arrow_type(field, None))
+
+
+def write_parquet_record(
+    path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], *, overwrite: bool = False
+) -> None:
+    """Writes records to a Parquet file of Arrow-native columns, atomically.
 
     Records that fit the tinax record format (see the package README: the
     same fields in every record, each holding the same kind of plain value or
     NumPy array) are written in it, one row group at a time, and read back
-    exactly. Any other records tinax 0.2 accepted (lists, nested mappings,
-    NumPy scalars, dates, fields missing from some records, ints and floats
-    mixed in one field, ...) are written as a plain Arrow table, as 0.2 wrote
+    exactly. Plain values are native columns (``int64``, ``double``,
+    ``bool``, ``large_string``, ``large_binary``, ``null``); an array field
+    whose arrays have one shape in every record is an Arrow
+    ``fixed_shape_tensor`` column (a plain column for 0-d arrays), and one
+    whose shapes vary is a column of nested ``large_list`` values, one level
+    per dimension. pandas, Polars, DuckDB and pyarrow read these as numbers.
+    dtypes Arrow lacks are stored as the nearest Arrow type (``bfloat16``,
+    the float8 types and ``int4`` as their raw bits in unsigned integers of
+    the same width, complex numbers as float pairs on a trailing axis of 2,
+    big-endian values as little-endian ones), with the exact dtype in the
+    field metadata and the tinax header, so tinax reads them back exactly.
+
+    Any other records tinax 0.2 accepted (lists, nested mappings, NumPy
+    scalars, dates, fields missing from some records, ints and floats mixed
+    in one field, ...) are written as a plain Arrow table, as 0.2 wrote
     them, and read back as pyarrow's ``to_pylist`` gives them (a missing
     field as None, a tuple as a list, an int among floats as a float, ...).
 
@@ -124,16 +245,18 @@ def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping
     any) is left as it was.
 
     Args:
-      path: Where to write the file. Its folder must exist, and no file may
-        be there yet: an existing file is refused, never replaced.
+      path: Where to write the file. Its folder must exist.
       records: A non-empty, finite sequence (a list or tuple, or any
         ``collections.abc.Sequence``) of mappings of field names to values.
+      overwrite: Whether a file already at ``path`` may be replaced. The
+        default refuses it.
 
     Raises:
       TypeError: If ``path`` is not a path, ``records`` is not a sequence (a
-        generator or another one-shot iterable included), or a record is not
-        a mapping; or, for records outside the tinax format, pyarrow cannot
-        convert a value (the pyarrow error, as tinax 0.2 let it through).
+        generator or another one-shot iterable included), a record is not
+        a mapping, or ``overwrite`` is not a bool; or, for records outside
+        the tinax format, pyarrow cannot convert a value (the pyarrow error,
+        as tinax 0.2 let it through).
       ValueError: If ``records`` is empty, ``records[0]`` has no fields (a
         Parquet row needs a column), or a record has a field that
         ``records[0]`` lacks and the records are outside the tinax format
@@ -143,19 +266,21 @@ def write_parquet_record(path: str | os.PathLike[str], records: Sequence[Mapping
       OverflowError: If, outside the tinax format, an int does not fit in 64
         bits (pyarrow's error, as in tinax 0.2).
       FileNotFoundError: If the folder of ``path`` does not exist.
-      FileExistsError: If a file already exists at ``path``.
+      FileExistsError: If a file already exists at ``path`` and
+        ``overwrite`` is False.
       IsADirectoryError: If ``path`` is a folder.
       OSError: If the file system refuses the write.
     """
     destination = validation.require_path(path, "path")
     _require_records(records)
+    validation.require_bool(overwrite, "overwrite")
     if destination.is_dir():
         # The OS error tinax 0.2 gave for a folder, checked before the no-clobber refusal.
         raise IsADirectoryError(f"path must be a file to create, got the folder {str(destination)!r}")
     try:
-        _write_tinax_records(destination, records)
+        _write_tinax_records(destination, records, overwrite=overwrite)
     except _OutsideTheFormatError:
-        _write_plain_table(destination, records)
+        _write_plain_table(destination, records, overwrite=overwrite)
 
 
 class _OutsideTheFormatError(Exception):
@@ -176,7 +301,47 @@ def _require_records(records: object) -> None:
         validation.fail_value("records", expected, records)
 
 
-def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[str, Any]]) -> None:
+def _fixed_shapes(
+    schema: RecordSchema, records: Sequence[Mapping[str, Any]]
+) -> dict[str, tuple[int, ...] | str | None]:
+    """The layout of every array field: the shape every record's array has, None where shapes vary.
+
+    A field with an empty array of two or more dimensions is ``_LEGACY``: stored
+    as extents and raw bytes, the one layout that keeps every extent of it.
+
+    Records that break the format are found later, when each is checked; here
+    anything without the first record's shape only makes the field vary.
+    """
+    shapes: dict[str, tuple[int, ...] | None] = {}
+    for field in schema.fields:
+        if field.kind == KIND_ARRAY:
+            shapes[field.name] = tuple(records[0][field.name].shape)
+    varying, hollow = set(), set()
+    for record in records:
+        for name, shape in shapes.items():
+            found = getattr(record.get(name), "shape", None)
+            if found != shape:
+                varying.add(name)
+            if isinstance(found, tuple) and any(
+                extent == 0 and any(found[position + 1 :]) for position, extent in enumerate(found)
+            ):
+                hollow.add(name)
+    layouts: dict[str, tuple[int, ...] | str | None] = {}
+    for name, shape in shapes.items():
+        if name not in varying and math.prod(shape) > 0:
+            layouts[name] = shape
+        elif name in hollow:
+            # Nested lists lose the extents after a zero one, and Arrow has no
+            # empty tensors: such a field keeps the extents and raw bytes.
+            layouts[name] = _LEGACY
+        else:
+            layouts[name] = None
+    return layouts
+
+
+def _write_tinax_records(
+    destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -191,9 +356,9 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
         validation.fail_value(
             "records[0]", "a mapping with at least one field (a Parquet row needs a column)", records[0]
         )
-    arrow_schema = _arrow_schema(schema)
+    arrow_schema = _native_arrow_schema(schema, _fixed_shapes(schema, records))
     digest = hashlib.sha256()
-    with atomic_path(destination, overwrite=False) as temporary:
+    with atomic_path(destination, overwrite=overwrite) as temporary:
         writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True)
         groups = 0
         try:
@@ -379,7 +544,9 @@ def _is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
-def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str, Any]]) -> None:
+def _write_plain_table(
+    destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -397,7 +564,7 @@ def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str,
     # pyarrow's own errors (ArrowInvalid, ArrowTypeError, OverflowError, ...)
     # propagate unchanged, as they did from tinax 0.2.
     table = pa.Table.from_pylist([dict(record) for record in records])
-    with atomic_write(destination, overwrite=False) as handle:
+    with atomic_write(destination, overwrite=overwrite) as handle:
         # Page checksums, which pyarrow verifies when reading through tinax.
         pq.write_table(table, handle, write_page_checksum=True)
 
@@ -434,14 +601,17 @@ def _row_group(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[list[An
         elif field.kind == KIND_STR:
             # The values are already UTF-8; view them as strings without decoding.
             columns.append(pa.array(values, pa.large_binary()).view(pa.large_string()))
+        elif field.kind == KIND_ARRAY and pa.types.is_struct(arrow_type):
+            columns.append(_legacy_array_column(arrow_type, values))
         elif field.kind == KIND_ARRAY:
-            columns.append(_array_column(arrow_type, values))
+            assert field.dtype is not None
+            columns.append(_array_column(arrow_type, _storage(field.dtype), values))
         else:
             columns.append(pa.array(values, arrow_type))
     return pa.Table.from_arrays(columns, schema=arrow_schema)
 
 
-def _array_column(arrow_type: pa.StructType, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
+def _legacy_array_column(arrow_type: pa.StructType, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
     import pyarrow as pa
 
     shape_field, data_field = arrow_type.field(0), arrow_type.field(1)
@@ -453,22 +623,79 @@ def _array_column(arrow_type: pa.StructType, arrays: list[np.ndarray[Any, Any]])
     return pa.StructArray.from_arrays([shapes, payloads], fields=[shape_field, data_field])
 
 
-def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
+def _array_column(arrow_type: pa.DataType, storage: _Storage, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
+    import pyarrow as pa
+
+    stored = [_to_storage(array, storage) for array in arrays]
+    if isinstance(arrow_type, pa.FixedShapeTensorType):
+        block = np.stack(stored) if stored else np.empty((0, *arrow_type.shape), storage.dtype)
+        size = int(np.prod(arrow_type.shape, dtype=np.int64))
+        flat = pa.array(block.reshape(-1))
+        tensors = pa.FixedSizeListArray.from_arrays(flat, size)
+        return pa.ExtensionArray.from_storage(arrow_type, tensors)
+    if not pa.types.is_large_list(arrow_type):
+        # 0-d arrays of one dtype: a plain column of their values.
+        return pa.array(np.asarray([array.reshape(()) for array in stored], storage.dtype).reshape(-1), arrow_type)
+    # Nested lists, one level per dimension: each level's offsets come from the extents.
+    flat = pa.array(np.concatenate([array.reshape(-1) for array in stored]) if stored else np.empty(0, storage.dtype))
+    ndim = stored[0].ndim - (1 if storage.pairs else 0)
+    shapes = np.asarray([array.shape[:ndim] for array in stored], dtype=np.int64).reshape(len(stored), ndim)
+    child: pa.Array = pa.FixedSizeListArray.from_arrays(flat, 2) if storage.pairs else flat
+    # Level k has one entry per index of the first k dimensions; each entry holds shape[k] items.
+    counts = [np.ones(len(stored), dtype=np.int64)]
+    for level in range(ndim):
+        counts.append(counts[-1] * shapes[:, level])
+    for level in reversed(range(ndim)):
+        lengths = np.repeat(shapes[:, level], counts[level])
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        child = pa.LargeListArray.from_arrays(pa.array(offsets), child)
+    return child.cast(arrow_type)
+
+
+def read_parquet_record(
+    path: str | os.PathLike[str], *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES
+) -> grain.MapDataset:
     """Opens a Parquet file as a random-access dataset of dict rows.
 
     A file :func:`write_parquet_record` wrote in the tinax record format reads
-    back exactly as written. Any other Parquet file (one tinax 0.2 wrote, one
-    written in the plain-table fallback, or one from another tool) reads back
-    as pyarrow's ``to_pylist`` rows, as tinax 0.2 read it.
+    back exactly as written, whatever ``mapping`` says. Any other Parquet file
+    (one tinax 0.2 wrote, one written in the plain-table fallback, or one
+    from pyarrow, pandas, Polars, DuckDB, Spark, ...) reads with no tinax
+    metadata, its values mapped as ``mapping`` says (the package README has
+    the table for every Arrow type):
+
+    - ``"python"`` (the default): exactly pyarrow's ``to_pylist`` rows, as
+      tinax 0.2 read every file. Lists are Python lists, structs dicts, and a
+      missing value is None.
+    - ``"numpy"``: the same scalars, strings, bytes, dates, timestamps,
+      decimals and dicts, but lists and large lists of numbers, fixed-size
+      lists and ``fixed_shape_tensor`` values become NumPy arrays of their
+      exact shape (rectangular nested lists included). A missing value is
+      None where a scalar goes; where an array would need it (a missing list,
+      a missing element, ragged nested lists), reading that row raises a
+      ValueError naming the column and the row. Columns of a type without a
+      mapping (maps, unions, intervals, other extension types) are refused
+      when the file is opened.
 
     Only the footer is read on open. Indexing reads the row group that holds
-    the record (recently used row groups stay cached), so the dataset
-    supports ``len``, indexing, ``shuffle`` and every other ``MapDataset``
-    transformation without loading the file, and it can be sent to Grain's
-    multiprocessing workers (each reopens the file on first use).
+    the record and keeps it decoded as Arrow buffers (no Python object per
+    row) in a per-process cache of at most ``cache_bytes`` of decoded data,
+    evicting the least recently used row groups. A file whose columns fit the
+    budget is read once, however it is indexed; for a larger file, indexing
+    in a random order reads a row group for almost every record, so shuffle
+    it by row groups instead (``training_batches``'s ``shuffle_window``).
+    The dataset supports ``len``, indexing, ``shuffle`` and every other
+    ``MapDataset`` transformation, and can be sent to Grain's multiprocessing
+    workers (each reopens the file on first use, with its own cache).
 
     Args:
       path: The file.
+      mapping: ``"python"`` or ``"numpy"``, how the values of a file outside
+        the tinax format become Python values.
+      cache_bytes: The memory budget of the cache of decoded row groups, in
+        bytes (the Arrow-decoded size). One row group is always kept, even
+        if it alone is larger.
 
     Returns:
       A ``grain.MapDataset`` of ``dict`` rows over a
@@ -478,19 +705,26 @@ def read_parquet_record(path: str | os.PathLike[str]) -> grain.MapDataset:
       the path and index.
 
     Raises:
-      TypeError: If ``path`` is not a path.
+      TypeError: If ``path`` is not a path, ``mapping`` is not a str or
+        ``cache_bytes`` not an int.
       FileNotFoundError: If no file exists at ``path`` (a folder included).
       ValueError: If ``path`` is not a Parquet file (a
         ``pyarrow.ArrowInvalid``, as tinax 0.2 raised), or carries the tinax
         metadata but contradicts it (truncated, columns that do not match,
-        a newer format version); the cause is chained.
+        a newer format version), the cause chained; if ``mapping`` is not
+        one of the two, ``cache_bytes`` is below 1, or, with
+        ``mapping="numpy"``, a column has a type without a mapping.
     """
     file = validation.require_path(path, "path")
+    mapping = validation.require_str(mapping, "mapping")
+    if mapping not in MAPPINGS:
+        validation.fail_value("mapping", f"one of {list(MAPPINGS)}", mapping)
+    cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
     require_record_file(file, "Parquet")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
     from tinax._data._datasets import source_dataset
 
-    return source_dataset(ParquetRecordSource(file.absolute()))
+    return source_dataset(ParquetRecordSource(file.absolute(), mapping=mapping, cache_bytes=cache_bytes))
 
 
 @functools.cache
@@ -518,38 +752,58 @@ def _new_unreadable_parquet_error(message: str) -> ValueError:
     return _unreadable_parquet_error()(message)
 
 
-class _PlainRowGroup:
-    """One row group of a plain Parquet file, as pyarrow's Python rows."""
-
-    def __init__(self, table: pa.Table) -> None:
-        self.nbytes = int(table.nbytes)
-        self._rows = table.to_pylist()
-
-    def record(self, row: int) -> dict[str, Any]:
-        return self._rows[row]  # type: ignore[no-any-return]
+class _ColumnError(ValueError):
+    """A value of one column cannot be given; the message names the column."""
 
 
-class _DecodedRowGroup:
-    """One row group as Python columns, ready to give out records."""
+class _RowGroup:
+    """One decoded row group: a value getter per column, over Arrow buffers."""
 
-    def __init__(self, schema: RecordSchema, table: pa.Table) -> None:
-        self.nbytes = int(table.nbytes)
-        getters: list[tuple[str, Callable[[int], Any]]] = []
-        for field in schema.fields:
-            column = table.column(field.name)
-            if field.kind != KIND_NONE and column.null_count:
-                raise ValueError(f"field {field.name!r} has missing values")
-            if field.kind == KIND_ARRAY:
-                getters.append((field.name, _array_getter(field, column.combine_chunks(), table.num_rows)))
-            else:
-                getters.append((field.name, column.to_pylist().__getitem__))
+    def __init__(self, getters: Sequence[tuple[str, Callable[[int], Any]]], nbytes: int) -> None:
+        self.nbytes = nbytes
         self._getters = tuple(getters)
 
     def record(self, row: int) -> dict[str, Any]:
-        return {name: getter(row) for name, getter in self._getters}
+        record = {}
+        for name, getter in self._getters:
+            try:
+                record[name] = getter(row)
+            except ValueError as error:
+                raise ValueError(f"column {name!r}: {error}") from error
+        return record
 
 
-def _array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], Any]:
+def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
+    """Getters that give a tinax-format row group's records exactly as written (of the columns read)."""
+    getters: list[tuple[str, Callable[[int], Any]]] = []
+    present = set(table.column_names)
+    for field in schema.fields:
+        if field.name not in present:
+            continue
+        column = table.column(field.name).combine_chunks()
+        if field.kind != KIND_NONE and column.null_count:
+            raise ValueError(f"field {field.name!r} has missing values")
+        if field.kind != KIND_ARRAY:
+            getters.append((field.name, column_getter(column, "python")))
+        elif column.type == _legacy_arrow_type(field):
+            getters.append((field.name, _legacy_array_getter(field, column, table.num_rows)))
+        else:
+            getters.append((field.name, _native_array_getter(field, column)))
+    return getters
+
+
+def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
+    assert field.dtype is not None
+    assert field.ndim is not None
+    storage = _storage(field.dtype)
+    arrays = ArrayColumn(column, dtype=field.dtype, pairs=storage.pairs, ndim=field.ndim)
+    if arrays.bad_rows:
+        row, reason = next(iter(arrays.bad_rows.items()))
+        raise ValueError(f"field {field.name!r} has {reason} in row {row}")
+    return arrays.get
+
+
+def _legacy_array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], Any]:
     assert field.dtype is not None
     assert field.ndim is not None
     dtype, ndim = field.dtype, field.ndim
@@ -572,16 +826,32 @@ def _array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], A
     return get
 
 
+def _tinax_columns_match(schema: RecordSchema, arrow_schema: pa.Schema) -> bool:
+    """Whether a file's columns are those the header's fields are written as (this or the earlier layout)."""
+    if list(arrow_schema.names) != list(schema.names):
+        return False
+    for field, arrow_type in zip(schema.fields, arrow_schema.types, strict=True):
+        if arrow_type == _legacy_arrow_type(field):
+            continue
+        if field.kind == KIND_ARRAY:
+            if not _is_native_array_type(field, arrow_type):
+                return False
+        elif arrow_type != _plain_arrow_type(field.kind):
+            return False
+    return True
+
+
 class ParquetRecordSource:
     """Random access to the rows of one Parquet file.
 
-    A Grain random-access data source over the file's row groups, with a small
-    per-process cache of decoded row groups. A file in the tinax record format
-    (one :func:`write_parquet_record` wrote with the ``tinax.records``
-    metadata) gives its records back exactly; any other Parquet file gives
-    pyarrow's ``to_pylist`` rows. The source pickles as its path and what its
-    footer said; an unpickled copy (in a Grain worker, say) opens the file on
-    first use and checks that it still says the same.
+    A Grain random-access data source over the file's row groups, with a
+    per-process cache of decoded row groups bounded by a memory budget. A
+    file in the tinax record format (one :func:`write_parquet_record` wrote
+    with the ``tinax.records`` metadata) gives its records back exactly; any
+    other Parquet file gives its rows under the chosen mapping. The source
+    pickles as its path, options and what its footer said; an unpickled copy
+    (in a Grain worker, say) opens the file on first use and checks that it
+    still says the same.
 
     Attributes:
       source_id: For the tinax format only: the identity of the records,
@@ -590,21 +860,27 @@ class ParquetRecordSource:
         identity, since naming their content would mean reading all of it.
     """
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """Opens the file and reads its footer.
 
         Args:
           path: The file, preferably absolute so that workers with another
             working directory find it too.
+          mapping: ``"python"`` or ``"numpy"`` (see :func:`read_parquet_record`).
+          cache_bytes: The memory budget of the row-group cache.
 
         Raises:
           ValueError: If the file is not Parquet (a ``pyarrow.ArrowInvalid``),
-            or carries the tinax metadata but contradicts it.
+            carries the tinax metadata but contradicts it, or has a column
+            the mapping cannot give.
         """
         self._path = path
+        self._mapping = mapping
+        self._cache_bytes = cache_bytes
         self._lock = threading.Lock()
-        self._cache: collections.OrderedDict[int, _DecodedRowGroup | _PlainRowGroup] = collections.OrderedDict()
+        self._cache: collections.OrderedDict[int, _RowGroup] = collections.OrderedDict()
         self._cached_bytes = 0
+        self._verified: set[int] = set()
         parquet_file, header_bytes, group_ends, group_checks = self._open_and_read_footer()
         self._set_footer(header_bytes, group_ends, group_checks)
         self._file: Any = parquet_file
@@ -627,6 +903,16 @@ class ParquetRecordSource:
         self._schema = header.schema
         self._count = header.count
         self.source_id: str = header.source_id
+
+    @property
+    def row_group_ends(self) -> tuple[int, ...]:
+        """The position after the last record of every row group, in file order."""
+        return tuple(self._group_ends)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """The names of the file's columns, which are the keys of every row."""
+        return self._column_names
 
     def _open_and_read_footer(self) -> tuple[Any, bytes | None, list[int], list[tuple[int, int, str]] | None]:
         import pyarrow as pa
@@ -654,6 +940,7 @@ class ParquetRecordSource:
             raise CorruptParquetError(
                 f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
+        self._column_names = tuple(arrow_schema.names)
         group_ends = [int(end) for end in np.cumsum(group_rows, dtype=np.int64)]
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
@@ -662,16 +949,17 @@ class ParquetRecordSource:
                 # A damaged footer can lose its key-value list and still parse:
                 # the checksum entry's bytes are still there, unparsed.
                 raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
+            if self._mapping == "numpy":
+                require_mappable(arrow_schema, repr(str(self._path)))
             return parquet_file, None, group_ends, None
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
             raise self._unreadable(str(error)) from error
-        expected = _arrow_schema(header.schema)
         # Names and types must match; nullability may differ, since missing values are refused when read.
-        if arrow_schema.names != expected.names or arrow_schema.types != expected.types:
+        if not _tinax_columns_match(header.schema, arrow_schema):
             found = {name: str(kind) for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)}
-            wanted = {name: str(kind) for name, kind in zip(expected.names, expected.types, strict=True)}
+            wanted = {field.name: field.describe() for field in header.schema.fields}
             raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}")
         if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
@@ -710,42 +998,107 @@ class ParquetRecordSource:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = record_position(index, self._count, self._path)
-        group_index = bisect.bisect_right(self._group_ends, position)
         with self._lock:
-            group = self._cache.get(group_index)
-            if group is None:
-                group = self._load(group_index, position)
-            else:
-                self._cache.move_to_end(group_index)
+            return self._record(position)
+
+    def _getitems(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Returns the records at several positions, as indexing each would (grain's batched read)."""
+        positions = [record_position(index, self._count, self._path) for index in indices]
+        with self._lock:
+            return [self._record(position) for position in positions]
+
+    def _record(self, position: int) -> dict[str, Any]:
+        # Called with the lock held.
+        group_index = bisect.bisect_right(self._group_ends, position)
+        group = self._cache.get(group_index)
+        if group is None:
+            group = self._load(group_index, position)
+        else:
+            self._cache.move_to_end(group_index)
         row = position - (self._group_ends[group_index - 1] if group_index else 0)
         try:
             return group.record(row)
         except ValueError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
 
-    def _load(self, group_index: int, position: int) -> _DecodedRowGroup | _PlainRowGroup:
+    def _read_group(self, group_index: int, columns: Sequence[str] | None) -> pa.Table:
         # Called with the lock held, so one thread reads the file at a time.
+        parquet_file = self._open_file()
+        if self._group_checks is not None and group_index not in self._verified:
+            self._verify_row_group(group_index)
+            self._verified.add(group_index)
+        table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
+        expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
+        if table.num_rows != expected_rows:
+            raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
+        return table
+
+    def _getters(self, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
+        if self._schema is not None:
+            return _tinax_getters(self._schema, table)
+        return [
+            (name, column_getter(table.column(index).combine_chunks(), self._mapping))
+            for index, name in enumerate(table.column_names)
+        ]
+
+    def _load(self, group_index: int, position: int) -> _RowGroup:
+        # Called with the lock held.
         import pyarrow as pa
 
-        parquet_file = self._open_file()
         try:
-            if self._group_checks is not None:
-                self._verify_row_group(group_index)
-            table = parquet_file.read_row_group(group_index)
-            expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
-            if table.num_rows != expected_rows:
-                raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
-            group = _PlainRowGroup(table) if self._schema is None else _DecodedRowGroup(self._schema, table)
+            table = self._read_group(group_index, None)
+            group = _RowGroup(self._getters(table), int(table.nbytes))
         except (pa.ArrowException, OSError, ValueError) as error:
             raise ValueError(
                 f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
             ) from error
-        self._cache[group_index] = group
-        self._cached_bytes += group.nbytes
-        while self._cached_bytes > _CACHE_BYTES and len(self._cache) > 1:
+        # Evicted first, so the budget holds while the new row group is added.
+        while self._cache and self._cached_bytes + group.nbytes > self._cache_bytes:
             _, evicted = self._cache.popitem(last=False)
             self._cached_bytes -= evicted.nbytes
+        self._cache[group_index] = group
+        self._cached_bytes += group.nbytes
         return group
+
+    def column_values(self, name: str) -> list[Any]:
+        """Reads one column of every row, in order, without reading the other columns.
+
+        Args:
+          name: One of :attr:`column_names`.
+
+        Returns:
+          The value each row holds in that column, as indexing the row gives it.
+
+        Raises:
+          ValueError: If a row group is corrupt or a value cannot be given,
+            naming the path and the row.
+        """
+        import pyarrow as pa
+
+        values: list[Any] = []
+        for group_index in range(len(self._group_ends)):
+            first = self._group_ends[group_index - 1] if group_index else 0
+            with self._lock:
+                try:
+                    table = self._read_group(group_index, [name])
+                    (getter,) = self._getters(table)
+                except (pa.ArrowException, OSError, ValueError) as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: column {name!r} cannot be read (row group {group_index}: {error})"
+                    ) from error
+            column = table.column(0)
+            if not _needs_getter(column.type):
+                # Scalars: pyarrow's own conversion gives the same values, faster.
+                values.extend(column.to_pylist())
+                continue
+            for row in range(table.num_rows):
+                try:
+                    values.append(getter[1](row))
+                except ValueError as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: record {first + row} is malformed (column {name!r}: {error})"
+                    ) from error
+        return values
 
     def _verify_row_group(self, group_index: int) -> None:
         assert self._group_checks is not None
@@ -763,13 +1116,20 @@ class ParquetRecordSource:
             "header": self._header_bytes,
             "group_ends": self._group_ends,
             "group_checks": self._group_checks,
+            "mapping": self._mapping,
+            "cache_bytes": self._cache_bytes,
+            "columns": self._column_names,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._path = pathlib.Path(state["path"])
+        self._mapping = state.get("mapping", "python")
+        self._cache_bytes = state.get("cache_bytes", DEFAULT_CACHE_BYTES)
+        self._column_names = tuple(state.get("columns", ()))
         self._lock = threading.Lock()
         self._cache = collections.OrderedDict()
         self._cached_bytes = 0
+        self._verified = set()
         self._file = None
         checks = state.get("group_checks")
         self._set_footer(
@@ -780,9 +1140,23 @@ class ParquetRecordSource:
         if self._schema is None:
             return (
                 f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
-                f"row_groups={len(self._group_ends)}, plain Parquet rows)"
+                f"row_groups={len(self._group_ends)}, plain Parquet rows, mapping={self._mapping!r})"
             )
         return (
             f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, fields={list(self._schema.names)}, source_id={self.source_id!r})"
         )
+
+
+def _needs_getter(arrow_type: pa.DataType) -> bool:
+    """Whether a column's rows differ from its to_pylist values under some mapping (lists, tensors, structs)."""
+    import pyarrow as pa
+    import pyarrow.types as types
+
+    return bool(
+        types.is_list(arrow_type)
+        or types.is_large_list(arrow_type)
+        or types.is_fixed_size_list(arrow_type)
+        or types.is_struct(arrow_type)
+        or isinstance(arrow_type, pa.BaseExtensionType)
+    )

@@ -1,0 +1,321 @@
+"""Arrow columns as Python values: the two documented mappings of Parquet rows.
+
+A row group is decoded once into Arrow buffers and kept as NumPy views of
+them; a row is assembled on demand from those views, so a cached row group
+costs about its Arrow-decoded size and no Python object per row.
+
+``"python"`` (the default of :func:`tinax.data.read_parquet_record`) gives
+exactly what ``pyarrow.Table.to_pylist`` gives, which is how tinax 0.2 read
+every Parquet file. ``"numpy"`` gives the same scalars and turns lists of
+numbers, fixed-size lists and ``fixed_shape_tensor`` values into NumPy arrays
+of their exact shape, refuses a missing value where an array needs one, and
+refuses Arrow types it has no mapping for. The package README has the table.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["MAPPINGS", "ArrayColumn", "column_getter", "require_mappable", "unmapped_type"]
+
+#: The row mappings a reader accepts.
+MAPPINGS = ("python", "numpy")
+
+Getter = Callable[[int], Any]
+
+
+def _is_numeric(arrow_type: pa.DataType) -> bool:
+    import pyarrow.types as types
+
+    return bool(types.is_integer(arrow_type) or types.is_floating(arrow_type) or types.is_boolean(arrow_type))
+
+
+def _is_list(arrow_type: pa.DataType) -> bool:
+    import pyarrow.types as types
+
+    return bool(types.is_list(arrow_type) or types.is_large_list(arrow_type) or types.is_fixed_size_list(arrow_type))
+
+
+def _is_tensor(arrow_type: pa.DataType) -> bool:
+    import pyarrow as pa
+
+    return isinstance(arrow_type, pa.FixedShapeTensorType)
+
+
+def _numeric_leaf(arrow_type: pa.DataType) -> bool:
+    """Whether a (possibly nested) list type holds numbers at its bottom."""
+    while _is_list(arrow_type):
+        arrow_type = arrow_type.value_type
+    return _is_numeric(arrow_type)
+
+
+def unmapped_type(arrow_type: pa.DataType) -> bool:
+    """Whether the ``"numpy"`` mapping has no value for an Arrow type."""
+    import pyarrow as pa
+    import pyarrow.types as types
+
+    if _is_tensor(arrow_type):
+        return not _is_numeric(arrow_type.value_type)
+    if isinstance(arrow_type, pa.BaseExtensionType):
+        return True
+    if types.is_map(arrow_type) or types.is_union(arrow_type) or types.is_interval(arrow_type):
+        return True
+    if types.is_struct(arrow_type):
+        return any(unmapped_type(arrow_type.field(index).type) for index in range(arrow_type.num_fields))
+    if _is_list(arrow_type):
+        return unmapped_type(arrow_type.value_type)
+    if types.is_dictionary(arrow_type):
+        return unmapped_type(arrow_type.value_type)
+    return False
+
+
+def require_mappable(schema: pa.Schema, what: str) -> None:
+    """Refuses a schema with a column that the ``"numpy"`` mapping cannot give.
+
+    Raises:
+      ValueError: Naming the first such column and its Arrow type.
+    """
+    for field in schema:
+        if unmapped_type(field.type):
+            raise ValueError(
+                f"{what}: column {field.name!r} has the Arrow type {field.type}, which mapping='numpy' has no "
+                "value for (maps, unions, intervals and extension types other than fixed_shape_tensor); "
+                "read it with mapping='python' for pyarrow's to_pylist values"
+            )
+
+
+def _validity(column: pa.Array) -> np.ndarray[Any, Any] | None:
+    if column.null_count == 0:
+        return None
+    return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _with_nulls(valid: np.ndarray[Any, Any] | None, getter: Getter) -> Getter:
+    if valid is None:
+        return getter
+    return lambda row: getter(row) if valid[row] else None
+
+
+def _sized_getter(column: pa.Array, decode: bool) -> Getter:
+    """Rows of a (large) string or binary column, straight from its buffers."""
+    import pyarrow.types as types
+
+    wide = types.is_large_string(column.type) or types.is_large_binary(column.type)
+    buffers = column.buffers()
+    offsets_dtype = np.int64 if wide else np.int32
+    offsets_array = np.frombuffer(buffers[1], offsets_dtype, len(column) + 1, column.offset * offsets_dtype().itemsize)
+    # array.array indexes to Python ints quickly and stores 8 bytes a row.
+    offsets = array.array("q", offsets_array.astype(np.int64).tobytes())
+    data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+    if decode:
+
+        def get(row: int) -> Any:
+            return str(data[offsets[row] : offsets[row + 1]], "utf-8")
+
+    else:
+
+        def get(row: int) -> Any:
+            return bytes(data[offsets[row] : offsets[row + 1]])
+
+    return _with_nulls(_validity(column), get)
+
+
+def _scalar_getter(column: pa.Array) -> Getter | None:
+    """A fast getter for the scalar types whose to_pylist value it reproduces, else None."""
+    import pyarrow as pa
+    import pyarrow.types as types
+
+    arrow_type = column.type
+    if types.is_null(arrow_type):
+        return lambda row: None
+    if types.is_integer(arrow_type) or types.is_floating(arrow_type) or types.is_boolean(arrow_type):
+        valid = _validity(column)
+        filled = column if valid is None else column.fill_null(False if types.is_boolean(arrow_type) else 0)
+        values = filled.to_numpy(zero_copy_only=False)
+        return _with_nulls(valid, lambda row: values[row].item())
+    if types.is_string(arrow_type) or types.is_large_string(arrow_type):
+        return _sized_getter(column, decode=True)
+    if types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
+        return _sized_getter(column, decode=False)
+    if types.is_dictionary(arrow_type):
+        assert isinstance(column, pa.DictionaryArray)
+        valid = _validity(column)
+        indices = column.indices.fill_null(0).to_numpy(zero_copy_only=False)
+        dictionary = column.dictionary.to_pylist()
+        return _with_nulls(valid, lambda row: dictionary[indices[row]])
+    return None
+
+
+class ArrayColumn:
+    """A column of (nested) lists of numbers, or of tensors, as one NumPy array per row.
+
+    Attributes:
+      bad_rows: Rows that cannot be an array, mapped to the reason (a missing
+        value, or nested lists that are not rectangular).
+    """
+
+    def __init__(
+        self,
+        column: pa.Array,
+        *,
+        dtype: np.dtype[Any] | None = None,
+        pairs: bool = False,
+        ndim: int | None = None,
+    ) -> None:
+        """Decodes the column's structure once.
+
+        Args:
+          column: A list, fixed-size list or ``fixed_shape_tensor`` column (or,
+            for 0-d arrays, a column of numbers).
+          dtype: The dtype to give the arrays, when it is not the stored one:
+            the same bits viewed as an ``ml_dtypes`` type, other byte orders,
+            or complex numbers from float pairs.
+          pairs: Whether the stored elements are float pairs on a trailing
+            axis of 2, to be read as complex numbers of ``dtype``.
+          ndim: The number of dimensions every array must have, if known.
+        """
+        import pyarrow as pa
+        import pyarrow.types as types
+
+        rows = len(column)
+        self.bad_rows: dict[int, str] = {}
+        tensor_shape: tuple[int, ...] | None = None
+        if _is_tensor(column.type):
+            tensor_shape = tuple(column.type.shape)
+            permutation = column.type.permutation
+            if permutation is not None and list(permutation) != list(range(len(tensor_shape))):
+                raise ValueError(f"a fixed_shape_tensor with the permutation {permutation} has no mapping")
+            column = column.storage
+        self._record_nulls(column, np.arange(rows), "a missing value")
+        starts = np.arange(rows, dtype=np.int64)
+        ends = starts + 1
+        owners = np.arange(rows, dtype=np.int64)  # The row of every entry at the current level.
+        shapes: list[np.ndarray[Any, Any]] = []
+        level: Any = column
+        first = True
+        while _is_list(level.type):
+            if types.is_fixed_size_list(level.type):
+                size = level.type.list_size
+                offsets = (np.arange(len(level) + 1, dtype=np.int64) + level.offset) * size
+            else:
+                assert isinstance(level, (pa.ListArray, pa.LargeListArray))
+                offsets = np.asarray(level.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+            if not first:
+                self._record_nulls(level, owners, "a missing value inside the array")
+            lengths = offsets[1:] - offsets[:-1]
+            # Each row's extent at this level: the length of its first entry,
+            # which every other entry of the row must share.
+            row_length = np.zeros(rows, dtype=np.int64)
+            has_entries = ends > starts
+            row_length[has_entries] = lengths[starts[has_entries]]
+            in_rows = owners >= 0
+            ragged = in_rows & (lengths != row_length[np.maximum(owners, 0)])
+            for row in np.unique(owners[ragged]).tolist():
+                self.bad_rows.setdefault(int(row), "nested lists that are not rectangular")
+            shapes.append(row_length)
+            child = level.values
+            # Entries of the child outside every row (a sliced column's
+            # neighbours) are owned by no row: -1.
+            child_owners = np.full(len(child), -1, dtype=np.int64)
+            if rows:
+                child_owners[offsets[0] : offsets[-1]] = np.repeat(owners, lengths)
+            owners = child_owners
+            starts, ends = offsets[starts], offsets[ends]
+            level = child
+            first = False
+        self._record_nulls(level, owners, "a missing value inside the array")
+        leaf = level.fill_null(0) if level.null_count else level
+        values = np.asarray(leaf.to_numpy(zero_copy_only=False))
+        shape_matrix = np.stack(shapes, axis=1) if shapes else np.zeros((rows, 0), dtype=np.int64)
+        if tensor_shape is not None:
+            shape_matrix = np.broadcast_to(np.asarray(tensor_shape, dtype=np.int64), (rows, len(tensor_shape)))
+        if ndim is not None and shape_matrix.shape[1] != ndim + (1 if pairs else 0):
+            raise ValueError(f"the column holds arrays of {shape_matrix.shape[1]} dimensions, not {ndim}")
+        if pairs:
+            assert dtype is not None
+            values = values.view(dtype.newbyteorder("<"))
+            starts, ends, shape_matrix = starts // 2, ends // 2, shape_matrix[:, :-1]
+            if tensor_shape is not None:
+                tensor_shape = tensor_shape[:-1]
+        if dtype is not None and values.dtype != dtype:
+            same_bits = dtype.type.__module__.partition(".")[0] == "ml_dtypes"
+            values = values.view(dtype) if same_bits else values.astype(dtype)
+        self._leaf = values
+        self._starts = starts
+        self._ends = ends
+        self._shapes = shape_matrix
+        self._fixed_shape: tuple[int, ...] | None = None
+        if rows and not self.bad_rows and bool(np.all(shape_matrix == shape_matrix[0])):
+            shape = tuple(int(extent) for extent in shape_matrix[0])
+            size = int(np.prod(shape, dtype=np.int64))
+            first_start = int(starts[0])
+            if bool(np.all(ends - starts == size)) and bool(
+                np.all(starts == first_start + size * np.arange(rows, dtype=np.int64))
+            ):
+                self._fixed_shape = shape
+                self._block = values[first_start : first_start + size * rows].reshape((rows, *shape))
+
+    def _record_nulls(self, level: Any, owners: np.ndarray[Any, Any], reason: str) -> None:
+        if level.null_count:
+            valid = np.asarray(level.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            for row in np.unique(owners[~valid]).tolist():
+                if row >= 0:
+                    self.bad_rows.setdefault(int(row), reason)
+
+    def get(self, row: int) -> np.ndarray[Any, Any]:
+        """Returns the row's array, a fresh C-contiguous copy that owns its memory.
+
+        Raises:
+          ValueError: If the row cannot be an array (see ``bad_rows``).
+        """
+        shape = self._fixed_shape
+        if shape is not None:
+            if shape:
+                return self._block[row].copy()
+            return self._block[row : row + 1].reshape(()).copy()
+        reason = self.bad_rows.get(row)
+        if reason is not None:
+            raise ValueError(f"row {row} cannot be an array: it holds {reason}")
+        start, end = int(self._starts[row]), int(self._ends[row])
+        return self._leaf[start:end].reshape(tuple(self._shapes[row].tolist())).copy()
+
+
+def column_getter(column: pa.Array, mapping: str) -> Getter:
+    """Returns a function that gives a row's value of one column under a mapping.
+
+    Args:
+      column: The column of one row group, as one Arrow array.
+      mapping: ``"python"`` or ``"numpy"``.
+
+    Returns:
+      ``get(row)``. Under ``"numpy"``, an array whose row holds a missing
+      value or ragged nested lists raises ValueError when that row is read.
+    """
+    import pyarrow as pa
+    import pyarrow.types as types
+
+    fast = _scalar_getter(column)
+    if fast is not None:
+        return fast
+    arrow_type = column.type
+    if mapping == "numpy":
+        if _is_tensor(arrow_type) or (_is_list(arrow_type) and _numeric_leaf(arrow_type)):
+            return ArrayColumn(column).get
+        if types.is_struct(arrow_type):
+            assert isinstance(column, pa.StructArray)
+            valid = _validity(column)
+            children = [
+                (arrow_type.field(index).name, column_getter(column.field(index), mapping))
+                for index in range(arrow_type.num_fields)
+            ]
+            return _with_nulls(valid, lambda row: {name: get(row) for name, get in children})
+    # Every other type: pyarrow's own conversion, as to_pylist gives it.
+    values = column.to_pylist()
+    return values.__getitem__
