@@ -80,7 +80,9 @@ def load_sharded_safetensors(
     planned from the validated headers alone: unknown names, shardings that
     do not fit a tensor, dtypes that JAX would change, and a plan that reads
     more than ``max_bytes`` are refused before any tensor data is read. Host
-    memory beyond the arrays' own holds one shard at a time.
+    memory beyond the arrays' own stays within the larger of one shard and
+    8 MiB: small tensors are staged together and placed in one transfer,
+    larger ones one shard at a time.
 
     Every process of a multi-process runtime calls this with the same
     arguments; nothing is exchanged between them.
