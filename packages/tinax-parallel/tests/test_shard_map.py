@@ -464,3 +464,23 @@ def test_eval_shape_of_layout_inputs_carries_the_declared_output_sharding() -> N
     assert loss.sharding.spec == P()
     assert projected.sharding.spec == P("data", None)
     assert projected.sharding.mesh == explicit.abstract_mesh
+
+
+def test_bounded_jit_over_an_auto_mesh_still_runs_on_it() -> None:
+    _, manual_data = _explicit_and_manual((2, 4))
+    auto = Mesh(manual_data.devices, AXES, axis_types=(AxisType.Auto, AxisType.Auto))
+    weights, rows = (np.asarray(array) for array in _laid_out(_explicit_and_manual((2, 4))[0]))
+    ours = shard_mapped(_shard_loss, mesh=manual_data, axis_names=frozenset({"data"}), **LOSS_SPECS)
+    step = bounded_jit(value_and_grad(ours), max_traces=1, mesh=auto)
+    value, gradient = step(weights, rows)
+    assert value.sharding.mesh == auto
+    assert gradient.sharding.mesh == auto
+    raw = jax.jit(jax.value_and_grad(jax.shard_map(_shard_loss, mesh=auto, axis_names={"data"}, **LOSS_SPECS)))
+    with jax.set_mesh(auto):
+        _same_bits((value, gradient), raw(weights, rows))
+
+
+def test_keyword_arguments_are_a_type_error() -> None:
+    wrapped = shard_mapped(_identity, mesh=_manual_mesh(), in_specs=P("i"), out_specs=P("i"))
+    with pytest.raises(TypeError, match=r"^a shard_mapped function takes its arguments by position only"):
+        wrapped(block=_host_data())

@@ -46,26 +46,44 @@ def shard_mapped(
     anything is traced, so a bad spec fails where the wrapper is built.
 
     How it runs: ``jax.shard_map`` cannot lower a body over axes that are
-    already ``Manual`` (the compiler rejects the program). The wrapper
-    therefore hands ``jax.shard_map`` a mesh built from the same devices, in
-    the same order, with the same axis names, where only the manual axes are
-    retyped to ``AxisType.Auto``; the remaining axes keep their type. Auto
-    axes place no requirement on the sharding that inputs already carry, so
-    host arrays, uncommitted arrays and arrays on other layouts are all
-    accepted and resharded as the specs say. Collectives in the body
-    (``psum``, ``pmean``, ``all_gather``, ``ppermute``, ...) name the same
-    axes as on the caller's mesh and run eagerly and under ``jax.jit``.
-    Abstract evaluation also works: ``jax.eval_shape`` accepts
-    ``jax.ShapeDtypeStruct`` inputs whose sharding is a ``NamedSharding`` over
-    the caller's Manual mesh.
+    already ``Manual`` (the compiler rejects the program), and JAX wants a
+    single mesh per computation. So each call runs ``jax.shard_map`` over the
+    caller's devices, in the same order, with the same axis names, typed the
+    way the call's context asks:
 
-    One limit follows from this: the results are laid out on that Auto-typed
-    copy of the mesh. JAX requires one mesh per computation, so inside a
-    single ``jit`` they do not mix with arrays laid out on an Explicit mesh
-    (for example by ``layout``), and differentiating through the call with
-    Explicit-sharded inputs fails in JAX. Keep the data of such a step on an
-    Auto mesh over the same devices, or move it between meshes with
-    ``jax.device_put`` outside the step.
+    - under an ambient mesh (``jax.set_mesh``, ``bounded_jit(mesh=...)``),
+      with that mesh's axis types;
+    - otherwise, when an input carries a layout on a mesh whose manual axes
+      are ``Explicit`` (an array placed with ``layout``, or a tracer of one
+      inside ``jit`` or ``value_and_grad``), with that mesh's axis types.
+      Host and uncommitted values passed next to such inputs are placed as
+      ``in_specs`` says first; arrays that already carry a layout must match
+      their ``in_specs`` on the manual axes, as ``jax.shard_map`` requires
+      of Explicit inputs (use ``jax.sharding.reshard`` to move one);
+    - otherwise (host arrays, uncommitted arrays, arrays on an Auto mesh),
+      with the manual axes typed ``Auto`` and the other axes as on the
+      caller's mesh. Auto axes place no requirement on the layout inputs
+      already carry; they are resharded as the specs say.
+
+    The results therefore live on the mesh the inputs (or the context) use,
+    and mix with them in the same ``jit``: a step can take batches laid out
+    by ``layout``, map its loss by hand with a ``pmean`` and be
+    differentiated and compiled as a whole. Collectives in the body
+    (``psum``, ``pmean``, ``all_gather``, ``ppermute``, ...) name the axes
+    of the caller's mesh. ``jax.eval_shape`` works too; for
+    ``ShapeDtypeStruct`` inputs laid out on an Explicit mesh the result
+    carries the ``out_specs`` sharding on that mesh (inputs described over
+    the caller's Manual mesh, which JAX cannot place data on, give results
+    without a sharding).
+
+    Every mesh an input or the context carries is checked at call time. One
+    with other devices (or another device order), other axis names or other
+    axis sizes is a ValueError naming both meshes. Inside a plain
+    ``jax.jit`` the inputs are abstract and carry no devices, so there only
+    names and sizes can be checked; JAX itself then refuses other devices,
+    naming both device lists. Eager differentiation of Explicit arrays
+    needs the mesh in context (``jax.set_mesh``), as it does for any JAX
+    computation on them; under ``jit`` it does not.
 
     Spec trees follow ``jax.shard_map``: each may be a pytree prefix of the
     arguments (or outputs), and its leaves must be
@@ -93,8 +111,9 @@ def shard_mapped(
         be a real ``bool``.
 
     Returns:
-      A callable with the signature of ``function`` that runs it once per
-      shard and assembles the global result as ``out_specs`` describes.
+      A callable with the signature of ``function`` (arguments by position
+      only, as for ``jax.shard_map``) that runs it once per shard and
+      assembles the global result as ``out_specs`` describes.
 
     Raises:
       TypeError: If ``function`` is not callable, ``mesh`` is not a
@@ -104,6 +123,9 @@ def shard_mapped(
       ValueError: If ``mesh`` is empty, an entry of ``axis_names`` is not a
         mesh axis, an axis the call is manual over is not
         ``AxisType.Manual``, or a spec names an axis outside that set.
+        Calls of the returned function raise ValueError when an input or the
+        ambient mesh is on other devices, axis names or axis sizes than
+        ``mesh``, or when inputs carry Explicit meshes typed differently.
     """
     require_callable(function, "function")
     require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")
