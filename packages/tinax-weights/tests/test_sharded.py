@@ -179,7 +179,7 @@ def test_the_budget_counts_this_process_reads_and_is_checked_before_any(tmp_path
     assert len(one.arrays["replicated"].addressable_shards) == 8
 
 
-def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeypatch):
+def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeypatch, staging):
     mesh = make_mesh((2, 4))
     tensor = np.arange(8 * 8, dtype=np.float32).reshape(8, 8)
     path = tmp_path / "model.safetensors"
@@ -194,11 +194,19 @@ def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeyp
         real(handle, destination, offset, **names)
 
     monkeypatch.setattr(_sharded_load, "read_payload", counting)
-    load_sharded_safetensors(path, shardings={"w": NamedSharding(mesh, PartitionSpec("x"))}, max_bytes=256)
-    assert lengths == [128, 128]  # Two row blocks, one contiguous read each.
-    lengths.clear()
-    load_sharded_safetensors(path, shardings={"w": NamedSharding(mesh, PartitionSpec(None, "y"))}, max_bytes=256)
-    assert lengths == [8] * 32  # 4 column blocks of 8 rows, 2 floats per row.
+    rows = {"w": NamedSharding(mesh, PartitionSpec("x"))}
+    columns = {"w": NamedSharding(mesh, PartitionSpec(None, "y"))}
+    if staging == "shard-by-shard":
+        load_sharded_safetensors(path, shardings=rows, max_bytes=256)
+        assert lengths == [128, 128]  # Two row blocks, one contiguous read each.
+        lengths.clear()
+        load_sharded_safetensors(path, shardings=columns, max_bytes=256)
+        assert lengths == [8] * 32  # 4 column blocks of 8 rows, 2 floats per row.
+    else:
+        # The shards of this process tile the whole tensor: it is read as one.
+        load_sharded_safetensors(path, shardings=rows, max_bytes=256)
+        load_sharded_safetensors(path, shardings=columns, max_bytes=256)
+        assert lengths == [256, 256]
 
 
 def test_a_callable_chooses_each_sharding_from_the_description(tmp_path):

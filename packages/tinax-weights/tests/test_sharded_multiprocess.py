@@ -96,10 +96,14 @@ def _body_load(path: str, index_path: str) -> dict[str, Any]:
         real(handle, destination, offset, name=name, source=source)
 
     _sharded_load.read_payload = recording  # type: ignore[assignment]
+    default_batch = _sharded_load.STAGING_BATCH_BYTES
     source = source_tensors()
     total = sum(array.nbytes for array in source.values())
     result: dict[str, Any] = {"process": jax.process_index(), "total": total}
-    for shape in ((2, 4), (4, 2)):
+    for shape, batch in (((2, 4), None), ((4, 2), None), ((2, 4), 0)):
+        # The default stages these small tensors together; 0 stages one shard at a time.
+        _sharded_load.STAGING_BATCH_BYTES = default_batch if batch is None else batch
+        key = f"{shape[0]}x{shape[1]}" + ("" if batch is None else "-shard-by-shard")
         shardings = shardings_on(process_mesh(shape))
         reads.clear()
         loaded = load_sharded_safetensors(path, shardings=shardings, max_bytes=total, max_metadata_bytes=64)
@@ -118,7 +122,7 @@ def _body_load(path: str, index_path: str) -> dict[str, Any]:
                 "own_ranges_only": sorted(touched) == sorted(needed),
                 "whole": source[name].nbytes,
             }
-        result[f"{shape[0]}x{shape[1]}"] = {
+        result[key] = {
             "values_ok": bool(values_ok),
             "bytes_read": loaded.bytes_read,
             "counted": len(reads) and sum(length for _, _, length in reads),
@@ -129,7 +133,8 @@ def _body_load(path: str, index_path: str) -> dict[str, Any]:
         try:
             load_sharded_safetensors(path, shardings=shardings, max_bytes=loaded.bytes_read - 1, max_metadata_bytes=64)
         except ValueError as error:
-            result[f"{shape[0]}x{shape[1]}"]["short_budget"] = [str(error)[:60], len(reads)]
+            result[key]["short_budget"] = [str(error)[:60], len(reads)]
+    _sharded_load.STAGING_BATCH_BYTES = default_batch
     shardings = shardings_on(process_mesh((2, 4)))
     from_index = load_sharded_safetensors(index_path, shardings=shardings, max_bytes=total, max_metadata_bytes=64)
     result["index_ok"] = all(
@@ -224,7 +229,7 @@ def test_each_process_reads_only_its_own_byte_ranges(tmp_path):
 
     total = sum(array.nbytes for array in source.values())
     for result in results:
-        for mesh in ("2x4", "4x2"):
+        for mesh in ("2x4", "4x2", "2x4-shard-by-shard"):
             outcome = result[mesh]
             assert outcome["values_ok"], (result["process"], mesh)
             assert outcome["bytes_read"] == outcome["counted"]

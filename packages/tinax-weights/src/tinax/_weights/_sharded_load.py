@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,11 +24,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 
-#: Tensors whose local shards, copies included, fit in this many bytes are
-#: staged together and placed in one transfer; larger ones one shard at a
-#: time. Host staging memory thus stays within the larger of one shard and
-#: this constant.
-STAGING_BATCH_BYTES = 8 * 1024 * 1024
+#: Tensors whose distinct local shards fit in this many bytes are staged
+#: together and placed in one transfer; larger ones one shard at a time.
+#: Host staging memory thus stays within the larger of one shard and this
+#: constant.
+STAGING_BATCH_BYTES = 16 * 1024 * 1024
 
 ShardingChoice = Mapping[str, "Sharding"] | Callable[[str, TensorInfo], "Sharding"]
 
@@ -59,6 +60,8 @@ class _Plan:
     # The distinct shards this process's devices hold, each with those devices.
     shards: dict[Box, list[Any]]
     nbytes: int
+    # The bytes of every local device's shard, copies of the same shard included.
+    device_nbytes: int
     # The payload bytes read so far, counted read by read.
     counter: list[int] = dataclasses.field(default_factory=lambda: [0])
 
@@ -81,7 +84,7 @@ def load_sharded_safetensors(
     do not fit a tensor, dtypes that JAX would change, and a plan that reads
     more than ``max_bytes`` are refused before any tensor data is read. Host
     memory beyond the arrays' own stays within the larger of one shard and
-    8 MiB: small tensors are staged together and placed in one transfer,
+    16 MiB: small tensors are staged together and placed in one transfer,
     larger ones one shard at a time.
 
     Every process of a multi-process runtime calls this with the same
@@ -197,9 +200,10 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
                 f"{device} would hold {box}, not a shard of shape {tuple(shard_shape)}"
             )
         shards.setdefault(box, []).append(device)
-    itemsize = dtype.itemsize
-    nbytes = sum(shard_runs(info.shape, itemsize, box).nbytes for box in shards)
-    return _Plan(name, tensor, sharding, shards, nbytes)
+    sizes = {box: math.prod(stop - start for start, stop in box) * dtype.itemsize for box in shards}
+    nbytes = sum(sizes.values())
+    device_nbytes = sum(sizes[box] * len(devices) for box, devices in shards.items())
+    return _Plan(name, tensor, sharding, shards, nbytes, device_nbytes)
 
 
 def _load(plan: _Plan) -> jax.Array:
@@ -207,14 +211,24 @@ def _load(plan: _Plan) -> jax.Array:
     import jax
 
     info = plan.tensor.info
-    shard_nbytes = plan.nbytes // len(plan.shards) if plan.shards else 0
-    device_count = sum(len(devices) for devices in plan.shards.values())
-    if shard_nbytes * device_count <= STAGING_BATCH_BYTES:
+    if plan.device_nbytes <= STAGING_BATCH_BYTES:
         # Small tensors: every local shard staged at once and placed in one
-        # batched transfer, whose fixed cost dominates at this size. A shard
-        # that several devices hold goes to each as its own copy, so no two
-        # devices ever share host memory.
-        staged = {box: _read_shard(plan, box) for box in plan.shards}
+        # batched transfer, whose fixed cost dominates at this size. Where
+        # this process's shards tile a box (column blocks of the same rows,
+        # say), that box is read as one, in its longer runs, and cut up.
+        union = _union_box(list(plan.shards))
+        if union is None:
+            staged = {box: _read_box(plan, box) for box in plan.shards}
+        else:
+            whole = _read_box(plan, union)
+            staged = {
+                box: whole[
+                    tuple(slice(start - low, stop - low) for (start, stop), (low, _) in zip(box, union, strict=True))
+                ]
+                for box in plan.shards
+            }
+        # A shard that several devices hold goes to each as its own copy, so
+        # no two devices ever share host memory.
         placed: set[Box] = set()
 
         def piece(index: Any) -> np.ndarray[Any, Any]:
@@ -230,7 +244,7 @@ def _load(plan: _Plan) -> jax.Array:
     # staged buffer over; the others copy from that device.
     pieces = []
     for box, devices in plan.shards.items():
-        buffer = _read_shard(plan, box)
+        buffer = _read_box(plan, box)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
@@ -242,8 +256,22 @@ def _load(plan: _Plan) -> jax.Array:
     return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
 
 
-def _read_shard(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
-    """Reads one shard into a new buffer, run by run, and adds the bytes to ``plan.counter``."""
+def _union_box(boxes: list[Box]) -> Box | None:
+    """Returns the box that ``boxes`` (the tiles of one sharding) exactly fill, or None if they fill none."""
+    if len(boxes) < 2:
+        return None
+    bounds = tuple(
+        (min(box[axis][0] for box in boxes), max(box[axis][1] for box in boxes)) for axis in range(len(boxes[0]))
+    )
+    volume = math.prod(stop - start for start, stop in bounds)
+    # Tiles of one sharding never overlap, so they fill their bounds exactly when their volumes add up.
+    if volume == 0 or sum(math.prod(stop - start for start, stop in box) for box in boxes) != volume:
+        return None
+    return bounds
+
+
+def _read_box(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
+    """Reads one box of the tensor into a new buffer, run by run, and adds the bytes to ``plan.counter``."""
     tensor = plan.tensor
     info = tensor.info
     start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
