@@ -341,6 +341,23 @@ def test_sigterm_under_the_guard_requests_a_save_and_the_handler_is_restored(tmp
         signal.signal(signal.SIGTERM, before)
 
 
+def test_after_a_sigterm_a_save_waits_for_the_one_in_flight_even_when_the_policy_refuses(tmp_path, monkeypatch):
+    manager = _manager(tmp_path / "run", save_interval_steps=100, save_in_flight="refuse")
+    release = threading.Event()
+    _delay_commits(monkeypatch, release)
+    with manager.preemption_guard():
+        manager.should_save(1)
+        _save(manager, 1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert manager.should_save(2)
+        timer = threading.Timer(0.2, release.set)
+        timer.start()
+        _save(manager, 2)
+        timer.join()
+    assert not manager.save_in_flight
+    assert manager.committed_steps() == (1, 2)
+
+
 def test_the_guard_needs_the_main_thread(tmp_path):
     manager = _manager(tmp_path / "run")
     errors: list[BaseException] = []

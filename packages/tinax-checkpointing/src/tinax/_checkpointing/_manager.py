@@ -387,8 +387,8 @@ class TrainingCheckpointManager:
             committed step, ``metric`` is missing, given without
             ``keep_best``, or not finite, or the save refuses a value.
           SaveInFlightError: If the previous save has not finished and the
-            manager was built with ``save_in_flight="refuse"``. It is a
-            ``RuntimeError``.
+            manager was built with ``save_in_flight="refuse"`` (after a
+            SIGTERM it waits instead). It is a ``RuntimeError``.
           RuntimeError: If the previous save failed in the background (its
             error, with the cause chained).
           StepDisagreementError: In a multi-process run, if the processes see
@@ -396,7 +396,8 @@ class TrainingCheckpointManager:
         """
         checked = _require_step(step)
         value = self._require_metric(metric)
-        if self.save_in_flight and not self._wait_for_previous_save:
+        # A preempted job must get its last save in, so it waits whatever the policy says.
+        if self.save_in_flight and not self._wait_for_previous_save and not self._preemption_requested:
             saving = self._in_flight[0] if self._in_flight is not None else None
             raise SaveInFlightError(
                 f"cannot save step {checked} under {str(self._root)!r}: the save of step {saving} is still in flight "
