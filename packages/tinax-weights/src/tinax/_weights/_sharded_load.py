@@ -238,7 +238,11 @@ def _load(plan: _Plan) -> jax.Array:
             placed.add(box)
             return staged[box]
 
-        return jax.make_array_from_callback(info.shape, plan.sharding, piece)
+        array = jax.make_array_from_callback(info.shape, plan.sharding, piece)
+        # The transfers may still hold the staged buffers; waiting for them
+        # keeps the staging memory at one batch.
+        array.block_until_ready()
+        return array
 
     # Large tensors: one shard at a time. The first device may take the
     # staged buffer over; the others copy from that device.

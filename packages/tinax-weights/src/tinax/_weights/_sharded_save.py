@@ -83,8 +83,11 @@ def save_sharded_safetensors(
         layout order, are split into files whose payloads hold at most this
         many bytes (a larger tensor gets a file of its own), named
         ``<prefix>-00001-of-0000N.safetensors`` next to ``path``, and an
-        index maps each name to its file; the index is written last, so the
-        checkpoint is complete once it appears.
+        index maps each name to its file; the index is written last, so a
+        new checkpoint is complete once it appears. Each file is atomic on
+        its own but the set is not: a crash while replacing an existing
+        checkpoint can leave new files beside the old index, so export to a
+        fresh folder where that matters.
 
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
