@@ -1220,8 +1220,14 @@ def _fuzz_records() -> list[dict[str, Any]]:
             "name": "é" * index,
             "blob": bytes(range(index)),
             "nothing": None,
+            # Record 0's (0, 2) keeps this field in the extents-and-bytes layout.
             "x": np.arange(index * 2, dtype=">f4").reshape(index, 2),
             "y": np.asarray(index, dtype=ml_dtypes.bfloat16),
+            # The Arrow-native layouts: a tensor, nested lists, float pairs, raw bits.
+            "t": np.full((2, 3), index, dtype=np.float32),
+            "v": np.arange(index + 1, dtype=np.int16).reshape(1, -1),
+            "c": np.asarray([index + 1j, -index], dtype=np.complex64),
+            "f8": np.arange(index, dtype=np.float32).astype(ml_dtypes.float8_e4m3fn),
         }
         for index in range(8)
     ]

@@ -15,6 +15,7 @@ refuses Arrow types it has no mapping for. The package README has the table.
 from __future__ import annotations
 
 import array
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +24,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["MAPPINGS", "ArrayColumn", "column_getter", "require_mappable", "unmapped_type"]
+__all__ = ["MAPPINGS", "ArrayColumn", "column_getter", "many_values", "require_mappable", "unmapped_type"]
 
 #: The row mappings a reader accepts.
 MAPPINGS = ("python", "numpy")
@@ -91,6 +92,20 @@ def require_mappable(schema: pa.Schema, what: str) -> None:
             )
 
 
+def _bulk(one: Getter, many: Callable[[np.ndarray[Any, Any]], list[Any]]) -> Getter:
+    """Gives a getter a way to read many rows at once (a NumPy array of rows), for :func:`many_values`."""
+    one.many = many  # type: ignore[attr-defined]
+    return one
+
+
+def many_values(getter: Getter, rows: np.ndarray[Any, Any]) -> list[Any]:
+    """The values of several rows: at once where the getter can, else one by one."""
+    many = getattr(getter, "many", None)
+    if many is not None:
+        return many(rows)  # type: ignore[no-any-return]
+    return [getter(row) for row in rows.tolist()]
+
+
 def _validity(column: pa.Array) -> np.ndarray[Any, Any] | None:
     if column.null_count == 0:
         return None
@@ -139,6 +154,8 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
         valid = _validity(column)
         filled = column if valid is None else column.fill_null(False if types.is_boolean(arrow_type) else 0)
         values = filled.to_numpy(zero_copy_only=False)
+        if valid is None:
+            return _bulk(lambda row: values[row].item(), lambda rows: values[rows].tolist())
         return _with_nulls(valid, lambda row: values[row].item())
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
         return _sized_getter(column, decode=True)
@@ -278,13 +295,26 @@ class ArrayColumn:
         shape = self._fixed_shape
         if shape is not None:
             if shape:
-                return self._block[row].copy()
+                return self._block[row].copy()  # type: ignore[no-any-return]
             return self._block[row : row + 1].reshape(()).copy()
         reason = self.bad_rows.get(row)
         if reason is not None:
             raise ValueError(f"row {row} cannot be an array: it holds {reason}")
         start, end = int(self._starts[row]), int(self._ends[row])
         return self._leaf[start:end].reshape(tuple(self._shapes[row].tolist())).copy()
+
+
+    def many(self, rows: np.ndarray[Any, Any]) -> list[Any]:
+        """The arrays of several rows, each as :meth:`get` gives it."""
+        if self._fixed_shape:
+            # One gather for all rows, then a copy each, so every array owns its memory.
+            return [array.copy() for array in self._block[rows]]
+        return [self.get(row) for row in rows.tolist()]
+
+    def getter(self) -> Getter:
+        """:meth:`get`, able to read many rows at once."""
+        # A partial, unlike a bound method, can carry the bulk reader as an attribute.
+        return _bulk(functools.partial(ArrayColumn.get, self), self.many)
 
 
 def column_getter(column: pa.Array, mapping: str) -> Getter:
@@ -307,7 +337,7 @@ def column_getter(column: pa.Array, mapping: str) -> Getter:
     arrow_type = column.type
     if mapping == "numpy":
         if _is_tensor(arrow_type) or (_is_list(arrow_type) and _numeric_leaf(arrow_type)):
-            return ArrayColumn(column).get
+            return ArrayColumn(column).getter()
         if types.is_struct(arrow_type):
             assert isinstance(column, pa.StructArray)
             valid = _validity(column)

@@ -46,7 +46,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.files import atomic_path, atomic_write
-from tinax._data._arrow_values import MAPPINGS, ArrayColumn, column_getter, require_mappable
+from tinax._data._arrow_values import MAPPINGS, ArrayColumn, column_getter, many_values, require_mappable
 from tinax._data._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -772,6 +772,18 @@ class _RowGroup:
                 raise ValueError(f"column {name!r}: {error}") from error
         return record
 
+    def records(self, rows: np.ndarray[Any, Any]) -> list[dict[str, Any]]:
+        """The records of several rows, as :meth:`record` gives each, read column by column."""
+        columns = []
+        for name, getter in self._getters:
+            try:
+                columns.append(many_values(getter, rows))
+            except ValueError:
+                # Found again row by row, so the message names the row that failed.
+                return [self.record(row) for row in rows.tolist()]
+        names = [name for name, _ in self._getters]
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
 
 def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
     """Getters that give a tinax-format row group's records exactly as written (of the columns read)."""
@@ -800,7 +812,7 @@ def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
     if arrays.bad_rows:
         row, reason = next(iter(arrays.bad_rows.items()))
         raise ValueError(f"field {field.name!r} has {reason} in row {row}")
-    return arrays.get
+    return arrays.getter()
 
 
 def _legacy_array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], Any]:
@@ -1003,9 +1015,27 @@ class ParquetRecordSource:
 
     def _getitems(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Returns the records at several positions, as indexing each would (grain's batched read)."""
-        positions = [record_position(index, self._count, self._path) for index in indices]
+        count, path = self._count, self._path
+        positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        records: list[Any] = [None] * len(positions)
         with self._lock:
-            return [self._record(position) for position in positions]
+            for group_index in dict.fromkeys(groups.tolist()):
+                chosen = np.flatnonzero(groups == group_index)
+                first = int(positions[chosen[0]])
+                group = self._cache.get(group_index)
+                if group is None:
+                    group = self._load(group_index, first)
+                else:
+                    self._cache.move_to_end(group_index)
+                offset = self._group_ends[group_index - 1] if group_index else 0
+                try:
+                    found = group.records(positions[chosen] - offset)
+                except ValueError as error:
+                    raise ValueError(f"{str(self._path)!r}: a record of row group {group_index} is malformed ({error})") from error
+                for slot, record in zip(chosen.tolist(), found, strict=True):
+                    records[slot] = record
+        return records
 
     def _record(self, position: int) -> dict[str, Any]:
         # Called with the lock held.

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
@@ -91,6 +93,8 @@ class PipelineClasses(NamedTuple):
     map_dataset: type[Any]
     iter_dataset: type[Any]
     iterator: type[Any]
+    bulk_batch: type[Any]
+    window_shuffle: type[Any]
 
 
 def training_batches(
@@ -102,6 +106,7 @@ def training_batches(
     num_epochs: int | None,
     batch_size: int,
     batch_fn: BatchTransform[T, BatchT],
+    shuffle_window: int | None = None,
 ) -> MapDataset[BatchT]:
     """Builds the deterministic, per-process training batches of a dataset.
 
@@ -127,6 +132,23 @@ def training_batches(
 
     The same arguments give bit-identical batches in every run and process,
     and the same batches as tinax 0.2's ``training_batches``.
+
+    **Window shuffle.** A global shuffle reads rows in an order unrelated to
+    where they are stored, which is fast only when the data fits in memory
+    (or in the Parquet reader's cache). For a larger Parquet file, pass
+    ``shuffle_window=k`` (with ``shuffle=True``) to replace step 1 by a block
+    shuffle: each epoch, the file's row groups are put in a new random order,
+    consecutive runs of ``k`` of them form windows, and the rows of each
+    window are shuffled among themselves. Each row group is then read once
+    per epoch, and at most ``k`` of them are needed at a time, so the pass
+    runs at about sequential speed when ``k`` row groups fit the reader's
+    ``cache_bytes``. Steps 2 to 5, determinism, resume and process sharding
+    are the same as for the global shuffle (every process takes its block of
+    the same window-shuffled order). The trade-off: a batch draws its rows
+    from at most a few windows, and rows of one row group stay near each
+    other within an epoch, so data sorted or clustered on disk (by label,
+    source or date) gives batches that are less mixed than a global shuffle
+    gives. Write such data in a shuffled order, or use more rows per window.
 
     Iterate the returned dataset directly (``iter(batches)``) or through
     ``batches.to_iter_dataset()`` (for example to hand it to
@@ -165,6 +187,10 @@ def training_batches(
       batch_fn: Called with the list of a batch's rows; its return value is
         the batch. It must be picklable (a module-level function, for
         example) to be used with worker processes.
+      shuffle_window: None (the default) for the global shuffle, or the
+        number of row groups per window of the window shuffle described
+        above. It needs ``shuffle=True`` and a ``dataset`` that
+        :func:`read_parquet_record` returned (its row groups are the blocks).
 
     Returns:
       A random-access ``grain.MapDataset`` of batches. Its length is the
@@ -183,7 +209,9 @@ def training_batches(
         can count; the message gives the largest ``num_epochs``), ``dataset`` is infinite
         (not one finite epoch), it holds fewer rows than one global batch,
         ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
-        batched (grain refuses to batch after a ``filter``).
+        batched (grain refuses to batch after a ``filter``); or
+        ``shuffle_window`` is below 1, given with ``shuffle=False``, or given
+        for a dataset that is not a Parquet reader's.
     """
     grain = _require_dataset(dataset)
     # The checks run in tinax 0.2's order, so that a call with several bad
@@ -220,14 +248,25 @@ def training_batches(
             f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
             f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
         )
+    blocks = None
+    if shuffle_window is not None:
+        shuffle_window = require_positive_int(shuffle_window, "shuffle_window")
+        if not shuffle:
+            fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
+        blocks = _row_group_ends(dataset)
+        if seed < 0:
+            fail_value("seed", "a non-negative int when shuffling", seed)
+    classes = pipeline_classes()
     rows = dataset.seed(seed)
-    if shuffle:
+    if blocks is not None:
+        assert shuffle_window is not None
+        rows = classes.window_shuffle(rows, seed=seed, block_ends=blocks, window=shuffle_window)
+    elif shuffle:
         rows = rows.shuffle()
-    batched = (
-        rows.slice(slice(0, usable))
-        .slice(slice(start, start + per_shard))
-        .batch(batch_size, drop_remainder=True, batch_fn=batch_fn)
-        .repeat(num_epochs, reseed_each_epoch=True)
+    rows = rows.slice(slice(0, usable)).slice(slice(start, start + per_shard))
+    # grain's own batch, reading each batch's rows with one call down the chain.
+    batched = classes.bulk_batch(rows, batch_size, drop_remainder=True, batch_fn=batch_fn).repeat(
+        num_epochs, reseed_each_epoch=True
     )
     description = {
         "kind": "training_batches",
@@ -238,6 +277,9 @@ def training_batches(
         **shard,
         "batch_size": batch_size,
     }
+    if shuffle_window is not None:
+        # Only then: the states of the default pipeline stay 0.2's and 0.3's.
+        description["shuffle_window"] = shuffle_window
     return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
 
 
@@ -309,6 +351,21 @@ def evaluation_batches(
         "batch_size": batch_size,
     }
     return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
+
+
+def _row_group_ends(dataset: Any) -> tuple[int, ...]:
+    from tinax._data._datasets import RecordSourceMapDataset
+    from tinax._data._parquet import ParquetRecordSource
+
+    source = getattr(dataset, "_source", None) if type(dataset) is RecordSourceMapDataset else None
+    if type(source) is not ParquetRecordSource:
+        fail_value(
+            "dataset",
+            "the dataset read_parquet_record returned (its row groups are the blocks of the window shuffle) "
+            "when shuffle_window is given",
+            dataset,
+        )
+    return source.row_group_ends
 
 
 def _require_dataset(dataset: object) -> Any:
@@ -655,4 +712,143 @@ def pipeline_classes() -> PipelineClasses:
         def __str__(self) -> str:
             return f"CheckedIterator(kind={self._description.get('kind')!r})"
 
-    return PipelineClasses(CheckedMapDataset, CheckedIterDataset, CheckedIterator)
+    batch_class: type[Any] = type(grain.MapDataset.range(1).batch(1))
+
+    class BulkBatchMapDataset(batch_class):  # type: ignore[misc,valid-type]
+        """grain's batch, reading the rows of a batch with one ``_getitems`` call.
+
+        Every grain dataset's ``_getitems`` gives what indexing each position
+        gives, so the batches are the same; a record source that reads many
+        records at once (the Parquet reader) skips grain's per-row overhead.
+        """
+
+        @functools.cached_property
+        def _get_parent_items_fn(self) -> Callable[[range], Any]:
+            parent = self._parent
+            return lambda items: parent._getitems(list(items))
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            state = self.__dict__.copy()
+            state.pop("_get_parent_items_fn", None)  # A closure, made again on first use.
+            return (_new_instance, ("bulk_batch",), state)
+
+    class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
+        """The window shuffle of :func:`training_batches`, one new order per epoch.
+
+        Positions past the first epoch are later epochs, as for grain's
+        shuffle, so ``repeat`` gives each epoch its own order.
+        """
+
+        def __init__(self, parent: MapDataset[Any], *, seed: int, block_ends: Sequence[int], window: int) -> None:
+            super().__init__(parent)
+            self._seed = seed
+            self._block_ends = tuple(block_ends)
+            self._window = window
+            self._length = len(parent)
+            self._plans: dict[int, _WindowPlan] = {}
+
+        def __len__(self) -> int:
+            return self._length
+
+        def __str__(self) -> str:
+            return f"WindowShuffleMapDataset(window={self._window})"
+
+        def _position(self, index: int) -> int:
+            epoch, position = divmod(index, self._length)
+            plan = self._plans.get(epoch)
+            if plan is None:
+                with _PLAN_LOCK:
+                    plan = self._plans.get(epoch)
+                    if plan is None:
+                        plan = _WindowPlan(self._block_ends, self._window, self._seed, epoch)
+                        # This epoch and the one before: grain's threads may still read its last batches.
+                        plans = {done: kept for done, kept in self._plans.items() if done == epoch - 1}
+                        plans[epoch] = plan
+                        self._plans = plans
+            return plan.row(position) + epoch * self._length
+
+        def __getitem__(self, index: Any) -> Any:
+            if isinstance(index, slice):
+                return self.slice(index)
+            return self._parent[self._position(index)]
+
+        def _getitems(self, indices: Sequence[int]) -> Any:
+            return self._parent._getitems([self._position(index) for index in indices])
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            state = self.__dict__.copy()
+            state["_plans"] = {}
+            return (_new_instance, ("window_shuffle",), state)
+
+    return PipelineClasses(
+        CheckedMapDataset, CheckedIterDataset, CheckedIterator, BulkBatchMapDataset, WindowShuffleMapDataset
+    )
+
+
+class _WindowPlan:
+    """The window shuffle's order of one epoch: a block order, windows of it, and a seed per window."""
+
+    def __init__(self, block_ends: Sequence[int], window: int, seed: int, epoch: int) -> None:
+        from grain.experimental import index_shuffle
+
+        self._index_shuffle = index_shuffle
+        ends = np.asarray(block_ends, dtype=np.int64)
+        starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
+        count = len(ends)
+        order_seed = _derived_seed(seed, epoch, -1)
+        order = [index_shuffle(block, max_index=count - 1, seed=order_seed, rounds=4) for block in range(count)]
+        self._block_starts = starts[order]
+        self._block_sizes = (ends - starts)[order]
+        # Where every window starts in the epoch, and where the last one ends.
+        window_sizes = np.add.reduceat(self._block_sizes, np.arange(0, count, window)) if count else np.zeros(0)
+        self._window_bounds = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(window_sizes)])
+        self._window = window
+        self._seed = seed
+        self._epoch = epoch
+        # Grain's prefetch threads read several batches at once: windows are
+        # computed under a lock, and each is an immutable (start, stop, rows).
+        self._lock = threading.Lock()
+        self._windows: dict[int, tuple[int, int, np.ndarray[Any, Any]]] = {}
+        self._last: tuple[int, int, np.ndarray[Any, Any]] = (0, 0, np.zeros(0, dtype=np.int64))
+
+    def _compute(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
+        """The shuffled rows of one window, with its bounds in the epoch."""
+        first = window * self._window
+        blocks = range(first, min(first + self._window, len(self._block_sizes)))
+        rows = np.concatenate(
+            [np.arange(self._block_sizes[block], dtype=np.int64) + self._block_starts[block] for block in blocks]
+        )
+        size = len(rows)
+        if size > 1:
+            seed = _derived_seed(self._seed, self._epoch, window)
+            shuffle = self._index_shuffle
+            order = [shuffle(offset, max_index=size - 1, seed=seed, rounds=4) for offset in range(size)]
+            rows = rows[np.asarray(order, dtype=np.int64)]
+        return int(self._window_bounds[window]), int(self._window_bounds[window + 1]), rows
+
+    def row(self, position: int) -> int:
+        """The dataset row at a position of the epoch."""
+        start, stop, rows = self._last
+        if not start <= position < stop:
+            window = int(np.searchsorted(self._window_bounds, position, side="right")) - 1
+            with self._lock:
+                found = self._windows.get(window)
+                if found is None:
+                    found = self._compute(window)
+                    if len(self._windows) >= _WINDOWS_KEPT:
+                        del self._windows[min(self._windows)]
+                    self._windows[window] = found
+            self._last = found
+            start, stop, rows = found
+        return int(rows[position - start])
+
+
+_PLAN_LOCK = threading.Lock()
+#: Windows kept per epoch: enough for the batches grain's threads read at once near a window's end.
+_WINDOWS_KEPT = 4
+
+
+def _derived_seed(seed: int, epoch: int, stream: int) -> int:
+    """A 32-bit seed for one shuffle of one epoch, the same on every platform."""
+    digest = hashlib.sha256(f"tinax.window_shuffle:{seed}:{epoch}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")

@@ -2,7 +2,8 @@
 
 ``split_random`` is the grain chain tinax 0.2 built (a seeded index shuffle,
 then two slices, then an optional column-dropping ``map``), so it gives 0.2's
-parts, row for row. ``split_by_column`` reads every row once to place it, and
+parts, row for row. ``split_by_column`` reads every row's value once to place
+it (only that column, for a dataset ``read_parquet_record`` returned), and
 gives each part as a view: a data source that holds its parent dataset and the
 parent positions of its rows, wrapped in ``grain.MapDataset.source``, so a
 part reads its rows from the parent only when asked.
@@ -128,7 +129,9 @@ def split_by_column(
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
     """Splits a dataset of rows in two by the value of one column.
 
-    Every row is read once, in order, when the split is made. A row whose
+    Every row is read once, in order, when the split is made; for the
+    dataset :func:`read_parquet_record` returns, only ``column`` is read,
+    with the same values the rows hold. A row whose
     ``column`` equals (``==``) ``values[0]`` goes to the first part, one that
     equals ``values[1]`` to the second. A row with any other value (a third
     label, a misspelling, ``bytes`` instead of ``str``) stops the split with
@@ -177,11 +180,15 @@ def split_by_column(
         fail_value("dataset", "a finite grain.MapDataset: splitting reads every row", dataset)
 
     positions: tuple[list[int], list[int]] = ([], [])
+    column_values = _column_of_source(dataset, column)
     for position in range(total):
-        row = dataset[position]
-        if row is None:
-            continue
-        value = _column_value(row, position, column)
+        if column_values is not None:
+            value = column_values[position]
+        else:
+            row = dataset[position]
+            if row is None:
+                continue
+            value = _column_value(row, position, column)
         if value == first:
             positions[0].append(position)
         elif value == second:
@@ -207,6 +214,23 @@ def split_by_column(
         )
         parts.append(source_dataset(selection))
     return parts[0], parts[1]
+
+
+def _column_of_source(dataset: Any, column: str) -> list[Any] | None:
+    """One column of every row, read alone, when ``dataset`` is a Parquet reader's own dataset.
+
+    Returns None for any other dataset (or a column the file lacks), whose
+    rows are then read one by one.
+    """
+    from tinax._data._datasets import RecordSourceMapDataset
+    from tinax._data._parquet import ParquetRecordSource
+
+    if type(dataset) is not RecordSourceMapDataset:
+        return None
+    source = getattr(dataset, "_source", None)
+    if type(source) is not ParquetRecordSource or column not in source.column_names:
+        return None
+    return source.column_values(column)
 
 
 def _column_value(row: Any, position: int, column: str) -> Any:
