@@ -115,13 +115,19 @@ def x64(enabled: bool) -> contextlib.AbstractContextManager[Any]:
     return jax.enable_x64(True) if enabled else contextlib.nullcontext()
 
 
-@pytest.fixture(params=["batched", "shard-by-shard"])
+@pytest.fixture(params=["batched", "batched-row-slabs", "shard-by-shard"])
 def staging(request, monkeypatch):
-    """Runs a test with small tensors placed in one transfer, and again one shard at a time."""
+    """Runs a test with small tensors placed in one transfer, and again one shard at a time.
+
+    In ``batched-row-slabs``, boxes that a process's shards tile are read one
+    row of their first axis at a time.
+    """
     from tinax._weights import _sharded_load
 
     if request.param == "shard-by-shard":
         monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", 0)
+    if request.param == "batched-row-slabs":
+        monkeypatch.setattr(_sharded_load, "_SLAB_BYTES", 1)
     return request.param
 
 
@@ -203,10 +209,11 @@ def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeyp
         load_sharded_safetensors(path, shardings=columns, max_bytes=256)
         assert lengths == [8] * 32  # 4 column blocks of 8 rows, 2 floats per row.
     else:
-        # The shards of this process tile the whole tensor: it is read as one.
+        # Row blocks are one read each; column blocks, which tile the whole
+        # tensor on this process, are read together in one run.
         load_sharded_safetensors(path, shardings=rows, max_bytes=256)
         load_sharded_safetensors(path, shardings=columns, max_bytes=256)
-        assert lengths == [256, 256]
+        assert lengths == ([128, 128, 256] if staging == "batched" else [128, 128] + [32] * 8)
 
 
 def test_a_callable_chooses_each_sharding_from_the_description(tmp_path):

@@ -29,6 +29,8 @@ __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 #: Host staging memory thus stays within the larger of one shard and this
 #: constant.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
+# Rows of a tiled box read at a time; the buffer is reused for each slab.
+_SLAB_BYTES = 1024 * 1024
 
 ShardingChoice = Mapping[str, "Sharding"] | Callable[[str, TensorInfo], "Sharding"]
 
@@ -215,18 +217,14 @@ def _load(plan: _Plan) -> jax.Array:
         # Small tensors: every local shard staged at once and placed in one
         # batched transfer, whose fixed cost dominates at this size. Where
         # this process's shards tile a box (column blocks of the same rows,
-        # say), that box is read as one, in its longer runs, and cut up.
+        # say) and each shard would take several reads, that box is read as
+        # one, in its longer runs, and cut up.
         union = _union_box(list(plan.shards))
-        if union is None:
-            staged = {box: _read_box(plan, box) for box in plan.shards}
+        boxes = list(plan.shards)
+        if union is None or len(shard_runs(info.shape, 1, boxes[0]).offsets) == 1:
+            staged = {box: _read_box(plan, box) for box in boxes}
         else:
-            whole = _read_box(plan, union)
-            staged = {
-                box: whole[
-                    tuple(slice(start - low, stop - low) for (start, stop), (low, _) in zip(box, union, strict=True))
-                ]
-                for box in plan.shards
-            }
+            staged = _read_tiles(plan, union, boxes)
         # A shard that several devices hold goes to each as its own copy, so
         # no two devices ever share host memory.
         placed: set[Box] = set()
@@ -274,12 +272,48 @@ def _union_box(boxes: list[Box]) -> Box | None:
     return bounds
 
 
+def _read_tiles(plan: _Plan, union: Box, boxes: list[Box]) -> dict[Box, np.ndarray[Any, Any]]:
+    """Reads the box ``union`` that ``boxes`` tile, slab by slab along its first axis, into one buffer per box.
+
+    A slab holds at most ``_SLAB_BYTES`` (or one index of the first axis), and
+    its buffer is reused, so the staging beyond the boxes' own buffers stays
+    that small.
+    """
+    dtype = plan.tensor.info.numpy_dtype
+    buffers = {box: empty_load_buffer(tuple(stop - start for start, stop in box), dtype) for box in boxes}
+    (first, last), rest = union[0], union[1:]
+    row_nbytes = math.prod(stop - start for start, stop in rest) * np.dtype(dtype).itemsize
+    step = max(1, _SLAB_BYTES // max(1, row_nbytes))
+    scratch = empty_load_buffer((min(step, last - first), *(stop - start for start, stop in rest)), dtype)
+    for low in range(first, last, step):
+        high = min(low + step, last)
+        slab = scratch[: high - low]
+        _read_into(plan, ((low, high), *rest), slab)
+        for box, buffer in buffers.items():
+            (start, stop), inner = box[0], box[1:]
+            overlap_low, overlap_high = max(start, low), min(stop, high)
+            if overlap_low >= overlap_high:
+                continue
+            source = (
+                slice(overlap_low - low, overlap_high - low),
+                *(slice(begin - base, end - base) for (begin, end), (base, _) in zip(inner, rest, strict=True)),
+            )
+            buffer[overlap_low - start : overlap_high - start] = slab[source]
+    return buffers
+
+
 def _read_box(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
-    """Reads one box of the tensor into a new buffer, run by run, and adds the bytes to ``plan.counter``."""
+    """Reads one box of the tensor into a new buffer."""
+    buffer = empty_load_buffer(tuple(stop - start for start, stop in box), plan.tensor.info.numpy_dtype)
+    _read_into(plan, box, buffer)
+    return buffer
+
+
+def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any]) -> None:
+    """Fills the C-contiguous ``buffer`` with one box of the tensor, run by run, counting the bytes read."""
     tensor = plan.tensor
     info = tensor.info
     start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
-    buffer = empty_load_buffer(tuple(stop - first for first, stop in box), info.numpy_dtype)
     runs = shard_runs(info.shape, buffer.itemsize, box)
     flat = buffer.reshape(-1).view(np.uint8).data
     size = runs.run_nbytes
@@ -291,4 +325,3 @@ def _read_box(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
         plan.counter[0] += size
     if _dtypes.is_big_endian_in_memory(buffer.dtype):
         buffer.byteswap(inplace=True)
-    return buffer
