@@ -115,15 +115,20 @@ def x64(enabled: bool) -> contextlib.AbstractContextManager[Any]:
     return jax.enable_x64(True) if enabled else contextlib.nullcontext()
 
 
-@pytest.fixture(params=["batched", "batched-row-slabs", "shard-by-shard"])
+@pytest.fixture(params=["batched", "batched-row-slabs", "read-together", "shard-by-shard"])
 def staging(request, monkeypatch):
-    """Runs a test with small tensors placed in one transfer, and again one shard at a time.
+    """Runs a test through each way of staging and placing shards.
 
-    In ``batched-row-slabs``, boxes that a process's shards tile are read one
-    row of their first axis at a time.
+    ``batched``: the defaults, which read these small tensors' local shards
+    together and place them in one transfer; ``batched-row-slabs``: the same,
+    with boxes that the shards tile read one row of their first axis at a
+    time; ``read-together``: shards read together, placed one by one;
+    ``shard-by-shard``: read and placed one shard at a time.
     """
     from tinax._weights import _sharded_load
 
+    if request.param in ("read-together", "shard-by-shard"):
+        monkeypatch.setattr(_sharded_load, "BATCHED_PLACEMENT_BYTES", 0)
     if request.param == "shard-by-shard":
         monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", 0)
     if request.param == "batched-row-slabs":
@@ -213,7 +218,7 @@ def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeyp
         # tensor on this process, are read together in one run.
         load_sharded_safetensors(path, shardings=rows, max_bytes=256)
         load_sharded_safetensors(path, shardings=columns, max_bytes=256)
-        assert lengths == ([128, 128, 256] if staging == "batched" else [128, 128] + [32] * 8)
+        assert lengths == ([128, 128] + [32] * 8 if staging == "batched-row-slabs" else [128, 128, 256])
 
 
 def test_a_callable_chooses_each_sharding_from_the_description(tmp_path):
@@ -541,6 +546,7 @@ def test_staging_memory_is_one_shard_not_the_model(tmp_path, monkeypatch, batch)
     from tinax._weights import _sharded_load
 
     monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", batch)
+    monkeypatch.setattr(_sharded_load, "BATCHED_PLACEMENT_BYTES", min(batch, 256 << 10))
     mesh = make_mesh((8, 1))
     tensor = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)  # 4 MiB, shards of 512 KiB.
     path = tmp_path / "model.safetensors"

@@ -97,12 +97,14 @@ def _body_load(path: str, index_path: str) -> dict[str, Any]:
 
     _sharded_load.read_payload = recording  # type: ignore[assignment]
     default_batch = _sharded_load.STAGING_BATCH_BYTES
+    default_placement = _sharded_load.BATCHED_PLACEMENT_BYTES
     source = source_tensors()
     total = sum(array.nbytes for array in source.values())
     result: dict[str, Any] = {"process": jax.process_index(), "total": total}
     for shape, batch in (((2, 4), None), ((4, 2), None), ((2, 4), 0)):
         # The default stages these small tensors together; 0 stages one shard at a time.
         _sharded_load.STAGING_BATCH_BYTES = default_batch if batch is None else batch
+        _sharded_load.BATCHED_PLACEMENT_BYTES = default_placement if batch is None else batch
         key = f"{shape[0]}x{shape[1]}" + ("" if batch is None else "-shard-by-shard")
         shardings = shardings_on(process_mesh(shape))
         reads.clear()
@@ -135,6 +137,7 @@ def _body_load(path: str, index_path: str) -> dict[str, Any]:
         except ValueError as error:
             result[key]["short_budget"] = [str(error)[:60], len(reads)]
     _sharded_load.STAGING_BATCH_BYTES = default_batch
+    _sharded_load.BATCHED_PLACEMENT_BYTES = default_placement
     shardings = shardings_on(process_mesh((2, 4)))
     from_index = load_sharded_safetensors(index_path, shardings=shardings, max_bytes=total, max_metadata_bytes=64)
     result["index_ok"] = all(

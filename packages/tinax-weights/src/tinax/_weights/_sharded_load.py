@@ -24,10 +24,13 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 
-#: Tensors whose distinct local shards fit in this many bytes are staged
-#: together and placed in one transfer; larger ones one shard at a time.
-#: Host staging memory thus stays within the larger of one shard and this
-#: constant.
+#: Tensors whose shards on this process, a copy per device included, fit in
+#: this many bytes are placed in one batched transfer.
+BATCHED_PLACEMENT_BYTES = 256 * 1024
+#: Tensors whose shards on this process fit in this many bytes are read
+#: together (a box they tile in long runs) before they are placed; larger
+#: ones are read one shard at a time. Host staging memory thus stays within
+#: the larger of one shard and this constant.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
 # Rows of a tiled box read at a time; the buffer is reused for each slab.
 _SLAB_BYTES = 1024 * 1024
@@ -213,20 +216,12 @@ def _load(plan: _Plan) -> jax.Array:
     import jax
 
     info = plan.tensor.info
-    if plan.device_nbytes <= STAGING_BATCH_BYTES:
-        # Small tensors: every local shard staged at once and placed in one
-        # batched transfer, whose fixed cost dominates at this size. Where
-        # this process's shards tile a box (column blocks of the same rows,
-        # say) and each shard would take several reads, that box is read as
-        # one, in its longer runs, and cut up.
-        union = _union_box(list(plan.shards))
-        boxes = list(plan.shards)
-        if union is None or len(shard_runs(info.shape, 1, boxes[0]).offsets) == 1:
-            staged = {box: _read_box(plan, box) for box in boxes}
-        else:
-            staged = _read_tiles(plan, union, boxes)
-        # A shard that several devices hold goes to each as its own copy, so
-        # no two devices ever share host memory.
+    if plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
+        # Tiny tensors (biases, norms): every local shard staged and placed in
+        # one batched transfer, whose fixed cost dominates at this size. A
+        # shard that several devices hold goes to each as its own copy, so no
+        # two devices ever share host memory.
+        staged = _read_boxes(plan)
         placed: set[Box] = set()
 
         def piece(index: Any) -> np.ndarray[Any, Any]:
@@ -237,25 +232,38 @@ def _load(plan: _Plan) -> jax.Array:
             return staged[box]
 
         array = jax.make_array_from_callback(info.shape, plan.sharding, piece)
-        # The transfers may still hold the staged buffers; waiting for them
-        # keeps the staging memory at one batch.
         array.block_until_ready()
         return array
 
-    # Large tensors: one shard at a time. The first device may take the
-    # staged buffer over; the others copy from that device.
+    # One shard placed at a time: the first device may take the staged
+    # buffer over (on CPU it does, so it is no staging at all); the others
+    # copy from that device. Waiting for each transfer keeps at most one
+    # shard staged beyond what is already read.
     pieces = []
+    tiled = _read_boxes(plan) if plan.device_nbytes <= STAGING_BATCH_BYTES else {}
     for box, devices in plan.shards.items():
-        buffer = _read_box(plan, box)
+        buffer = tiled.pop(box) if box in tiled else _read_box(plan, box)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
-        # The transfer may still hold the buffer; waiting for it keeps the
-        # staging memory at one shard.
         for placed_piece in pieces[-len(devices) :]:
             placed_piece.block_until_ready()
         del buffer
     return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
+
+
+def _read_boxes(plan: _Plan) -> dict[Box, np.ndarray[Any, Any]]:
+    """Reads every local shard of a tensor at once, each into its own buffer.
+
+    Where the shards tile a box (column blocks of the same rows, say) and each
+    would take several reads, the box is read in its longer runs, slab by
+    slab, and cut up; each byte is still read once.
+    """
+    boxes = list(plan.shards)
+    union = _union_box(boxes)
+    if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
+        return {box: _read_box(plan, box) for box in boxes}
+    return _read_tiles(plan, union, boxes)
 
 
 def _union_box(boxes: list[Box]) -> Box | None:
