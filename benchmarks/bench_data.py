@@ -82,12 +82,8 @@ def read_pass(dataset: Any, order: Sequence[int]) -> Any:
 
 
 def decode_parquet_row(row: dict[str, Any]) -> dict[str, Any]:
-    array = row["x"]
-    return {
-        "id": row["id"],
-        "label": row["label"],
-        "x": np.frombuffer(array["data"], np.float32).reshape(array["shape"]).copy(),
-    }
+    # write_parquet_record stores x as a fixed_shape_tensor: to_pylist gives its flat values.
+    return {"id": row["id"], "label": row["label"], "x": np.asarray(row["x"], np.float32)}
 
 
 def pyarrow_rows_dataset(path: pathlib.Path) -> grain.MapDataset:
@@ -287,6 +283,186 @@ def measure_memory(folder: pathlib.Path, size_mib: int) -> None:
     path.unlink()
 
 
+# ---------------------------------------------------------------------------
+# Scale: figures of this tinax-data against an earlier one ("today"), each in
+# a fresh process, so that peak memory is the probe's own.
+
+_SCALE_PROBE = r"""
+import collections, json, resource, sys, time
+import numpy as np
+import pyarrow.parquet as pq
+import tinax.data as data
+from grain.sharding import ShardOptions
+
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def stack(rows):
+    return {"id": np.asarray([row["id"] for row in rows]), "x": np.stack([row["x"] for row in rows])}
+
+probe, path, count, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+options = json.loads(sys.argv[5])
+reader_options = {"cache_bytes": options["cache_bytes"]} if options.get("cache_bytes") else {}
+result = {}
+if probe != "write":
+    # Imports and the file's first open happen before anything is measured.
+    import grain
+    data.read_parquet_record(path, **reader_options)[0]
+    pq.read_metadata(path)
+if probe == "write":
+    x = np.random.default_rng(seed).standard_normal((count, 16), dtype=np.float32)
+    start = time.perf_counter()
+    data.write_parquet_record(path, [{"id": i, "label": i % 10, "x": x[i]} for i in range(count)])
+    result["seconds"] = time.perf_counter() - start
+elif probe == "random":
+    order = np.random.default_rng(seed).permutation(count).tolist()
+    before = peak_mib()
+    start = time.perf_counter()
+    dataset = data.read_parquet_record(path, **reader_options)
+    result["open_seconds"] = time.perf_counter() - start
+    for index in order:
+        dataset[index]
+    result["seconds"] = time.perf_counter() - start
+    result["peak_growth_mib"] = peak_mib() - before
+elif probe == "read_table":
+    pq.read_table(path, columns=[])
+    before = peak_mib()
+    start = time.perf_counter()
+    table = pq.read_table(path)
+    result["seconds"] = time.perf_counter() - start
+    result["decoded_mib"] = table.nbytes / 2**20
+    result["peak_growth_mib"] = peak_mib() - before
+elif probe in ("batches", "global", "window", "sequential"):
+    dataset = data.read_parquet_record(path, **reader_options)
+    extra = {"shuffle_window": options["window"]} if probe == "window" else {}
+    batches = data.training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=seed, shuffle=probe != "sequential",
+        num_epochs=None if probe == "global" else 1, batch_size=256, batch_fn=stack, **extra)
+    if probe == "batches":
+        collections.deque(batches, maxlen=1)  # Fills the cache: the figure is from the cache.
+    limit = options.get("global_batches") if probe == "global" else None
+    before = peak_mib()
+    start = time.perf_counter()
+    seen = 0
+    for batch in batches:
+        seen += len(batch["id"])
+        if limit is not None and seen >= limit * 256:
+            break
+    result["seconds"] = time.perf_counter() - start
+    result["records"] = seen
+    result["peak_growth_mib"] = peak_mib() - before
+print(json.dumps(result))
+"""
+
+_SPLIT_PROBE = r"""
+import json, sys, time
+import tinax.data as data
+path = sys.argv[1]
+dataset = data.read_parquet_record(path)
+start = time.perf_counter()
+train, test = data.split_by_column(dataset, "split")
+print(json.dumps({"seconds": time.perf_counter() - start, "train": len(train), "test": len(test)}))
+"""
+
+_SPLIT_WRITE = r"""
+import json, sys, time
+import numpy as np
+import tinax.data as data
+path, count = sys.argv[1], int(sys.argv[2])
+x = np.zeros((count, 4), np.float32)
+data.write_parquet_record(path, [{"id": i, "split": "test" if i % 5 == 0 else "train", "x": x[i]} for i in range(count)])
+print(json.dumps({}))
+"""
+
+
+def _probe(script: str, arguments: list[str], src: str | None) -> dict[str, Any]:
+    environment = dict(os.environ)
+    if src is not None:
+        # An earlier tinax-data's src folder, found before the installed one.
+        environment["PYTHONPATH"] = src + os.pathsep + environment.get("PYTHONPATH", "")
+    completed = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+        env=environment,
+    )
+    if completed.returncode:
+        raise RuntimeError(f"probe {arguments[:1]} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
+    count, seed = options.scale_records, options.seed
+    sides = {"ours": None}
+    if options.baseline_src:
+        sides["today"] = options.baseline_src
+    print(
+        f"\nScale figures: {count} rows of (int id, int label, float32[16]), batch 256, each probe in a fresh "
+        "process" + (f"; 'today' is the tinax-data in {options.baseline_src}" if options.baseline_src else "")
+    )
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
+    for side, src in sides.items():
+        path = str(folder / f"scale-{side}.parquet")
+        found: dict[str, dict[str, Any]] = {"write": _probe(_SCALE_PROBE, ["write", path, str(count), str(seed), "{}"], src)}
+        fits = json.dumps({"cache_bytes": options.fit_cache_mib << 20} if side == "ours" else {})
+        for probe in ("random", "batches"):
+            found[probe] = _probe(_SCALE_PROBE, [probe, path, str(count), str(seed), fits], src)
+        found["read_table"] = _probe(_SCALE_PROBE, ["read_table", path, str(count), str(seed), "{}"], None)
+        split_path = str(folder / f"split-{side}.parquet")
+        _probe(_SPLIT_WRITE, [split_path, str(count)], src)
+        found["split"] = _probe(_SPLIT_PROBE, [split_path], src)
+        figures[side] = found
+    ours = figures["ours"]
+    table = ours["read_table"]
+    print(f"  Arrow-decoded size of the file's columns: {table['decoded_mib']:.1f} MiB")
+    for side, found in figures.items():
+        random_rate = count / found["random"]["seconds"]
+        batch_rate = found["batches"]["records"] / found["batches"]["seconds"]
+        print(f"  [{side}] write {found['write']['seconds']:.2f} s")
+        print(
+            f"  [{side}] open + one random pass: {random_rate:,.0f} records/s, open {found['random']['open_seconds']:.4f} s,"
+            f" peak RSS growth {found['random']['peak_growth_mib']:.0f} MiB"
+            f" ({found['random']['peak_growth_mib'] / table['decoded_mib']:.2f}x the decoded size)"
+        )
+        print(f"  [{side}] training_batches from the cache: {batch_rate:,.0f} records/s")
+        print(f"  [{side}] split_by_column: {found['split']['seconds']:.3f} s")
+    print(
+        f"  pyarrow read_table: {table['seconds']:.3f} s, peak RSS growth {table['peak_growth_mib']:.0f} MiB; "
+        f"our open + full random pass / read_table: {ours['random']['seconds'] / table['seconds']:.2f}"
+    )
+    if "today" in figures:
+        today = figures["today"]
+        print("  ratios, ours against today:")
+        print(f"    open + random pass, per record: {today['random']['seconds'] / ours['random']['seconds']:.2f}x faster")
+        ours_rate = ours["batches"]["records"] / ours["batches"]["seconds"]
+        today_rate = today["batches"]["records"] / today["batches"]["seconds"]
+        print(f"    training_batches from the cache: {ours_rate / today_rate:.2f}x the records/s")
+        print(f"    split_by_column: {today['split']['seconds'] / ours['split']['seconds']:.1f}x faster")
+
+    # Larger than the budget: the shuffle policies against a sequential pass.
+    cache = options.large_cache_mib << 20
+    path = str(folder / "scale-ours.parquet")
+    settings = json.dumps({"cache_bytes": cache, "window": options.window, "global_batches": options.global_batches})
+    print(
+        f"\nLarger than the budget: the same file, cache_bytes {options.large_cache_mib} MiB "
+        f"({table['decoded_mib'] / options.large_cache_mib:.0f}x smaller than the decoded file), one epoch:"
+    )
+    rates = {}
+    for probe in ("sequential", "window", "global"):
+        found = _probe(_SCALE_PROBE, [probe, path, str(count), str(seed), settings], None)
+        rates[probe] = found["records"] / found["seconds"]
+        label = {
+            "sequential": "shuffle=False (sequential)",
+            "window": f"shuffle_window={options.window}",
+            "global": f"global shuffle ({options.global_batches} batches)",
+        }[probe]
+        print(f"  {label:<34} {rates[probe]:12,.0f} records/s, peak RSS growth {found['peak_growth_mib']:.0f} MiB")
+    print(f"  window / sequential records/s: {rates['window'] / rates['sequential']:.2f} (goal >= 0.5)")
+    print(f"  global / sequential records/s: {rates['global'] / rates['sequential']:.4f}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=20_000)
@@ -294,7 +470,22 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--memory-mib", type=int, default=1024)
+    parser.add_argument("--scale-records", type=int, default=200_000, help="rows of the scale figures (0 skips)")
+    parser.add_argument("--fit-cache-mib", type=int, default=512, help="cache_bytes of the file that fits")
+    parser.add_argument("--large-cache-mib", type=int, default=1, help="cache_bytes of the larger-than-budget runs")
+    parser.add_argument("--window", type=int, default=2, help="shuffle_window of the larger-than-budget run")
+    parser.add_argument("--global-batches", type=int, default=20, help="batches timed for the global shuffle")
+    parser.add_argument(
+        "--baseline-src",
+        default=None,
+        help="src folder of an earlier tinax-data (say, a git worktree at an older commit) to measure 'today'",
+    )
+    parser.add_argument("--only-scale", action="store_true", help="run only the scale figures")
     options = parser.parse_args()
+    if options.only_scale:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_scale(pathlib.Path(folder_name), options)
+        return 0
 
     print(
         f"python {sys.version.split()[0]}, grain {grain.__version__ if hasattr(grain, '__version__') else '?'}, "
@@ -341,6 +532,9 @@ def main() -> int:
 
         if options.memory_mib > 0:
             measure_memory(folder, options.memory_mib)
+
+        if options.scale_records > 0:
+            measure_scale(folder, options)
 
     print(f"\nworst median ratio against the hand-written equivalent: {max(ratios):.3f} (goal <= 1.1)")
     return 0

@@ -4,9 +4,11 @@
 length before the source sees it, so ``True`` reaches a tinax source as the
 int 1 and reads record 1. :class:`RecordSourceMapDataset` is grain's source
 dataset with a ``__getitem__`` that refuses bools (and NumPy bools) with
-TypeError first and otherwise hands the index to grain unchanged: slices,
-ints, NumPy ints, length, iteration, transformations and worker processes
-behave exactly as for the dataset ``MapDataset.source`` returns. It is a
+TypeError first and otherwise reads as grain does: slices, ints, NumPy ints,
+length, iteration, transformations and worker processes behave exactly as
+for the dataset ``MapDataset.source`` returns. Int indices (and batched
+reads) go to the source directly, modulo the length as grain reduces them,
+without grain's per-record metrics. It is a
 subclass, not a wrapper, so no node is added to the dataset graph and grain's
 default seeds stay where they are.
 
@@ -41,9 +43,21 @@ class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
             it as 0 or 1), or what the source raises for other non-ints.
           IndexError: As the source raises it.
         """
+        if type(index) is int:
+            # grain's own read (index modulo the length) without its per-record
+            # metrics, which cost more than reading a cached record.
+            return self._source[self._index_mod_len(index)]
         if isinstance(index, (bool, np.bool_)):
             fail_type("index", "an int", index)
         return super().__getitem__(index)
+
+    def _getitems(self, indices: Any) -> Any:
+        """Returns the records at several indices, read by the source at once where it can."""
+        positions = [self._index_mod_len(index) for index in indices]
+        many = getattr(self._source, "_getitems", None)
+        if many is not None:
+            return many(positions)
+        return [self._source[position] for position in positions]
 
 
 def source_dataset(source: Any) -> grain.MapDataset:

@@ -753,8 +753,7 @@ def pipeline_classes() -> PipelineClasses:
         def __str__(self) -> str:
             return f"WindowShuffleMapDataset(window={self._window})"
 
-        def _position(self, index: int) -> int:
-            epoch, position = divmod(index, self._length)
+        def _plan(self, epoch: int) -> _WindowPlan:
             plan = self._plans.get(epoch)
             if plan is None:
                 with _PLAN_LOCK:
@@ -765,7 +764,11 @@ def pipeline_classes() -> PipelineClasses:
                         plans = {done: kept for done, kept in self._plans.items() if done == epoch - 1}
                         plans[epoch] = plan
                         self._plans = plans
-            return plan.row(position) + epoch * self._length
+            return plan
+
+        def _position(self, index: int) -> int:
+            epoch, position = divmod(index, self._length)
+            return self._plan(epoch).row(position) + epoch * self._length
 
         def __getitem__(self, index: Any) -> Any:
             if isinstance(index, slice):
@@ -773,7 +776,13 @@ def pipeline_classes() -> PipelineClasses:
             return self._parent[self._position(index)]
 
         def _getitems(self, indices: Sequence[int]) -> Any:
-            return self._parent._getitems([self._position(index) for index in indices])
+            wanted = np.asarray(indices, dtype=np.int64)
+            epochs, positions = np.divmod(wanted, self._length)
+            found = np.empty(len(wanted), dtype=np.int64)
+            for epoch in dict.fromkeys(epochs.tolist()):
+                chosen = epochs == epoch
+                found[chosen] = self._plan(epoch).rows(positions[chosen]) + epoch * self._length
+            return self._parent._getitems(found.tolist())
 
         def __reduce__(self) -> tuple[Any, ...]:
             state = self.__dict__.copy()
@@ -789,14 +798,10 @@ class _WindowPlan:
     """The window shuffle's order of one epoch: a block order, windows of it, and a seed per window."""
 
     def __init__(self, block_ends: Sequence[int], window: int, seed: int, epoch: int) -> None:
-        from grain.experimental import index_shuffle
-
-        self._index_shuffle = index_shuffle
         ends = np.asarray(block_ends, dtype=np.int64)
         starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
         count = len(ends)
-        order_seed = _derived_seed(seed, epoch, -1)
-        order = [index_shuffle(block, max_index=count - 1, seed=order_seed, rounds=4) for block in range(count)]
+        order = _permutation(count, _derived_seed(seed, epoch, -1))
         self._block_starts = starts[order]
         self._block_sizes = (ends - starts)[order]
         # Where every window starts in the epoch, and where the last one ends.
@@ -820,24 +825,34 @@ class _WindowPlan:
         )
         size = len(rows)
         if size > 1:
-            seed = _derived_seed(self._seed, self._epoch, window)
-            shuffle = self._index_shuffle
-            order = [shuffle(offset, max_index=size - 1, seed=seed, rounds=4) for offset in range(size)]
-            rows = rows[np.asarray(order, dtype=np.int64)]
+            rows = rows[_permutation(size, _derived_seed(self._seed, self._epoch, window))]
         return int(self._window_bounds[window]), int(self._window_bounds[window + 1]), rows
+
+    def rows(self, positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The dataset rows at several positions of the epoch."""
+        found = np.empty(len(positions), dtype=np.int64)
+        windows = np.searchsorted(self._window_bounds, positions, side="right") - 1
+        for window in dict.fromkeys(windows.tolist()):
+            chosen = windows == window
+            start, _, rows = self._window_rows(window)
+            found[chosen] = rows[positions[chosen] - start]
+        return found
+
+    def _window_rows(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
+        with self._lock:
+            found = self._windows.get(window)
+            if found is None:
+                found = self._compute(window)
+                if len(self._windows) >= _WINDOWS_KEPT:
+                    del self._windows[min(self._windows)]
+                self._windows[window] = found
+        return found
 
     def row(self, position: int) -> int:
         """The dataset row at a position of the epoch."""
         start, stop, rows = self._last
         if not start <= position < stop:
-            window = int(np.searchsorted(self._window_bounds, position, side="right")) - 1
-            with self._lock:
-                found = self._windows.get(window)
-                if found is None:
-                    found = self._compute(window)
-                    if len(self._windows) >= _WINDOWS_KEPT:
-                        del self._windows[min(self._windows)]
-                    self._windows[window] = found
+            found = self._window_rows(int(np.searchsorted(self._window_bounds, position, side="right")) - 1)
             self._last = found
             start, stop, rows = found
         return int(rows[position - start])
@@ -846,6 +861,20 @@ class _WindowPlan:
 _PLAN_LOCK = threading.Lock()
 #: Windows kept per epoch: enough for the batches grain's threads read at once near a window's end.
 _WINDOWS_KEPT = 4
+
+
+def _permutation(size: int, seed: int) -> np.ndarray[Any, Any]:
+    """A permutation of ``range(size)`` from a 32-bit seed, the same with every NumPy version.
+
+    The positions are sorted by a SplitMix64 hash of (seed, position): plain
+    integer arithmetic, so the order never depends on a library's generator.
+    """
+    with np.errstate(over="ignore"):
+        keys = np.arange(size, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        keys = (keys ^ (keys >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        keys = (keys ^ (keys >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        keys ^= keys >> np.uint64(31)
+    return np.argsort(keys, kind="stable")
 
 
 def _derived_seed(seed: int, epoch: int, stream: int) -> int:
