@@ -331,3 +331,25 @@ def test_split_parts_stay_grain_datasets_that_slice_shuffle_and_pickle():
     assert find_source_id(copy) == find_source_id(test)
     with pytest.raises(TypeError, match="index must be an int"):
         copy[np.bool_(False)]
+
+
+@pytest.mark.parametrize("drop_column", [None, "split"])
+@pytest.mark.parametrize("index", [True, False, np.bool_(True), np.bool_(False)])
+def test_split_random_parts_refuse_bool_indices(index, drop_column):
+    rows = [{"x": value, "split": "a"} for value in range(10)]
+    for part in split_random(grain.MapDataset.source(rows), 0.5, seed=3, drop_column=drop_column):
+        with pytest.raises(TypeError, match=r"index must be an int, got (np\.)?(True|False)"):
+            part[index]
+
+
+def test_split_random_parts_read_slice_and_pickle_as_grain_slices_do():
+    rows = [{"x": value} for value in range(10)]
+    shuffled = grain.MapDataset.source(rows).shuffle(seed=3)
+    train, test = split_random(grain.MapDataset.source(rows), 0.7, seed=3)
+    assert list(train) == list(shuffled.slice(slice(0, 7)))
+    assert list(test) == list(shuffled.slice(slice(7, 10)))
+    assert train[np.int64(2)] == shuffled[2]
+    assert list(train[1:4]) == list(shuffled.slice(slice(0, 7))[1:4])
+    assert list(train.shuffle(seed=1)) == list(shuffled.slice(slice(0, 7)).shuffle(seed=1))
+    copy = cloudpickle.loads(cloudpickle.dumps(test))
+    assert list(copy) == list(test)

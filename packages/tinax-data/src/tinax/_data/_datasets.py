@@ -26,10 +26,12 @@ import numpy as np
 
 from tinax._core.validation import fail_type
 
-__all__ = ["RecordSourceMapDataset", "source_dataset"]
+__all__ = ["RecordSourceMapDataset", "SlicedMapDataset", "source_dataset"]
 
 # grain's SourceMapDataset has no public name; MapDataset.source builds one.
 _SourceMapDataset: type[Any] = type(grain.MapDataset.source(()))
+# Nor has the dataset that MapDataset.slice returns.
+_SliceMapDataset: type[Any] = type(grain.MapDataset.source(()).slice(slice(0)))
 
 
 class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
@@ -58,6 +60,28 @@ class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
         if many is not None:
             return many(positions)
         return [self._source[position] for position in positions]
+
+
+class SlicedMapDataset(_SliceMapDataset):  # type: ignore[misc]
+    """grain's ``MapDataset.slice`` result, refusing bool indices.
+
+    A subclass, like :class:`RecordSourceMapDataset`, so that the dataset
+    graph and grain's default seeds are those of ``parent.slice(sl)``.
+    """
+
+    def __init__(self, parent: grain.MapDataset, sl: slice) -> None:
+        super().__init__(parent=parent, sl=sl)
+
+    def __getitem__(self, index: Any) -> Any:
+        """Returns the record at ``index``, or a sliced dataset for a slice, as grain does.
+
+        Raises:
+          TypeError: If ``index`` is a bool or a NumPy bool (grain would read
+            it as 0 or 1).
+        """
+        if isinstance(index, (bool, np.bool_)):
+            fail_type("index", "an int", index)
+        return super().__getitem__(index)
 
 
 def source_dataset(source: Any) -> grain.MapDataset:

@@ -312,11 +312,13 @@ def split_random(
 
     first_count = min(max(round(ratio * total), 1), total - 1)
     # grain checks the seed's range when it builds the shuffle.
+    from tinax._data._datasets import SlicedMapDataset
+
     shuffled = dataset.shuffle(seed=seed)
     parent_id = find_source_id(dataset)
     parts = []
     for name, bounds in (("train", slice(0, first_count)), ("test", slice(first_count, total))):
-        part = shuffled.slice(bounds)
+        part = SlicedMapDataset(shuffled, bounds)
         if drop_column is not None:
             part = part.map(_DropColumn(drop_column))
         # An attribute, not a wrapping dataset: an extra node would move every
