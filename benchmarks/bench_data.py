@@ -370,7 +370,8 @@ import numpy as np
 import tinax.data as data
 path, count = sys.argv[1], int(sys.argv[2])
 x = np.zeros((count, 4), np.float32)
-data.write_parquet_record(path, [{"id": i, "split": "test" if i % 5 == 0 else "train", "x": x[i]} for i in range(count)])
+records = [{"id": i, "split": "test" if i % 5 == 0 else "train", "x": x[i]} for i in range(count)]
+data.write_parquet_record(path, records)
 print(json.dumps({}))
 """
 
@@ -405,7 +406,9 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for side, src in sides.items():
         path = str(folder / f"scale-{side}.parquet")
-        found: dict[str, dict[str, Any]] = {"write": _probe(_SCALE_PROBE, ["write", path, str(count), str(seed), "{}"], src)}
+        found: dict[str, dict[str, Any]] = {
+            "write": _probe(_SCALE_PROBE, ["write", path, str(count), str(seed), "{}"], src)
+        }
         fits = json.dumps({"cache_bytes": options.fit_cache_mib << 20} if side == "ours" else {})
         for probe in ("random", "batches"):
             found[probe] = _probe(_SCALE_PROBE, [probe, path, str(count), str(seed), fits], src)
@@ -422,7 +425,8 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
         batch_rate = found["batches"]["records"] / found["batches"]["seconds"]
         print(f"  [{side}] write {found['write']['seconds']:.2f} s")
         print(
-            f"  [{side}] open + one random pass: {random_rate:,.0f} records/s, open {found['random']['open_seconds']:.4f} s,"
+            f"  [{side}] open + one random pass: {random_rate:,.0f} records/s, "
+            f"open {found['random']['open_seconds']:.4f} s,"
             f" peak RSS growth {found['random']['peak_growth_mib']:.0f} MiB"
             f" ({found['random']['peak_growth_mib'] / table['decoded_mib']:.2f}x the decoded size)"
         )
@@ -435,7 +439,9 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
     if "today" in figures:
         today = figures["today"]
         print("  ratios, ours against today:")
-        print(f"    open + random pass, per record: {today['random']['seconds'] / ours['random']['seconds']:.2f}x faster")
+        print(
+            f"    open + random pass, per record: {today['random']['seconds'] / ours['random']['seconds']:.2f}x faster"
+        )
         ours_rate = ours["batches"]["records"] / ours["batches"]["seconds"]
         today_rate = today["batches"]["records"] / today["batches"]["seconds"]
         print(f"    training_batches from the cache: {ours_rate / today_rate:.2f}x the records/s")

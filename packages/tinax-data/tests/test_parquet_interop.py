@@ -63,18 +63,14 @@ def _types_table() -> pa.Table:
             "fixed_list": pa.array([[1, 2], [3, 4], [5, 6], [7, 8], [9, 10], [11, 12]], pa.list_(pa.int32(), 2)),
             "nested": pa.array([[[1, 2], [3, 4]], [[5, 6]], [], [[7], [8]], [[9]], [[0, 0]]]),
             "tensor": tensors,
-            "struct": pa.array(
-                [{"p": 1, "q": "a"}] * 5 + [None], pa.struct([("p", pa.int16()), ("q", pa.string())])
-            ),
+            "struct": pa.array([{"p": 1, "q": "a"}] * 5 + [None], pa.struct([("p", pa.int16()), ("q", pa.string())])),
             "strings": pa.array([["a"], [], ["b", "c"], ["d"], [], ["e"]]),
             "null": pa.nulls(6),
         }
     )
 
 
-@pytest.mark.parametrize(
-    ("row_group_size", "compression"), [(2, "snappy"), (4, "zstd"), (6, "gzip"), (1, "none")]
-)
+@pytest.mark.parametrize(("row_group_size", "compression"), [(2, "snappy"), (4, "zstd"), (6, "gzip"), (1, "none")])
 def test_the_python_mapping_is_pyarrows_to_pylist_for_every_type(tmp_path, row_group_size, compression):
     table = _types_table()
     path = tmp_path / "types.parquet"
@@ -104,7 +100,8 @@ def test_the_numpy_mapping_gives_arrays_of_their_exact_shape(tmp_path):
             assert type(row[name]) is np.ndarray, name
             assert row[name].dtype == dtype, name
             assert row[name].tolist() == pylist[index][name], name
-            assert row[name].flags.owndata and row[name].flags.writeable
+            assert row[name].flags.owndata
+            assert row[name].flags.writeable
         nested = pylist[index]["nested"]
         assert row["nested"].shape == ((len(nested), len(nested[0])) if nested else (0, 0))
         assert row["nested"].tolist() == nested
@@ -194,7 +191,12 @@ def test_files_pandas_wrote_read_with_both_mappings(tmp_path):
             "score": [0.5, 1.5, np.nan, 2.0],
             "label": pandas.Categorical(["cat", "dog", "cat", None]),
             "text": ["a", "b", None, "d"],
-            "embedding": [np.asarray([1.0, 2.0], np.float32), np.asarray([3.0], np.float32), np.zeros(0, np.float32), np.ones(2, np.float32)],
+            "embedding": [
+                np.asarray([1.0, 2.0], np.float32),
+                np.asarray([3.0], np.float32),
+                np.zeros(0, np.float32),
+                np.ones(2, np.float32),
+            ],
             "when": pandas.to_datetime(["2024-01-01", "2024-01-02", None, "2024-01-04"]),
         },
         index=pandas.Index([10, 11, 12, 13], name="key"),
@@ -400,7 +402,7 @@ def test_split_by_column_of_a_parquet_file_reads_only_its_column(tmp_path):
     # No row was decoded: only the split column was read.
     assert len(_source(dataset)._cache) == 0
     assert [row["id"] for row in train] == [index for index in range(50) if index % 3]
-    assert [row["id"] for row in test] == [index for index in range(0, 50, 3)]
+    assert [row["id"] for row in test] == list(range(0, 50, 3))
     rows = split_by_column(grain.MapDataset.source(records), "split")
     assert [row["id"] for row in rows[0]] == [row["id"] for row in train]
     assert "split" not in train[0]
@@ -450,7 +452,8 @@ def test_the_window_shuffle_permutes_every_epoch_within_windows_of_row_groups(tm
     dataset = _window_file(tmp_path, monkeypatch)
     batches = [batch.tolist() for batch in _windowed(dataset)]
     assert batches == [batch.tolist() for batch in _windowed(dataset)]  # Deterministic.
-    first, second = sum(batches[:24], []), sum(batches[24:], [])
+    first = [row for batch in batches[:24] for row in batch]
+    second = [row for batch in batches[24:] for row in batch]
     assert sorted(first) == list(range(96))
     assert sorted(second) == list(range(96))
     assert first != second  # Each epoch has its own order.
@@ -464,9 +467,9 @@ def test_the_window_shuffle_permutes_every_epoch_within_windows_of_row_groups(tm
 
 def test_the_window_shuffle_shards_and_resumes_like_the_global_one(tmp_path, monkeypatch):
     dataset = _window_file(tmp_path, monkeypatch)
-    whole = sum((batch.tolist() for batch in _windowed(dataset, num_epochs=1, batch_size=6)), [])
+    whole = [row for batch in _windowed(dataset, num_epochs=1, batch_size=6) for row in batch.tolist()]
     parts = [
-        sum((batch.tolist() for batch in _windowed(dataset, shard=(index, 2), num_epochs=1, batch_size=3)), [])
+        [row for batch in _windowed(dataset, shard=(index, 2), num_epochs=1, batch_size=3) for row in batch.tolist()]
         for index in range(2)
     ]
     assert parts[0] + parts[1] == whole
@@ -502,10 +505,8 @@ def test_the_window_shuffle_is_an_explicit_choice(tmp_path, monkeypatch):
         batch_size=4,
         batch_fn=stack_ids,
     )
-    grain_order = [
-        row["id"] for row in dataset.seed(3).shuffle()
-    ]
-    assert sum((batch.tolist() for batch in default), []) == grain_order
+    grain_order = [row["id"] for row in dataset.seed(3).shuffle()]
+    assert [row for batch in default for row in batch.tolist()] == grain_order
     with pytest.raises(ValueError, match="shuffle_window must be None when shuffle is False"):
         training_batches(
             dataset,

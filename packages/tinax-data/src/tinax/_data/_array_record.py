@@ -418,12 +418,14 @@ class ArrayRecordSource:
                 return json.loads(data)
             except json.JSONDecodeError as error:
                 # Still the JSONDecodeError tinax 0.2 raised, now naming the file and the way out.
-                raise _NotJsonError(
+                refused = _NotJsonError(
                     f"{str(self._path)!r}: record {position} is neither a tinax record nor JSON ({error.msg}); "
                     "for files of another record encoding, pass decode= to read_array_record",
                     error.doc,
                     error.pos,
-                ) from error
+                )
+                refused.add_note(f"reading record {position} of {str(self._path)!r}")
+                raise refused from error
             except ValueError as error:  # UnicodeDecodeError, kept as it is.
                 error.add_note(
                     f"reading record {position} of {str(self._path)!r}; for files of another record encoding, "
@@ -436,7 +438,12 @@ class ArrayRecordSource:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": os.fspath(self._path), "header": self._header_bytes, "total": self._total, "decode": self._decode}
+        return {
+            "path": os.fspath(self._path),
+            "header": self._header_bytes,
+            "total": self._total,
+            "decode": self._decode,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._path = pathlib.Path(state["path"])

@@ -238,12 +238,14 @@ class ArrayColumn:
                 self.bad_rows.setdefault(int(row), "nested lists that are not rectangular")
             shapes.append(row_length)
             child = level.values
-            # Entries of the child outside every row (a sliced column's
-            # neighbours) are owned by no row: -1.
-            child_owners = np.full(len(child), -1, dtype=np.int64)
-            if rows:
-                child_owners[offsets[0] : offsets[-1]] = np.repeat(owners, lengths)
-            owners = child_owners
+            if _is_list(child.type) or child.null_count:
+                # Entries of the child outside every row (a sliced column's
+                # neighbours) are owned by no row: -1. Only computed where
+                # needed: for the values themselves it would outweigh them.
+                child_owners = np.full(len(child), -1, dtype=np.int64)
+                if rows:
+                    child_owners[offsets[0] : offsets[-1]] = np.repeat(owners, lengths)
+                owners = child_owners
             starts, ends = offsets[starts], offsets[ends]
             level = child
             first = False
@@ -303,7 +305,6 @@ class ArrayColumn:
         start, end = int(self._starts[row]), int(self._ends[row])
         return self._leaf[start:end].reshape(tuple(self._shapes[row].tolist())).copy()
 
-
     def many(self, rows: np.ndarray[Any, Any]) -> list[Any]:
         """The arrays of several rows, each as :meth:`get` gives it."""
         if self._fixed_shape:
@@ -347,5 +348,5 @@ def column_getter(column: pa.Array, mapping: str) -> Getter:
             ]
             return _with_nulls(valid, lambda row: {name: get(row) for name, get in children})
     # Every other type: pyarrow's own conversion, as to_pylist gives it.
-    values = column.to_pylist()
+    values: list[Any] = column.to_pylist()
     return values.__getitem__

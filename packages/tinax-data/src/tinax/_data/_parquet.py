@@ -61,7 +61,6 @@ from tinax._data._record_codec import (
     array_bytes,
     array_from_bytes,
     dtype_descriptor,
-    dtype_from_descriptor,
     record_position,
     require_record_file,
 )
@@ -174,9 +173,7 @@ def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | str | No
     return arrow_type
 
 
-def _native_arrow_schema(
-    schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | str | None]
-) -> pa.Schema:
+def _native_arrow_schema(schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | str | None]) -> pa.Schema:
     import pyarrow as pa
 
     fields = []
@@ -312,7 +309,7 @@ def _fixed_shapes(
     Records that break the format are found later, when each is checked; here
     anything without the first record's shape only makes the field vary.
     """
-    shapes: dict[str, tuple[int, ...] | None] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for field in schema.fields:
         if field.kind == KIND_ARRAY:
             shapes[field.name] = tuple(records[0][field.name].shape)
@@ -339,9 +336,7 @@ def _fixed_shapes(
     return layouts
 
 
-def _write_tinax_records(
-    destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool
-) -> None:
+def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -544,9 +539,7 @@ def _is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
-def _write_plain_table(
-    destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool
-) -> None:
+def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -775,7 +768,7 @@ class _RowGroup:
     def records(self, rows: np.ndarray[Any, Any]) -> list[dict[str, Any]]:
         """The records of several rows, as :meth:`record` gives each, read column by column."""
         columns = []
-        for name, getter in self._getters:
+        for _, getter in self._getters:
             try:
                 columns.append(many_values(getter, rows))
             except ValueError:
@@ -1032,7 +1025,9 @@ class ParquetRecordSource:
                 try:
                     found = group.records(positions[chosen] - offset)
                 except ValueError as error:
-                    raise ValueError(f"{str(self._path)!r}: a record of row group {group_index} is malformed ({error})") from error
+                    raise ValueError(
+                        f"{str(self._path)!r}: a record of row group {group_index} is malformed ({error})"
+                    ) from error
                 for slot, record in zip(chosen.tolist(), found, strict=True):
                     records[slot] = record
         return records

@@ -714,7 +714,7 @@ def pipeline_classes() -> PipelineClasses:
 
     batch_class: type[Any] = type(grain.MapDataset.range(1).batch(1))
 
-    class BulkBatchMapDataset(batch_class):  # type: ignore[misc,valid-type]
+    class BulkBatchMapDataset(batch_class):  # type: ignore[misc]
         """grain's batch, reading the rows of a batch with one ``_getitems`` call.
 
         Every grain dataset's ``_getitems`` gives what indexing each position
