@@ -43,8 +43,9 @@ class ShardRuns:
         return len(self.offsets) * self.run_nbytes
 
 
-def box_of_index(index: Sequence[slice | int], shape: Sequence[int]) -> Box:
-    """Returns the box that a JAX shard index (one slice per axis, unit steps) selects."""
+def box_of_index(index: Sequence[slice | int] | None, shape: Sequence[int]) -> Box:
+    """Returns the box that a JAX shard index (one slice per axis, unit steps; None for all) selects."""
+    index = () if index is None else index
     box = []
     for axis, extent in enumerate(shape):
         part = index[axis] if axis < len(index) else slice(None)

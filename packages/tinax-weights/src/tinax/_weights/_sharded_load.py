@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 
 #: Tensors whose shards on this process, a copy per device included, fit in
-#: this many bytes are placed in one batched transfer.
+#: this many bytes are read together and placed in one batched transfer.
 BATCHED_PLACEMENT_BYTES = 256 * 1024
-#: Tensors whose shards on this process fit in this many bytes are read
-#: together (a box they tile in long runs) before they are placed; larger
-#: ones are read one shard at a time. Host staging memory thus stays within
-#: the larger of one shard and this constant.
+#: Tensors within this many bytes whose local shards tile a box are read
+#: together, in the box's longer runs; every other tensor one shard at a
+#: time. Host staging memory thus stays within the larger of one shard and
+#: this constant.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
 # Rows of a tiled box read at a time; the buffer is reused for each slab.
 _SLAB_BYTES = 1024 * 1024
@@ -67,6 +67,7 @@ class _Plan:
     nbytes: int
     # The bytes of every local device's shard, copies of the same shard included.
     device_nbytes: int
+    dtype: np.dtype[Any]
     # The payload bytes read so far, counted read by read.
     counter: list[int] = dataclasses.field(default_factory=lambda: [0])
 
@@ -84,13 +85,16 @@ def load_sharded_safetensors(
     Each process reads only the bytes of the shards that its own devices
     hold, and a shard held by several of its devices (replicated) only
     once. A shard along the first axis is one contiguous read; a shard along
-    a later axis is read row by row, never as the whole tensor. The load is
+    a later axis is read row by row (or, where this process's shards tile a
+    box, that box in its longer runs), never beyond what this process
+    holds. The load is
     planned from the validated headers alone: unknown names, shardings that
     do not fit a tensor, dtypes that JAX would change, and a plan that reads
     more than ``max_bytes`` are refused before any tensor data is read. Host
     memory beyond the arrays' own stays within the larger of one shard and
-    16 MiB: small tensors are staged together and placed in one transfer,
-    larger ones one shard at a time.
+    16 MiB: shards are read and placed one at a time, except that tensors
+    under 256 KiB, and tensors whose local shards tile a box (read in its
+    longer runs), are read together into one reused staging buffer.
 
     Every process of a multi-process runtime calls this with the same
     arguments; nothing is exchanged between them.
@@ -165,7 +169,8 @@ def load_sharded_safetensors(
                 f"devices; the largest, tensor {largest.name!r}, {largest.nbytes}), more than max_bytes={budget}; "
                 "select fewer tensors with names=, shard them further or raise max_bytes"
             )
-        arrays = {plan.name: _load(plan) for plan in plans}
+        arena = _Arena(max((_staging_nbytes(plan) for plan in plans), default=0))
+        arrays = {plan.name: _load(plan, arena) for plan in plans}
         bytes_read = sum(plan.counter[0] for plan in plans)
     return LoadedShardedSafetensors(
         arrays=arrays, tensors={name: available[name].info for name in selected}, bytes_read=bytes_read
@@ -198,7 +203,7 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
         raise ValueError(f"shardings[{name!r}] does not fit tensor {name!r} of shape {info.shape}: {error}") from error
     shards: dict[Box, list[Any]] = {}
     for device, index in sorted(indices.items(), key=lambda item: int(item[0].id)):
-        box = box_of_index(index if index is not None else (), info.shape)
+        box = box_of_index(index, info.shape)
         if tuple(stop - start for start, stop in box) != tuple(shard_shape):
             raise ValueError(
                 f"shardings[{name!r}] does not divide tensor {name!r} of shape {info.shape} evenly: device "
@@ -208,62 +213,115 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
     sizes = {box: math.prod(stop - start for start, stop in box) * dtype.itemsize for box in shards}
     nbytes = sum(sizes.values())
     device_nbytes = sum(sizes[box] * len(devices) for box, devices in shards.items())
-    return _Plan(name, tensor, sharding, shards, nbytes, device_nbytes)
+    return _Plan(name, tensor, sharding, shards, nbytes, device_nbytes, dtype)
 
 
-def _load(plan: _Plan) -> jax.Array:
+class _Arena:
+    """The one host buffer that shards read together are staged in, reused from tensor to tensor.
+
+    Each region starts 16 bytes past a 64-byte boundary. A device transfer
+    may take over a 64-byte aligned host buffer instead of copying it
+    (jax#37830); a region that is not so aligned is always copied, so once a
+    transfer is complete the region can hold the next shard. Staging thus
+    costs one allocation of the largest batch, whatever the model's size,
+    where buffers allocated and freed per tensor would fragment the heap.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self._memory = empty_load_buffer((nbytes + _ALIGNMENT * 2,), np.dtype(np.uint8)) if nbytes else None
+        self._cursor = 0
+
+    def reset(self) -> None:
+        self._cursor = 0
+
+    def take(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+        nbytes = math.prod(shape) * dtype.itemsize
+        if self._memory is None or nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        address = self._memory.ctypes.data + self._cursor
+        start = self._cursor + (_MISALIGNMENT - address) % _ALIGNMENT
+        self._cursor = start + nbytes
+        return self._memory[start : start + nbytes].view(dtype).reshape(shape)
+
+
+_ALIGNMENT = 64
+_MISALIGNMENT = 16
+
+
+def _staged_together(plan: _Plan) -> bool:
+    """Whether a tensor's local shards are read together into the arena before they are placed.
+
+    Tiny tensors are, to place them in one transfer; so are tensors within
+    ``STAGING_BATCH_BYTES`` whose shards tile a box but would each take
+    several reads, so that the box is read in its longer runs.
+    """
+    if plan.nbytes > STAGING_BATCH_BYTES:
+        return False
+    if plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
+        return True
+    boxes = list(plan.shards)
+    return _union_box(boxes) is not None and len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) > 1
+
+
+def _staging_nbytes(plan: _Plan) -> int:
+    """The arena bytes that loading ``plan`` takes at most."""
+    if not _staged_together(plan):
+        return 0
+    return sum(math.prod(stop - start for start, stop in box) * plan.dtype.itemsize + _ALIGNMENT for box in plan.shards)
+
+
+def _load(plan: _Plan, arena: _Arena) -> jax.Array:
     """Reads and places the shards of one tensor."""
     import jax
 
     info = plan.tensor.info
-    if plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
-        # Tiny tensors (biases, norms): every local shard staged and placed in
-        # one batched transfer, whose fixed cost dominates at this size. A
-        # shard that several devices hold goes to each as its own copy, so no
-        # two devices ever share host memory.
-        staged = _read_boxes(plan)
-        placed: set[Box] = set()
-
-        def piece(index: Any) -> np.ndarray[Any, Any]:
-            box = box_of_index(index, info.shape)
-            if box in placed:
-                return staged[box].copy()
-            placed.add(box)
-            return staged[box]
-
-        array = jax.make_array_from_callback(info.shape, plan.sharding, piece)
+    arena.reset()
+    staged = _read_boxes(plan, arena) if _staged_together(plan) else {}
+    if staged and plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
+        # Tiny tensors (biases, norms): one batched transfer, whose fixed cost
+        # dominates at this size.
+        array: jax.Array = jax.make_array_from_callback(
+            info.shape, plan.sharding, lambda index: staged[box_of_index(index, info.shape)]
+        )
         array.block_until_ready()
         return array
 
-    # One shard placed at a time: the first device may take the staged
-    # buffer over (on CPU it does, so it is no staging at all); the others
-    # copy from that device. Waiting for each transfer keeps at most one
-    # shard staged beyond what is already read.
+    # Placed shard by shard: the first device copies the staged shard (or,
+    # for a buffer of its own, may take it over), the others copy from that
+    # device. Waiting for each transfer bounds the staging to one shard.
     pieces = []
-    tiled = _read_boxes(plan) if plan.device_nbytes <= STAGING_BATCH_BYTES else {}
     for box, devices in plan.shards.items():
-        buffer = tiled.pop(box) if box in tiled else _read_box(plan, box)
+        if staged:
+            buffer = staged[box]
+        else:
+            buffer = empty_load_buffer(tuple(stop - start for start, stop in box), plan.dtype)
+            _read_into(plan, box, buffer)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
-        for placed_piece in pieces[-len(devices) :]:
-            placed_piece.block_until_ready()
+        for placed in pieces[-len(devices) :]:
+            placed.block_until_ready()
         del buffer
     return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
 
 
-def _read_boxes(plan: _Plan) -> dict[Box, np.ndarray[Any, Any]]:
-    """Reads every local shard of a tensor at once, each into its own buffer.
+def _read_boxes(plan: _Plan, arena: _Arena) -> dict[Box, np.ndarray[Any, Any]]:
+    """Reads every local shard of a tensor at once, each into its own region of ``arena``.
 
     Where the shards tile a box (column blocks of the same rows, say) and each
     would take several reads, the box is read in its longer runs, slab by
     slab, and cut up; each byte is still read once.
     """
+    dtype = plan.dtype
     boxes = list(plan.shards)
+    buffers = {box: arena.take(tuple(stop - start for start, stop in box), dtype) for box in boxes}
     union = _union_box(boxes)
     if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
-        return {box: _read_box(plan, box) for box in boxes}
-    return _read_tiles(plan, union, boxes)
+        for box, buffer in buffers.items():
+            _read_into(plan, box, buffer)
+    else:
+        _read_tiles(plan, union, buffers)
+    return buffers
 
 
 def _union_box(boxes: list[Box]) -> Box | None:
@@ -280,15 +338,14 @@ def _union_box(boxes: list[Box]) -> Box | None:
     return bounds
 
 
-def _read_tiles(plan: _Plan, union: Box, boxes: list[Box]) -> dict[Box, np.ndarray[Any, Any]]:
-    """Reads the box ``union`` that ``boxes`` tile, slab by slab along its first axis, into one buffer per box.
+def _read_tiles(plan: _Plan, union: Box, buffers: dict[Box, np.ndarray[Any, Any]]) -> None:
+    """Reads the box ``union``, which the keys of ``buffers`` tile, into those buffers, slab by slab.
 
-    A slab holds at most ``_SLAB_BYTES`` (or one index of the first axis), and
-    its buffer is reused, so the staging beyond the boxes' own buffers stays
-    that small.
+    A slab holds at most ``_SLAB_BYTES`` (or one index of the first axis)
+    and its buffer is reused, so the staging beyond the buffers stays that
+    small.
     """
-    dtype = plan.tensor.info.numpy_dtype
-    buffers = {box: empty_load_buffer(tuple(stop - start for start, stop in box), dtype) for box in boxes}
+    dtype = plan.dtype
     (first, last), rest = union[0], union[1:]
     row_nbytes = math.prod(stop - start for start, stop in rest) * np.dtype(dtype).itemsize
     step = max(1, _SLAB_BYTES // max(1, row_nbytes))
@@ -307,14 +364,6 @@ def _read_tiles(plan: _Plan, union: Box, boxes: list[Box]) -> dict[Box, np.ndarr
                 *(slice(begin - base, end - base) for (begin, end), (base, _) in zip(inner, rest, strict=True)),
             )
             buffer[overlap_low - start : overlap_high - start] = slab[source]
-    return buffers
-
-
-def _read_box(plan: _Plan, box: Box) -> np.ndarray[Any, Any]:
-    """Reads one box of the tensor into a new buffer."""
-    buffer = empty_load_buffer(tuple(stop - start for start, stop in box), plan.tensor.info.numpy_dtype)
-    _read_into(plan, box, buffer)
-    return buffer
 
 
 def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any]) -> None:
