@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import errno
 import gc
+import json
 import os
 import pathlib
+import random
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
+from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import grain
@@ -508,3 +514,191 @@ def test_only_reports_of_tasks_orbax_abandoned_are_taken():
     assert taken.filter(record("Task exception was never retrieved\nfuture: <Task>", ValueError("mine")))
     assert taken.filter(record("Task was destroyed but it is pending!\ntask: <Task coro=<mine() at app.py:3>>"))
     assert taken.filter(record("Executing <Task> took 0.5 seconds", tensorstore_error))
+
+
+# ---------------------------------------------------------------------------
+# Damaged JSON metadata: ValueError naming the file, before Orbax reads it
+
+# Files of a training checkpoint that are JSON: the checkpoint's own metadata,
+# each part's tree metadata, shardings and per-process array metadata, and
+# the iterator's state.
+_JSON_METADATA = (
+    "_CHECKPOINT_METADATA",
+    "model/_METADATA",
+    "model/_sharding",
+    "model/array_metadatas/process_0",
+    "auxiliary/_METADATA",
+    "iterator/process_0-of-1.json",
+)
+_METADATA_SEEDS = range(1_000)
+
+
+def _training_parts() -> dict[str, Any]:
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(2, 4), ("data", "model"))
+    kernel = np.arange(32, dtype=np.float32).reshape(4, 8)
+    return {
+        "model": {
+            "kernel": jax.device_put(kernel, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))
+        },
+        "optimizer": {"count": jnp.asarray(3)},
+        "rng": jax.random.key(1),
+        "auxiliary": {"ema": np.asarray(0.5, np.float32)},
+    }
+
+
+@pytest.fixture(scope="module")
+def training_checkpoint(tmp_path_factory) -> pathlib.Path:
+    path = tmp_path_factory.mktemp("metadata") / "checkpoint"
+    parts = _training_parts()
+    iterator = iter(_batches())
+    next(iterator)
+    save_training_checkpoint(
+        path, 4, parts["model"], parts["optimizer"], parts["rng"], parts["auxiliary"], iterator
+    ).result()
+    return path
+
+
+def _load_training(path: pathlib.Path) -> Any:
+    targets = {name: abstract_restore_target(value) for name, value in _training_parts().items()}
+    return load_training_checkpoint(
+        path, targets["model"], targets["optimizer"], targets["rng"], targets["auxiliary"], iter(_batches())
+    )
+
+
+def test_every_json_metadata_file_the_fuzz_mutates_exists(training_checkpoint):
+    for relative in _JSON_METADATA:
+        assert (training_checkpoint / relative).is_file(), relative
+    assert _load_training(training_checkpoint).step == 4
+
+
+@pytest.mark.parametrize("relative", _JSON_METADATA)
+@pytest.mark.parametrize("depth", [3_000, 200_000])
+def test_json_metadata_nested_too_deep_is_a_value_error_naming_the_file(training_checkpoint, tmp_path, relative, depth):
+    damaged = tmp_path / "checkpoint"
+    shutil.copytree(training_checkpoint, damaged)
+    (damaged / relative).write_text("[" * depth + "]" * depth)
+    with pytest.raises(ValueError, match=re.escape(relative)) as caught:
+        _load_training(damaged)
+    assert not isinstance(caught.value, RecursionError)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"\xff\xfe{}", b"{", b"[]", b"null", b'"text"'],
+    ids=["not-utf8", "truncated", "list", "null", "string"],
+)
+def test_checkpoint_metadata_that_is_no_json_object_is_a_value_error(training_checkpoint, tmp_path, content):
+    damaged = tmp_path / "checkpoint"
+    shutil.copytree(training_checkpoint, damaged)
+    (damaged / "_CHECKPOINT_METADATA").write_bytes(content)
+    with pytest.raises(ValueError, match="_CHECKPOINT_METADATA"):
+        _load_training(damaged)
+
+
+@pytest.mark.parametrize("name", ["a/b", "..", "x" * 4_000])
+def test_a_listed_checkpointable_name_that_cannot_be_a_folder_is_a_value_error(training_checkpoint, tmp_path, name):
+    damaged = tmp_path / "checkpoint"
+    shutil.copytree(training_checkpoint, damaged)
+    metadata = json.loads((damaged / "_CHECKPOINT_METADATA").read_text())
+    metadata["item_handlers"][name] = next(iter(metadata["item_handlers"].values()))
+    (damaged / "_CHECKPOINT_METADATA").write_text(json.dumps(metadata))
+    with pytest.raises(ValueError, match="cannot"):
+        _load_training(damaged)
+
+
+@pytest.mark.parametrize("field", ["param_name", "write_shape", "chunk_shape"])
+@pytest.mark.parametrize("damage", ["missing", "mistyped"])
+def test_array_metadata_with_a_missing_or_mistyped_field_is_a_value_error(training_checkpoint, tmp_path, field, damage):
+    damaged = tmp_path / "checkpoint"
+    shutil.copytree(training_checkpoint, damaged)
+    file = damaged / "model" / "array_metadatas" / "process_0"
+    content = json.loads(file.read_text())
+    entry = content["array_metadatas"][0]["array_metadata"]
+    if damage == "missing":
+        del entry[field]
+    else:
+        entry[field] = 7 if field == "param_name" else ["1"]
+    file.write_text(json.dumps(content))
+    with pytest.raises(ValueError, match="array_metadatas/process_0"):
+        _load_training(damaged)
+
+
+# Values a structural mutation puts in place of a JSON node.
+_HOSTILE_JSON_VALUES: tuple[Any, ...] = (None, True, -1, 2**70, 1.5, "x", [], {}, [[[]]], {"a": {}}, "\ud800")
+_HOSTILE_INSERTIONS = (b"[", b"{", b'"', b"9" * 30, b"null", b"\xff", b"[" * 5_000, b"NaN")
+
+
+def _json_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield path
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        yield from _json_paths(child, (*path, key))
+
+
+def _mutate_json(data: bytes, rng: random.Random) -> bytes:
+    """One seeded mutation: a bit flip, a cut, an inserted token, or a replaced, removed or deepened node."""
+    kind = rng.randrange(6)
+    if kind == 0:
+        flipped = bytearray(data)
+        flipped[rng.randrange(len(flipped))] ^= 1 << rng.randrange(8)
+        return bytes(flipped)
+    if kind == 1:
+        return data[: rng.randrange(len(data))]
+    if kind == 2:
+        at = rng.randrange(len(data) + 1)
+        return data[:at] + rng.choice(_HOSTILE_INSERTIONS) + data[at:]
+    document = json.loads(data)
+    path = rng.choice(list(_json_paths(document)))
+    depth = rng.choice([50, 3_000, 100_000])
+    replacement: Any = rng.choice(_HOSTILE_JSON_VALUES) if kind != 5 else "\0deep\0"
+    if not path:
+        document = replacement
+    else:
+        parent = document
+        for key in path[:-1]:
+            parent = parent[key]
+        if kind == 4:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = replacement
+    text = json.dumps(document, ensure_ascii=rng.random() < 0.5)
+    text = text.replace(json.dumps("\0deep\0"), "[" * depth + "]" * depth)
+    return text.encode("utf-8", "surrogatepass")
+
+
+def test_one_thousand_seeded_metadata_mutations_give_only_documented_errors(training_checkpoint, tmp_path):
+    # A mutation may also leave a loadable checkpoint (a flipped bit in an
+    # ignored field, for one); what it may never do is escape as another type.
+    outcomes: Counter[str] = Counter()
+    escaped: list[str] = []
+    for seed in _METADATA_SEEDS:
+        rng = random.Random(seed)
+        damaged = tmp_path / f"checkpoint-{seed}"
+        shutil.copytree(training_checkpoint, damaged)
+        relative = rng.choice(_JSON_METADATA)
+        file = damaged / relative
+        file.write_bytes(_mutate_json(file.read_bytes(), rng))
+        try:
+            _load_training(damaged)
+        except (TypeError, ValueError, KeyError) as error:
+            outcomes[type(error).__name__] += 1
+        except Exception as error:
+            escaped.append(f"seed {seed}, {relative}: {type(error).__name__}: {str(error)[:200]}")
+        else:
+            outcomes["loaded"] += 1
+        shutil.rmtree(damaged)
+    assert not escaped, escaped
+    assert sum(outcomes.values()) == len(_METADATA_SEEDS)
+    # Most mutations damage the checkpoint, and they are refused as damage.
+    assert outcomes["ValueError"] + outcomes["CheckpointKeyError"] > len(_METADATA_SEEDS) // 2, outcomes
+    gc.collect()
+
+
+def test_the_empty_value_types_accepted_in_tree_metadata_are_orbaxs():
+    from orbax.checkpoint._src.metadata import empty_values
+
+    from tinax._checkpointing._checkpointables import _EMPTY_VALUE_TYPES
+
+    declared = {value for name, value in vars(empty_values).items() if name.startswith("RESTORE_TYPE_")}
+    assert declared - {empty_values.RESTORE_TYPE_UNKNOWN} == _EMPTY_VALUE_TYPES
+    assert all(empty_values.is_empty_typestr(value) for value in _EMPTY_VALUE_TYPES)
