@@ -115,14 +115,13 @@ def x64(enabled: bool) -> contextlib.AbstractContextManager[Any]:
     return jax.enable_x64(True) if enabled else contextlib.nullcontext()
 
 
-@pytest.fixture(params=["batched", "batched-row-slabs", "read-together", "shard-by-shard"])
+@pytest.fixture(params=["batched", "read-together", "shard-by-shard"])
 def staging(request, monkeypatch):
     """Runs a test through each way of staging and placing shards.
 
     ``batched``: the defaults, which read these small tensors' local shards
-    together and place them in one transfer; ``batched-row-slabs``: the same,
-    with boxes that the shards tile read one row of their first axis at a
-    time; ``read-together``: shards read together, placed one by one;
+    together and place them in one transfer; ``read-together``: shards that
+    tile a box read together, placed one by one;
     ``shard-by-shard``: read and placed one shard at a time.
     """
     from tinax._weights import _sharded_load
@@ -131,8 +130,6 @@ def staging(request, monkeypatch):
         monkeypatch.setattr(_sharded_load, "BATCHED_PLACEMENT_BYTES", 0)
     if request.param == "shard-by-shard":
         monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", 0)
-    if request.param == "batched-row-slabs":
-        monkeypatch.setattr(_sharded_load, "_SLAB_BYTES", 1)
     return request.param
 
 
@@ -218,7 +215,7 @@ def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeyp
         # tensor on this process, are read together in one run.
         load_sharded_safetensors(path, shardings=rows, max_bytes=256)
         load_sharded_safetensors(path, shardings=columns, max_bytes=256)
-        assert lengths == ([128, 128] + [32] * 8 if staging == "batched-row-slabs" else [128, 128, 256])
+        assert lengths == [128, 128, 256]
 
 
 def test_a_callable_chooses_each_sharding_from_the_description(tmp_path):

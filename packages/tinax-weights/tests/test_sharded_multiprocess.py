@@ -24,6 +24,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from tinax._core.distributed_testing import DistributedRunError, run_processes
 from tinax.weights import inspect_safetensors, load_sharded_safetensors, save_safetensors, save_sharded_safetensors
 
+# Each test here starts several JAX processes: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(600)
+
 PROCESSES = 2
 DEVICES_PER_PROCESS = 4
 METADATA = {"format": "np"}

@@ -32,8 +32,6 @@ BATCHED_PLACEMENT_BYTES = 256 * 1024
 #: time. Host staging memory thus stays within the larger of one shard and
 #: this constant.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
-# Rows of a tiled box read at a time; the buffer is reused for each slab.
-_SLAB_BYTES = 1024 * 1024
 
 ShardingChoice = Mapping[str, "Sharding"] | Callable[[str, TensorInfo], "Sharding"]
 
@@ -286,15 +284,16 @@ def _load(plan: _Plan, arena: _Arena) -> jax.Array:
         array.block_until_ready()
         return array
 
-    # Placed shard by shard: the first device copies the staged shard (or,
-    # for a buffer of its own, may take it over), the others copy from that
-    # device. Waiting for each transfer bounds the staging to one shard.
+    # Placed shard by shard: the first device copies the staged shard, or
+    # takes over a buffer of its own (64-byte aligned so that a CPU device
+    # can, saving a copy); the others copy from that device. Waiting for each
+    # transfer bounds the staging to one shard.
     pieces = []
     for box, devices in plan.shards.items():
         if staged:
             buffer = staged[box]
         else:
-            buffer = empty_load_buffer(tuple(stop - start for start, stop in box), plan.dtype)
+            buffer = _aligned_buffer(tuple(stop - start for start, stop in box), plan.dtype)
             _read_into(plan, box, buffer)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
@@ -305,23 +304,35 @@ def _load(plan: _Plan, arena: _Arena) -> jax.Array:
     return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
 
 
+def _aligned_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """Returns a new uninitialised array whose data starts on a 64-byte boundary."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    raw = empty_load_buffer((nbytes + _ALIGNMENT,), np.dtype(np.uint8))
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start : start + nbytes].view(dtype).reshape(shape)
+
+
 def _read_boxes(plan: _Plan, arena: _Arena) -> dict[Box, np.ndarray[Any, Any]]:
     """Reads every local shard of a tensor at once, each into its own region of ``arena``.
 
     Where the shards tile a box (column blocks of the same rows, say) and each
-    would take several reads, the box is read in its longer runs, slab by
-    slab, and cut up; each byte is still read once.
+    would take several reads, the box is read whole, in its longer runs, and
+    each shard is a view of it; each byte is still read once.
     """
-    dtype = plan.dtype
     boxes = list(plan.shards)
-    buffers = {box: arena.take(tuple(stop - start for start, stop in box), dtype) for box in boxes}
     union = _union_box(boxes)
     if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
+        buffers = {box: arena.take(tuple(stop - start for start, stop in box), plan.dtype) for box in boxes}
         for box, buffer in buffers.items():
             _read_into(plan, box, buffer)
-    else:
-        _read_tiles(plan, union, buffers)
-    return buffers
+        return buffers
+    whole = arena.take(tuple(stop - start for start, stop in union), plan.dtype)
+    _read_into(plan, union, whole)
+    # Views: each transfer copies its block out of the box.
+    return {
+        box: whole[tuple(slice(start - low, stop - low) for (start, stop), (low, _) in zip(box, union, strict=True))]
+        for box in boxes
+    }
 
 
 def _union_box(boxes: list[Box]) -> Box | None:
@@ -336,34 +347,6 @@ def _union_box(boxes: list[Box]) -> Box | None:
     if volume == 0 or sum(math.prod(stop - start for start, stop in box) for box in boxes) != volume:
         return None
     return bounds
-
-
-def _read_tiles(plan: _Plan, union: Box, buffers: dict[Box, np.ndarray[Any, Any]]) -> None:
-    """Reads the box ``union``, which the keys of ``buffers`` tile, into those buffers, slab by slab.
-
-    A slab holds at most ``_SLAB_BYTES`` (or one index of the first axis)
-    and its buffer is reused, so the staging beyond the buffers stays that
-    small.
-    """
-    dtype = plan.dtype
-    (first, last), rest = union[0], union[1:]
-    row_nbytes = math.prod(stop - start for start, stop in rest) * np.dtype(dtype).itemsize
-    step = max(1, _SLAB_BYTES // max(1, row_nbytes))
-    scratch = empty_load_buffer((min(step, last - first), *(stop - start for start, stop in rest)), dtype)
-    for low in range(first, last, step):
-        high = min(low + step, last)
-        slab = scratch[: high - low]
-        _read_into(plan, ((low, high), *rest), slab)
-        for box, buffer in buffers.items():
-            (start, stop), inner = box[0], box[1:]
-            overlap_low, overlap_high = max(start, low), min(stop, high)
-            if overlap_low >= overlap_high:
-                continue
-            source = (
-                slice(overlap_low - low, overlap_high - low),
-                *(slice(begin - base, end - base) for (begin, end), (base, _) in zip(inner, rest, strict=True)),
-            )
-            buffer[overlap_low - start : overlap_high - start] = slab[source]
 
 
 def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any]) -> None:
