@@ -1,0 +1,101 @@
+"""Checks every installed tinax distribution against its RECORD file.
+
+A wheel's RECORD lists each file it installed with its SHA-256. A file that
+is missing or whose hash differs means the install is broken: a ``pip``
+upgrade over the single-distribution tinax 0.2 removes 0.2's files by its
+RECORD, and hand edits or half-finished installs leave changed files. This
+module's own path is one tinax 0.2 never installed, so such a removal cannot
+delete it; it uses only the standard library.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import pathlib
+import re
+from collections.abc import Iterable
+from importlib import metadata
+
+__all__ = ["DistributionCheck", "check_distribution", "repair_command", "tinax_distributions"]
+
+_TINAX_NAME = re.compile(r"^tinax(?:[-_.].+)?$", re.IGNORECASE)
+_CHUNK = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True)
+class DistributionCheck:
+    """The outcome of checking one distribution.
+
+    Attributes:
+      name: The distribution's name.
+      version: Its installed version.
+      files: How many RECORD entries carry a hash and were checked.
+      problems: One line per missing or changed file (or a missing RECORD).
+    """
+
+    name: str
+    version: str
+    files: int
+    problems: tuple[str, ...]
+
+
+def tinax_distributions() -> list[metadata.Distribution]:
+    """Returns every installed distribution named ``tinax`` or ``tinax-*``, sorted by name, each once."""
+    found: dict[str, metadata.Distribution] = {}
+    for distribution in metadata.distributions():
+        name = distribution.metadata["Name"] or ""
+        if _TINAX_NAME.match(name) and _normalized(name) not in found:
+            found[_normalized(name)] = distribution
+    return [found[name] for name in sorted(found)]
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def repair_command(name: str, version: str) -> str:
+    """Returns the command that reinstalls exactly this distribution's files."""
+    return f"python -m pip install --force-reinstall --no-deps {name}=={version}"
+
+
+def check_distribution(distribution: metadata.Distribution) -> DistributionCheck:
+    """Checks that each file in ``distribution``'s RECORD exists and has the recorded hash."""
+    name = distribution.metadata["Name"] or "?"
+    version = distribution.version
+    if distribution.read_text("RECORD") is None:
+        return DistributionCheck(name, version, 0, ("its RECORD file is missing, so no file can be checked",))
+    problems: list[str] = []
+    checked = 0
+    for entry in distribution.files or ():
+        if entry.hash is None:
+            continue
+        checked += 1
+        problem = _file_problem(pathlib.Path(str(distribution.locate_file(entry))), entry.hash.mode, entry.hash.value)
+        if problem is not None:
+            problems.append(f"{entry.as_posix()} {problem}")
+    return DistributionCheck(name, version, checked, tuple(problems))
+
+
+def _file_problem(path: pathlib.Path, mode: str, expected: str) -> str | None:
+    try:
+        digest = hashlib.new(mode)
+    except ValueError:
+        return f"has a hash of unknown kind {mode!r} in RECORD"
+    try:
+        with open(path, "rb") as handle:
+            for chunk in _chunks(handle):
+                digest.update(chunk)
+    except FileNotFoundError:
+        return "is missing"
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+    return None if actual == expected else "differs from the installed file (its hash changed)"
+
+
+def _chunks(handle: object) -> Iterable[bytes]:
+    read = handle.read  # type: ignore[attr-defined]
+    while chunk := read(_CHUNK):
+        yield chunk
