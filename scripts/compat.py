@@ -228,6 +228,9 @@ def check_suite(suite: pathlib.Path, pytest_arguments: list[str]) -> bool:
             f"--junitxml={report}",
             "-o",
             "junit_family=xunit1",
+            # 0.2's suite has no time limit of its own; no test of it may hang the run.
+            "-o",
+            "timeout=600",
             *pytest_arguments,
         ],
         cwd=suite,

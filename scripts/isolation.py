@@ -36,7 +36,7 @@ from packaging.utils import canonicalize_name
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
 META_NAME = "tinax"
-TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.155.2"]
+TEST_REQUIREMENTS = ["pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.2"]
 
 
 def uv(*arguments: str, **kwargs: object) -> subprocess.CompletedProcess[str]:

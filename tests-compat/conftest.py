@@ -142,3 +142,17 @@ def artifacts02(tinax02_python: Path, tmp_path_factory: pytest.TempPathFactory) 
                 f"(exit {completed.returncode}):\n{completed.stderr[-6000:]}"
             )
     return root
+
+
+# The first test that asks for 0.2's environment or artifacts pays for
+# building them (a venv from the index, every generator run under 0.2), and
+# the upgrade tests install whole stacks: these tests get a longer limit than
+# the suite's default.
+COMPAT_TEST_TIMEOUT_SECONDS = 1800
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+    for item in items:
+        if here in item.path.resolve().parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(COMPAT_TEST_TIMEOUT_SECONDS))

@@ -27,7 +27,7 @@ PACKAGES = ROOT / "packages"
 MEMBER_FOLDERS = sorted(
     path.parent for path in PACKAGES.glob("tinax-*/pyproject.toml") if path.parent.name != "tinax-meta"
 )
-TEST_REQUIREMENTS = ["pytest==9.2.0", "hypothesis==6.155.2"]
+TEST_REQUIREMENTS = ["pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.2"]
 
 #: Every file the tinax 0.2.0 wheel installed, from its RECORD (checked in
 #: so that the layout test below needs no download).

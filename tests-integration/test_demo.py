@@ -9,6 +9,9 @@ import sys
 
 import pytest
 
+# The demo runs in a child process here, for up to a minute or more on a loaded machine.
+pytestmark = pytest.mark.timeout(900)
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEMO = ROOT / "examples" / "demo.py"
 

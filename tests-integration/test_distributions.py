@@ -23,7 +23,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts"
 
-pytestmark = pytest.mark.distributions
+# Building wheels, making venvs and running a member's whole suite in one of
+# them takes minutes: far longer than the suite's default limit.
+pytestmark = [pytest.mark.distributions, pytest.mark.timeout(1800)]
 
 
 def _load_script(name: str) -> ModuleType:

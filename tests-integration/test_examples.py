@@ -122,6 +122,8 @@ def test_the_public_name_check_catches_private_imports():
     ]
 
 
+# A recipe may take up to RUN_TIMEOUT_SECONDS in its child process.
+@pytest.mark.timeout(RUN_TIMEOUT_SECONDS + 60)
 @pytest.mark.parametrize("name", sorted(KEY_LINES))
 def test_recipe_runs_and_reports_what_it_demonstrated(name, tmp_path):
     working_directory = tmp_path / "cwd"

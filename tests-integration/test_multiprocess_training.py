@@ -46,6 +46,9 @@ import pytest
 
 from tinax._core.distributed_testing import DistributedRunError, run_processes
 
+# Each test here starts, kills and resumes multi-process training runs: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(900)
+
 pytest.importorskip("flax", reason="the training run uses a Flax NNX model")
 pytest.importorskip("optax", reason="the training run uses an optax optimizer")
 

@@ -294,6 +294,8 @@ def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
     }
 
 
+# Starts two JAX processes: longer than the suite's default limit.
+@pytest.mark.timeout(600)
 def test_the_same_step_in_two_processes_of_four_devices() -> None:
     results = run_processes(
         _body_train_across_processes, num_processes=2, devices_per_process=4, args=[[2, 4]], timeout=240.0

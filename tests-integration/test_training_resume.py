@@ -26,6 +26,9 @@ import pytest
 
 from tinax._core.distributed_testing import run_processes
 
+# Each test here trains, stops and resumes in child processes: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(900)
+
 pytest.importorskip("flax", reason="the resume proof trains a Flax NNX model")
 pytest.importorskip("optax", reason="the resume proof trains with an optax optimizer")
 

@@ -14,7 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tinax._core.distributed_testing import run_processes
+
+# Each test here starts several JAX processes: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(600)
 
 TIMEOUT = 300
 TOTAL = 8

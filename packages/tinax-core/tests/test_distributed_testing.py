@@ -8,12 +8,19 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from tinax._core import jax_compat
 from tinax._core.distributed_testing import DistributedRunError, free_port, run_processes
+
+# Every test here starts real processes; a few of them deliberately hang.
+pytestmark = pytest.mark.timeout(600)
 
 _SLEEP_UNLESS_FIRST = """
 import os
@@ -52,6 +59,33 @@ def _assert_all_reaped(reports: tuple[object, ...]) -> None:
     for report in reports:
         with pytest.raises(ProcessLookupError):
             os.kill(report.pid, 0)  # type: ignore[attr-defined]
+
+
+# A body that starts a helper process of its own, says so, and hangs.
+_HANG_WITH_A_HELPER = """
+import subprocess
+import sys
+import time
+
+
+def main(pid_file):
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    with open(pid_file, "w") as handle:
+        handle.write(str(helper.pid))
+    print("child is about to hang", file=sys.stderr, flush=True)
+    time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    # A killed process whose new parent has not reaped it yet is a zombie:
+    # it no longer runs.
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    state = next(line for line in status.splitlines() if line.startswith("State:"))
+    return "zombie" not in state and "dead" not in state
 
 
 def test_module_level_function_runs_in_every_process():
@@ -100,6 +134,44 @@ def test_hung_peer_is_killed_at_the_timeout():
     assert caught.value.reports[1].killed
     assert "--- process 1" in str(caught.value)
     _assert_all_reaped(caught.value.reports)
+
+
+_TEST_THAT_HANGS = """
+import pytest
+
+from tinax._core.distributed_testing import run_processes
+
+
+@pytest.mark.timeout(20)
+def test_hangs():
+    run_processes({body!r}, num_processes=1, devices_per_process=1, args=[{pid_file!r}], timeout=600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process states from /proc")
+def test_a_test_level_timeout_fails_the_test_with_the_child_output_and_kills_everything(tmp_path):
+    # The harness's own timeout is far away here: pytest-timeout stops the
+    # test, and the harness must still kill the child and the helper process
+    # it started (same process group), and report what the child printed.
+    pid_file = tmp_path / "helper.pid"
+    (tmp_path / "test_hangs.py").write_text(
+        textwrap.dedent(_TEST_THAT_HANGS).format(body=_HANG_WITH_A_HELPER, pid_file=str(pid_file))
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\ntimeout_method = signal\n")
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "test_hangs.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    assert completed.returncode == 1, output
+    assert "Timeout (>20.0s) from pytest-timeout" in output
+    assert "the wait for 1 processes was interrupted; every child was killed" in output
+    assert "child is about to hang" in output
+    assert not _running(int(pid_file.read_text()))
 
 
 def test_bad_arguments_are_refused_before_anything_starts():

@@ -12,10 +12,14 @@ from typing import Any
 
 import grain
 import jax
+import pytest
 from grain.sharding import ShardByJaxProcess
 
 from tinax._core.distributed_testing import run_processes
 from tinax.data import InMemorySource, training_batches
+
+# Each test here starts several JAX processes: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(600)
 
 
 def _ids(rows: Sequence[dict[str, int]]) -> list[int]:

@@ -18,6 +18,9 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from tinax._core.distributed_testing import run_processes
 from tinax.parallel import from_process_local_data, layout, make_mesh, shard_mapped
 
+# Each test here starts several JAX processes: longer than the suite's default limit.
+pytestmark = pytest.mark.timeout(600)
+
 LAYOUTS = [
     pytest.param(2, 4, id="2proc-x-4dev"),
     pytest.param(4, 2, id="4proc-x-2dev"),

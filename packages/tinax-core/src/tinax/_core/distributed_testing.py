@@ -10,7 +10,12 @@ collects one JSON value from each.
 
 The parent side uses only the standard library and never imports JAX. The
 children are POSIX processes, each in its own process group, and they are
-always killed and reaped before :func:`run_processes` returns or raises.
+always killed and reaped before :func:`run_processes` returns or raises,
+together with anything they started in their group. That holds when the wait
+itself is interrupted too (a pytest-timeout limit, Ctrl-C): the interrupting
+exception then carries every child's output as a note. On Linux a child also
+dies with the process that started it, so even a parent killed outright
+leaves no child running.
 """
 
 from __future__ import annotations
@@ -69,7 +74,20 @@ def _load(spec):
     return target
 
 
+def _die_with_parent(parent):
+    # Linux only: the kernel kills this process when its parent dies, however
+    # it dies (a timeout that exits pytest at once, SIGKILL).
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+
+
 def _main():
+    _die_with_parent(int(sys.argv[3]))
     with open(sys.argv[1], encoding="utf-8") as handle:
         spec = json.load(handle)
     process_id = int(sys.argv[2])
@@ -201,12 +219,14 @@ def _require_count(value: object, name: str) -> int:
 
 
 def _kill(child: subprocess.Popen[bytes]) -> bool:
-    if child.poll() is not None:
-        return False
-    with contextlib.suppress(ProcessLookupError):
+    running = child.poll() is None
+    # The whole group, even when the child itself has exited: what it started
+    # (a data worker, a helper process) is in its group and must not outlive
+    # the run. The group id stays reserved while any member is alive.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
-    return True
+    return running
 
 
 def _tail(text: str) -> str:
@@ -217,11 +237,51 @@ def _describe(reports: Sequence[ChildReport]) -> str:
     parts = []
     for report in reports:
         state = "killed by the harness" if report.killed else f"exited with {report.returncode}"
-        parts.append(
+        part = (
             f"--- process {report.process_id} (pid {report.pid}, {state} after {report.seconds:.1f} s) stderr:\n"
             f"{_tail(report.stderr).rstrip() or '<empty>'}"
         )
+        if report.killed and report.stdout.strip():
+            part += f"\n--- process {report.process_id} stdout:\n{_tail(report.stdout).rstrip()}"
+        parts.append(part)
     return "\n".join(parts)
+
+
+def _stop(
+    children: Sequence[subprocess.Popen[bytes]],
+    streams: Sequence[tuple[IO[bytes], IO[bytes]]],
+    started: Sequence[float],
+    ended: dict[int, float],
+    killed: set[int],
+) -> None:
+    for process_id, child in enumerate(children):
+        if _kill(child):
+            killed.add(process_id)
+        ended.setdefault(process_id, time.monotonic())
+    for stream_pair in streams:
+        for stream in stream_pair:
+            stream.close()
+
+
+def _reports(
+    directory: Path,
+    children: Sequence[subprocess.Popen[bytes]],
+    started: Sequence[float],
+    ended: dict[int, float],
+    killed: set[int],
+) -> list[ChildReport]:
+    return [
+        ChildReport(
+            process_id=process_id,
+            pid=child.pid,
+            returncode=int(child.returncode),
+            killed=process_id in killed,
+            seconds=ended[process_id] - started[process_id],
+            stdout=(directory / f"stdout-{process_id}").read_text(encoding="utf-8", errors="replace"),
+            stderr=(directory / f"stderr-{process_id}").read_text(encoding="utf-8", errors="replace"),
+        )
+        for process_id, child in enumerate(children)
+    ]
 
 
 def run_processes(
@@ -245,7 +305,9 @@ def run_processes(
     line. As soon as any child exits with a non-zero status, or ``timeout``
     passes, every child still running is killed and the run fails, so a dead
     or hung peer fails the caller in seconds rather than after JAX's own
-    timeouts. The calling process never starts the distributed runtime.
+    timeouts. Killing a child kills its whole process group, so nothing it
+    started survives the run. The calling process never starts the
+    distributed runtime.
 
     Args:
       body: What each child runs. A module-level function (it is loaded in
@@ -278,6 +340,9 @@ def run_processes(
         raised, it could not join, or it crashed), the run exceeds
         ``timeout``, or a child's last stdout line is not JSON. The message
         holds every child's stderr; ``reports`` holds all their output.
+      BaseException: Whatever interrupts the wait (pytest-timeout's failure,
+        ``KeyboardInterrupt``) propagates unchanged once every child is
+        killed, with every child's output added as a note.
     """
     processes = _require_count(num_processes, "num_processes")
     devices = _require_count(devices_per_process, "devices_per_process")
@@ -326,7 +391,7 @@ def run_processes(
                 started.append(time.monotonic())
                 children.append(
                     subprocess.Popen(
-                        [sys.executable, str(bootstrap), str(spec_path), str(process_id)],
+                        [sys.executable, str(bootstrap), str(spec_path), str(process_id), str(os.getpid())],
                         stdin=subprocess.DEVNULL,
                         stdout=out,
                         stderr=err,
@@ -346,27 +411,20 @@ def run_processes(
                     outcome = "finished"
                     break
                 time.sleep(_POLL_SECONDS)
-        finally:
-            for process_id, child in enumerate(children):
-                if _kill(child):
-                    killed.add(process_id)
-                ended.setdefault(process_id, time.monotonic())
-            for stream_pair in streams:
-                for stream in stream_pair:
-                    stream.close()
-
-        reports = [
-            ChildReport(
-                process_id=process_id,
-                pid=child.pid,
-                returncode=int(child.returncode),
-                killed=process_id in killed,
-                seconds=ended[process_id] - started[process_id],
-                stdout=(directory / f"stdout-{process_id}").read_text(encoding="utf-8", errors="replace"),
-                stderr=(directory / f"stderr-{process_id}").read_text(encoding="utf-8", errors="replace"),
+        except BaseException as interruption:
+            # Something outside the run stopped the wait (a test-level
+            # timeout, Ctrl-C): the children are stopped below as always, and
+            # what they printed goes with the exception, since it is the only
+            # clue to where they hung.
+            _stop(children, streams, started, ended, killed)
+            reports = _reports(directory, children, started, ended, killed)
+            interruption.add_note(
+                f"tinax distributed_testing: the wait for {processes} processes was interrupted; "
+                f"every child was killed\n{_describe(reports)}"
             )
-            for process_id, child in enumerate(children)
-        ]
+            raise
+        _stop(children, streams, started, ended, killed)
+        reports = _reports(directory, children, started, ended, killed)
 
     if outcome == "timeout":
         raise DistributedRunError(
