@@ -280,6 +280,9 @@ class ArrayColumn:
             ):
                 self._fixed_shape = shape
                 self._block = values[first_start : first_start + size * rows].reshape((rows, *shape))
+                # The block says it all: the per-row extents would only add to the cache's size.
+                empty = np.zeros(0, dtype=np.int64)
+                self._starts, self._ends, self._shapes = empty, empty, empty.reshape(0, len(shape))
 
     def _record_nulls(self, level: Any, owners: np.ndarray[Any, Any], reason: str) -> None:
         if level.null_count:

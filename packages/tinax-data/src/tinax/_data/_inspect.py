@@ -1,0 +1,121 @@
+"""``tinax inspect`` for Parquet and ArrayRecord record files.
+
+Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
+``tinax._core._command._registry``). Each file is opened by the reader's own
+source class (:class:`~tinax._data._parquet.ParquetRecordSource`,
+:class:`~tinax._data._array_record.ArrayRecordSource`), so the footer or
+header is validated exactly as ``read_parquet_record`` and
+``read_array_record`` validate it, checksums included. Only the footer (or
+the last record, which holds the tinax header) is read, unless ``--head N``
+asks for records; the bytes read are what the process read meanwhile, since
+pyarrow and array-record read through their own files.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+from tinax._core._command._counting import process_bytes_read
+from tinax._core._command._report import InspectOptions, Report
+from tinax._data._array_record import ArrayRecordSource
+from tinax._data._parquet import ParquetRecordSource
+
+__all__ = ["inspect_array_record", "inspect_parquet"]
+
+_SHOWN_CHARACTERS = 120
+
+
+def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
+    """Describes a Parquet file: schema (Arrow types and the tinax fields), rows, row groups, header, checksums.
+
+    Raises:
+      ValueError: With the reader's message, if the footer is unreadable,
+        contradicts the tinax header, or fails its checksum.
+    """
+    import pyarrow.parquet  # noqa: F401  (imported before counting starts)
+
+    start = process_bytes_read()
+    source = ParquetRecordSource(path.absolute(), mapping="python")
+    report = Report("inspect", "parquet", str(path))
+    tinax_format = source._schema is not None
+    ends = source.row_group_ends
+    report.summary["format"] = "tinax records" if tinax_format else "plain Parquet (read as tinax 0.2 did)"
+    report.summary["records"] = len(source)
+    report.summary["row groups"] = len(ends)
+    report.summary["footer checksum"] = "verified" if tinax_format else "none (not written by tinax)"
+    if tinax_format:
+        report.summary["source id"] = source.source_id
+    arrow_schema = source._file.schema_arrow
+    fields = {field.name: field.describe() for field in source._schema.fields} if source._schema else {}
+    report.add_table(
+        "schema",
+        ("column", "arrow type", "tinax field"),
+        [{"column": name, "arrow type": str(kind), "tinax field": fields.get(name)} for name, kind in zip(
+            arrow_schema.names, arrow_schema.types, strict=True
+        )],
+    )
+    previous = 0
+    groups = []
+    for index, end in enumerate(ends):
+        groups.append({"row group": index, "first record": previous, "records": end - previous})
+        previous = end
+    report.add_table("row groups", ("row group", "first record", "records"), groups)
+    _add_head(report, source, options)
+    if options.head and tinax_format:
+        report.summary["row group checksums"] = f"verified for the row groups of the first {options.head} records"
+    elif tinax_format:
+        report.summary["row group checksums"] = "present (verified when records are read; --head N reads some)"
+    end = process_bytes_read()
+    report.bytes_read = None if start is None or end is None else end - start
+    return report
+
+
+def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
+    """Describes an ArrayRecord file: record count, the tinax header and schema where present.
+
+    Raises:
+      ValueError: With the reader's message, if the file is unreadable or its header malformed.
+    """
+    start = process_bytes_read()
+    source = ArrayRecordSource(path.absolute())
+    report = Report("inspect", "array-record", str(path))
+    tinax_format = source._schema is not None
+    report.summary["format"] = "tinax records" if tinax_format else "JSON records (as tinax 0.2 wrote them)"
+    report.summary["records"] = len(source)
+    report.summary["checksums"] = "Riegeli chunk hashes, verified as each chunk is read"
+    if tinax_format:
+        report.summary["source id"] = source.source_id
+        report.add_table(
+            "schema",
+            ("field", "tinax field"),
+            [{"field": field.name, "tinax field": field.describe()} for field in source._schema.fields],
+        )
+    _add_head(report, source, options)
+    end = process_bytes_read()
+    report.bytes_read = None if start is None or end is None else end - start
+    return report
+
+
+def _add_head(report: Report, source: Any, options: InspectOptions) -> None:
+    count = min(options.head, len(source))
+    if not count:
+        return
+    rows = [{"index": index, "record": _shown(source[index])} for index in range(count)]
+    report.add_table("records", ("index", "record"), rows)
+
+
+def _shown(record: object) -> str:
+    if isinstance(record, dict):
+        text = "{" + ", ".join(f"{key!r}: {_value(value)}" for key, value in record.items()) + "}"
+    else:
+        text = _value(record)
+    return text if len(text) <= _SHOWN_CHARACTERS else text[: _SHOWN_CHARACTERS - 3] + "..."
+
+
+def _value(value: object) -> str:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and len(shape) > 0:
+        return f"{dtype}{list(shape)}"
+    return " ".join(repr(value).split())
