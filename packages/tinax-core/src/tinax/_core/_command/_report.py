@@ -18,7 +18,8 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "InspectOptions", "Report", "Table", "sch
 #: Raised when the JSON output changes incompatibly (a field removed or retyped).
 SCHEMA_VERSION = 1
 
-_SCALAR: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null"]}
+# A table cell: a scalar, or a list of ints (a shape).
+_CELL: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null", "array"], "items": {"type": "integer"}}
 _VALUE: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null", "array", "object"]}
 
 #: The JSON Schema (draft 2020-12 subset) of every ``tinax ... --json`` document.
@@ -42,7 +43,7 @@ SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "columns": {"type": "array", "items": {"type": "string"}},
-                    "rows": {"type": "array", "items": {"type": "object", "additionalProperties": _SCALAR}},
+                    "rows": {"type": "array", "items": {"type": "object", "additionalProperties": _CELL}},
                 },
             },
         },
@@ -162,11 +163,11 @@ def _cell(value: Any) -> str:
 def _aligned(table: Table) -> list[str]:
     cells = [[_cell(row.get(column)) for column in table.columns] for row in table.rows]
     widths = [max([len(column), *(len(row[index]) for row in cells)]) for index, column in enumerate(table.columns)]
-    numeric = [
-        all(isinstance(row.get(column), (int, float)) and not isinstance(row.get(column), bool) for row in table.rows)
-        and bool(table.rows)
-        for column in table.columns
-    ]
+    # A column of numbers (blanks allowed) is right-aligned.
+    numeric = []
+    for column in table.columns:
+        present = [row.get(column) for row in table.rows if row.get(column) is not None]
+        numeric.append(bool(present) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present))
 
     def line(values: Sequence[str]) -> str:
         parts = [

@@ -1,0 +1,185 @@
+"""``tinax inspect`` for safetensors files, multi-file indexes and msgpack weights.
+
+Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
+``tinax._core._command._registry``). Every file is read by the loaders' own
+readers: safetensors headers by :func:`tinax._weights._header.read_header`
+and indexes by :func:`tinax._weights._index.open_checkpoint`, with the same
+validation and messages as a load; msgpack files by the loader's decoder
+under its limits. Safetensors payloads are never read, and the bytes the
+readers take from each file are counted and reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import io
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from tinax._core._command._report import InspectOptions, Report
+from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_header
+from tinax._weights._index import open_checkpoint
+from tinax._weights._msgpack import _CHUNKED_MARKER, _read_tree
+from tinax._weights._paths import MissingFilePathError, open_file_to_read
+
+__all__ = ["CountingFile", "inspect_msgpack", "inspect_safetensors", "inspect_safetensors_index"]
+
+_TENSOR_COLUMNS = ("name", "dtype", "shape", "bytes")
+
+
+class CountingFile(io.RawIOBase):
+    """An unbuffered file that counts the bytes read through it."""
+
+    def __init__(self, handle: io.RawIOBase) -> None:
+        super().__init__()
+        self._handle = handle
+        self.bytes_read = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        return self._handle.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def readinto(self, buffer: Any) -> int:
+        count = self._handle.readinto(buffer) or 0
+        self.bytes_read += count
+        return count
+
+
+@contextlib.contextmanager
+def _counted(path: pathlib.Path, kind: str) -> Iterator[tuple[CountingFile, int]]:
+    with open_file_to_read(path, kind=kind, directory_error=MissingFilePathError) as (handle, size):
+        yield CountingFile(handle), size
+
+
+def _tensor_rows(tensors: dict[str, TensorInfo], options: InspectOptions, files: dict[str, str] | None) -> list[Any]:
+    rows = []
+    for name in sorted(tensors):
+        if options.names is not None and not fnmatch.fnmatchcase(name, options.names):
+            continue
+        info = tensors[name]
+        row: dict[str, Any] = {"name": name, "dtype": str(info.dtype), "shape": list(info.shape), "bytes": info.nbytes}
+        if files is not None:
+            row["file"] = files[name]
+        rows.append(row)
+    return rows
+
+
+def inspect_safetensors(path: pathlib.Path, options: InspectOptions) -> Report:
+    """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata.
+
+    Raises:
+      ValueError: With the loader's message, if the header is invalid.
+    """
+    with _counted(path, "safetensors file") as (handle, size):
+        header = read_header(handle, file_size=size, source=str(path), max_metadata_bytes=MAX_HEADER_BYTES)
+        bytes_read = handle.bytes_read
+    info = header.info
+    report = Report("inspect", "safetensors", str(path), bytes_read=bytes_read)
+    report.summary["file size"] = size
+    report.summary["header bytes"] = header.payload_start
+    report.summary["tensors"] = len(info.tensors)
+    report.summary["total tensor bytes"] = info.nbytes
+    report.summary["metadata"] = dict(info.metadata)
+    rows = _tensor_rows(dict(info.tensors), options, None)
+    if options.names is not None:
+        report.summary["matching tensors"] = len(rows)
+    report.add_table("tensors", _TENSOR_COLUMNS, rows)
+    return report
+
+
+def inspect_safetensors_index(path: pathlib.Path, options: InspectOptions) -> Report:
+    """Describes a multi-file checkpoint from its index and each file's header.
+
+    The index and every file it names are validated as a load validates them.
+    The bytes read are the index's size plus each file's header bytes: the
+    header reader reads every file from its start without gaps, so a file's
+    position after the read is the number of bytes taken from it.
+
+    Raises:
+      ValueError: With the loader's message, if the index or a header is invalid.
+      FileNotFoundError: If a file the index names is missing.
+    """
+    with contextlib.ExitStack() as stack:
+        tensors, _ = open_checkpoint(stack, path, max_metadata_bytes=MAX_HEADER_BYTES)
+        handles = {id(tensor.handle): tensor for tensor in tensors.values()}
+        bytes_read = path.stat().st_size + sum(tensor.handle.tell() for tensor in handles.values())
+    files = {name: pathlib.Path(tensor.source).name for name, tensor in tensors.items()}
+    infos = {name: tensor.info for name, tensor in tensors.items()}
+    report = Report("inspect", "safetensors-index", str(path), bytes_read=bytes_read)
+    report.summary["files"] = len(handles)
+    report.summary["tensors"] = len(infos)
+    report.summary["total tensor bytes"] = sum(info.nbytes for info in infos.values())
+    rows = _tensor_rows(infos, options, files)
+    if options.names is not None:
+        report.summary["matching tensors"] = len(rows)
+    report.add_table("tensors", (*_TENSOR_COLUMNS, "file"), rows)
+    return report
+
+
+def inspect_msgpack(path: pathlib.Path, options: InspectOptions) -> Report:
+    """Describes the leaves of a msgpack state dict (flax's format) with dtypes and shapes.
+
+    msgpack has no index, so the file is decoded whole by the loader's
+    decoder, under its limits, and only if it is at most
+    ``options.max_bytes`` long.
+
+    Raises:
+      ValueError: With the loader's message, if the file is malformed or too large.
+    """
+    with _counted(path, "msgpack file") as (handle, size):
+        if size > options.max_bytes:
+            raise ValueError(
+                f"{str(path)!r} holds {size} bytes, more than --max-bytes={options.max_bytes}; "
+                "raise --max-bytes to inspect it"
+            )
+        tree = _read_tree(handle, size, path)  # type: ignore[arg-type]
+        bytes_read = handle.bytes_read
+    rows: list[dict[str, Any]] = []
+    _leaves(tree, "", rows, options)
+    report = Report("inspect", "msgpack", str(path), bytes_read=bytes_read)
+    report.summary["file size"] = size
+    report.summary["leaves"] = len(rows)
+    report.summary["total array bytes"] = sum(row["bytes"] or 0 for row in rows)
+    report.add_table("leaves", ("name", "type", "dtype", "shape", "bytes"), rows)
+    return report
+
+
+def _leaves(tree: dict[Any, Any], prefix: str, rows: list[dict[str, Any]], options: InspectOptions) -> None:
+    for key in tree:
+        value = tree[key]
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict) and _CHUNKED_MARKER not in value:
+            _leaves(value, name, rows, options)
+            continue
+        if options.names is not None and not fnmatch.fnmatchcase(name, options.names):
+            continue
+        rows.append({"name": name, **_describe(value)})
+
+
+def _describe(value: object) -> dict[str, Any]:
+    if isinstance(value, dict):
+        # flax's chunked form of a large array: its declared shape and its chunks' dtype.
+        shape = value.get("shape")
+        extents = [shape[key] for key in sorted(shape, key=int)] if isinstance(shape, dict) else None
+        chunks = value.get("chunks")
+        first = next(iter(chunks.values()), None) if isinstance(chunks, dict) and chunks else None
+        dtype = str(first.dtype) if isinstance(first, np.ndarray) else None
+        size = int(np.prod(extents)) * first.dtype.itemsize if extents is not None and dtype is not None else None
+        return {"type": "chunked array", "dtype": dtype, "shape": extents, "bytes": size}
+    if isinstance(value, np.ndarray):
+        return {"type": "array", "dtype": str(value.dtype), "shape": list(value.shape), "bytes": value.nbytes}
+    if isinstance(value, np.generic):
+        return {"type": "scalar", "dtype": str(value.dtype), "shape": [], "bytes": value.nbytes}
+    return {"type": type(value).__name__, "dtype": None, "shape": None, "bytes": None}

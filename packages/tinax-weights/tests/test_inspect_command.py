@@ -1,0 +1,168 @@
+"""``tinax inspect`` on safetensors files, multi-file indexes and msgpack weights, run as a user runs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from tinax._core._command._testing import run_tinax
+from tinax.weights import save_msgpack, save_safetensors
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@pytest.fixture
+def model(tmp_path: pathlib.Path) -> pathlib.Path:
+    # The name says nothing: the kind is told from the content.
+    path = tmp_path / "weights.bin"
+    tensors = {
+        "encoder.weight": np.zeros((4, 3), np.float32),
+        "encoder.bias": np.zeros((3,), np.float32),
+        "head.weight": np.zeros((3, 2), np.int8),
+    }
+    save_safetensors(path, tensors, overwrite=False, metadata={"format": "pt"}, max_metadata_bytes=1024)
+    return path
+
+
+def test_safetensors_lists_tensors_and_metadata(model):
+    result = run_tinax("inspect", str(model))
+    assert result.code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "kind:               safetensors"
+    assert "tensors:            3" in lines
+    assert "total tensor bytes: 66" in lines
+    assert "  encoder.weight  F32    (4, 3)     48" in lines
+    document = run_tinax("inspect", str(model), "--json").json()
+    assert document["kind"] == "safetensors"
+    assert document["summary"]["metadata"] == {"format": "pt"}
+    assert document["tables"]["tensors"]["rows"][0] == {
+        "name": "encoder.bias",
+        "dtype": "F32",
+        "shape": [3],
+        "bytes": 12,
+    }
+    assert document["bytes_read"] > 0
+
+
+def test_names_filters_tensors(model):
+    document = run_tinax("inspect", str(model), "--names", "encoder.*", "--json").json()
+    assert [row["name"] for row in document["tables"]["tensors"]["rows"]] == ["encoder.bias", "encoder.weight"]
+    assert document["summary"]["matching tensors"] == 2
+    assert document["summary"]["tensors"] == 3
+
+
+def test_an_invalid_header_exits_1_with_the_loaders_message(model):
+    data = bytearray(model.read_bytes())
+    # Claim more data than the file holds: the header reader refuses it.
+    data = data[:-10]
+    model.write_bytes(bytes(data))
+    result = run_tinax("inspect", str(model))
+    assert result.code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"tinax inspect: {model} is not a valid safetensors file:")
+    assert result.stdout == ""
+
+
+def test_a_one_gib_file_is_inspected_from_its_header_alone(tmp_path):
+    path = tmp_path / "big.safetensors"
+    count = GIB // 4
+    header = json.dumps({"big": {"dtype": "F32", "shape": [count], "data_offsets": [0, GIB]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(path, "wb") as handle:
+        handle.write(len(header).to_bytes(8, "little") + header)
+        # A sparse payload: the size is real, the blocks are not written.
+        handle.truncate(8 + len(header) + GIB)
+    assert path.stat().st_size > GIB
+    document = run_tinax("inspect", str(path), "--json").json()
+    assert document["summary"]["total tensor bytes"] == GIB
+    # The header reader's own count (plus the detection's), not a timing.
+    assert document["bytes_read"] < MIB
+
+
+def _write_index(folder: pathlib.Path) -> pathlib.Path:
+    save_safetensors(folder / "model-00001-of-00002.safetensors", {"a": np.ones((2, 2), np.float32)}, overwrite=False)
+    save_safetensors(folder / "model-00002-of-00002.safetensors", {"b": np.ones((5,), np.int32)}, overwrite=False)
+    index = folder / "model.safetensors.index.json"
+    weight_map = {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}
+    index.write_text(json.dumps({"metadata": {"total_size": 36}, "weight_map": weight_map}))
+    return index
+
+
+def test_a_multi_file_index_lists_each_tensor_with_its_file(tmp_path):
+    index = _write_index(tmp_path)
+    result = run_tinax("inspect", str(index), "--json")
+    document = result.json()
+    assert result.code == 0
+    assert document["kind"] == "safetensors-index"
+    assert document["summary"]["files"] == 2
+    assert document["tables"]["tensors"]["rows"] == [
+        {"name": "a", "dtype": "F32", "shape": [2, 2], "bytes": 16, "file": "model-00001-of-00002.safetensors"},
+        {"name": "b", "dtype": "I32", "shape": [5], "bytes": 20, "file": "model-00002-of-00002.safetensors"},
+    ]
+    text = run_tinax("inspect", str(index), "--names", "b").stdout
+    assert "model-00002-of-00002.safetensors" in text
+    assert "model-00001-of-00002.safetensors" not in text
+
+
+def test_an_index_naming_a_missing_file_exits_1(tmp_path):
+    index = _write_index(tmp_path)
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    result = run_tinax("inspect", str(index))
+    assert result.code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "maps 1 tensors (first 'b') to 'model-00002-of-00002.safetensors', which is not a file" in line
+
+
+def test_msgpack_lists_the_leaves(tmp_path):
+    path = tmp_path / "state"
+    save_msgpack(
+        path,
+        {"params": {"dense": {"kernel": np.zeros((3, 2), np.float32), "bias": np.zeros(2, np.float32)}}, "step": 7},
+        overwrite=False,
+    )
+    result = run_tinax("inspect", str(path), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["kind"] == "msgpack"
+    assert document["tables"]["leaves"]["rows"] == [
+        {"name": "params/dense/kernel", "type": "array", "dtype": "float32", "shape": [3, 2], "bytes": 24},
+        {"name": "params/dense/bias", "type": "array", "dtype": "float32", "shape": [2], "bytes": 8},
+        {"name": "step", "type": "int", "dtype": None, "shape": None, "bytes": None},
+    ]
+    assert document["bytes_read"] >= path.stat().st_size
+    assert "params/dense/kernel  array  float32  (3, 2)     24" in run_tinax("inspect", str(path)).stdout
+
+
+def test_msgpack_damaged_or_over_the_limit_exits_1(tmp_path):
+    path = tmp_path / "state.msgpack"
+    save_msgpack(path, {"w": np.zeros((64,), np.float32)}, overwrite=False)
+    assert run_tinax("inspect", str(path), "--max-bytes", "100").code == 1
+    assert "more than --max-bytes=100" in run_tinax("inspect", str(path), "--max-bytes", "100").stderr
+    path.write_bytes(path.read_bytes()[:-7])
+    result = run_tinax("inspect", str(path))
+    assert result.code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "truncated" in line
+
+
+def test_a_checkpoint_folder_names_the_distribution_to_install(tmp_path):
+    # On an inference host with tinax-weights alone (the isolation run), a
+    # checkpoint folder is recognised and the missing distribution named.
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    (folder / "_CHECKPOINT_METADATA").write_text("{}")
+    (folder / "orbax.checkpoint").write_text("")
+    result = run_tinax("inspect", str(folder))
+    assert result.code == 1
+    if importlib.util.find_spec("tinax.checkpointing") is None:
+        assert result.stderr.strip().splitlines() == [
+            f"tinax inspect: {str(folder)!r} is a Orbax checkpoint folder; install tinax-checkpointing to inspect it "
+            "(python -m pip install tinax-checkpointing)"
+        ]
+    else:
+        assert "incomplete checkpoint" in result.stdout
