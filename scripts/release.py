@@ -7,6 +7,9 @@ Commands (run through hatch from the repository root):
                                     version) and rewrite every pin naming it
   hatch run release:sync-meta       rewrite the meta distribution's pins from
                                     the members' current versions and extras
+  hatch run release:artifacts       build every wheel and sdist, check each
+                                    with `twine check --strict` and check that
+                                    each carries the license file
 
 A member is any folder under packages/ with a pyproject.toml. The meta
 distribution is the one named `tinax`; it pins every member exactly, with each
@@ -20,8 +23,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import email.parser
 import pathlib
+import subprocess
 import sys
+import tarfile
+import tempfile
+import zipfile
 
 import tomlkit
 from packaging.requirements import Requirement
@@ -244,12 +252,70 @@ def bump(members: dict[str, Distribution], meta: Distribution, name: str, part: 
         print(f"{meta.name}: pins rewritten; bump {meta.name} too when releasing the new set")
 
 
+def _artifact_metadata(artifact: pathlib.Path) -> tuple[str, list[str]]:
+    """The core metadata text of a wheel or sdist, and the names of its files."""
+    if artifact.suffix == ".whl":
+        with zipfile.ZipFile(artifact) as archive:
+            names = archive.namelist()
+            (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+            return archive.read(metadata).decode(), names
+    with tarfile.open(artifact) as archive:
+        names = archive.getnames()
+        (metadata,) = [name for name in names if name.count("/") == 1 and name.endswith("/PKG-INFO")]
+        extracted = archive.extractfile(metadata)
+        assert extracted is not None
+        return extracted.read().decode(), names
+
+
+def check_artifacts(distributions: list[Distribution], output: pathlib.Path) -> list[str]:
+    """Builds each distribution's wheel and sdist into ``output`` and checks them.
+
+    Each artifact must pass ``twine check --strict`` (its README renders as
+    its index page), declare a license expression and a License-File, and
+    carry every file it names there.
+    """
+    problems: list[str] = []
+    artifacts: list[pathlib.Path] = []
+    for distribution in distributions:
+        folder = output / distribution.name
+        subprocess.run(
+            [sys.executable, "-m", "uv", "build", "--quiet", "--out-dir", str(folder), str(distribution.folder)],
+            check=True,
+        )
+        built = sorted([*folder.glob("*.whl"), *folder.glob("*.tar.gz")])
+        if len(built) != 2:
+            problems.append(f"{distribution.name}: expected one wheel and one sdist, built {[p.name for p in built]}")
+        artifacts.extend(built)
+    for artifact in artifacts:
+        text, names = _artifact_metadata(artifact)
+        metadata = email.parser.Parser().parsestr(text)
+        if not metadata.get("License-Expression"):
+            problems.append(f"{artifact.name}: no License-Expression in its metadata")
+        license_files = metadata.get_all("License-File") or []
+        if not license_files:
+            problems.append(f"{artifact.name}: no License-File in its metadata")
+        for license_file in license_files:
+            if not any(name.endswith(f"/{license_file}") for name in names):
+                problems.append(f"{artifact.name}: names License-File {license_file} but does not carry it")
+    twine = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", *map(str, artifacts)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    print(twine.stdout, end="")
+    if twine.returncode != 0:
+        problems.append(f"twine check --strict failed:\n{twine.stdout}{twine.stderr}")
+    return problems
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="release", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--packages", type=pathlib.Path, default=PACKAGES, help="folder holding the distributions")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="check versions, sibling ranges and meta pins")
     commands.add_parser("sync-meta", help="rewrite the meta pins from the members")
+    commands.add_parser("artifacts", help="build every wheel and sdist and check them with twine and for a license")
     bump_parser = commands.add_parser("bump", help="bump one distribution and the pins naming it")
     bump_parser.add_argument("name")
     bump_parser.add_argument("part", help="major, minor, patch, or an exact version")
@@ -263,6 +329,15 @@ def main(argv: list[str]) -> int:
             return 1
         listed = ", ".join(f"{member.name} {member.version}" for member in members.values())
         print(f"release: consistent: {listed}; {meta.name} {meta.version} pins them all")
+        return 0
+    if arguments.command == "artifacts":
+        with tempfile.TemporaryDirectory(prefix="tinax-artifacts-") as output:
+            problems = check_artifacts([*members.values(), meta], pathlib.Path(output))
+        for problem in problems:
+            print(f"release: {problem}", file=sys.stderr)
+        if problems:
+            return 1
+        print(f"release: the wheel and sdist of all {len(members) + 1} distributions pass twine and carry a license")
         return 0
     if arguments.command == "sync-meta":
         print("release: meta pins rewritten" if sync_meta(members, meta) else "release: meta pins already match")
