@@ -1,0 +1,155 @@
+"""``tinax inspect`` on checkpoint folders and on roots of step folders, run as a user runs it."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import grain
+import jax
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from tinax._core._command._testing import run_tinax
+from tinax.checkpointing import TrainingCheckpointManager, save_checkpointables
+
+MIB = 1 << 20
+# The model's one large array: 64 MiB of float32 (the byte count below does not depend on it).
+LARGE_ROWS = 4 * MIB
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("inspect") / "run"
+    mesh = Mesh(np.array(jax.devices()).reshape(8), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    values = np.random.default_rng(0).standard_normal((LARGE_ROWS, 4), dtype=np.float32)
+    model = {"dense": {"kernel": jax.device_put(values, sharding), "bias": jax.numpy.zeros(4)}}
+    iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+    manager = TrainingCheckpointManager(
+        folder,
+        save_interval_steps=1,
+        keep_last=3,
+        keep_every=None,
+        keep_best=None,
+        best_mode=None,
+        save_in_flight="wait",
+        create=True,
+    )
+    for step in (3, 5):
+        manager.save(
+            step,
+            model=model,
+            optimizer={"mu": np.zeros(4, np.float32)},
+            rng=jax.random.key_data(jax.random.key(step)),
+            auxiliary={"loss": 0.5},
+            iterator=iterator,
+        )
+        manager.wait()
+    return folder
+
+
+def test_a_training_checkpoint_shows_its_step_parts_and_arrays(root):
+    result = run_tinax("inspect", str(root / "5"), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["kind"] == "orbax-checkpoint"
+    summary = document["summary"]
+    assert summary["complete"] is True
+    assert summary["training checkpoint"] is True
+    assert summary["step"] == 5
+    assert summary["parts"] == ["auxiliary", "iterator", "model", "optimizer", "rng"]
+    arrays = {(row["part"], row["name"]): row for row in document["tables"]["arrays"]["rows"]}
+    kernel = arrays[("model", "dense/kernel")]
+    assert kernel["dtype"] == "float32"
+    assert kernel["shape"] == [LARGE_ROWS, 4]
+    assert "NamedSharding" in kernel["sharding"]
+    assert "data" in kernel["sharding"]
+    assert arrays[("optimizer", "mu")]["shape"] == [4]
+    text = run_tinax("inspect", str(root / "3")).stdout
+    assert "step:                3" in text.splitlines()
+    assert ["iterator", "StatefulCheckpointableHandler", "-"] in [line.split() for line in text.splitlines()]
+
+
+def test_a_large_checkpoint_is_described_from_metadata_alone(root):
+    size = sum(path.stat().st_size for path in (root / "5").rglob("*") if path.is_file())
+    assert size > 48 * MIB
+    document = run_tinax("inspect", str(root / "5"), "--json").json()
+    # What the process read during the inspection, by the kernel's count.
+    assert document["bytes_read"] is not None
+    assert document["bytes_read"] < MIB, document["bytes_read"]
+
+
+def test_names_filters_arrays(root):
+    document = run_tinax("inspect", str(root / "5"), "--names", "model/*", "--json").json()
+    assert [(row["part"], row["name"]) for row in document["tables"]["arrays"]["rows"]] == [
+        ("model", "dense/bias"),
+        ("model", "dense/kernel"),
+    ]
+
+
+def test_an_incomplete_checkpoint_exits_1_and_says_why(root, tmp_path):
+    copy = tmp_path / "5"
+    shutil.copytree(root / "5", copy)
+    shutil.rmtree(copy / "optimizer")
+    result = run_tinax("inspect", str(copy), "--json")
+    assert result.code == 1
+    document = result.json()
+    assert document["summary"]["complete"] is False
+    assert document["ok"] is False
+    (problem,) = document["problems"]
+    assert "checkpointable 'optimizer', listed in its metadata, is missing" in problem
+    text = run_tinax("inspect", str(copy))
+    assert text.code == 1
+    assert text.stdout.splitlines()[2].split() == ["complete:", "no"]
+
+
+def test_an_unfinished_save_is_incomplete(root, tmp_path):
+    unfinished = tmp_path / "7.orbax-checkpoint-tmp"
+    shutil.copytree(root / "3", unfinished)
+    result = run_tinax("inspect", str(unfinished), "--json")
+    assert result.code == 1
+    assert "temporary folder of a save that has not finished" in result.json()["problems"][0]
+
+
+def test_a_checkpoint_that_is_not_a_training_checkpoint_has_no_step(tmp_path):
+    path = tmp_path / "plain"
+    save_checkpointables(path, {"weights": {"w": np.ones((2, 3), np.int32)}}).result()
+    document = run_tinax("inspect", str(path), "--json").json()
+    assert document["summary"]["training checkpoint"] is False
+    assert "step" not in document["summary"]
+    assert document["tables"]["arrays"]["rows"] == [
+        {"part": "weights", "name": "w", "type": "numpy", "dtype": "int32", "shape": [2, 3], "sharding": None}
+    ]
+
+
+def test_a_root_lists_committed_steps_and_the_latest(root):
+    result = run_tinax("inspect", str(root), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["kind"] == "checkpoint-root"
+    assert document["summary"]["committed steps"] == [3, 5]
+    assert document["summary"]["latest committed step"] == 5
+    assert "latest committed step: 5" in run_tinax("inspect", str(root)).stdout
+
+
+def test_a_root_with_torn_and_temporary_folders_exits_1(root, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(root, copy)
+    (copy / "5" / "_CHECKPOINT_METADATA").unlink()
+    (copy / "8.orbax-checkpoint-tmp").mkdir()
+    (copy / "notes.txt").write_text("mine")
+    result = run_tinax("inspect", str(copy), "--json")
+    assert result.code == 1
+    document = result.json()
+    assert document["summary"]["committed steps"] == [3]
+    assert document["summary"]["latest committed step"] == 3
+    states = {row["name"]: row["state"] for row in document["tables"]["entries"]["rows"]}
+    assert states == {"3": "committed", "5": "torn", "8.orbax-checkpoint-tmp": "temporary", "notes.txt": "unrelated"}
+    assert document["problems"] == [
+        "5: a torn step folder (not a complete checkpoint)",
+        "8.orbax-checkpoint-tmp: an unfinished save (still running, or interrupted)",
+    ]
+    # Nothing was removed.
+    assert (copy / "8.orbax-checkpoint-tmp").is_dir()
