@@ -11,6 +11,7 @@ delete it; it uses only the standard library.
 from __future__ import annotations
 
 import base64
+import csv
 import dataclasses
 import hashlib
 import pathlib
@@ -64,17 +65,21 @@ def check_distribution(distribution: metadata.Distribution) -> DistributionCheck
     """Checks that each file in ``distribution``'s RECORD exists and has the recorded hash."""
     name = distribution.metadata["Name"] or "?"
     version = distribution.version
-    if distribution.read_text("RECORD") is None:
+    record = distribution.read_text("RECORD")
+    if record is None:
         return DistributionCheck(name, version, 0, ("its RECORD file is missing, so no file can be checked",))
     problems: list[str] = []
     checked = 0
-    for entry in distribution.files or ():
-        if entry.hash is None:
-            continue
+    # Read the RECORD itself: Distribution.files leaves out missing files on Python 3.12.
+    for row in csv.reader(record.splitlines()):
+        if len(row) < 2 or not row[1]:
+            continue  # the RECORD itself and files compiled after installation carry no hash
+        relative, recorded = row[0], row[1]
+        mode, _, value = recorded.partition("=")
         checked += 1
-        problem = _file_problem(pathlib.Path(str(distribution.locate_file(entry))), entry.hash.mode, entry.hash.value)
+        problem = _file_problem(pathlib.Path(str(distribution.locate_file(relative))), mode, value)
         if problem is not None:
-            problems.append(f"{entry.as_posix()} {problem}")
+            problems.append(f"{relative} {problem}")
     return DistributionCheck(name, version, checked, tuple(problems))
 
 
