@@ -1333,3 +1333,44 @@ def test_reader_datasets_behave_as_grains_own_and_pickle(tmp_path, container):
         assert ids(loads(dumps(dataset.shuffle(seed=5)))) == ids(plain.shuffle(seed=5))
         with pytest.raises(TypeError, match="index must be an int, got True"):
             copy[True]
+
+
+def test_mutated_foreign_parquet_files_give_only_value_errors_naming_the_path(tmp_path):
+    # Files of other tools carry no tinax checksums: a mutation may read as other values, but a
+    # failure is always a ValueError naming the file, under both mappings, never pyarrow's error.
+    tensor_type = pa.fixed_shape_tensor(pa.int16(), [2, 2])
+    table = pa.table(
+        {
+            "id": pa.array(range(12), pa.int32()),
+            "name": pa.array([f"n{index}" if index % 4 else None for index in range(12)]).dictionary_encode(),
+            "tokens": pa.array([list(range(index % 5)) for index in range(12)], pa.list_(pa.int64())),
+            "grid": pa.array([[[index, 1], [2, 3]] for index in range(12)], pa.list_(pa.list_(pa.float32()))),
+            "tensor": pa.ExtensionArray.from_storage(
+                tensor_type, pa.FixedSizeListArray.from_arrays(pa.array(np.arange(48, dtype=np.int16)), 4)
+            ),
+            "point": pa.array([{"x": index, "y": "a"} for index in range(12)]),
+        }
+    )
+    original_path = tmp_path / "foreign.parquet"
+    pq.write_table(table, original_path, row_group_size=5, compression="none")
+    original = original_path.read_bytes()
+    rng = np.random.default_rng(20261201)
+    unnamed = []
+    for mutation in range(300):
+        mutated = tmp_path / f"m{mutation % 2}.parquet"
+        mutated.write_bytes(_mutate(original, rng))
+        for mapping in ("python", "numpy"):
+            try:
+                dataset = read_parquet_record(mutated, mapping=mapping)
+                for index in range(len(dataset)):
+                    dataset[index]
+            except ValueError as error:
+                if str(mutated) not in str(error):
+                    unnamed.append(f"{mutation}/{mapping}: {error!r}")
+                if isinstance(error, pa.ArrowException) and not isinstance(error, pa.ArrowInvalid):
+                    unnamed.append(f"{mutation}/{mapping}: pyarrow's own {error!r}")
+            except OSError as error:
+                # The corrupt-footer error is an OSError and a ValueError at once.
+                if not isinstance(error, ValueError) or str(mutated) not in str(error):
+                    unnamed.append(f"{mutation}/{mapping}: {error!r}")
+    assert not unnamed, "\n".join(unnamed[:10])

@@ -51,15 +51,16 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     report.add_table(
         "schema",
         ("column", "arrow type", "tinax field"),
-        [{"column": name, "arrow type": str(kind), "tinax field": fields.get(name)} for name, kind in zip(
-            arrow_schema.names, arrow_schema.types, strict=True
-        )],
+        [
+            {"column": name, "arrow type": str(kind), "tinax field": fields.get(name)}
+            for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)
+        ],
     )
     previous = 0
     groups = []
-    for index, end in enumerate(ends):
-        groups.append({"row group": index, "first record": previous, "records": end - previous})
-        previous = end
+    for index, group_end in enumerate(ends):
+        groups.append({"row group": index, "first record": previous, "records": group_end - previous})
+        previous = group_end
     report.add_table("row groups", ("row group", "first record", "records"), groups)
     _add_head(report, source, options)
     if options.head and tinax_format:
@@ -80,16 +81,17 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     start = process_bytes_read()
     source = ArrayRecordSource(path.absolute())
     report = Report("inspect", "array-record", str(path))
-    tinax_format = source._schema is not None
+    schema = source._schema
+    tinax_format = schema is not None
     report.summary["format"] = "tinax records" if tinax_format else "JSON records (as tinax 0.2 wrote them)"
     report.summary["records"] = len(source)
     report.summary["checksums"] = "Riegeli chunk hashes, verified as each chunk is read"
-    if tinax_format:
+    if schema is not None:
         report.summary["source id"] = source.source_id
         report.add_table(
             "schema",
             ("field", "tinax field"),
-            [{"field": field.name, "tinax field": field.describe()} for field in source._schema.fields],
+            [{"field": field.name, "tinax field": field.describe()} for field in schema.fields],
         )
     _add_head(report, source, options)
     end = process_bytes_read()

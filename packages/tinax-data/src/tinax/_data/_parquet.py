@@ -1009,16 +1009,25 @@ class ParquetRecordSource:
     def _getitems(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """Returns the records at several positions, as indexing each would (grain's batched read)."""
         count, path = self._count, self._path
-        positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
+        positions = None
+        if all(type(index) is int for index in indices):
+            positions = np.fromiter(indices, np.int64, len(indices))
+            positions[positions < 0] += count
+            if len(positions) and (int(positions.min()) < 0 or int(positions.max()) >= count):
+                positions = None  # Checked one by one below, for the error naming the index.
+        if positions is None:
+            positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
         groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        # The batch's positions grouped by row group, each group's in batch order.
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
         records: list[Any] = [None] * len(positions)
         with self._lock:
-            for group_index in dict.fromkeys(groups.tolist()):
-                chosen = np.flatnonzero(groups == group_index)
-                first = int(positions[chosen[0]])
+            for chosen in np.split(order, cuts) if len(order) else []:
+                group_index = int(groups[chosen[0]])
                 group = self._cache.get(group_index)
                 if group is None:
-                    group = self._load(group_index, first)
+                    group = self._load(group_index, int(positions[chosen[0]]))
                 else:
                     self._cache.move_to_end(group_index)
                 offset = self._group_ends[group_index - 1] if group_index else 0
