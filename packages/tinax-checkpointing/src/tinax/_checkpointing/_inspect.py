@@ -90,7 +90,9 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
         for name in names:
             tree = _stored_tree(orbax_v1, path, name)
             leaves = _leaf_rows(name, tree, options) if tree is not None else []
-            part_rows.append({"name": name, "handler": handlers.get(name), "leaves": None if tree is None else len(leaves)})
+            part_rows.append(
+                {"name": name, "handler": handlers.get(name), "leaves": None if tree is None else len(leaves)}
+            )
             array_rows.extend(leaves)
     report.summary["parts"] = names
     report.add_table("parts", ("name", "handler", "leaves"), part_rows)
@@ -116,6 +118,7 @@ def _step(orbax_v1: Any, path: pathlib.Path, names: list[str]) -> int | None:
     """Reads only the step scalar, from its own part (an early 0.3 layout) or from the auxiliary part."""
     import numpy as np
 
+    target: dict[str, Any]
     if _SEPARATE_STEP_CHECKPOINTABLE in names and _SEPARATE_STEP_CHECKPOINTABLE not in _PARTS:
         part, target = _SEPARATE_STEP_CHECKPOINTABLE, {_STEP_KEY: np.zeros((), np.int64)}
     else:

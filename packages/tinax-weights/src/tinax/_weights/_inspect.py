@@ -175,9 +175,10 @@ def _describe(value: object) -> dict[str, Any]:
         extents = [shape[key] for key in sorted(shape, key=int)] if isinstance(shape, dict) else None
         chunks = value.get("chunks")
         first = next(iter(chunks.values()), None) if isinstance(chunks, dict) and chunks else None
-        dtype = str(first.dtype) if isinstance(first, np.ndarray) else None
-        size = int(np.prod(extents)) * first.dtype.itemsize if extents is not None and dtype is not None else None
-        return {"type": "chunked array", "dtype": dtype, "shape": extents, "bytes": size}
+        if not isinstance(first, np.ndarray):
+            return {"type": "chunked array", "dtype": None, "shape": extents, "bytes": None}
+        size = int(np.prod(extents)) * first.dtype.itemsize if extents is not None else None
+        return {"type": "chunked array", "dtype": str(first.dtype), "shape": extents, "bytes": size}
     if isinstance(value, np.ndarray):
         return {"type": "array", "dtype": str(value.dtype), "shape": list(value.shape), "bytes": value.nbytes}
     if isinstance(value, np.generic):

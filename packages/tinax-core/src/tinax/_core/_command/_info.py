@@ -51,7 +51,9 @@ def environment_report(*, devices: bool) -> Report:
                 "repair": repair,
             }
         )
-        report.problems.extend(f"{check.name} {check.version}: {problem}; repair: {repair}" for problem in check.problems)
+        report.problems.extend(
+            f"{check.name} {check.version}: {problem}; repair: {repair}" for problem in check.problems
+        )
     report.add_table("tinax distributions", ("name", "version", "files checked", "status", "repair"), rows)
     packages = []
     for name in THIRD_PARTY:

@@ -42,7 +42,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def _common_options(default: object) -> argparse.ArgumentParser:
+def _common_options(default: object) -> _Parser:
     # Accepted before and after the subcommand; the subcommand's parser must
     # not reset a flag given before it, hence SUPPRESS there.
     common = _Parser(add_help=False)
@@ -175,6 +175,6 @@ def console() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader (``| head``, say) left early; that is no error of ours.
-        sys.stdout = None  # type: ignore[assignment]
+        sys.stdout = None
         code = EXIT_OK
     sys.exit(code)

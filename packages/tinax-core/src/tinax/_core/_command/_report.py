@@ -19,7 +19,10 @@ __all__ = ["SCHEMA", "SCHEMA_VERSION", "InspectOptions", "Report", "Table", "sch
 SCHEMA_VERSION = 1
 
 # A table cell: a scalar, or a list of ints (a shape).
-_CELL: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null", "array"], "items": {"type": "integer"}}
+_CELL: dict[str, Any] = {
+    "type": ["string", "integer", "number", "boolean", "null", "array"],
+    "items": {"type": "integer"},
+}
 _VALUE: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null", "array", "object"]}
 
 #: The JSON Schema (draft 2020-12 subset) of every ``tinax ... --json`` document.
