@@ -1,0 +1,87 @@
+"""``tinax info`` against a real install: tinax-core's wheel in a fresh venv, then broken by hand.
+
+Builds a wheel and a venv, so it carries the ``distributions`` marker. The
+wheel is installed without its dependencies: the command itself needs only
+the standard library, which this also shows.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.distributions, pytest.mark.timeout(600)]
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+REPAIR = "python -m pip install --force-reinstall --no-deps tinax-core==0.3.0"
+
+
+def _uv(*arguments: str) -> None:
+    subprocess.run([sys.executable, "-m", "uv", *arguments], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def venv(tmp_path: pathlib.Path) -> pathlib.Path:
+    _uv("build", "--wheel", "--quiet", "--out-dir", str(tmp_path / "wheel"), str(ROOT / "packages" / "tinax-core"))
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    folder = tmp_path / "venv"
+    _uv("venv", "--quiet", "--python", sys.executable, str(folder))
+    _uv("pip", "install", "--quiet", "--no-deps", "--python", str(folder / "bin" / "python"), str(wheel))
+    return folder
+
+
+def _tinax(venv: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    return subprocess.run(
+        [str(venv / "bin" / "tinax"), *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=environment,
+        cwd=venv,
+    )
+
+
+def _site_packages(venv: pathlib.Path) -> pathlib.Path:
+    (folder,) = venv.glob("lib/python*/site-packages")
+    return folder
+
+
+def test_the_console_script_checks_a_real_install_and_reports_damage(venv, tmp_path):
+    intact = _tinax(venv, "info")
+    assert intact.returncode == 0, intact.stderr
+    assert "tinax-core" in intact.stdout
+    assert "jax" not in intact.stdout.split("packages (")[1]  # installed without dependencies
+
+    # A hand edit of an installed module.
+    module = _site_packages(venv) / "tinax" / "_core" / "files.py"
+    module.write_text(module.read_text() + "\n# edited by hand\n")
+    edited = _tinax(venv, "info")
+    assert edited.returncode == 1
+    assert (
+        f"tinax-core 0.3.0: tinax/_core/files.py differs from the installed file (its hash changed); repair: {REPAIR}"
+        in (edited.stdout)
+    )
+
+    # A RECORD file deleted.
+    (record,) = _site_packages(venv).glob("tinax_core-*.dist-info/RECORD")
+    record.unlink()
+    deleted = _tinax(venv, "info", "--json")
+    assert deleted.returncode == 1
+    assert "its RECORD file is missing" in deleted.stdout
+
+
+def test_a_kind_whose_distribution_is_absent_names_it(venv, tmp_path):
+    path = tmp_path / "model.safetensors"
+    header = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
+    result = _tinax(venv, "inspect", str(path))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"tinax inspect: {str(path)!r} is a safetensors file; install tinax-weights to inspect it "
+        "(python -m pip install tinax-weights)"
+    ]
