@@ -4,7 +4,14 @@ Commands (run through hatch from the repository root):
 
   hatch run release:check-pins      check every version, range and pin
   hatch run release:bump NAME PART  bump NAME (major, minor, patch or an exact
-                                    version) and rewrite every pin naming it
+                                    version) with `hatch version`, rewrite every
+                                    pin naming it, and bump each distribution
+                                    whose requirements that rewrote
+  hatch run release:tag NAME        tag NAME's current version as
+                                    NAME-v<version> (for example
+                                    tinax-core-v0.3.0), refusing a dirty tree, a
+                                    changelog without a dated entry for it, or
+                                    any problem check-pins reports
   hatch run release:sync-meta       rewrite the meta distribution's pins from
                                     the members' current versions and extras
   hatch run release:artifacts       build every wheel and sdist, check each
@@ -17,18 +24,30 @@ of the member's extras except `all` (redundant once every extra is named) and
 the accelerator extras (`gpu`, `tpu`). Those the meta offers as extras of its
 own, as tinax 0.2 did: `tinax[gpu]` pins `tinax-core[gpu]` and adds the CUDA
 build of JAX, `tinax[tpu]` the TPU build, within tinax-core's JAX range.
+
+Inside a git checkout, check-pins also compares every distribution with its
+last release tag: what goes into its artifacts (src/, README.md, LICENSE, the
+[project] table and build configuration of pyproject.toml) may not have
+changed while its version stayed the same. And for each member that imports
+`tinax._core`, the oldest tinax-core its requirement admits must provide every
+name it imports: the tree of that release's tag tinax-core-v<version>, or the
+working tree when no older admitted release is tagged.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import email.parser
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import tomllib
 import zipfile
 
 import tomlkit
@@ -183,6 +202,187 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
     return problems
 
 
+def git(root: pathlib.Path, *arguments: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["git", "-C", str(root), *arguments], capture_output=True, text=True, check=check)
+
+
+def git_root(packages: pathlib.Path) -> pathlib.Path | None:
+    """The top of the git checkout holding ``packages``, or None outside one."""
+    if shutil.which("git") is None:
+        return None
+    found = git(packages, "rev-parse", "--show-toplevel", check=False)
+    return pathlib.Path(found.stdout.strip()) if found.returncode == 0 else None
+
+
+def tag_name(distribution: Distribution) -> str:
+    return f"{distribution.name}-v{distribution.version}"
+
+
+def last_tag(root: pathlib.Path, name: str) -> tuple[str, Version] | None:
+    """The release tag of ``name`` with the highest version, if any."""
+    tags = git(root, "tag", "--list", f"{name}-v*").stdout.split()
+    versions = []
+    for tag in tags:
+        try:
+            versions.append((Version(tag.removeprefix(f"{name}-v")), tag))
+        except ValueError:
+            continue
+    if not versions:
+        return None
+    version, tag = max(versions)
+    return tag, version
+
+
+def _release_inputs(document: dict[str, object]) -> dict[str, object]:
+    """What of a pyproject.toml shapes the artifacts, without the version."""
+    project = dict(document.get("project", {}))  # type: ignore[call-overload]
+    project.pop("version", None)
+    hatch = document.get("tool", {}).get("hatch", {})  # type: ignore[attr-defined]
+    return {"project": project, "build": hatch.get("build", {})}
+
+
+def changed_since(root: pathlib.Path, distribution: Distribution, tag: str) -> list[str]:
+    """What of ``distribution``'s release inputs differs between ``tag`` and the working tree."""
+    folder = distribution.folder.resolve().relative_to(root.resolve()).as_posix()
+    paths = [f"{folder}/src", f"{folder}/README.md", f"{folder}/LICENSE"]
+    changed = git(root, "diff", "--name-only", tag, "--", *paths).stdout.split()
+    changed += git(root, "ls-files", "--others", "--exclude-standard", "--", *paths).stdout.split()
+    old = git(root, "show", f"{tag}:{folder}/pyproject.toml", check=False)
+    if old.returncode != 0:
+        return [f"{folder}/pyproject.toml (absent at {tag})"]
+    if _release_inputs(tomllib.loads(old.stdout)) != _release_inputs(tomllib.loads(distribution.pyproject.read_text())):
+        changed.append(f"{folder}/pyproject.toml ([project] or build configuration)")
+    return sorted(set(changed))
+
+
+def _core_imports(folder: pathlib.Path) -> set[tuple[str, str | None]]:
+    """``(module, name)`` for every import of ``tinax._core`` in a member's source."""
+    found: set[tuple[str, str | None]] = set()
+    for path in sorted((folder / "src").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module == "tinax._core" or node.module.startswith("tinax._core."):
+                    found.update((node.module, alias.name) for alias in node.names)
+            elif isinstance(node, ast.Import):
+                found.update(
+                    (alias.name, None)
+                    for alias in node.names
+                    if alias.name == "tinax._core" or alias.name.startswith("tinax._core.")
+                )
+    return found
+
+
+def _top_level_names(source: str) -> set[str]:
+    names: set[str] = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return names
+
+
+def _missing_core_names(imports: set[tuple[str, str | None]], files: dict[str, str]) -> list[str]:
+    """The imports that a tinax-core source tree (``src``-relative path to text) does not provide."""
+
+    def module_source(module: str) -> str | None:
+        stem = module.replace(".", "/")
+        return files.get(f"{stem}.py", files.get(f"{stem}/__init__.py"))
+
+    missing = []
+    for module, name in sorted(imports, key=lambda item: (item[0], item[1] or "")):
+        source = module_source(module)
+        if source is None:
+            missing.append(module)
+        elif name is not None and name not in _top_level_names(source) and module_source(f"{module}.{name}") is None:
+            missing.append(f"{module}.{name}")
+    return missing
+
+
+def _core_files(root: pathlib.Path | None, core: Distribution, tag: str | None) -> dict[str, str]:
+    source = core.folder / "src"
+    if tag is None:
+        return {path.relative_to(source).as_posix(): path.read_text(encoding="utf-8") for path in source.rglob("*.py")}
+    assert root is not None
+    prefix = source.resolve().relative_to(root.resolve()).as_posix()
+    listed = git(root, "ls-tree", "-r", "--name-only", tag, "--", prefix).stdout.split()
+    return {
+        path.removeprefix(f"{prefix}/"): git(root, "show", f"{tag}:{path}").stdout
+        for path in listed
+        if path.endswith(".py")
+    }
+
+
+def check_history(members: dict[str, Distribution], meta: Distribution, root: pathlib.Path | None) -> list[str]:
+    """The checks that need git: changes since each last tag, and tinax-core floors."""
+    problems: list[str] = []
+    if root is not None:
+        for distribution in [*members.values(), meta]:
+            last = last_tag(root, distribution.name)
+            if last is None:
+                continue
+            tag, tagged = last
+            if distribution.version < tagged:
+                problems.append(f"{distribution.name}: version {distribution.version} is older than its tag {tag}")
+            elif distribution.version == tagged:
+                changed = changed_since(root, distribution, tag)
+                if changed:
+                    problems.append(
+                        f"{distribution.name}: changed since {tag} ({', '.join(changed)}) but its version is still "
+                        f"{distribution.version}; bump it (hatch run release:bump {distribution.name} patch)"
+                    )
+    core = members.get(CORE_NAME)
+    if core is None:
+        return problems
+    trees: dict[str | None, dict[str, str]] = {}
+    core_tags: list[tuple[Version, str | None]] = []
+    if root is not None:
+        for name in git(root, "tag", "--list", f"{CORE_NAME}-v*").stdout.split():
+            try:
+                core_tags.append((Version(name.removeprefix(f"{CORE_NAME}-v")), name))
+            except ValueError:
+                continue
+    for member in members.values():
+        if member is core:
+            continue
+        imports = _core_imports(member.folder)
+        if not imports:
+            continue
+        ranges = [
+            requirement.specifier
+            for requirement in member.requirements
+            if canonicalize_name(requirement.name) == CORE_NAME
+        ]
+        if not ranges:
+            problems.append(f"{member.name}: imports tinax._core but does not require tinax-core")
+            continue
+        # The oldest tinax-core the range admits that exists: a release tag,
+        # or the working tree's version (which is what will be released).
+        candidates: list[tuple[Version, str | None]] = [
+            (version, tag)
+            for version, tag in core_tags
+            if all(spec.contains(version, prereleases=True) for spec in ranges)
+        ]
+        if all(spec.contains(core.version, prereleases=True) for spec in ranges):
+            candidates.append((core.version, None))
+        if not candidates:
+            continue  # check() reports a range that admits no tinax-core
+        floor, tag = min(candidates, key=lambda item: item[0])
+        if tag not in trees:
+            trees[tag] = _core_files(root, core, tag)
+        missing = _missing_core_names(imports, trees[tag])
+        if missing:
+            problems.append(
+                f"{member.name}: admits tinax-core {floor}, which does not provide {', '.join(missing)}; "
+                "raise its tinax-core floor"
+            )
+    return problems
+
+
 def sync_meta(members: dict[str, Distribution], meta: Distribution) -> bool:
     wanted = [meta_pin(member) for member in sorted(members.values(), key=lambda item: item.name)]
     current = [str(line) for line in meta.document["project"].get("dependencies", [])]
@@ -219,37 +419,107 @@ def bumped(version: Version, part: str) -> Version:
     return Version(part)
 
 
-def bump(members: dict[str, Distribution], meta: Distribution, name: str, part: str) -> None:
-    target_name = str(canonicalize_name(name))
+def resolve(members: dict[str, Distribution], meta: Distribution, name: str) -> Distribution:
+    """The distribution called ``name`` (``tinax-core``, or just ``core``)."""
     everything = {**members, meta.name: meta}
-    if target_name not in everything:
-        raise SystemExit(f"release: unknown distribution {name!r}; known: {', '.join(sorted(everything))}")
-    target = everything[target_name]
-    old = target.version
-    new = bumped(old, part)
-    if new <= old:
-        raise SystemExit(f"release: {target_name} {new} is not newer than {old}")
-    target.document["project"]["version"] = str(new)
-    target.save()
-    print(f"{target_name}: {old} -> {new}")
-    changelog = target.folder / "CHANGELOG.md"
+    wanted = str(canonicalize_name(name))
+    for candidate in (wanted, f"{FAMILY_PREFIX}{wanted}"):
+        if candidate in everything:
+            return everything[candidate]
+    raise SystemExit(f"release: unknown distribution {name!r}; known: {', '.join(sorted(everything))}")
+
+
+def set_version(distribution: Distribution, version: Version, changelog_entry: str) -> None:
+    """Sets the version with `hatch version` and opens its changelog section."""
+    hatch = shutil.which("hatch")
+    if hatch is None:
+        raise SystemExit(
+            "release: versions are edited with `hatch version`, and no hatch is on PATH; "
+            "run this through hatch (hatch run release:bump ...) or ./dev"
+        )
+    old = distribution.version
+    completed = subprocess.run(
+        [hatch, "version", str(version)], cwd=distribution.folder, capture_output=True, text=True, check=False
+    )
+    distribution.document = tomlkit.parse(distribution.pyproject.read_text())
+    if completed.returncode != 0 or distribution.version != version:
+        raise SystemExit(
+            f"release: `hatch version {version}` in {distribution.folder} failed:\n{completed.stdout}{completed.stderr}"
+        )
+    print(f"{distribution.name}: {old} -> {version}")
+    changelog = distribution.folder / "CHANGELOG.md"
     if changelog.exists():
         text = changelog.read_text()
         heading, _, rest = text.partition("\n")
-        changelog.write_text(f"{heading}\n\n## {new} (unreleased)\n\n- \n{rest}")
+        changelog.write_text(f"{heading}\n\n## {version} (unreleased)\n\n{changelog_entry}\n{rest}")
+
+
+def bumped_since_release(distribution: Distribution, root: pathlib.Path | None) -> bool:
+    """Whether the version is already above the last release tag (a bump not yet released)."""
+    last = last_tag(root, distribution.name) if root is not None else None
+    return last is not None and distribution.version > last[1]
+
+
+def bump(members: dict[str, Distribution], meta: Distribution, name: str, part: str, root: pathlib.Path | None) -> None:
+    target = resolve(members, meta, name)
+    old = target.version
+    new = bumped(old, part)
+    if new <= old:
+        raise SystemExit(f"release: {target.name} {new} is not newer than {old}")
+    set_version(target, new, "- ")
+    rewritten: list[tuple[Distribution, str]] = []
     for member in members.values():
         dependencies = member.document["project"].get("dependencies", [])
         for index, line in enumerate(list(dependencies)):
             requirement = Requirement(str(line))
-            if canonicalize_name(requirement.name) != target_name or requirement.specifier.contains(new):
+            if canonicalize_name(requirement.name) != target.name or requirement.specifier.contains(new):
                 continue
             extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
             marker = f"; {requirement.marker}" if requirement.marker else ""
-            dependencies[index] = f"{target_name}{extras}{sibling_range(new)}{marker}"
+            dependencies[index] = f"{target.name}{extras}{sibling_range(new)}{marker}"
             member.save()
             print(f"{member.name}: now requires {dependencies[index]}")
+            rewritten.append((member, str(dependencies[index])))
+    # A distribution whose requirements changed is a new release of it too,
+    # unless it already carries an unreleased bump.
+    for member, requirement in rewritten:
+        if bumped_since_release(member, root):
+            print(f"{member.name}: {member.version} is not released yet; not bumped again")
+        else:
+            set_version(member, bumped(member.version, "patch"), f"- Requires `{requirement}`.")
     if target is not meta and sync_meta(members, meta):
-        print(f"{meta.name}: pins rewritten; bump {meta.name} too when releasing the new set")
+        if bumped_since_release(meta, root):
+            print(f"{meta.name}: pins rewritten; {meta.version} is not released yet, so not bumped again")
+        else:
+            set_version(meta, bumped(meta.version, "patch"), f"- Pins {target.name} {new}.")
+        sync_meta(members, meta)
+
+
+def tag(members: dict[str, Distribution], meta: Distribution, name: str, root: pathlib.Path | None) -> str:
+    """Tags the current version of one distribution, refusing any inconsistent state."""
+    distribution = resolve(members, meta, name)
+    if root is None:
+        raise SystemExit("release: tags are git tags, and the packages are not in a git checkout")
+    status = git(root, "status", "--porcelain").stdout
+    if status.strip():
+        raise SystemExit(f"release: the working tree is not clean; commit or remove these first:\n{status}")
+    version = distribution.version
+    changelog = distribution.folder / "CHANGELOG.md"
+    dated = re.compile(rf"^## {re.escape(str(version))} \(\d{{4}}-\d{{2}}-\d{{2}}\)\s*$", re.MULTILINE)
+    if not changelog.exists() or not dated.search(changelog.read_text()):
+        raise SystemExit(
+            f"release: {changelog.relative_to(root)} has no dated entry for {version} "
+            f"(a heading like '## {version} (YYYY-MM-DD)')"
+        )
+    problems = check(members, meta) + check_history(members, meta, root)
+    if problems:
+        raise SystemExit("release: not tagging while the pins are inconsistent:\n" + "\n".join(problems))
+    name_of_tag = tag_name(distribution)
+    if git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{name_of_tag}", check=False).returncode == 0:
+        raise SystemExit(f"release: tag {name_of_tag} exists already")
+    git(root, "tag", "--annotate", name_of_tag, "--message", f"{distribution.name} {version}")
+    print(f"release: tagged {name_of_tag}")
+    return name_of_tag
 
 
 def _artifact_metadata(artifact: pathlib.Path) -> tuple[str, list[str]]:
@@ -319,10 +589,15 @@ def main(argv: list[str]) -> int:
     bump_parser = commands.add_parser("bump", help="bump one distribution and the pins naming it")
     bump_parser.add_argument("name")
     bump_parser.add_argument("part", help="major, minor, patch, or an exact version")
+    tag_parser = commands.add_parser("tag", help="tag one distribution's current version")
+    tag_parser.add_argument("name")
     arguments = parser.parse_args(argv)
     members, meta = load_distributions(arguments.packages)
+    root = git_root(arguments.packages)
     if arguments.command == "check":
-        problems = check(members, meta)
+        if root is None:
+            print("release: not in a git checkout; the checks against release tags are skipped", file=sys.stderr)
+        problems = check(members, meta) + check_history(members, meta, root)
         for problem in problems:
             print(f"release: {problem}", file=sys.stderr)
         if problems:
@@ -342,7 +617,10 @@ def main(argv: list[str]) -> int:
     if arguments.command == "sync-meta":
         print("release: meta pins rewritten" if sync_meta(members, meta) else "release: meta pins already match")
         return 0
-    bump(members, meta, arguments.name, arguments.part)
+    if arguments.command == "tag":
+        tag(members, meta, arguments.name, root)
+        return 0
+    bump(members, meta, arguments.name, arguments.part, root)
     return 0
 
 
