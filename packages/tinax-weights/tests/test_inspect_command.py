@@ -161,7 +161,7 @@ def test_a_checkpoint_folder_names_the_distribution_to_install(tmp_path):
     assert result.code == 1
     if importlib.util.find_spec("tinax.checkpointing") is None:
         assert result.stderr.strip().splitlines() == [
-            f"tinax inspect: {str(folder)!r} is a Orbax checkpoint folder; install tinax-checkpointing to inspect it "
+            f"tinax inspect: {str(folder)!r} is an Orbax checkpoint folder; install tinax-checkpointing to inspect it "
             "(python -m pip install tinax-checkpointing)"
         ]
     else:

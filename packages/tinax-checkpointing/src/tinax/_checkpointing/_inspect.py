@@ -153,10 +153,24 @@ def _leaf_rows(part: str, tree: Any, options: InspectOptions) -> list[dict[str, 
                 "type": type(leaf).__name__.removesuffix("Metadata").lower() or type(leaf).__name__,
                 "dtype": None if dtype is None else str(dtype),
                 "shape": None if shape is None else list(shape),
-                "sharding": None if sharding is None else str(sharding),
+                "sharding": None if sharding is None else _sharding_text(sharding),
             }
         )
     return rows
+
+
+def _sharding_text(sharding: Any) -> str:
+    """Orbax's saved sharding in one short line (its own repr lists every device of a mesh)."""
+    names = getattr(sharding, "axis_names", None)
+    shape = getattr(sharding, "shape", None)
+    spec = getattr(sharding, "partition_spec", None)
+    if names is not None and shape is not None and spec is not None:
+        mesh = ", ".join(f"{name}={int(size)}" for name, size in zip(names, list(shape), strict=False))
+        return f"NamedSharding(mesh=({mesh}), spec={tuple(spec)})"
+    device = getattr(sharding, "device_str", None)
+    if device is not None:
+        return f"SingleDeviceSharding({device})"
+    return " ".join(str(sharding).split())
 
 
 def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Report:

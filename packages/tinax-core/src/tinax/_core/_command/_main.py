@@ -146,7 +146,7 @@ def _inspect(arguments: argparse.Namespace) -> Report:
     inspector = find_inspector(detected.kind)
     if inspector is None:
         raise _ProblemError(
-            f"{str(path)!r} is a {description}; install {distribution} to inspect it "
+            f"{str(path)!r} is {_article(description)} {description}; install {distribution} to inspect it "
             f"(python -m pip install {distribution})"
         )
     options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
@@ -154,6 +154,10 @@ def _inspect(arguments: argparse.Namespace) -> Report:
     if report.bytes_read is not None:
         report.bytes_read += detected.bytes_read
     return report
+
+
+def _article(noun: str) -> str:
+    return "an" if noun[:1].lower() in "aeiou" else "a"
 
 
 def _one_line(error: BaseException) -> str:

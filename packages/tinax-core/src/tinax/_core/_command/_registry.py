@@ -35,7 +35,7 @@ SNIFF_BYTES = 4096
 KINDS: dict[str, tuple[str, str]] = {
     "safetensors": ("safetensors file", "tinax-weights"),
     "safetensors-index": ("safetensors multi-file index", "tinax-weights"),
-    "msgpack": ("msgpack weights (flax state dict)", "tinax-weights"),
+    "msgpack": ("msgpack weights file (a flax state dict)", "tinax-weights"),
     "parquet": ("Parquet record file", "tinax-data"),
     "array-record": ("ArrayRecord record file", "tinax-data"),
     "orbax-checkpoint": ("Orbax checkpoint folder", "tinax-checkpointing"),
