@@ -22,9 +22,10 @@ from tinax._core._command._testing import run_tinax
 def test_help_lists_both_subcommands_and_starts_no_jax():
     code = (
         "import sys\n"
-        "from tinax._core._command._main import main\n"
+        "sys.argv = ['tinax', '--help']\n"
+        "import _tinax_command\n"  # the console script's entry point
         "try:\n"
-        "    main(['--help'])\n"
+        "    _tinax_command.console()\n"
         "except SystemExit as exit:\n"
         "    assert exit.code == 0, exit.code\n"
         "assert 'jax' not in sys.modules, 'jax was imported'\n"

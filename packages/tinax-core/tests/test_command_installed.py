@@ -85,3 +85,27 @@ def test_a_kind_whose_distribution_is_absent_names_it(venv, tmp_path):
         f"tinax inspect: {str(path)!r} is a safetensors file; install tinax-weights to inspect it "
         "(python -m pip install tinax-weights)"
     ]
+
+
+def test_an_environment_mixing_tinax_02_still_answers_with_the_repair(venv, tmp_path):
+    # What upgrading one member alone over tinax 0.2 leaves: 0.2's package
+    # folder, whose __init__.py shadows the namespace.
+    leftover = _site_packages(venv) / "tinax" / "__init__.py"
+    leftover.write_text("# tinax 0.2\n")
+    info = _tinax(venv, "info")
+    assert info.returncode == 1
+    assert "tinax-core 0.3.0: ok" in info.stdout.splitlines()
+    (line,) = info.stderr.strip().splitlines()
+    assert "mixes the single-distribution tinax 0.2" in line
+    assert "repair: python -m pip install -U tinax" in line
+    # The integrity check still runs, and still finds hand edits.
+    module = _site_packages(venv) / "tinax" / "_core" / "files.py"
+    module.write_text(module.read_text() + "\n# edited by hand\n")
+    info = _tinax(venv, "info")
+    assert "  tinax/_core/files.py differs from the installed file (its hash changed); repair: " + REPAIR in (
+        info.stdout.splitlines()
+    )
+    inspect = _tinax(venv, "inspect", str(tmp_path))
+    assert inspect.returncode == 1
+    assert inspect.stdout == ""
+    assert len(inspect.stderr.strip().splitlines()) == 1
