@@ -231,3 +231,39 @@ def test_schema_check_finds_violations():
         "$: unexpected key 'extra'",
     ]
     assert SCHEMA["properties"]["command"]["enum"] == ["info", "inspect"]
+
+
+def test_an_inspector_failing_unexpectedly_is_still_one_line(tmp_path):
+    # A distribution registering a broken inspector: the entry point exists,
+    # its code raises something no reader documents.
+    site = tmp_path / "site"
+    info = site / "tinax_broken-0.3.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: tinax-broken\nVersion: 0.3.0\n")
+    (info / "entry_points.txt").write_text("[tinax.inspectors]\ncheckpoint-root = tinax_broken_inspector:inspect\n")
+    (site / "tinax_broken_inspector.py").write_text("def inspect(path, options):\n    raise KeyError('boom')\n")
+    root = tmp_path / "run"
+    (root / "12").mkdir(parents=True)
+    environment = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
+    completed = subprocess.run(
+        [sys.executable, "-c", _ONLY_BROKEN, "inspect", str(root)],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **environment},
+    )
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == ["tinax inspect: unexpected KeyError: 'boom' (--debug shows where)"]
+
+
+# Runs the command with only the broken distribution's inspectors visible.
+_ONLY_BROKEN = """
+import sys
+from importlib import metadata
+import tinax._core._command._registry as registry
+every = metadata.entry_points
+registry.metadata = type("M", (), {"entry_points": staticmethod(
+    lambda **kw: [e for e in every(**kw) if e.value.startswith("tinax_broken_inspector")])})
+from tinax._core._command._main import main
+sys.exit(main(sys.argv[1:]))
+"""

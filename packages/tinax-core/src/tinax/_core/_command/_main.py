@@ -119,6 +119,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(arguments, f"tinax {arguments.command}: {error}", EXIT_PROBLEM)
     except (OSError, ValueError, TypeError, RuntimeError, ImportError) as error:
         return _fail(arguments, f"tinax {arguments.command}: {_one_line(error)}", EXIT_PROBLEM)
+    except Exception as error:  # a reader's unexpected failure is still one line, not a traceback
+        name = type(error).__name__
+        message = f"tinax {arguments.command}: unexpected {name}: {_one_line(error)} (--debug shows where)"
+        return _fail(arguments, message, EXIT_PROBLEM)
     if arguments.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=False))
     else:
