@@ -34,6 +34,7 @@ This file is a runnable example, not a stable API.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pathlib
@@ -53,6 +54,7 @@ LEARNING_RATE = 3e-3
 INPUT_NOISE = 0.05
 #: Hidden flag: run only the resumed half of the training, in a new process.
 RESUME_FLAG = "--resume-from-checkpoint"
+DEFAULT_BATCH_SIZE = 64
 #: File that marks an output folder as this demo's, so --overwrite never deletes anything else.
 MARKER = "tinax-demo.txt"
 
@@ -81,7 +83,9 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--mesh", type=parse_mesh, default=(2, 4), help="mesh shape DATAxMODEL over CPU devices (default: 2x4)"
     )
-    parser.add_argument("--batch-size", type=int, default=64, help="global batch size (default: 64)")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help=f"global batch size (default: {DEFAULT_BATCH_SIZE})"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the data, the model and the keys (default: 0)")
     parser.add_argument(RESUME_FLAG, type=pathlib.Path, default=None, help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
@@ -92,15 +96,33 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
         arguments.checkpoint_step = arguments.steps // 2
     if not 1 <= arguments.checkpoint_step < arguments.steps:
         parser.error(f"--checkpoint-step must be in [1, {arguments.steps - 1}], got {arguments.checkpoint_step}")
-    if arguments.batch_size < 1 or arguments.batch_size % data_size:
+    mesh = f"{data_size}x{model_size}"
+    if HIDDEN % model_size:
+        parser.error(
+            f"--mesh {mesh}: the model axis ({model_size}) must divide the hidden width {HIDDEN}; "
+            "for example 2x4, 4x2 or 8x1"
+        )
+    if arguments.batch_size is None:
+        # The mesh is what the user chose here, so the mesh is what is wrong.
+        if DEFAULT_BATCH_SIZE % data_size:
+            parser.error(
+                f"--mesh {mesh}: the data axis ({data_size}) must divide the batch size ({DEFAULT_BATCH_SIZE}); "
+                f"choose another mesh, or a --batch-size that is a multiple of {data_size}"
+            )
+        arguments.batch_size = DEFAULT_BATCH_SIZE
+    elif arguments.batch_size < 1 or arguments.batch_size % data_size:
         parser.error(
             f"--batch-size must be a positive multiple of the mesh's data axis ({data_size}), "
             f"got {arguments.batch_size}"
         )
-    if HIDDEN % model_size:
-        parser.error(f"the mesh's model axis must divide the hidden width {HIDDEN}, got {model_size}")
     if not 0 <= arguments.seed < 2**32:
         parser.error(f"--seed must be in [0, 2**32 - 1], got {arguments.seed}")
+    if arguments.resume_from_checkpoint is None:
+        for folder in [arguments.output, *arguments.output.absolute().parents]:
+            if folder.exists() and not folder.is_dir():
+                # One line: the usage text would hide that this is about a path, not the flags.
+                print(f"demo: error: --output {arguments.output}: {folder} is a file, not a folder", file=sys.stderr)
+                raise SystemExit(2)
     if arguments.resume_from_checkpoint is None and arguments.output.exists():
         if not arguments.overwrite:
             parser.error(f"the output folder {arguments.output} exists; choose another or pass --overwrite")
@@ -349,6 +371,14 @@ def resumed_process(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def matplotlib_missing() -> bool:
+    """Whether matplotlib, which only draws the loss curve, is absent (found without importing it)."""
+    try:
+        return importlib.util.find_spec("matplotlib") is None
+    except (ImportError, ValueError):
+        return True
+
+
 def plot_losses(path: pathlib.Path, full: Sequence[float], resumed: Sequence[float], resumed_from: int) -> None:
     import matplotlib
 
@@ -382,6 +412,15 @@ def main(argv: Sequence[str]) -> int:
     os.environ["JAX_NUM_CPU_DEVICES"] = str(data_size * model_size)
     if arguments.resume_from_checkpoint is not None:
         return resumed_process(arguments)
+    # Said before any work starts, not discovered at the end.
+    plot = not matplotlib_missing()
+    if not plot:
+        print(
+            "demo: matplotlib is not installed, so the loss curve (loss.png) will be skipped; "
+            "everything else runs. Install it with `pip install matplotlib` to get the plot.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     import jax
     import numpy as np
@@ -531,7 +570,8 @@ def main(argv: Sequence[str]) -> int:
     print(f"   test accuracy on {total} held-out rows: {accuracy:.3f}")
 
     plot_path = output / "loss.png"
-    plot_losses(plot_path, losses, resumed_losses.tolist(), arguments.checkpoint_step)
+    if plot:
+        plot_losses(plot_path, losses, resumed_losses.tolist(), arguments.checkpoint_step)
 
     ok = (
         losses_match
@@ -549,7 +589,7 @@ def main(argv: Sequence[str]) -> int:
         ("training throughput", f"{arguments.steps * arguments.batch_size / training_seconds:.0f} examples/s"),
         ("resume bit-identical", "yes" if losses_match and parameters_match else "NO"),
         ("test accuracy", f"{accuracy:.3f} on {total} rows"),
-        ("loss curve", str(plot_path)),
+        ("loss curve", str(plot_path) if plot else "skipped (matplotlib is not installed)"),
         ("wall time", f"{time.perf_counter() - started:.1f} s"),
     ]
     print()

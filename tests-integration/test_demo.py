@@ -71,7 +71,10 @@ def test_overwrite_replaces_only_a_demo_folder(tmp_path):
         (["--steps", "1"], "--steps must be at least 2"),
         (["--steps", "ten"], "invalid int value"),
         (["--mesh", "3"], "expected DATAxMODEL"),
-        (["--mesh", "2x3"], "must divide the hidden width"),
+        (["--mesh", "2x3"], "--mesh 2x3: the model axis (3) must divide the hidden width"),
+        # With the default batch size the mesh is the user's choice, so the mesh is named.
+        (["--mesh", "3x3"], "--mesh 3x3: "),
+        (["--mesh", "3x2"], "--mesh 3x2: the data axis (3) must divide the batch size"),
         (["--batch-size", "63"], "--batch-size must be a positive multiple"),
         (["--checkpoint-step", "10", "--steps", "10"], "--checkpoint-step must be in [1, 9]"),
         (["--no-such-flag"], "unrecognized arguments"),
@@ -81,4 +84,18 @@ def test_bad_flags_exit_2_with_a_clear_message(tmp_path, flags, message):
     completed = run_demo(*flags, "--output", str(tmp_path / "out"), cwd=tmp_path)
     assert completed.returncode == 2
     assert message in completed.stderr
+    if "--mesh" in flags:
+        assert "--batch-size must" not in completed.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("where", ["file", "below-file"])
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]], ids=["plain", "overwrite"])
+def test_an_output_that_is_a_file_is_a_one_line_error(tmp_path, where, overwrite):
+    existing = tmp_path / "results.txt"
+    existing.write_text("not a folder")
+    output = existing if where == "file" else existing / "run"
+    completed = run_demo("--output", str(output), *overwrite, cwd=tmp_path)
+    assert completed.returncode == 2
+    assert completed.stderr.splitlines() == [f"demo: error: --output {output}: {existing} is a file, not a folder"]
+    assert existing.read_text() == "not a folder"
