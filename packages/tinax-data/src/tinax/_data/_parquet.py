@@ -1,29 +1,36 @@
 """Records in Parquet files, read back as random-access Grain datasets.
 
 :func:`write_parquet_record` writes the tinax record format when the records
-fit it (see ``tinax._data._record_codec``): one column per field, plain values
-as native Parquet columns (``null``, ``bool``, ``int64``, ``double``,
-``large_string``, ``large_binary``), and each array field as a
-``struct<shape: list<int64>, data: large_binary>`` column holding the extents
-and the raw C-order bytes of each record's array. The file's key-value
-metadata holds the JSON header of ``tinax._data._record_codec`` under the key
-``tinax.records``, with the dtype and ndim of every array field. Other Parquet
-readers see ordinary columns; tinax reads the arrays back exactly.
+fit it (see ``tinax._data._record_codec``) as Arrow-native columns: plain
+values as ``null``, ``bool``, ``int64``, ``double``, ``large_string`` and
+``large_binary`` columns; an array field as a ``fixed_shape_tensor`` column
+when every record's array has one shape (a plain column for 0-d arrays), or
+as ``large_list`` nested once per dimension when extents vary. Elements
+Arrow has no type for are stored as the nearest one (raw bits for
+``ml_dtypes`` types, float pairs for complex numbers, little-endian values
+for big-endian arrays), and each array column's field metadata names the
+exact dtype. A field whose arrays have a zero extent before a non-zero one
+keeps the layout of earlier 0.3 files, ``struct<shape: list<int64>, data:
+large_binary>``, which also still reads. The file's key-value metadata holds
+the JSON header of ``tinax._data._record_codec`` under ``tinax.records`` and
+the checksums under ``tinax.records.checksums``. Other Parquet readers see
+numbers; tinax reads the arrays back exactly.
 
 Records that do not fit the format (lists, nested mappings, NumPy scalars,
 fields missing from some records, a field that is an int in one record and a
 float in another, ...) are written as tinax 0.2 wrote every file: a plain
 Arrow table built by ``pyarrow.Table.from_pylist``, whose types pyarrow
-infers. Such files, and any other Parquet file (tinax 0.2's included), read
-back as pyarrow's ``to_pylist`` rows, as 0.2 read them.
+infers. Such files, and any other Parquet file (tinax 0.2's and other tools'
+included), read under the caller's mapping (``tinax._data._arrow_values``):
+pyarrow's ``to_pylist`` rows by default, as 0.2 read them.
 
 Row groups of the tinax format hold about 1 MiB of data (at most 4096
 records, at least one). Reading opens only the footer. Indexing reads the one
-row group that holds the record, decodes it into Python values and keeps the
-most recently used row groups in a per-process cache of about 64 MiB, so
-random access works on files much larger than memory and sequential or
-shuffled access within the cached groups costs about as much as indexing a
-list.
+row group that holds the record and keeps it as Arrow buffers in a
+per-process cache bounded by a memory budget (least recently used first
+out), so random access works on files much larger than memory, and access
+within the cached groups costs about as much as indexing a list. Batched
+reads gather each row group's rows column by column.
 """
 
 from __future__ import annotations
