@@ -204,6 +204,8 @@ def test_the_integrity_check_lives_where_tinax_02_installed_nothing():
     import tinax._core._command._integrity as integrity
 
     recorded = pathlib.Path(__file__).resolve().parents[3] / "tests-compat" / "tinax-0.2.0-record.txt"
+    if not recorded.is_file():
+        pytest.skip("needs the repository's list of tinax 0.2's files (not there when the tests run from a wheel)")
     source = pathlib.Path(integrity.__file__).resolve()
     relative = source.relative_to(source.parents[3]).as_posix()
     assert relative == "tinax/_core/_command/_integrity.py"

@@ -7,6 +7,7 @@ the standard library, which this also shows.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -14,9 +15,17 @@ import sys
 
 import pytest
 
-pytestmark = [pytest.mark.distributions, pytest.mark.timeout(600)]
-
 ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+pytestmark = [
+    pytest.mark.distributions,
+    pytest.mark.timeout(600),
+    # Builds tinax-core from the repository with uv: not where the tests run against an installed wheel.
+    pytest.mark.skipif(
+        not (ROOT / "packages" / "tinax-core" / "pyproject.toml").is_file() or importlib.util.find_spec("uv") is None,
+        reason="needs the repository and uv",
+    ),
+]
 REPAIR = "python -m pip install --force-reinstall --no-deps tinax-core==0.3.0"
 
 
