@@ -361,7 +361,10 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
     arrow_schema = _native_arrow_schema(schema, _fixed_shapes(schema, records))
     digest = hashlib.sha256()
     with atomic_path(destination, overwrite=overwrite) as temporary:
-        writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True)
+        # Dictionary encoding only for plain values: an array column's numbers rarely repeat, and the
+        # abandoned dictionary page of every row group would grow the file by half.
+        plain = [field.name for field in schema.fields if field.kind != KIND_ARRAY]
+        writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True, use_dictionary=plain)
         groups = 0
         try:
             pending: list[list[Any]] = []
