@@ -36,7 +36,10 @@ from packaging.utils import canonicalize_name
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
 META_NAME = "tinax"
-TEST_REQUIREMENTS = ["pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.2"]
+# The test dependency group, declared once in the root pyproject.toml.
+TEST_REQUIREMENTS = [
+    str(line) for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["test"]
+]
 
 
 def uv(*arguments: str, **kwargs: object) -> subprocess.CompletedProcess[str]:

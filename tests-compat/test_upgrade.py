@@ -27,7 +27,10 @@ PACKAGES = ROOT / "packages"
 MEMBER_FOLDERS = sorted(
     path.parent for path in PACKAGES.glob("tinax-*/pyproject.toml") if path.parent.name != "tinax-meta"
 )
-TEST_REQUIREMENTS = ["pytest==9.2.0", "pytest-timeout==2.4.0", "hypothesis==6.155.2"]
+# The test dependency group, declared once in the root pyproject.toml.
+TEST_REQUIREMENTS = [
+    str(line) for line in tomllib.loads((ROOT / "pyproject.toml").read_text())["dependency-groups"]["test"]
+]
 
 #: Every file the tinax 0.2.0 wheel installed, from its RECORD (checked in
 #: so that the layout test below needs no download).
