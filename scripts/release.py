@@ -14,6 +14,10 @@ Commands (run through hatch from the repository root):
                                     any problem check-pins reports
   hatch run release:sync-meta       rewrite the meta distribution's pins from
                                     the members' current versions and extras
+  hatch run release:api             compare each distribution's public API
+                                    with its last release tag (griffe): a
+                                    breaking change fails unless the version
+                                    bump since that tag allows it
   hatch run release:artifacts       build every wheel and sdist, check each
                                     with `twine check --strict` and check that
                                     each carries the license file
@@ -383,6 +387,58 @@ def check_history(members: dict[str, Distribution], meta: Distribution, root: pa
     return problems
 
 
+def breaks_allowed(old: Version, new: Version) -> bool:
+    """Whether going from ``old`` to ``new`` may break the API: a major bump, or a minor one before 1.0."""
+    if new.major != old.major:
+        return new.major > old.major
+    return new.major == 0 and new.minor > old.minor
+
+
+def check_api(members: dict[str, Distribution], root: pathlib.Path | None) -> list[str]:
+    """Compares each member's public API with its last tag using griffe's breaking-change check."""
+    if root is None:
+        return ["the API check compares with release tags, and the packages are not in a git checkout"]
+    problems: list[str] = []
+    for member in members.values():
+        last = last_tag(root, member.name)
+        if last is None:
+            print(f"release: {member.name}: no release tag yet; no API to compare with")
+            continue
+        tag, tagged = last
+        if breaks_allowed(tagged, member.version):
+            print(f"release: {member.name}: {tagged} -> {member.version} may break the API; not compared")
+            continue
+        source = (member.folder / "src").resolve().relative_to(root.resolve()).as_posix()
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "griffe",
+                "check",
+                "tinax",
+                "--search",
+                source,
+                "--against",
+                tag,
+                "--format",
+                "oneline",
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if completed.returncode != 0:
+            problems.append(
+                f"{member.name}: breaking API changes since {tag}, which {tagged} -> {member.version} does not "
+                f"allow (bump the minor version before 1.0, the major one after):\n"
+                f"{completed.stdout}{completed.stderr}".rstrip()
+            )
+        else:
+            print(f"release: {member.name}: no breaking API change since {tag}")
+    return problems
+
+
 def sync_meta(members: dict[str, Distribution], meta: Distribution) -> bool:
     wanted = [meta_pin(member) for member in sorted(members.values(), key=lambda item: item.name)]
     current = [str(line) for line in meta.document["project"].get("dependencies", [])]
@@ -514,6 +570,10 @@ def tag(members: dict[str, Distribution], meta: Distribution, name: str, root: p
     problems = check(members, meta) + check_history(members, meta, root)
     if problems:
         raise SystemExit("release: not tagging while the pins are inconsistent:\n" + "\n".join(problems))
+    if distribution is not meta:
+        problems = check_api({distribution.name: distribution}, root)
+        if problems:
+            raise SystemExit("release: not tagging an API break:\n" + "\n".join(problems))
     name_of_tag = tag_name(distribution)
     if git(root, "rev-parse", "--verify", "--quiet", f"refs/tags/{name_of_tag}", check=False).returncode == 0:
         raise SystemExit(f"release: tag {name_of_tag} exists already")
@@ -585,6 +645,7 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("check", help="check versions, sibling ranges and meta pins")
     commands.add_parser("sync-meta", help="rewrite the meta pins from the members")
+    commands.add_parser("api", help="compare each public API with its last tag (griffe)")
     commands.add_parser("artifacts", help="build every wheel and sdist and check them with twine and for a license")
     bump_parser = commands.add_parser("bump", help="bump one distribution and the pins naming it")
     bump_parser.add_argument("name")
@@ -605,6 +666,11 @@ def main(argv: list[str]) -> int:
         listed = ", ".join(f"{member.name} {member.version}" for member in members.values())
         print(f"release: consistent: {listed}; {meta.name} {meta.version} pins them all")
         return 0
+    if arguments.command == "api":
+        problems = check_api(members, root)
+        for problem in problems:
+            print(f"release: {problem}", file=sys.stderr)
+        return 1 if problems else 0
     if arguments.command == "artifacts":
         with tempfile.TemporaryDirectory(prefix="tinax-artifacts-") as output:
             problems = check_artifacts([*members.values(), meta], pathlib.Path(output))

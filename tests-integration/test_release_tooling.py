@@ -328,3 +328,32 @@ def test_no_test_names_a_current_version_of_a_distribution():
         if pattern.search(line)
     ]
     assert not offenders, f"tests that hardcode a current version (read it from the metadata instead): {offenders}"
+
+
+def test_an_api_break_needs_a_version_bump_that_allows_it(repository):
+    packages = repository / "packages"
+    date_changelog(repository, "tinax-core")
+    commit_all(repository, "release notes")
+    assert release(packages, "tag", "tinax-core").returncode == 0
+    assert release(packages, "api").returncode == 0
+    # A public function gains a required parameter: callers written for the
+    # tagged release break.
+    source = packages / "tinax-core" / "src" / "tinax" / "_array" / "_ownership.py"
+    text, count = re.subn(r"^def to_numpy\(", "def to_numpy(added_first: int, ", source.read_text(), flags=re.M)
+    assert count == 1
+    source.write_text(text)
+    assert release(packages, "bump", "tinax-core", "patch").returncode == 0
+    result = release(packages, "api")
+    assert result.returncode == 1
+    assert f"tinax-core: breaking API changes since tinax-core-v{CORE}" in result.stderr
+    assert "to_numpy" in result.stderr
+    date_changelog(repository, "tinax-core")
+    commit_all(repository, "a breaking change under a patch bump")
+    refused = release(packages, "tag", "tinax-core")
+    assert refused.returncode == 1
+    assert "not tagging an API break" in refused.stderr
+    # Before 1.0 a minor bump allows it.
+    assert release(packages, "bump", "tinax-core", "minor").returncode == 0
+    result = release(packages, "api")
+    assert result.returncode == 0, result.stderr
+    assert "may break the API; not compared" in result.stdout
