@@ -59,9 +59,9 @@ __all__ = [
 T = TypeVar("T")
 BatchT = TypeVar("BatchT")
 
-#: Turns the records of one batch (a sequence of up to ``batch_size`` records)
-#: into the batch the pipeline yields, for example by stacking arrays.
 BatchTransform: TypeAlias = Callable[[Sequence[T]], BatchT]
+"""Turns the records of one batch (a sequence of up to ``batch_size`` records)
+into the batch the pipeline yields, for example by stacking arrays."""
 
 #: Key of the pipeline description in an iterator state.
 STATE_DESCRIPTION_KEY = "tinax_pipeline"
