@@ -2,6 +2,8 @@
 
   hatch run release:isolation tinax-core            one distribution
   hatch run release:isolation --all                 every member in turn
+  hatch run release:floors                          each member against the oldest
+                                                    released tinax-core its range admits
 
 For each distribution it:
   1. builds the wheels of every member (and checks none ships tinax/__init__.py);
@@ -14,6 +16,12 @@ For each distribution it:
   4. asserts that its own modules import from the venv and the modules of the
      members it does not depend on do not import at all;
   5. runs the distribution's own tests against the installed wheel.
+
+With --core-floors it runs the same check for every member whose tinax-core
+range admits a tinax-core release older than the current one (one with a tag
+tinax-core-v<version>), with the oldest such release built from its tag in
+place of the current tinax-core. So a floor that says an older tinax-core
+works is tested with that real older build.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import zipfile
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
@@ -176,14 +185,79 @@ def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict
             raise SystemExit(f"isolation: {name}'s tests failed against its installed wheel")
 
 
+CORE = "tinax-core"
+
+
+def core_floor_targets(folders: dict[str, pathlib.Path]) -> dict[str, tuple[Version, str]]:
+    """For each member: the oldest tagged tinax-core, older than the current one, that its range admits."""
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "tag", "--list", f"{CORE}-v*"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    current = Version(tomllib.loads((folders[CORE] / "pyproject.toml").read_text())["project"]["version"])
+    releases = []
+    for tag in listed:
+        try:
+            version = Version(tag.removeprefix(f"{CORE}-v"))
+        except InvalidVersion:
+            continue
+        if version < current:
+            releases.append((version, tag))
+    targets = {}
+    for name, folder in folders.items():
+        requirements = [
+            Requirement(line)
+            for line in tomllib.loads((folder / "pyproject.toml").read_text())["project"].get("dependencies", [])
+        ]
+        ranges = [item.specifier for item in requirements if canonicalize_name(item.name) == CORE]
+        admitted = [item for item in releases if ranges and all(spec.contains(item[0]) for spec in ranges)]
+        if admitted:
+            targets[name] = min(admitted)
+    return targets
+
+
+def check_core_floors(folders: dict[str, pathlib.Path]) -> list[str]:
+    targets = core_floor_targets(folders)
+    if not targets:
+        print("isolation: no member's range admits an older released tinax-core; nothing to run")
+        return []
+    with tempfile.TemporaryDirectory(prefix="isolation-floors-") as output:
+        scratch = pathlib.Path(output)
+        wheels = build_wheels(folders, scratch / "current")
+        for tag in sorted({tag for _, tag in targets.values()}):
+            archive = subprocess.run(
+                ["git", "-C", str(ROOT), "archive", tag, str(folders[CORE].relative_to(ROOT))],
+                capture_output=True,
+                check=True,
+            ).stdout
+            tree = scratch / tag
+            tree.mkdir()
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+            old_folder = tree / folders[CORE].relative_to(ROOT)
+            old_wheels = build_wheels({CORE: old_folder}, scratch / f"{tag}-wheel")
+            for name, (version, member_tag) in sorted(targets.items()):
+                if member_tag != tag:
+                    continue
+                print(f"\n== {name} against tinax-core {version}, built from {tag} ==", flush=True)
+                check_distribution(name, {**folders, CORE: old_folder}, {**wheels, CORE: old_wheels[CORE]})
+    return sorted(targets)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="isolation", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("names", nargs="*", help="distributions to check, e.g. tinax-core")
     parser.add_argument("--all", action="store_true", help="check every member")
+    parser.add_argument(
+        "--core-floors", action="store_true", help="check members against the oldest released tinax-core they admit"
+    )
     arguments = parser.parse_args(argv)
     folders = members()
+    if arguments.core_floors:
+        checked = check_core_floors(folders)
+        if checked:
+            print(f"\nisolation: passed against older tinax-core releases for {', '.join(checked)}")
+        return 0
     names = list(folders) if arguments.all else [str(canonicalize_name(name)) for name in arguments.names]
     if not names:
         parser.error("name at least one distribution, or pass --all")
