@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
@@ -26,7 +27,13 @@ pytestmark = [
         reason="needs the repository and uv",
     ),
 ]
-REPAIR = "python -m pip install --force-reinstall --no-deps tinax-core==0.3.0"
+# The version under test, read where it is set, so that a release edits no test.
+VERSION = (
+    tomllib.loads((ROOT / "packages" / "tinax-core" / "pyproject.toml").read_text())["project"]["version"]
+    if (ROOT / "packages" / "tinax-core" / "pyproject.toml").is_file()
+    else ""
+)
+REPAIR = f"python -m pip install --force-reinstall --no-deps tinax-core=={VERSION}"
 
 
 def _uv(*arguments: str) -> None:
@@ -72,8 +79,8 @@ def test_the_console_script_checks_a_real_install_and_reports_damage(venv, tmp_p
     edited = _tinax(venv, "info")
     assert edited.returncode == 1
     assert (
-        f"tinax-core 0.3.0: tinax/_core/files.py differs from the installed file (its hash changed); repair: {REPAIR}"
-        in (edited.stdout)
+        f"tinax-core {VERSION}: tinax/_core/files.py differs from the installed file (its hash changed); "
+        f"repair: {REPAIR}" in (edited.stdout)
     )
 
     # A RECORD file deleted.
@@ -103,7 +110,7 @@ def test_an_environment_mixing_tinax_02_still_answers_with_the_repair(venv, tmp_
     leftover.write_text("# tinax 0.2\n")
     info = _tinax(venv, "info")
     assert info.returncode == 1
-    assert "tinax-core 0.3.0: ok" in info.stdout.splitlines()
+    assert f"tinax-core {VERSION}: ok" in info.stdout.splitlines()
     (line,) = info.stderr.strip().splitlines()
     assert "mixes the single-distribution tinax 0.2" in line
     assert "repair: python -m pip install -U tinax" in line
