@@ -1,0 +1,66 @@
+"""MkDocs hook: links inside the repository files that the site includes.
+
+The migration guide, the changelogs and the contributing guide are included
+from their places in the repository: a page whose whole text is the line
+``--8<-- "PATH"`` renders the file at PATH, which this hook reads. Their relative
+links are written for a reader of the repository. Here a link to a file that is also a
+page of the site becomes a link to that page, and a link to any other file of
+the repository becomes its text followed by the path, since the site does not
+carry that file. A link to a path that does not exist is left alone, so the
+strict build still reports it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Repository file -> the page that renders it.
+PAGES = {
+    "MIGRATION.md": "migration.md",
+    "CONTRIBUTING.md": "contributing.md",
+    **{
+        f"packages/{folder}/CHANGELOG.md": f"changelog/{'tinax' if folder == 'tinax-meta' else folder}.md"
+        for folder in (
+            "tinax-core",
+            "tinax-parallel",
+            "tinax-data",
+            "tinax-checkpointing",
+            "tinax-weights",
+            "tinax-meta",
+        )
+    },
+}
+_INCLUDE = re.compile(r'--8<-- "([^"]+)"')
+_LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]*)(#[^)\s]*)?\)")
+
+
+def _rewrite(markdown: str, source: str, page: str) -> str:
+    source_folder = pathlib.PurePosixPath(source).parent
+    page_depth = len(pathlib.PurePosixPath(page).parent.parts)
+
+    def replace(match: re.Match[str]) -> str:
+        text, target, anchor = match.group(1), match.group(2), match.group(3) or ""
+        if not target or "://" in target or target.startswith("mailto:"):
+            return match.group(0)
+        resolved = (ROOT / source_folder / target).resolve()
+        if not resolved.exists():
+            return match.group(0)
+        relative = resolved.relative_to(ROOT).as_posix()
+        if relative in PAGES:
+            return f"[{text}]({'../' * page_depth}{PAGES[relative]}{anchor})"
+        return f"{text} (`{relative}` in the repository)"
+
+    return _LINK.sub(replace, markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
+    """Replaces an include line by the file's text, with its links rewritten."""
+    match = _INCLUDE.fullmatch(markdown.strip())
+    if match is None:
+        return markdown
+    source = match.group(1)
+    text = (ROOT / source).read_text(encoding="utf-8")
+    return _rewrite(text, source, page.file.src_uri)
