@@ -1,11 +1,12 @@
-"""Every Python block of the documentation site runs.
+"""Every Python block of the documentation site and of every README runs.
 
-The convention (CONTRIBUTING.md, "Documentation"): each ```python block of a
-page under docs/ is run, in page order, as one script per page, so a block
+The convention (CONTRIBUTING.md, "Documentation"): the ```python blocks of a
+page (under docs/, or a README) run in page order as one script, so a block
 may use the names an earlier block of its page defined. A block that is only a
 fragment is marked by the line ``<!-- fragment -->`` directly above its
 fence; it is shown but not run. Each page runs in its own child process, in a
-fresh working folder, with JAX on 8 CPU devices.
+fresh working folder, with JAX on 8 CPU devices. A docs page that renders a
+repository file (``--8<-- "PATH"``, see docs/hooks.py) runs that file's blocks.
 """
 
 from __future__ import annotations
@@ -23,15 +24,20 @@ DOCS = ROOT / "docs"
 FRAGMENT_MARKER = "<!-- fragment -->"
 # A fence at the start of a line, with an optional marker line above it.
 _BLOCK = re.compile(r"^(?:(<!-- fragment -->)\n)?```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-PAGES = sorted(path.relative_to(DOCS).as_posix() for path in DOCS.rglob("*.md"))
+# Paths relative to the repository root.
+PAGES = [
+    *sorted(path.relative_to(ROOT).as_posix() for path in DOCS.rglob("*.md")),
+    "README.md",
+    *sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "packages").glob("*/README.md")),
+]
 # A page whose whole text is this line renders a repository file (docs/hooks.py).
 _INCLUDE = re.compile(r'--8<-- "([^"]+)"')
 
 
 def page_text(page: str) -> str:
     """The Markdown a page renders: its own, or that of the file it includes."""
-    text = (DOCS / page).read_text(encoding="utf-8")
-    included = _INCLUDE.fullmatch(text.strip())
+    text = (ROOT / page).read_text(encoding="utf-8")
+    included = _INCLUDE.fullmatch(text.strip()) if page.startswith("docs/") else None
     return (ROOT / included.group(1)).read_text(encoding="utf-8") if included else text
 
 
@@ -98,5 +104,5 @@ def test_page_examples_run(page, tmp_path):
         timeout=200,
         check=False,
     )
-    output = (completed.stdout[-3000:] + completed.stderr[-6000:]).replace(str(script), f"docs/{page}")
-    assert completed.returncode == 0, f"{count} block(s) of docs/{page}:\n{output}"
+    output = (completed.stdout[-3000:] + completed.stderr[-6000:]).replace(str(script), page)
+    assert completed.returncode == 0, f"{count} block(s) of {page}:\n{output}"
