@@ -174,6 +174,15 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
         ``errno``, and is also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is still in flight
         in this process. It is also a ``ValueError``.
+
+    Examples:
+      >>> import pathlib
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import save_checkpointables
+      >>> response = save_checkpointables("run/step-1", {"params": {"w": jnp.ones(3)}})
+      >>> response.result()  # returns once every file is written and the checkpoint committed
+      >>> pathlib.Path("run/step-1").is_dir()
+      True
     """
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
     destination = validation.require_path(path, "path").absolute()
@@ -271,6 +280,15 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
         not fit are also ``KeyError``, as Orbax's errors were.
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import abstract_restore_target, load_checkpointables, save_checkpointables
+      >>> params = {"w": jnp.arange(3.0)}
+      >>> save_checkpointables("run/step-1", {"params": params}).result()
+      >>> restored = load_checkpointables("run/step-1", {"params": abstract_restore_target(params)})
+      >>> restored["params"]["w"].tolist()
+      [0.0, 1.0, 2.0]
     """
     source = validation.require_path(path, "path").absolute()
     named = validation.require_str_mapping(targets, "targets")

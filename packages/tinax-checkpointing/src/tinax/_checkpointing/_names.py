@@ -84,6 +84,14 @@ def validate_checkpointable_name(name: object) -> str:
     Raises:
       TypeError: If ``name`` is not a ``str``.
       ValueError: If ``name`` is empty, too long, not portable or reserved.
+
+    Examples:
+      >>> from tinax.checkpointing import validate_checkpointable_name
+      >>> validate_checkpointable_name("params")
+      'params'
+      >>> validate_checkpointable_name("params/w")
+      Traceback (most recent call last):
+      ValueError: ...
     """
     text = validation.require_str(name, "checkpointable name")
     if len(text) > _MAX_LENGTH:

@@ -54,6 +54,13 @@ def abstract_restore_target(state: Any) -> Any:
         ``AttributeError`` tinax 0.2 raised for one), a NumPy array of
         objects, or of a kind Orbax cannot restore.
       ValueError: If a leaf is a ``jax.ShapeDtypeStruct`` without a sharding.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import abstract_restore_target
+      >>> target = abstract_restore_target({"w": jnp.zeros((2, 3))})  # shapes, dtypes and shardings only
+      >>> target["w"].shape, str(target["w"].dtype)
+      ((2, 3), 'float32')
     """
     return jax.tree_util.tree_map_with_path(_abstract_leaf, state)
 

@@ -174,6 +174,19 @@ def save_training_checkpoint(
         :func:`save_checkpointables`). It is also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is in flight. It
         is also a ``ValueError``.
+
+    Examples:
+      >>> import grain
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import save_training_checkpoint
+      >>> iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+      >>> next(iterator)
+      0
+      >>> response = save_training_checkpoint(
+      ...     "run/1", 1, {"w": jnp.ones(2)}, {"count": jnp.asarray(1)}, jax.random.key(0), None, iterator
+      ... )
+      >>> response.result()
     """
     validation.require_path(path, "path")
     checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
@@ -255,6 +268,22 @@ def load_training_checkpoint(
         tinax 0.2's did.
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
+
+    Examples:
+      >>> import grain
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import abstract_restore_target, load_training_checkpoint, save_training_checkpoint
+      >>> model, optimizer, key = {"w": jnp.ones(2)}, {"count": jnp.asarray(1)}, jax.random.key(0)
+      >>> iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+      >>> next(iterator)
+      0
+      >>> save_training_checkpoint("run/1", 1, model, optimizer, key, None, iterator).result()
+      >>> fresh = iter(grain.MapDataset.range(10).to_iter_dataset())
+      >>> targets = [abstract_restore_target(state) for state in (model, optimizer, key)]
+      >>> restored = load_training_checkpoint("run/1", *targets, None, fresh)
+      >>> restored.step, next(fresh)  # the iterator continues after the saved position
+      (1, 1)
     """
     source = validation.require_path(path, "path")
     targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}

@@ -64,6 +64,15 @@ def snapshot_graph(module: T) -> nnx.GraphState[T]:
     Raises:
       TypeError: If ``module`` is not a ``flax.nnx.Module``.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> from flax import nnx
+      >>> from tinax.nn import restore_graph, snapshot_graph
+      >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> snapshot = snapshot_graph(layer)
+      >>> layer.bias[...] = layer.bias[...] + 1.0  # a later change does not reach the snapshot
+      >>> float(restore_graph(snapshot, copy=True).bias[...].sum())
+      0.0
     """
     flax_nnx = _import_nnx("snapshot_graph")
     _require_module(flax_nnx, module)
@@ -90,6 +99,14 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
       TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` or ``copy``
         is not a bool.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> from flax import nnx
+      >>> from tinax.nn import restore_graph, snapshot_graph
+      >>> snapshot = snapshot_graph(nnx.Linear(2, 3, rngs=nnx.Rngs(0)))
+      >>> first, second = restore_graph(snapshot, copy=True), restore_graph(snapshot, copy=True)
+      >>> type(first).__name__, first is second
+      ('Linear', False)
     """
     flax_nnx = _import_nnx("restore_graph")
     validation.require_instance(snapshot, "snapshot", flax_nnx.GraphState, "a flax.nnx.GraphState")
@@ -117,6 +134,14 @@ def clone_graph(module: T) -> T:
     Raises:
       TypeError: If ``module`` is not a ``flax.nnx.Module``.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> from flax import nnx
+      >>> from tinax.nn import clone_graph
+      >>> layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+      >>> twin = clone_graph(layer)
+      >>> type(twin) is nnx.Linear, twin is layer
+      (True, False)
     """
     flax_nnx = _import_nnx("clone_graph")
     _require_module(flax_nnx, module)

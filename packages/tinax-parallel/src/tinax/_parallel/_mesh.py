@@ -56,6 +56,15 @@ def make_mesh(
         1, a name is empty or repeated, there are no axes, the three per-axis
         sequences differ in length, or the sizes do not multiply to the
         number of devices.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import make_mesh
+      >>> devices = jax.devices()
+      >>> mesh = make_mesh(devices, (len(devices),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> mesh.axis_names, mesh.size == len(devices)
+      (('data',), True)
     """
     device_items = validation.require_sequence(
         devices, "devices", item_check=_require_device, non_empty=True, description="a sequence of jax.Device"
@@ -124,6 +133,16 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
       ValueError: If an axis of ``mesh`` is not Explicit, a name is empty,
         an entry names an axis the mesh does not have, or a mesh axis
         appears more than once.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> from jax.sharding import PartitionSpec
+      >>> rows = layout(mesh, ("data", None))  # rows split over 'data', columns whole
+      >>> rows.spec == PartitionSpec("data", None)
+      True
     """
     validation.require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")
     not_explicit = _axes_text(mesh, lambda kind: kind != AxisType.Explicit)

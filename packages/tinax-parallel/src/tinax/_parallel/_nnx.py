@@ -62,6 +62,22 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
       ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
         Explicit axes. Nothing is traced in that case.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("model",), axis_types=(AxisType.Explicit,))
+      >>> from flax import nnx
+      >>> from jax.sharding import PartitionSpec
+      >>> from tinax.parallel import abstract_sharded_state
+      >>> def build():
+      ...     init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "model"))
+      ...     return nnx.Linear(2, 2 * jax.device_count(), kernel_init=init, rngs=nnx.Rngs(0))
+      >>> state = abstract_sharded_state(build, mesh)  # nothing is allocated
+      >>> kernel = state["kernel"].get_value()
+      >>> isinstance(kernel, jax.ShapeDtypeStruct), kernel.sharding.spec == PartitionSpec(None, "model")
+      (True, True)
     """
     validation.require_callable(initializer, "initializer")
     require_homogeneous_mesh(mesh)
@@ -102,6 +118,21 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
       ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
         Explicit axes. The initializer is not called in that case.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("model",), axis_types=(AxisType.Explicit,))
+      >>> from flax import nnx
+      >>> from jax.sharding import PartitionSpec
+      >>> from tinax.parallel import eager_sharded_init
+      >>> def build():
+      ...     init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "model"))
+      ...     return nnx.Linear(2, 2 * jax.device_count(), kernel_init=init, rngs=nnx.Rngs(0))
+      >>> layer = eager_sharded_init(build, mesh)  # the kernel is created split over 'model'
+      >>> layer.kernel[...].sharding.spec == PartitionSpec(None, "model")
+      True
     """
     validation.require_callable(initializer, "initializer")
     require_homogeneous_mesh(mesh)
@@ -135,6 +166,22 @@ def state_shardings(state: StateMapping, mesh: Mesh) -> StateMapping:
       ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
         Explicit axes.
       ImportError: If flax is not installed.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("model",), axis_types=(AxisType.Explicit,))
+      >>> from flax import nnx
+      >>> from jax.sharding import PartitionSpec
+      >>> from tinax.parallel import eager_sharded_init, state_shardings
+      >>> def build():
+      ...     init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "model"))
+      ...     return nnx.Linear(2, 2 * jax.device_count(), kernel_init=init, rngs=nnx.Rngs(0))
+      >>> layer = eager_sharded_init(build, mesh)
+      >>> shardings = state_shardings(nnx.state(layer), mesh)
+      >>> shardings["kernel"].get_value().spec == PartitionSpec(None, "model")
+      True
     """
     validation.require_instance(state, "state", Mapping, "a mapping of NNX state")
     require_homogeneous_mesh(mesh)

@@ -47,6 +47,12 @@ def logical_payload_nbytes(array: jax.Array) -> int | None:
 
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.parallel import logical_payload_nbytes
+      >>> logical_payload_nbytes(jnp.zeros((4, 3), jnp.float32))  # 12 float32 values
+      48
     """
     _require_array(array, "array")
     return logical_nbytes(tuple(array.shape), array.dtype)
@@ -70,6 +76,18 @@ def addressable_payload_nbytes(array: jax.Array) -> int | None:
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
         ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> import numpy as np
+      >>> from tinax.parallel import addressable_payload_nbytes, place_host_array
+      >>> host = np.zeros((2 * jax.device_count(), 3), np.float32)
+      >>> replicated = place_host_array(host, layout(mesh, (None, None)), copy=True)
+      >>> addressable_payload_nbytes(replicated) == host.nbytes * jax.device_count()  # one copy per device
+      True
     """
     _require_placed_array(array, "array")
     shape = tuple(array.shape)
@@ -105,6 +123,17 @@ def addressable_indices(array: jax.Array) -> dict[jax.Device, Index | None]:
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
         ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> import numpy as np
+      >>> from tinax.parallel import addressable_indices, place_host_array
+      >>> array = place_host_array(np.zeros((2 * jax.device_count(), 3)), layout(mesh, ("data", None)), copy=True)
+      >>> addressable_indices(array)[jax.devices()[0]]  # the first two rows
+      (slice(0, 2, None), slice(None, None, None))
     """
     _require_placed_array(array, "array")
     indices: Any = array.sharding.addressable_devices_indices_map(tuple(array.shape))

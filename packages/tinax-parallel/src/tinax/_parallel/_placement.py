@@ -87,6 +87,19 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
         ``sharding`` has devices outside this process, describes
         more dimensions than ``array`` has, or cannot split one of its
         dimensions evenly; the message names that dimension and its mesh axes.
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> import numpy as np
+      >>> from tinax.parallel import place_host_array
+      >>> host = np.zeros((2 * jax.device_count(), 3), np.float32)
+      >>> placed = place_host_array(host, layout(mesh, ("data", None)), copy=True)
+      >>> host[:] = 1.0  # the placed array has storage of its own
+      >>> float(placed.sum())
+      0.0
     """
     require_host_array(array, "array")
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")

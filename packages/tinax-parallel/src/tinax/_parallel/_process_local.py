@@ -118,6 +118,19 @@ def from_process_local_data(
       RuntimeError: If ``process_index`` or ``process_count`` differs from
         what the JAX runtime reports (an index that is not below the number
         of processes always does).
+
+    Examples:
+      >>> import jax
+      >>> from jax.sharding import AxisType
+      >>> from tinax.parallel import layout, make_mesh
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Explicit,))
+      >>> import numpy as np
+      >>> from tinax.parallel import from_process_local_data
+      >>> local = np.ones((2 * jax.device_count(), 3), np.float32)  # in one process, every row is local
+      >>> rows = layout(mesh, ("data", None))
+      >>> array = from_process_local_data(local, rows, local.shape, copy=True, replica_policy="disallow")
+      >>> array.shape == local.shape
+      True
     """
     require_host_array(local_data, "local_data")
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")

@@ -126,6 +126,19 @@ def shard_mapped(
         Calls of the returned function raise ValueError when an input or the
         ambient mesh is on other devices, axis names or axis sizes than
         ``mesh``, or when inputs carry Explicit meshes typed differently.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from jax.sharding import AxisType, PartitionSpec
+      >>> from tinax.parallel import make_mesh, shard_mapped
+      >>> mesh = make_mesh(jax.devices(), (jax.device_count(),), ("data",), axis_types=(AxisType.Manual,))
+      >>> def total(block):
+      ...     return jax.lax.psum(block.sum(), "data")  # this device's sum, added over 'data'
+      >>> rows, whole = PartitionSpec("data"), PartitionSpec()
+      >>> summed = shard_mapped(total, mesh=mesh, axis_names=frozenset({"data"}), in_specs=(rows,), out_specs=whole)
+      >>> float(summed(jnp.ones(4 * jax.device_count()))) == 4 * jax.device_count()
+      True
     """
     require_callable(function, "function")
     require_instance(mesh, "mesh", Mesh, "a jax.sharding.Mesh")

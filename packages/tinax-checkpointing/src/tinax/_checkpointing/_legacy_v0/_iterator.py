@@ -52,6 +52,14 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
       FileExistsError: If something already exists at ``path``. It is never
         replaced.
       FileNotFoundError: If the parent folder of ``path`` does not exist.
+
+    Examples:
+      >>> import grain
+      >>> from tinax.checkpointing.legacy.v0 import save_legacy_v0_grain_iterator
+      >>> iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+      >>> next(iterator)
+      0
+      >>> save_legacy_v0_grain_iterator("old-run/data", iterator)
     """
     requested = validation.require_path(path, "path")
     grain = _import_grain()
@@ -95,6 +103,17 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
         checkpoint, has no state for this process (for example, it was
         written by another number of processes), or the stored state does not
         fit ``iterator``'s pipeline (the upstream error is chained).
+
+    Examples:
+      >>> import grain
+      >>> from tinax.checkpointing.legacy.v0 import load_legacy_v0_grain_iterator, save_legacy_v0_grain_iterator
+      >>> iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+      >>> next(iterator)
+      0
+      >>> save_legacy_v0_grain_iterator("old-run/data", iterator)
+      >>> fresh = load_legacy_v0_grain_iterator("old-run/data", iter(grain.MapDataset.range(10).to_iter_dataset()))
+      >>> next(fresh)  # continues after the saved position
+      1
     """
     requested = validation.require_path(path, "path")
     grain = _import_grain()

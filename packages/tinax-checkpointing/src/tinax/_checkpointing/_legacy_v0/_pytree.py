@@ -71,6 +71,11 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
         another reason (the Orbax error is chained).
       FileExistsError: If something already exists at ``path``. It is never
         replaced. The error is also a ``ValueError``.
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.checkpointing.legacy.v0 import save_legacy_v0_pytree
+      >>> save_legacy_v0_pytree("old-run/state", {"w": np.arange(3.0)})  # synchronous: written on return
     """
     requested = validation.require_path(path, "path")
     _require_savable_state(state)
@@ -116,6 +121,14 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
       ValueError: If ``path`` is not a directory or not a complete V0 pytree
         checkpoint, or ``target`` does not match it in structure, shape or
         dtype (the Orbax error, if any, is chained).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.checkpointing.legacy.v0 import load_legacy_v0_pytree, save_legacy_v0_pytree
+      >>> save_legacy_v0_pytree("old-run/state", {"w": np.arange(3.0)})
+      >>> restored = load_legacy_v0_pytree("old-run/state", {"w": np.zeros(3)})  # shapes and dtypes must match
+      >>> np.asarray(restored["w"]).tolist()
+      [0.0, 1.0, 2.0]
     """
     requested = validation.require_path(path, "path")
     if target is not None:
