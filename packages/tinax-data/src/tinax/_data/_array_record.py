@@ -149,6 +149,13 @@ def write_array_record(
       FileExistsError: If a file already exists at ``path`` and ``overwrite``
         is False.
       ImportError: If array-record is not installed.
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.data import read_array_record, write_array_record
+      >>> write_array_record("rows.array_record", ({"x": np.full(2, i), "label": i % 2} for i in range(3)))
+      >>> len(read_array_record("rows.array_record"))
+      3
     """
     destination = validation.require_path(path, "path")
     group_size = validation.require_positive_int(group_size, "group_size")
@@ -294,6 +301,14 @@ def read_array_record(
         version (a ValueError, and the RuntimeError tinax 0.2 raised); the
         cause is chained.
       ImportError: If array-record is not installed.
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.data import read_array_record, write_array_record
+      >>> write_array_record("rows.array_record", [{"x": np.arange(2.0) + i, "label": i} for i in range(3)])
+      >>> dataset = read_array_record("rows.array_record")
+      >>> dataset[2]["x"].tolist(), dataset[2]["label"]
+      ([2.0, 3.0], 2)
     """
     file = validation.require_path(path, "path")
     if decode is not None:

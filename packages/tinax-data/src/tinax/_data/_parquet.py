@@ -274,6 +274,14 @@ def write_parquet_record(
         ``overwrite`` is False.
       IsADirectoryError: If ``path`` is a folder.
       OSError: If the file system refuses the write.
+
+    Examples:
+      >>> import numpy as np
+      >>> import pyarrow.parquet as pq
+      >>> from tinax.data import write_parquet_record
+      >>> write_parquet_record("rows.parquet", [{"text": "a", "x": np.zeros(2)}, {"text": "b", "x": np.ones(2)}])
+      >>> pq.read_table("rows.parquet").column("text").to_pylist()  # plain Arrow columns for other tools
+      ['a', 'b']
     """
     destination = validation.require_path(path, "path")
     _require_records(records)
@@ -717,6 +725,13 @@ def read_parquet_record(
         a newer format version), the cause chained; if ``mapping`` is not
         one of the two, ``cache_bytes`` is below 1, or, with
         ``mapping="numpy"``, a column has a type without a mapping.
+
+    Examples:
+      >>> from tinax.data import read_parquet_record, write_parquet_record
+      >>> write_parquet_record("rows.parquet", [{"text": "a", "label": 0}, {"text": "b", "label": 1}])
+      >>> dataset = read_parquet_record("rows.parquet")
+      >>> len(dataset), dataset[1]
+      (2, {'text': 'b', 'label': 1})
     """
     file = validation.require_path(path, "path")
     mapping = validation.require_str(mapping, "mapping")

@@ -212,6 +212,19 @@ def training_batches(
         batched (grain refuses to batch after a ``filter``); or
         ``shuffle_window`` is below 1, given with ``shuffle=False``, or given
         for a dataset that is not a Parquet reader's.
+
+    Examples:
+      >>> import grain
+      >>> from tinax.data import InMemorySource, training_batches
+      >>> dataset = grain.MapDataset.source(InMemorySource([{"x": i} for i in range(10)], source_id="demo-v1"))
+      >>> def collate(rows):
+      ...     return [row["x"] for row in rows]
+      >>> one_process = grain.sharding.ShardOptions(0, 1, drop_remainder=True)
+      >>> batches = training_batches(
+      ...     dataset, shard_options=one_process, seed=0, shuffle=False, num_epochs=1, batch_size=4, batch_fn=collate
+      ... )
+      >>> list(batches)  # rows 8 and 9 do not fill a batch
+      [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
     grain = _require_dataset(dataset)
     # The checks run in tinax 0.2's order, so that a call with several bad
@@ -325,6 +338,16 @@ def evaluation_batches(
       ValueError: If ``shard_options.drop_remainder`` is not False,
         ``batch_size`` is below 1, ``dataset`` is infinite, or it cannot be
         batched (grain refuses to batch after a ``filter``).
+
+    Examples:
+      >>> import grain
+      >>> from tinax.data import InMemorySource, evaluation_batches
+      >>> dataset = grain.MapDataset.source(InMemorySource([{"x": i} for i in range(10)], source_id="demo-v1"))
+      >>> def collate(rows):
+      ...     return [row["x"] for row in rows]
+      >>> one_process = grain.sharding.ShardOptions(0, 1)
+      >>> list(evaluation_batches(dataset, shard_options=one_process, batch_size=4, batch_fn=collate))
+      [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
     grain = _require_dataset(dataset)
     shard = _shard_options_fields(shard_options, grain)

@@ -170,6 +170,14 @@ def split_by_column(
         value.
       MissingColumnError: If a row has no ``column`` (a ValueError, and the
         KeyError tinax 0.2 raised).
+
+    Examples:
+      >>> import grain
+      >>> from tinax.data import InMemorySource, split_by_column
+      >>> rows = [{"x": 0, "split": "train"}, {"x": 1, "split": "test"}, {"x": 2, "split": "train"}]
+      >>> train, test = split_by_column(grain.MapDataset.source(InMemorySource(rows, source_id="demo-v1")), "split")
+      >>> list(train), list(test)
+      ([{'x': 0}, {'x': 2}], [{'x': 1}])
     """
     _require_map_dataset(dataset)
     column = require_str(column, "column", allow_empty=True)
@@ -300,6 +308,14 @@ def split_random(
       ValueError: If ``train_ratio`` is not strictly between 0 and 1 (an int
         never is), ``dataset`` holds fewer than two rows, or ``seed`` is out
         of range.
+
+    Examples:
+      >>> import grain
+      >>> from tinax.data import InMemorySource, split_random
+      >>> dataset = grain.MapDataset.source(InMemorySource([{"x": i} for i in range(10)], source_id="demo-v1"))
+      >>> train, test = split_random(dataset, 0.8, seed=0)
+      >>> len(train), len(test), sorted(row["x"] for part in (train, test) for row in part) == list(range(10))
+      (8, 2, True)
     """
     _require_map_dataset(dataset)
     ratio = _require_ratio(train_ratio)

@@ -108,6 +108,19 @@ def open_multiprocessing_iterator(
       RuntimeError: If ``num_workers`` is 1 or more and absl flags have not
         been parsed. This is the state of the program, not an argument, hence
         neither TypeError nor ValueError.
+
+    Examples:
+      >>> import grain
+      >>> from tinax.data import InMemorySource, evaluation_batches, open_multiprocessing_iterator
+      >>> dataset = grain.MapDataset.source(InMemorySource([{"x": i} for i in range(6)], source_id="demo-v1"))
+      >>> def collate(rows):
+      ...     return [row["x"] for row in rows]
+      >>> batches = evaluation_batches(
+      ...     dataset, shard_options=grain.sharding.ShardOptions(0, 1), batch_size=4, batch_fn=collate
+      ... )
+      >>> with open_multiprocessing_iterator(batches.to_iter_dataset(), num_workers=0) as iterator:  # no processes
+      ...     list(iterator)
+      [[0, 1, 2, 3], [4, 5]]
     """
     import grain
     from absl import flags
