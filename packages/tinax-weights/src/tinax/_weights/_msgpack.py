@@ -179,6 +179,14 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         can exist at ``path``: it runs through a loop of symbolic links, or
         its name is longer than the file system allows (then also a
         ValueError).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.weights import save_msgpack
+      >>> save_msgpack("state.msgpack", {"params": {"w": np.ones(2, np.float32)}, "step": 3}, overwrite=False)
+      >>> save_msgpack("state.msgpack", {"step": 4}, overwrite=False)
+      Traceback (most recent call last):
+      FileExistsError: ...
     """
     destination = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
@@ -445,6 +453,14 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
         directory (then also a ValueError), as tinax 0.2 reported it; or no
         file can exist at ``path``: it runs through a regular file or a loop
         of symbolic links, or a name is too long (then also a ValueError).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.weights import load_msgpack, save_msgpack
+      >>> save_msgpack("state.msgpack", {"params": {"w": np.ones(2, np.float32)}, "step": 3}, overwrite=False)
+      >>> target = {"params": {"w": np.zeros(2, np.float32)}, "step": 0}  # structure, shapes and types only
+      >>> load_msgpack("state.msgpack", target, max_bytes=1 << 20)
+      {'params': {'w': array([1., 1.], dtype=float32)}, 'step': 3}
     """
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")

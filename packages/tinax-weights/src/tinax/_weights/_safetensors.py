@@ -149,6 +149,13 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
       FileNotFoundError: If no file exists at ``path``, or none can: the path
         runs through a regular file or a loop of symbolic links, or a name
         is too long (then also a ValueError).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.weights import inspect_safetensors, save_safetensors
+      >>> save_safetensors("model.safetensors", {"w": np.ones((2, 3), np.float32)}, overwrite=False)
+      >>> inspect_safetensors("model.safetensors").tensors["w"]  # read from the header alone
+      TensorInfo(shape=(2, 3), dtype='F32', data_offsets=(0, 24))
     """
     file_path = validation.require_path(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
@@ -198,6 +205,14 @@ def load_safetensors(
       FileNotFoundError: If no file exists at ``path``, or none can: the path
         runs through a regular file or a loop of symbolic links, or a name
         is too long (then also a ValueError).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.weights import load_safetensors, save_safetensors
+      >>> save_safetensors("model.safetensors", {"b": np.zeros(2, np.float32), "w": np.eye(2)}, overwrite=False)
+      >>> loaded = load_safetensors("model.safetensors", max_bytes=1024, names=["w"])
+      >>> loaded.tensors["w"].tolist(), sorted(loaded.info.tensors)
+      ([[1.0, 0.0], [0.0, 1.0]], ['b', 'w'])
     """
     file_path = validation.require_path(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
@@ -286,6 +301,13 @@ def save_safetensors(
         can exist at ``path``: it runs through a loop of symbolic links, or
         its name is longer than the file system allows (then also a
         ValueError).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.weights import load_safetensors, save_safetensors
+      >>> save_safetensors("model.safetensors", {"w": np.arange(3, dtype=np.int32)}, overwrite=False)
+      >>> load_safetensors("model.safetensors", max_bytes=12).tensors["w"].tolist()
+      [0, 1, 2]
     """
     file_path = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")

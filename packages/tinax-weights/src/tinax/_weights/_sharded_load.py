@@ -130,6 +130,17 @@ def load_sharded_safetensors(
         maps a tensor to two files or to a file that lacks it.
       FileNotFoundError: If ``path`` does not exist, or a file the index
         names does not (then also a ValueError naming the index).
+
+    Examples:
+      >>> import jax
+      >>> import numpy as np
+      >>> from jax.sharding import Mesh, NamedSharding, PartitionSpec
+      >>> from tinax.weights import load_sharded_safetensors, save_safetensors
+      >>> save_safetensors("model.safetensors", {"w": np.arange(16, dtype=np.float32).reshape(8, 2)}, overwrite=False)
+      >>> rows = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), PartitionSpec("x"))
+      >>> loaded = load_sharded_safetensors("model.safetensors", shardings={"w": rows}, max_bytes=64)
+      >>> loaded.arrays["w"].sharding == rows, loaded.bytes_read
+      (True, 64)
     """
     file_path = validation.require_path(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")

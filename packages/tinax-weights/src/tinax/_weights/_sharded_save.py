@@ -104,6 +104,18 @@ def save_sharded_safetensors(
       RuntimeError: In a process other than the one that failed, when another
         process could not create, write or publish the file; nothing is
         published then.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> import numpy as np
+      >>> from jax.sharding import Mesh, NamedSharding, PartitionSpec
+      >>> from tinax.weights import load_safetensors, save_sharded_safetensors
+      >>> rows = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), PartitionSpec("x"))
+      >>> w = jax.device_put(jnp.arange(16.0).reshape(8, 2), rows)
+      >>> save_sharded_safetensors("model.safetensors", {"w": w}, overwrite=False)  # each shard written in place
+      >>> load_safetensors("model.safetensors", max_bytes=64).tensors["w"][-1].tolist()
+      [14.0, 15.0]
     """
     file_path = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
