@@ -18,7 +18,14 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 API_LIST = ROOT / "packages" / "tinax-meta" / "public-api.txt"
-EXAMPLES_REQUIRED = ("tinax.parallel", "tinax.nn", "tinax.checkpointing", "tinax.checkpointing.legacy.v0")
+EXAMPLES_REQUIRED = (
+    "tinax.parallel",
+    "tinax.nn",
+    "tinax.checkpointing",
+    "tinax.checkpointing.legacy.v0",
+    "tinax.data",
+    "tinax.weights",
+)
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
