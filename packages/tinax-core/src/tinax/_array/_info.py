@@ -50,6 +50,13 @@ def inspect_array(array: jax.Array) -> ArrayInfo:
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
         ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.array import inspect_array
+      >>> info = inspect_array(jnp.zeros((2, 3), jnp.float32))
+      >>> info.shape, info.logical_nbytes, info.fully_addressable
+      ((2, 3), 24, True)
     """
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
     require_concrete(array, "array", "a concrete jax.Array, not a traced value")

@@ -160,6 +160,18 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
         fails on it), or ``allow_lossy`` is not a bool.
       ValueError: If the cast is lossy and ``allow_lossy`` is False, or the
         target dtype would silently be narrowed by JAX's configuration.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.array import safe_astype
+      >>> safe_astype(jnp.array([1, 2], jnp.int8), jnp.int32).tolist()
+      [1, 2]
+      >>> safe_astype(jnp.array([300], jnp.int32), jnp.int8)
+      Traceback (most recent call last):
+      ...
+      ValueError: casting int32 to int8 can change values ...
+      >>> safe_astype(jnp.array([300], jnp.int32), jnp.int8, allow_lossy=True).tolist()
+      [44]
     """
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
     if is_extended_dtype(array.dtype):
@@ -212,6 +224,16 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
         2**63 - 1, or than the memory of the devices it would live on; a CPU
         counts as the host's physical memory), or concrete indices are out
         of range.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.array import one_hot
+      >>> one_hot(jnp.array([0, 2]), num_classes=3).tolist()
+      [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+      >>> one_hot(jnp.array([3]), num_classes=3)  # jax.nn.one_hot would give a row of zeros
+      Traceback (most recent call last):
+      ...
+      ValueError: indices must lie in [0, 2] for num_classes=3, got values from 3 to 3
     """
     if not isinstance(indices, (jax.Array, np.ndarray)):
         validation.fail_type("indices", "an integer jax.Array or numpy.ndarray", indices)
@@ -256,6 +278,16 @@ def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
         ``jax.Array``, or ``axis`` is a bool or not an int.
       ValueError: If ``arrays`` is empty, the dtypes or shapes differ, or
         ``axis`` is out of range.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.array import stack_batch
+      >>> stack_batch([jnp.zeros(3), jnp.ones(3)]).shape
+      (2, 3)
+      >>> stack_batch([jnp.zeros(3), jnp.ones(3, jnp.int32)])
+      Traceback (most recent call last):
+      ...
+      ValueError: arrays must share one dtype, got arrays[1] with dtype int32 but arrays[0] with dtype float32
     """
     items = validation.require_sequence(
         arrays,

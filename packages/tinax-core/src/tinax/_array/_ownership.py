@@ -54,6 +54,15 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
       ValueError: If ``array`` is a masked array with masked elements, or
         JAX cannot place the data as asked (for example a sharding that
         does not divide the shape).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.array import from_numpy
+      >>> host = np.arange(4, dtype=np.float32)
+      >>> array = from_numpy(host, copy=True)
+      >>> host[0] = 100.0  # the snapshot does not see later writes
+      >>> array.tolist()
+      [0.0, 1.0, 2.0, 3.0]
     """
     require_host_array(array, "array")
     validation.require_bool(copy, "copy")
@@ -87,6 +96,17 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
       ValueError: If the array is not fully addressable from this process
         or has been deleted (for example donated); for a deleted array the
         error is also the ``jax.errors.JaxRuntimeError`` JAX raises there.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.array import to_numpy
+      >>> view = to_numpy(jnp.arange(3), writable=False)
+      >>> view.flags.writeable, view.tolist()
+      (False, [0, 1, 2])
+      >>> owned = to_numpy(jnp.arange(3), writable=True)
+      >>> owned[0] = 7
+      >>> owned.tolist()
+      [7, 1, 2]
     """
     _require_concrete_array(array, "array")
     validation.require_bool(writable, "writable")
@@ -195,6 +215,15 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
         ``__dlpack_device__`` raises passes through unchanged; NumPy, for
         example, raises ``BufferError`` for a read-only array or a dtype
         that DLPack cannot carry (strings, objects).
+
+    Examples:
+      >>> import numpy as np
+      >>> from tinax.array import from_dlpack
+      >>> host = np.arange(3, dtype=np.int32)
+      >>> array = from_dlpack(host, copy=True)
+      >>> host[:] = 0  # the copy is complete when from_dlpack returns
+      >>> array.tolist()
+      [0, 1, 2]
     """
     if not (hasattr(array, "__dlpack__") and hasattr(array, "__dlpack_device__")):
         validation.fail_type("array", "an object implementing __dlpack__ and __dlpack_device__", array)
