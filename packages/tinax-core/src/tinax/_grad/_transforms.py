@@ -30,11 +30,6 @@ def value_and_grad(
     This is the only gradient transform tinax offers: when just the gradient
     is needed, drop the value from the result.
 
-    Example::
-
-        loss_and_grad = value_and_grad(loss, argnums=(0, 1))
-        value, (grad_params, grad_inputs) = loss_and_grad(params, inputs)
-
     Args:
       function: A scalar-valued function of one or more arrays (or pytrees
         of arrays).
@@ -53,6 +48,15 @@ def value_and_grad(
         or ``argnums`` (or one of its items) is a bool or not an integer.
       ValueError: If ``argnums`` is empty, negative, repeats an index, or
         names a positional parameter that ``function`` does not have.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.grad import value_and_grad
+      >>> def loss(w, x):
+      ...     return jnp.sum((w * x) ** 2)
+      >>> value, (grad_w, grad_x) = value_and_grad(loss, argnums=(0, 1))(jnp.array(2.0), jnp.array(3.0))
+      >>> float(value), float(grad_w), float(grad_x)
+      (36.0, 36.0, 24.0)
     """
     checked = validation.require_callable(function, "function")
     aux = validation.require_bool(has_aux, "has_aux")
@@ -76,11 +80,6 @@ def jacobian(
     costs one pass per output element and suits the opposite (wide ones).
     Both give the same values.
 
-    Example::
-
-        jacobian_fn = jacobian(residual, mode="reverse")
-        matrix = jacobian_fn(params)
-
     Args:
       function: A function of one or more arrays (or pytrees of arrays).
       mode: ``"forward"`` (what ``jax.jacfwd`` does) or ``"reverse"``
@@ -102,6 +101,14 @@ def jacobian(
       ValueError: If ``mode`` is another string, or ``argnums`` is empty,
         negative, repeats an index, or names a positional parameter that
         ``function`` does not have.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.grad import jacobian
+      >>> def product_and_sum(x):
+      ...     return jnp.stack([x[0] * x[1], x[0] + x[1]])
+      >>> jacobian(product_and_sum, mode="reverse")(jnp.array([2.0, 3.0])).tolist()
+      [[3.0, 2.0], [1.0, 1.0]]
     """
     checked = validation.require_callable(function, "function")
     chosen = validation.require_one_of(mode, "mode", _MODES)
@@ -131,6 +138,14 @@ def hessian(function: Callable[P, object], *, argnums: int | Sequence[int] = 0) 
         its items) is a bool or not an integer.
       ValueError: If ``argnums`` is empty, negative, repeats an index, or
         names a positional parameter that ``function`` does not have.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.grad import hessian
+      >>> def cubes(x):
+      ...     return jnp.sum(x**3)
+      >>> hessian(cubes)(jnp.array([1.0, 2.0])).tolist()
+      [[6.0, 0.0], [0.0, 12.0]]
     """
     checked = validation.require_callable(function, "function")
     indices = check_argnums(argnums, checked)

@@ -37,11 +37,6 @@ def batched_jit(
     names the argument whose batched shape (or dtype, weak type, sharding)
     changed.
 
-    Example::
-
-        per_example_loss = batched_jit(loss, in_axes=(None, 0), max_traces=1)
-        losses = per_example_loss(params, batch)
-
     Args:
       function: The per-example function.
       in_axes: The mapped axis of each positional argument, as for
@@ -75,6 +70,15 @@ def batched_jit(
         are not checked.
       TraceBudgetExceededError: When a call would trace the batched function
         more than ``max_traces`` times.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.jit import batched_jit
+      >>> def weighted(weights, example):
+      ...     return jnp.dot(weights, example)
+      >>> per_example = batched_jit(weighted, in_axes=(None, 0), max_traces=1)
+      >>> per_example(jnp.array([1.0, 2.0]), jnp.ones((3, 2))).tolist()
+      [3.0, 3.0, 3.0]
     """
     validation.require_callable(function, "function")
     checked_in_axes = _require_in_axes(in_axes)

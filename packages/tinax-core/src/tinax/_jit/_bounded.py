@@ -38,11 +38,6 @@ def bounded_jit(
     new) one trace of the budget is spent; the call that would go over budget
     raises instead of compiling again. Cached calls do no extra work.
 
-    Example::
-
-        step = bounded_jit(train_step, max_traces=1, static_argnames="mode")
-        state = step(state, batch, mode="train")
-
     Args:
       function: The function to compile.
       max_traces: How many times the function may be traced, at least 1.
@@ -76,6 +71,21 @@ def bounded_jit(
       TraceBudgetExceededError: When a call (or ``lower``) would trace the
         function more than ``max_traces`` times. The message names the
         argument that differs from the previous trace.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.jit import bounded_jit
+      >>> def scale(x, factor):
+      ...     return x * factor
+      >>> step = bounded_jit(scale, max_traces=1, static_argnames="factor")
+      >>> step(jnp.ones(2), factor=3).tolist()
+      [3.0, 3.0]
+      >>> step(jnp.zeros(2), factor=3).tolist(), step.trace_count  # same shapes: no new trace
+      ([0.0, 0.0], 1)
+      >>> step(jnp.ones(2), factor=4)
+      Traceback (most recent call last):
+      ...
+      tinax...TraceBudgetExceededError: ...
     """
     validation.require_callable(function, "function")
     budget_size = validation.require_positive_int(max_traces, "max_traces")
