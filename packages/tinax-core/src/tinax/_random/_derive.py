@@ -17,10 +17,6 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
     The same key and coordinates always give the same result, and the order
     matters: ``derive_key(key, 1, 2)`` differs from ``derive_key(key, 2, 1)``.
 
-    Example::
-
-        layer_key = derive_key(root, layer_index, head_index)
-
     Args:
       key: One PRNG key: a typed key of shape ``()`` (``jax.random.key``) or
         a raw ``uint32`` key (``jax.random.PRNGKey``).
@@ -41,6 +37,16 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
         batch of keys, for example), no coordinate is given, or a Python
         coordinate is out of range. Deriving with no coordinate would hand back ``key`` itself,
         and using it twice would repeat its random numbers.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from tinax.random import derive_key
+      >>> root = jax.random.key(0)
+      >>> def same(a, b):
+      ...     return bool(jnp.array_equal(jax.random.key_data(a), jax.random.key_data(b)))
+      >>> same(derive_key(root, 3, 1), derive_key(root, 3, 1)), same(derive_key(root, 3, 1), derive_key(root, 1, 3))
+      (True, False)
     """
     checked_key = require_key(key, "key")
     if not coordinates:
@@ -65,10 +71,6 @@ def derive_process_step_key(
     the rules of :func:`derive_key`: a Python integer in ``[0, 2**32 - 1]``,
     or an unsigned integer scalar array of at most 32 bits.
 
-    Example::
-
-        step_key = derive_process_step_key(root, process_index=jax.process_index(), step=step)
-
     Args:
       key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
       process_index: The process that uses the key.
@@ -84,6 +86,16 @@ def derive_process_step_key(
         wrong dtype or shape. The message names the keyword.
       ValueError: If ``key`` is an array of a shape no single key has, or a
         Python coordinate is out of range.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from tinax.random import derive_key, derive_process_step_key
+      >>> root = jax.random.key(0)
+      >>> step_key = derive_process_step_key(root, process_index=jax.process_index(), step=10)
+      >>> expected = derive_key(root, jax.process_index(), 10, 0)
+      >>> bool(jnp.array_equal(jax.random.key_data(step_key), jax.random.key_data(expected)))
+      True
     """
     checked_key = require_key(key, "key")
     checked = [
@@ -99,11 +111,6 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
 
     ``key`` is consumed: keep using the continuation key in its place, and
     hand each operation key to one random operation.
-
-    Example::
-
-        root, operation_keys = split_key(root, count=2)
-        noise = jax.random.normal(operation_keys[0], shape)
 
     Args:
       key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
@@ -124,6 +131,15 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
         more bytes than XLA can represent in one array (2**63 - 1) or than
         the memory of the key's devices (a CPU counts as the host's physical
         memory). The message names the bytes needed and the limit.
+
+    Examples:
+      >>> import jax
+      >>> from tinax.random import split_key
+      >>> root, operation_keys = split_key(jax.random.key(0), count=2)
+      >>> operation_keys.shape
+      (2,)
+      >>> jax.random.normal(operation_keys[0], (3,)).shape
+      (3,)
     """
     checked_key = require_key(key, "key")
     checked_count = validation.require_non_negative_int(count, "count")
