@@ -74,6 +74,11 @@ def gpus() -> list[GpuInfo]:
     Raises:
       ImportError: If ``nvidia-ml-py`` is not installed (the ``gpu`` extra).
       pynvml.NVMLError: If the driver is present but a query fails.
+
+    Examples:
+      >>> from tinax.device import GpuInfo, gpus
+      >>> all(isinstance(gpu, GpuInfo) for gpu in gpus())  # an empty list without an NVIDIA driver
+      True
     """
     nvml: Any = import_optional("pynvml", needed_by="tinax.device.gpus", install_hint='pip install "tinax-core[gpu]"')
     try:
@@ -114,6 +119,11 @@ def tpus() -> list[TpuInfo]:
 
     Raises:
       ImportError: If ``tpu-info`` is not installed (the ``tpu`` extra).
+
+    Examples:
+      >>> from tinax.device import TpuInfo, tpus
+      >>> all(isinstance(chip, TpuInfo) for chip in tpus())  # an empty list without TPU chips
+      True
     """
     tpu_device: Any = import_optional(
         "tpu_info.device", needed_by="tinax.device.tpus", install_hint='pip install "tinax-core[tpu]"'

@@ -27,11 +27,6 @@ def set_visible_cuda(indices: Iterable[int]) -> None:
     NVML order that :func:`tinax.device.gpus` reports unless
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
 
-    Example::
-
-        set_visible_cuda([0, 1])  # first statement of the program
-        import jax
-
     Args:
       indices: A finite iterable of non-negative integer GPU indices, each at
         most once. A ``str`` or ``bytes`` value is refused.
@@ -40,6 +35,18 @@ def set_visible_cuda(indices: Iterable[int]) -> None:
       RuntimeError: If ``jax`` has already been imported.
       TypeError: If ``indices`` is not an iterable of integers (bools refused).
       ValueError: If an index is negative or repeats.
+
+    Examples:
+      >>> import subprocess
+      >>> import sys
+      >>> program = '''
+      ... from tinax.device import set_visible_cuda
+      ... set_visible_cuda([1, 0])  # before jax is imported
+      ... import os
+      ... print(os.environ["CUDA_VISIBLE_DEVICES"])
+      ... '''
+      >>> subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.strip()
+      '1,0'
     """
     require_jax_unimported("set_visible_cuda()")
     if isinstance(indices, (str, bytes, bytearray)):
@@ -71,6 +78,18 @@ def configure_single_chip(chip: int) -> None:
       RuntimeError: If ``jax`` has already been imported.
       TypeError: If ``chip`` is a bool or not an integer.
       ValueError: If ``chip`` is negative.
+
+    Examples:
+      >>> import subprocess
+      >>> import sys
+      >>> program = '''
+      ... from tinax.device import configure_single_chip
+      ... configure_single_chip(0)  # before jax is imported
+      ... import os
+      ... print(os.environ["TPU_VISIBLE_CHIPS"], os.environ["TPU_PROCESS_BOUNDS"])
+      ... '''
+      >>> subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.strip()
+      '0 1,1,1'
     """
     require_jax_unimported("configure_single_chip()")
     index = validate_device_index(chip, "chip")
@@ -102,6 +121,18 @@ def configure_jax(*, preallocate: bool = False, matmul_precision: str | None = "
       RuntimeError: If ``jax`` has already been imported.
       ValueError: If JAX does not know ``matmul_precision``. Nothing has been
         changed in that case.
+
+    Examples:
+      >>> import subprocess
+      >>> import sys
+      >>> program = '''
+      ... from tinax.device import configure_jax
+      ... configure_jax(preallocate=False, matmul_precision="highest")  # before jax is imported
+      ... import os, jax
+      ... print(os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"], jax.config.jax_default_matmul_precision)
+      ... '''
+      >>> subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True).stdout.strip()
+      'false highest'
     """
     validation.require_bool(preallocate, "preallocate")
     if matmul_precision is not None and not isinstance(matmul_precision, str):

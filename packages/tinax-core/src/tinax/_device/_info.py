@@ -38,6 +38,13 @@ def device_info() -> DeviceInfo:
 
     Returns:
       A :class:`DeviceInfo` for the default backend.
+
+    Examples:
+      >>> import jax
+      >>> from tinax.device import device_info
+      >>> info = device_info()
+      >>> info.backend == jax.default_backend(), info.device_count == jax.device_count()
+      (True, True)
     """
     import jax
 
