@@ -29,15 +29,6 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
     array, never invoke it. Under ``jax.vmap`` it runs once per batch element
     that holds a non-finite value. Sharded arrays are summarized as a whole.
 
-    Example::
-
-        def report(count, indices):
-            print(f"{int(count)} non-finite values, first at {indices.tolist()}")
-
-        @jax.jit
-        def step(x):
-            return observe_nonfinite(x, callback=report, max_indices=4) * 2.0
-
     Args:
       values: The array to watch; it is returned unchanged.
       callback: Called as ``callback(count, indices)`` with a scalar integer
@@ -54,6 +45,21 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
         indices could not exist (more bytes than XLA can represent in one
         array, 2**63 - 1, or than the memory of the devices it would live
         on; a CPU counts as the host's physical memory).
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from tinax.debug import observe_nonfinite
+      >>> reports = []
+      >>> def report(count, indices):
+      ...     reports.append((int(count), indices.tolist()))
+      >>> @jax.jit
+      ... def step(x):
+      ...     return observe_nonfinite(x, callback=report, max_indices=2) * 2.0
+      >>> _ = step(jnp.array([1.0, jnp.nan, 3.0, jnp.inf, jnp.nan]))
+      >>> jax.effects_barrier()  # the callback is asynchronous: wait for it
+      >>> reports  # three non-finite values, the first two at flat indices 1 and 3
+      [(3, [1, 3])]
     """
     validation.require_callable(callback, "callback")
     index_budget = validation.require_non_negative_int(max_indices, "max_indices")

@@ -32,10 +32,6 @@ def profile_call(
     (``jax.effects_barrier``). If ``function`` raises, the trace is closed and
     the exception propagates. Only one trace can run at a time per process.
 
-    Example::
-
-        state = profile_call("profiles/step-10", train_step, state, batch)
-
     Args:
       log_dir: Folder that receives the trace (TensorBoard / XProf layout,
         under ``plugins/profile/``); created if missing.
@@ -52,6 +48,14 @@ def profile_call(
         ``str`` or ``os.PathLike[str]`` path.
       ValueError: If ``log_dir`` is empty.
       RuntimeError: If a profiler trace is already running.
+
+    Examples:
+      >>> import pathlib
+      >>> import jax.numpy as jnp
+      >>> from tinax.debug import profile_call
+      >>> total = profile_call("profiles/sum", jnp.sum, jnp.arange(4))
+      >>> int(total), pathlib.Path("profiles/sum/plugins/profile").is_dir()
+      (6, True)
     """
     validation.require_callable(function, "function")
     folder = validation.require_path(log_dir, "log_dir")

@@ -25,6 +25,18 @@ def visualize_array_sharding(array: jax.Array) -> None:
       ImportError: If ``rich`` is not installed.
       ValueError: If JAX cannot draw the array, for example because it has
         more than two dimensions.
+
+    Examples:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> from jax.sharding import NamedSharding, PartitionSpec
+      >>> from tinax.debug import visualize_array_sharding
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("data",))
+      >>> rows = jax.device_put(jnp.zeros(16), NamedSharding(mesh, PartitionSpec("data")))
+      >>> visualize_array_sharding(rows)  # one block per device, here the 8 CPU devices of the tests
+      ┌───...┐
+      │ CPU 0 │ CPU 1 │ ... │ CPU 7 │
+      └───...┘
     """
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
     import_optional(

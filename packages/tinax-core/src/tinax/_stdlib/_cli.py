@@ -30,10 +30,6 @@ def parse_config(
     through ``SystemExit`` (or raises ``argparse.ArgumentError`` for a parser
     built with ``exit_on_error=False``), and ``--help`` exits with status 0.
 
-    Example::
-
-        config = parse_config(parser, sys.argv[1:], lambda values: RunConfig(**values))
-
     Args:
       parser: The ``argparse.ArgumentParser`` that defines the arguments.
       argv: The arguments as a sequence of ``str`` (not a single ``str``).
@@ -47,6 +43,15 @@ def parse_config(
       TypeError: If ``parser`` is not an ``argparse.ArgumentParser``,
         ``argv`` is not a sequence of ``str``, or ``factory`` is not callable.
       SystemExit: From argparse, on a usage error or ``--help``.
+
+    Examples:
+      >>> import argparse
+      >>> from tinax.stdlib import parse_config
+      >>> parser = argparse.ArgumentParser()
+      >>> _ = parser.add_argument("--steps", type=int, default=100)
+      >>> _ = parser.add_argument("--name", default="run")
+      >>> parse_config(parser, ["--steps", "5"], dict)
+      {'steps': 5, 'name': 'run'}
     """
     validation.require_instance(parser, "parser", argparse.ArgumentParser, "an argparse.ArgumentParser")
     arguments = validation.require_sequence(

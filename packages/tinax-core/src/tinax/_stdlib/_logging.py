@@ -36,6 +36,17 @@ def make_stream_logger(name: str, *, level: int, stream: TextIO, format_string: 
         ``flush``.
       ValueError: If ``name`` is empty or ``format_string`` is not a valid
         ``%``-style format.
+
+    Examples:
+      >>> import io
+      >>> import logging
+      >>> from tinax.stdlib import make_stream_logger
+      >>> stream = io.StringIO()
+      >>> logger = make_stream_logger("train", level=logging.INFO, stream=stream, format_string="%(name)s: %(message)s")
+      >>> logger.info("step %d", 10)
+      >>> logger.debug("not written: below the level")
+      >>> stream.getvalue().splitlines()
+      ['train: step 10']
     """
     validation.require_str(name, "name")
     threshold = validation.require_int(level, "level")
