@@ -25,6 +25,13 @@ EXAMPLES_REQUIRED = (
     "tinax.checkpointing.legacy.v0",
     "tinax.data",
     "tinax.weights",
+    "tinax.array",
+    "tinax.jit",
+    "tinax.grad",
+    "tinax.random",
+    "tinax.device",
+    "tinax.debug",
+    "tinax.stdlib",
 )
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
