@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
+import importlib
 import pathlib
+import re
 
 import numpy as np
 import pyarrow as pa
@@ -10,7 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tinax._core._command._testing import run_tinax
-from tinax.data import write_array_record, write_parquet_record
+from tinax._data._arrow_values import REFUSED, value_description
+from tinax.data import read_parquet_record, write_array_record, write_parquet_record
 
 RECORDS = [{"image": np.full((2, 2), index, np.float32), "label": index} for index in range(5)]
 
@@ -36,10 +40,53 @@ def test_parquet_shows_schema_rows_header_and_checksums(parquet):
     schema = {row["column"]: row for row in document["tables"]["schema"]["rows"]}
     assert set(schema) == {"image", "label"}
     assert "float" in schema["image"]["arrow type"]
-    assert schema["image"]["tinax field"] is not None
+    assert schema["image"]["tinax field"] == "a numpy.ndarray of dtype float32 with 2 dimensions"
+    assert schema["image"]["value"] == "numpy.ndarray float32, shape (2, 2)"
+    assert schema["label"]["value"] == "int"
+    assert "whatever mapping= says" in summary["values"]
     assert "records" not in document["tables"]
     text = run_tinax("inspect", str(parquet)).stdout
     assert "footer checksum:     verified" in text
+    assert re.search(r"image +extension<arrow\.fixed_shape_tensor.* numpy\.ndarray float32, shape \(2, 2\)", text)
+
+
+def test_tinax_fields_show_the_headers_dtype_and_the_stored_shape(tmp_path):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    path = tmp_path / "fields.parquet"
+    records = [
+        {
+            "tokens": np.arange(index + 1, dtype=">i4"),
+            "weights": np.zeros(3, ml_dtypes.bfloat16),
+            "phase": np.zeros(2, np.complex64),
+            "scale": np.asarray(1.0),
+            "text": "a",
+            "blob": b"x",
+            "nothing": None,
+        }
+        for index in range(3)
+    ]
+    write_parquet_record(path, records, overwrite=False)
+    document = run_tinax("inspect", str(path), "--json").json()
+    values = {row["column"]: row["value"] for row in document["tables"]["schema"]["rows"]}
+    assert values == {
+        "tokens": "numpy.ndarray >i4, shape (*,)",
+        "weights": "numpy.ndarray bfloat16, shape (3,)",
+        "phase": "numpy.ndarray complex64, shape (2,)",
+        "scale": "numpy.ndarray float64, shape ()",
+        "text": "str",
+        "blob": "bytes",
+        "nothing": "None",
+    }
+    # What the reader gives, under either mapping.
+    for mapping in ("python", "numpy"):
+        record = read_parquet_record(path, mapping=mapping)[1]
+        shapes = {name: (value.dtype, value.shape) for name, value in record.items() if isinstance(value, np.ndarray)}
+        assert shapes == {
+            "tokens": (np.dtype(">i4"), (2,)),
+            "weights": (np.dtype(ml_dtypes.bfloat16), (3,)),
+            "phase": (np.dtype(np.complex64), (2,)),
+            "scale": (np.dtype(np.float64), ()),
+        }
 
 
 def test_head_prints_the_first_records(parquet):
@@ -62,9 +109,10 @@ def test_a_plain_parquet_file_is_described_without_a_header(tmp_path):
         {"row group": 1, "first record": 2, "records": 1},
     ]
     assert document["tables"]["schema"]["rows"] == [
-        {"column": "text", "arrow type": "string", "tinax field": None},
-        {"column": "score", "arrow type": "double", "tinax field": None},
+        {"column": "text", "arrow type": "string", "python mapping": "str", "numpy mapping": "str"},
+        {"column": "score", "arrow type": "double", "python mapping": "float", "numpy mapping": "float"},
     ]
+    assert document["summary"]["values"].startswith("as read_parquet_record(path, mapping=...) gives them")
     assert document["tables"]["records"]["rows"] == [{"index": 0, "record": "{'text': 'a', 'score': 1.0}"}]
 
 
@@ -99,3 +147,123 @@ def test_array_record_shows_records_and_schema(tmp_path):
     assert damaged.code == 1
     assert len(damaged.stderr.strip().splitlines()) == 1
     assert "is not a readable ArrayRecord record file" in damaged.stderr
+
+
+def _type_named(name: str) -> type:
+    """The class a description names ("int", "None", "datetime.date", "pandas.Timestamp", ...)."""
+    if name == "None":
+        return type(None)
+    if "." in name:
+        module, attribute = name.rsplit(".", 1)
+        return getattr(importlib.import_module(module), attribute)  # type: ignore[no-any-return]
+    return getattr(builtins, name)  # type: ignore[no-any-return]
+
+
+def _assert_is(value, description, arrow_type, mapping):
+    """Asserts that a value read from a column is what value_description said it would be."""
+    array = re.fullmatch(r"numpy\.ndarray (\S+), shape \((.*)\)", description)
+    pairs = re.fullmatch(r"list of \((.+), (.+)\) tuples", description)
+    if array:
+        dtype, shape = array.groups()
+        extents = [extent.strip() for extent in shape.split(",") if extent.strip()]
+        assert isinstance(value, np.ndarray), (value, description)
+        assert str(value.dtype) == dtype
+        assert value.ndim == len(extents)
+        assert all(want == "*" or got == int(want) for got, want in zip(value.shape, extents, strict=True))
+    elif description.startswith("dict {"):
+        names = [arrow_type.field(index).name for index in range(arrow_type.num_fields)]
+        assert type(value) is dict
+        assert list(value) == names
+        for index, name in enumerate(names):
+            field_type = arrow_type.field(index).type
+            _assert_is(value[name], value_description(field_type, mapping), field_type, mapping)
+    elif pairs:
+        assert type(value) is list
+        assert value
+        for key, item in value:
+            assert type(key) is _type_named(pairs.group(1))
+            assert type(item) is _type_named(pairs.group(2))
+    elif description.startswith("flat list of "):
+        assert type(value) is list
+        assert value
+        assert all(type(item) is _type_named(description.removeprefix("flat list of ")) for item in value)
+    elif description.startswith("list of "):
+        assert type(value) is list, (value, description)
+        assert value
+        for item in value:
+            _assert_is(item, description.removeprefix("list of "), arrow_type.value_type, "python")
+    else:
+        assert type(value) is _type_named(description), (value, description)
+
+
+def _every_type_table() -> pa.Table:
+    """Two rows of a column of every Arrow type the README's mapping table lists (no missing values)."""
+    import datetime
+    import decimal
+
+    tensor = pa.FixedShapeTensorArray.from_numpy_ndarray(np.arange(12, dtype=np.float32).reshape(2, 2, 3))
+    day = datetime.date(2024, 5, 17)
+    moment = datetime.datetime(2024, 5, 17, 12, 30)
+    columns = {
+        "int8": pa.array([1, -2], pa.int8()),
+        "uint64": pa.array([1, 2**63], pa.uint64()),
+        "float16": pa.array(np.array([1.5, 2.0], np.float16)),
+        "float32": pa.array([1.5, 2.0], pa.float32()),
+        "bool": pa.array([True, False]),
+        "string": pa.array(["a", "bc"]),
+        "large_string": pa.array(["a", "bc"], pa.large_string()),
+        "dictionary": pa.array(["a", "b"]).dictionary_encode(),
+        "binary": pa.array([b"a", b"bc"]),
+        "large_binary": pa.array([b"a", b"bc"], pa.large_binary()),
+        "fixed_size_binary": pa.array([b"ab", b"cd"], pa.binary(2)),
+        "timestamp_s": pa.array([moment, moment], pa.timestamp("s")),
+        "timestamp_ns": pa.array([moment, moment], pa.timestamp("ns")),
+        "timestamp_utc": pa.array([moment, moment], pa.timestamp("ms", tz="UTC")),
+        "date32": pa.array([day, day], pa.date32()),
+        "date64": pa.array([day, day], pa.date64()),
+        "time32": pa.array([datetime.time(1, 2), datetime.time(3, 4)], pa.time32("s")),
+        "time64": pa.array([datetime.time(1, 2), datetime.time(3, 4)], pa.time64("us")),
+        "duration": pa.array([datetime.timedelta(seconds=1), datetime.timedelta(0)], pa.duration("s")),
+        "decimal128": pa.array([decimal.Decimal("1.25"), decimal.Decimal("2.50")], pa.decimal128(5, 2)),
+        "decimal256": pa.array([decimal.Decimal("1.25"), decimal.Decimal("2.50")], pa.decimal256(40, 2)),
+        "null": pa.nulls(2),
+        "list": pa.array([[1, 2, 3], [4]], pa.list_(pa.int32())),
+        "large_list": pa.array([[1.0], [2.0, 3.0]], pa.large_list(pa.float64())),
+        "fixed_size_list": pa.array([[1, 2, 3], [4, 5, 6]], pa.list_(pa.int16(), 3)),
+        "nested_list": pa.array([[[1.0, 2.0]], [[3.0, 4.0], [5.0, 6.0]]], pa.list_(pa.list_(pa.float32(), 2))),
+        "bool_list": pa.array([[True], [False, True]], pa.list_(pa.bool_())),
+        "string_list": pa.array([["a"], ["b", "c"]], pa.list_(pa.string())),
+        "tensor": tensor,
+        "struct": pa.array(
+            [{"a": 1, "b": [1.0, 2.0]}, {"a": 2, "b": [3.0]}],
+            pa.struct([("a", pa.int8()), ("b", pa.list_(pa.float32()))]),
+        ),
+        "struct_list": pa.array([[{"a": 1}], [{"a": 2}]], pa.list_(pa.struct([("a", pa.int64())]))),
+        "map": pa.array([[("a", 1)], [("b", 2), ("c", 3)]], pa.map_(pa.string(), pa.int64())),
+    }
+    return pa.table(columns)
+
+
+@pytest.mark.parametrize("mapping", ["python", "numpy"])
+def test_value_descriptions_say_what_the_reader_gives(tmp_path, mapping):
+    table = _every_type_table()
+    path = tmp_path / "every_type.parquet"
+    pq.write_table(table, path)
+    file_schema = pq.read_schema(path)
+    refused = [field.name for field in file_schema if value_description(field.type, mapping) == REFUSED]
+    assert refused == (["map"] if mapping == "numpy" else [])
+    for name in refused:
+        alone = tmp_path / f"{name}.parquet"
+        pq.write_table(table.select([name]), alone)
+        with pytest.raises(ValueError, match=f"column {name!r}"):
+            read_parquet_record(alone, mapping=mapping)
+    readable = tmp_path / "readable.parquet"
+    pq.write_table(table.drop_columns(refused), readable)
+    rows = read_parquet_record(readable, mapping=mapping)
+    for field in pq.read_schema(readable):
+        description = value_description(field.type, mapping)
+        for row in range(2):
+            _assert_is(rows[row][field.name], description, field.type, mapping)
+    document = run_tinax("inspect", str(path), "--json").json()
+    shown = {row["column"]: row[f"{mapping} mapping"] for row in document["tables"]["schema"]["rows"]}
+    assert shown == {field.name: value_description(field.type, mapping) for field in file_schema}

@@ -24,7 +24,18 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["MAPPINGS", "ArrayColumn", "column_getter", "many_values", "require_mappable", "unmapped_type"]
+__all__ = [
+    "MAPPINGS",
+    "REFUSED",
+    "ArrayColumn",
+    "array_description",
+    "column_getter",
+    "many_values",
+    "require_mappable",
+    "shape_extents",
+    "unmapped_type",
+    "value_description",
+]
 
 #: The row mappings a reader accepts.
 MAPPINGS = ("python", "numpy")
@@ -55,6 +66,11 @@ def _numeric_leaf(arrow_type: pa.DataType) -> bool:
     while _is_list(arrow_type):
         arrow_type = arrow_type.value_type
     return _is_numeric(arrow_type)
+
+
+def _becomes_array(arrow_type: pa.DataType) -> bool:
+    """Whether the ``"numpy"`` mapping gives a row of this type as a NumPy array."""
+    return _is_tensor(arrow_type) or (_is_list(arrow_type) and _numeric_leaf(arrow_type))
 
 
 def unmapped_type(arrow_type: pa.DataType) -> bool:
@@ -354,7 +370,7 @@ def column_getter(column: pa.Array, mapping: str) -> Getter:
         return fast
     arrow_type = column.type
     if mapping == "numpy":
-        if _is_tensor(arrow_type) or (_is_list(arrow_type) and _numeric_leaf(arrow_type)):
+        if _becomes_array(arrow_type):
             return ArrayColumn(column).getter()
         if types.is_struct(arrow_type):
             assert isinstance(column, pa.StructArray)
@@ -367,3 +383,118 @@ def column_getter(column: pa.Array, mapping: str) -> Getter:
     # Every other type: pyarrow's own conversion, as to_pylist gives it.
     values: list[Any] = column.to_pylist()
     return values.__getitem__
+
+
+#: What :func:`value_description` says of a type the ``"numpy"`` mapping refuses.
+REFUSED = "refused: no numpy mapping"
+
+# Said of a type whose values only pyarrow's own conversion knows (unions, list views, ...).
+_AS_PYARROW_GIVES = "as pyarrow's to_pylist gives it"
+
+
+def shape_extents(arrow_type: pa.DataType) -> list[int | None]:
+    """The extents a column's arrays have, outermost first: None where rows differ.
+
+    A ``fixed_shape_tensor`` has its shape; nested lists have one extent per
+    level, fixed for a fixed-size list; any other type has none (0-d).
+    """
+    if _is_tensor(arrow_type):
+        return [int(extent) for extent in arrow_type.shape]
+    extents: list[int | None] = []
+    while _is_list(arrow_type):
+        size = getattr(arrow_type, "list_size", None)
+        extents.append(None if size is None else int(size))
+        arrow_type = arrow_type.value_type
+    return extents
+
+
+def array_description(dtype: np.dtype[Any], extents: list[int | None]) -> str:
+    """Names an array's dtype and shape, ``*`` standing for an extent that differs by row."""
+    shown = ", ".join("*" if extent is None else str(extent) for extent in extents)
+    return f"numpy.ndarray {dtype}, shape ({shown}{',' if len(extents) == 1 else ''})"
+
+
+def value_description(arrow_type: pa.DataType, mapping: str) -> str:
+    """Says what a row's value of a column of this Arrow type is under a mapping.
+
+    It follows :func:`column_getter`'s own decisions (and :func:`unmapped_type`'s
+    refusals); the Python type of a scalar is found by converting a value
+    as pyarrow converts it, so it names what a reader gives with the pyarrow
+    (and pandas) installed, ``pandas.Timestamp`` for a nanosecond timestamp
+    included.
+
+    Args:
+      arrow_type: A column's Arrow type.
+      mapping: ``"python"`` or ``"numpy"``.
+
+    Returns:
+      A short phrase, such as ``"int"``, ``"list of str"``, ``"numpy.ndarray
+      int32, shape (*,)"`` or :data:`REFUSED`.
+    """
+    import pyarrow.types as types
+
+    if mapping == "numpy":
+        if unmapped_type(arrow_type):
+            return REFUSED
+        if _becomes_array(arrow_type):
+            leaf = arrow_type.value_type
+            while _is_list(leaf):
+                leaf = leaf.value_type
+            return array_description(_numpy_dtype(leaf), shape_extents(arrow_type))
+    if types.is_dictionary(arrow_type):
+        return value_description(arrow_type.value_type, "python")
+    if types.is_map(arrow_type):
+        key = value_description(arrow_type.key_type, "python")
+        item = value_description(arrow_type.item_type, "python")
+        return f"list of ({key}, {item}) tuples"
+    if _is_tensor(arrow_type):
+        return f"flat list of {value_description(arrow_type.value_type, 'python')}"
+    if _is_list(arrow_type):
+        # pyarrow converts what lies inside a list, under either mapping.
+        return f"list of {value_description(arrow_type.value_type, 'python')}"
+    if types.is_struct(arrow_type):
+        fields = (arrow_type.field(index) for index in range(arrow_type.num_fields))
+        # Under "numpy" a struct's fields are mapped as columns are; under "python" pyarrow converts them.
+        entries = (f"{field.name!r}: {value_description(field.type, mapping)}" for field in fields)
+        return "dict {" + ", ".join(entries) + "}"
+    return _scalar_description(arrow_type)
+
+
+def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype[Any]:
+    """The dtype NumPy gives a numeric Arrow type's values.
+
+    Worked out here: pyarrow's ``to_pandas_dtype`` would import pandas, whose
+    files the inspector would count as read.
+    """
+    import pyarrow.types as types
+
+    if types.is_boolean(arrow_type):
+        return np.dtype(bool)
+    code = "f" if types.is_floating(arrow_type) else "i" if types.is_signed_integer(arrow_type) else "u"
+    return np.dtype(f"{code}{arrow_type.bit_width // 8}")
+
+
+def _scalar_description(arrow_type: pa.DataType) -> str:
+    """Names the Python type of a value of a type without children, read as a reader reads it."""
+    import pyarrow as pa
+
+    try:
+        nulls = pa.nulls(1, arrow_type)
+        if nulls.type.num_fields:
+            return _AS_PYARROW_GIVES
+        # The same buffers without the validity bitmap: one value, all zero bytes (0, "", the epoch, ...).
+        zero = pa.Array.from_buffers(arrow_type, 1, [None, *nulls.buffers()[1:]])
+        # to_pylist is what both mappings give for such a type (column_getter's
+        # fast paths reproduce it); unlike those paths it imports no pandas for
+        # a plain number, so that describing a file reads no more of the disk.
+        (value,) = zero.to_pylist()
+    except (pa.ArrowException, ValueError, TypeError, NotImplementedError):
+        return _AS_PYARROW_GIVES
+    if value is None:
+        return "None"
+    kind = type(value)
+    if getattr(pa, kind.__name__, None) is kind:
+        # pyarrow's own value types (MonthDayNano) say their module is builtins.
+        return f"pyarrow.{kind.__name__}"
+    module = kind.__module__.partition(".")[0]
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"

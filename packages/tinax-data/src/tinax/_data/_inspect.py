@@ -19,7 +19,9 @@ from typing import Any
 from tinax._core._command._counting import process_bytes_read
 from tinax._core._command._report import InspectOptions, Report
 from tinax._data._array_record import ArrayRecordSource
+from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
 from tinax._data._parquet import ParquetRecordSource
+from tinax._data._record_codec import KIND_ARRAY, FieldSpec
 
 __all__ = ["inspect_array_record", "inspect_parquet"]
 
@@ -27,7 +29,12 @@ _SHOWN_CHARACTERS = 120
 
 
 def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
-    """Describes a Parquet file: schema (Arrow types and the tinax fields), rows, row groups, header, checksums.
+    """Describes a Parquet file: schema, rows, row groups, header, checksums.
+
+    The schema gives each column's Arrow type and what a record's value is:
+    for a tinax-format file, the header's field with its dtype and shape;
+    for any other file, the value under each of ``read_parquet_record``'s
+    mappings (``value_description``, the rules the reader follows).
 
     Raises:
       ValueError: With the reader's message, if the footer is unreadable,
@@ -47,15 +54,39 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     if tinax_format:
         report.summary["source id"] = source.source_id
     arrow_schema = source._file.schema_arrow
-    fields = {field.name: field.describe() for field in source._schema.fields} if source._schema else {}
-    report.add_table(
-        "schema",
-        ("column", "arrow type", "tinax field"),
-        [
-            {"column": name, "arrow type": str(kind), "tinax field": fields.get(name)}
-            for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)
-        ],
-    )
+    columns = zip(arrow_schema.names, arrow_schema.types, strict=True)
+    if source._schema is not None:
+        report.summary["values"] = "as written, whatever mapping= says (the tinax header fixes them)"
+        fields = {field.name: field for field in source._schema.fields}
+        report.add_table(
+            "schema",
+            ("column", "arrow type", "tinax field", "value"),
+            [
+                {
+                    "column": name,
+                    "arrow type": str(kind),
+                    "tinax field": fields[name].describe(),
+                    "value": _tinax_value(fields[name], kind),
+                }
+                for name, kind in columns
+            ],
+        )
+    else:
+        report.summary["values"] = (
+            "as read_parquet_record(path, mapping=...) gives them; * is an extent that differs by row"
+        )
+        report.add_table(
+            "schema",
+            ("column", "arrow type", *(f"{mapping} mapping" for mapping in MAPPINGS)),
+            [
+                {
+                    "column": name,
+                    "arrow type": str(kind),
+                    **{f"{mapping} mapping": value_description(kind, mapping) for mapping in MAPPINGS},
+                }
+                for name, kind in columns
+            ],
+        )
     previous = 0
     groups = []
     for index, group_end in enumerate(ends):
@@ -97,6 +128,20 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     end = process_bytes_read()
     report.bytes_read = None if start is None or end is None else end - start
     return report
+
+
+def _tinax_value(field: FieldSpec, arrow_type: Any) -> str:
+    """What the reader gives for a tinax field: the header's dtype, with the Arrow type's fixed extents."""
+    if field.kind != KIND_ARRAY:
+        # The reader reads scalar fields through the "python" mapping.
+        return value_description(arrow_type, "python")
+    assert field.dtype is not None
+    assert field.ndim is not None
+    # A complex dtype is stored as float pairs on a trailing axis, which the
+    # header's ndim leaves out; a column in tinax 0.2's layout has no extents.
+    extents = shape_extents(arrow_type)[: field.ndim]
+    extents += [None] * (field.ndim - len(extents))
+    return array_description(field.dtype, extents)
 
 
 def _add_head(report: Report, source: Any, options: InspectOptions) -> None:
