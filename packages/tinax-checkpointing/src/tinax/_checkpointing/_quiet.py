@@ -85,6 +85,7 @@ def retire_abandoned_work(error: BaseException) -> None:
             except Exception:  # pragma: no cover - a frame whose locals cannot be read
                 continue
             _close_unstarted(values, _SEARCH_DEPTH)
+    _close_unstarted_on_closed_loops()
     take_abandoned_orbax_task_reports()
     for trace in traces:
         traceback.clear_frames(trace)
@@ -131,6 +132,35 @@ def _frames(trace: types.TracebackType | None) -> list[types.FrameType]:
         frames.append(trace.tb_frame)
         trace = trace.tb_next
     return frames
+
+
+def _close_unstarted_on_closed_loops() -> None:
+    """Closes Orbax coroutines that never started and never can: their task's event loop is closed.
+
+    Orbax reads each checkpointable on an event loop of its own and closes
+    that loop when the read fails, leaving the tasks it had scheduled there
+    pending. Their coroutines are not reachable from the load's traceback.
+    A task whose loop is closed can never run, so closing its unstarted
+    coroutine takes nothing from anyone; tasks of open loops, which may
+    belong to work still in progress, are left alone.
+    """
+    import asyncio
+
+    for candidate in gc.get_objects():
+        if not isinstance(candidate, asyncio.Task) or candidate.done():
+            continue
+        try:
+            closed = candidate.get_loop().is_closed()
+        except Exception:  # pragma: no cover - a task whose loop cannot be asked
+            continue
+        coroutine = candidate.get_coro()
+        if (
+            closed
+            and isinstance(coroutine, types.CoroutineType)
+            and _ORBAX_CODE in coroutine.cr_code.co_filename
+            and inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED
+        ):
+            coroutine.close()
 
 
 def _close_unstarted(values: Iterable[object], depth: int) -> None:
