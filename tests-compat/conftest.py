@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tinax._core.testing import force_cpu_devices
+from tinax_testing import force_cpu_devices
 
 force_cpu_devices()
 

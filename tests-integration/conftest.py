@@ -5,6 +5,6 @@ that imported it first), the session fails here rather than testing on the
 wrong topology.
 """
 
-from tinax._core.testing import force_cpu_devices
+from tinax_testing import force_cpu_devices
 
 force_cpu_devices()

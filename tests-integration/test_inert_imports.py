@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from tinax._core.testing import import_side_effects
+from tinax_testing import import_side_effects
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Single-file public modules, plus the one public submodule tree.

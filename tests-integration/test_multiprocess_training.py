@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tinax._core.distributed_testing import DistributedRunError, run_processes
+from tinax_testing import DistributedRunError, run_processes
 
 # Each test here starts, kills and resumes multi-process training runs: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(900)

@@ -37,7 +37,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, PartitionSpec
 
-from tinax._core.distributed_testing import run_processes
+from tinax_testing import run_processes
 
 pytest.importorskip("flax", reason="the training step uses a Flax NNX model")
 pytest.importorskip("optax", reason="the training step uses an optax optimizer")

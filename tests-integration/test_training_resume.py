@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tinax._core.distributed_testing import run_processes
+from tinax_testing import run_processes
 
 # Each test here trains, stops and resumes in child processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(900)

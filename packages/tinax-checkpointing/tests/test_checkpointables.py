@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax.checkpointing import (
     abstract_restore_target,
     load_checkpointables,
     save_checkpointables,
     validate_checkpointable_name,
 )
+from tinax_testing import import_side_effects, parameter_summary
 
 SAFETY_SECONDS = 120  # Only bounds a wait that a broken implementation would make endless.
 

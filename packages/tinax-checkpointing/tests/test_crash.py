@@ -28,9 +28,8 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tinax._core.distributed_testing import cpu_child_environment
-from tinax._core.testing import TEST_DEVICE_COUNT
 from tinax.checkpointing import load_checkpointables, save_checkpointables
+from tinax_testing import TEST_DEVICE_COUNT, cpu_child_environment
 
 TRIALS = 24
 SAFETY_SECONDS = 120  # Bounds a wait that only a hung child would make endless.

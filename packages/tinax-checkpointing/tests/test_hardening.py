@@ -24,8 +24,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinax._core.distributed_testing import cpu_child_environment
-from tinax._core.testing import TEST_DEVICE_COUNT
 from tinax.checkpointing import (
     abstract_restore_target,
     load_checkpointables,
@@ -33,6 +31,7 @@ from tinax.checkpointing import (
     save_checkpointables,
     save_training_checkpoint,
 )
+from tinax_testing import TEST_DEVICE_COUNT, cpu_child_environment
 
 # Bounds each child process. Orbax waits five minutes (its coordination
 # timeout) for a checkpoint folder that never comes, so a child that still

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tinax._core._command._testing import run_tinax
 from tinax.checkpointing import TrainingCheckpointManager, save_checkpointables
+from tinax_testing import run_tinax
 
 MIB = 1 << 20
 # The model's one large array: 64 MiB of float32 (the byte count below does not depend on it).

@@ -18,13 +18,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 import tinax.checkpointing
 import tinax.checkpointing.legacy
 import tinax.checkpointing.legacy.v0
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax.checkpointing.legacy.v0 import (
     load_legacy_v0_grain_iterator,
     load_legacy_v0_pytree,
     save_legacy_v0_grain_iterator,
     save_legacy_v0_pytree,
 )
+from tinax_testing import import_side_effects, parameter_summary
 
 LEGACY_NAMES = [
     "load_legacy_v0_grain_iterator",

@@ -26,8 +26,6 @@ import numpy as np
 import pytest
 
 import tinax._checkpointing._manager as manager_module
-from tinax._core.distributed_testing import cpu_child_environment
-from tinax._core.testing import TEST_DEVICE_COUNT
 from tinax.checkpointing import (
     CheckpointScan,
     SaveInFlightError,
@@ -35,6 +33,7 @@ from tinax.checkpointing import (
     abstract_restore_target,
     save_checkpointables,
 )
+from tinax_testing import TEST_DEVICE_COUNT, cpu_child_environment
 
 JOB = Path(__file__).with_name("manager_job.py")
 SAFETY_SECONDS = 180  # Bounds a wait that only a hung child would make endless.

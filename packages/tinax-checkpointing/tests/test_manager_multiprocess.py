@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tinax._core.distributed_testing import run_processes
+from tinax_testing import run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(600)
@@ -139,7 +139,7 @@ def test_a_process_that_sees_other_steps_makes_both_fail(tmp_path):
 def _run_single(root: Path) -> None:
     import subprocess
 
-    from tinax._core.distributed_testing import cpu_child_environment
+    from tinax_testing import cpu_child_environment
 
     job = Path(__file__).with_name("manager_job.py")
     completed = subprocess.run(

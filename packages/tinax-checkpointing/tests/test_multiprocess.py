@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from tinax._core.distributed_testing import run_processes
 from tinax.checkpointing import abstract_restore_target, load_checkpointables, save_checkpointables
+from tinax_testing import run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(600)

@@ -18,7 +18,6 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import tinax.checkpointing
-from tinax._core.testing import parameter_summary
 from tinax.checkpointing import (
     TrainingCheckpoint,
     TrainingCheckpointNames,
@@ -28,6 +27,7 @@ from tinax.checkpointing import (
     save_checkpointables,
     save_training_checkpoint,
 )
+from tinax_testing import parameter_summary
 
 TRAINING_NAMES = [
     "TrainingCheckpoint",

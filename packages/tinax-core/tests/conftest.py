@@ -1,5 +1,5 @@
 """Runs tinax-core's tests on 8 CPU devices, set before any JAX backend starts."""
 
-from tinax._core.testing import force_cpu_devices
+from tinax_testing import force_cpu_devices
 
 force_cpu_devices()

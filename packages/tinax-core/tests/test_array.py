@@ -10,7 +10,6 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from tinax._core.host import has_masked_elements
-from tinax._core.testing import import_side_effects
 from tinax.array import (
     ArrayInfo,
     from_dlpack,
@@ -21,6 +20,7 @@ from tinax.array import (
     stack_batch,
     to_numpy,
 )
+from tinax_testing import import_side_effects
 
 
 def aligned_float32(count: int, alignment: int = 64) -> np.ndarray:

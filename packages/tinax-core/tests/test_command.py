@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tinax._core._command._report import SCHEMA, Report, schema_problems
-from tinax._core._command._testing import run_tinax
+from tinax_testing import run_tinax
 
 
 def test_help_lists_both_subcommands_and_starts_no_jax():

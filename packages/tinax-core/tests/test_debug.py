@@ -14,8 +14,8 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 import tinax.debug as debug_api
-from tinax._core.testing import OPTIONAL_INTEGRATIONS, TEST_DEVICE_COUNT, import_side_effects
 from tinax.debug import observe_nonfinite, profile_call, visualize_array_sharding
+from tinax_testing import OPTIONAL_INTEGRATIONS, TEST_DEVICE_COUNT, import_side_effects
 
 
 class Reports:

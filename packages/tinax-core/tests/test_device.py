@@ -21,7 +21,6 @@ import numpy as np
 import pytest
 
 import tinax.device as device_api
-from tinax._core.testing import TEST_DEVICE_COUNT, import_side_effects
 from tinax.device import (
     DeviceInfo,
     GpuInfo,
@@ -33,6 +32,7 @@ from tinax.device import (
     set_visible_cuda,
     tpus,
 )
+from tinax_testing import TEST_DEVICE_COUNT, import_side_effects
 
 POLICY_VARIABLES = (
     "CUDA_VISIBLE_DEVICES",

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tinax.grad
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax.grad import hessian, jacobian, value_and_grad
+from tinax_testing import import_side_effects, parameter_summary
 
 X = jnp.array([0.5, -1.0, 2.0], dtype=jnp.float32)
 Y = jnp.array([1.5, 0.25, -0.75], dtype=jnp.float32)

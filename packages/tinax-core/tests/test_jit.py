@@ -15,8 +15,8 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tinax.jit
-from tinax._core.testing import TEST_DEVICE_COUNT, import_side_effects
 from tinax.jit import TraceBudgetExceededError, batched_jit, bounded_jit
+from tinax_testing import TEST_DEVICE_COUNT, import_side_effects
 
 # --------------------------------------------------------------------------- helpers
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tinax.random
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax.random import derive_key, derive_process_step_key, split_key
+from tinax_testing import import_side_effects, parameter_summary
 
 COORDINATE_MAX = 2**32 - 1
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import tinax.stdlib as stdlib_api
-from tinax._core.testing import import_side_effects
 from tinax.stdlib import make_stream_logger, parse_config
+from tinax_testing import import_side_effects
 
 
 @dataclass(frozen=True)

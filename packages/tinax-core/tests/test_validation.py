@@ -211,7 +211,7 @@ def test_require_key_and_coordinates():
 
 
 def test_host_array_checks_and_snapshots():
-    from tinax._core.host import host_source, require_host_array
+    from tinax._core.host import apply_copy_policy, require_host_array
 
     array = np.arange(4, dtype=np.int32)
     assert require_host_array(array, "array") is array
@@ -219,7 +219,7 @@ def test_host_array_checks_and_snapshots():
         require_host_array([1], "array")
     with pytest.raises(TypeError, match="numeric or bool dtype"):
         require_host_array(np.array([object()]), "array")
-    snapshot = host_source(array, copy=True)
+    snapshot = apply_copy_policy(array, copy=True)
     array[0] = 99
     assert snapshot[0] == 0
-    assert host_source(array, copy=False) is array
+    assert apply_copy_policy(array, copy=False) is array

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tinax._core._command._testing import run_tinax
 from tinax._data._arrow_values import REFUSED, value_description
 from tinax.data import read_parquet_record, write_array_record, write_parquet_record
+from tinax_testing import run_tinax
 
 RECORDS = [{"image": np.full((2, 2), index, np.float32), "label": index} for index in range(5)]
 

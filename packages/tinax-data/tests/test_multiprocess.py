@@ -15,8 +15,8 @@ import jax
 import pytest
 from grain.sharding import ShardByJaxProcess
 
-from tinax._core.distributed_testing import run_processes
 from tinax.data import InMemorySource, training_batches
+from tinax_testing import run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(600)

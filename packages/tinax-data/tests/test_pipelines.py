@@ -14,8 +14,8 @@ import pytest
 from grain.sharding import NoSharding, ShardOptions
 
 import tinax.data
-from tinax._core.testing import parameter_summary
 from tinax.data import InMemorySource, evaluation_batches, split_random, training_batches
+from tinax_testing import parameter_summary
 
 ROWS = 20
 

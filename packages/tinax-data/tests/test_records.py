@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tinax._core.testing import parameter_summary
 from tinax.data import read_array_record, read_parquet_record, write_array_record, write_parquet_record
+from tinax_testing import parameter_summary
 
 
 class Container(NamedTuple):

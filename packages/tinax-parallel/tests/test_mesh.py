@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from tinax._core.testing import import_side_effects
 from tinax.parallel import layout, make_mesh
+from tinax_testing import import_side_effects
 
 EXPLICIT = AxisType.Explicit
 AUTO = AxisType.Auto

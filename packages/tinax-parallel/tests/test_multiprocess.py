@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from tinax._core.distributed_testing import run_processes
 from tinax.parallel import from_process_local_data, layout, make_mesh, shard_mapped
+from tinax_testing import run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(600)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from tinax._core.testing import TEST_DEVICE_COUNT, import_side_effects
+from tinax_testing import TEST_DEVICE_COUNT, import_side_effects
 
 flax = pytest.importorskip("flax", reason="tinax.nn needs the nnx extra: pip install 'tinax-parallel[nnx]'")
 

@@ -9,8 +9,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from tinax._core._command._testing import run_tinax
 from tinax.weights import save_msgpack, save_safetensors
+from tinax_testing import run_tinax
 
 GIB = 1 << 30
 MIB = 1 << 20

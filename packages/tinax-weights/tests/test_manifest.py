@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tinax._core.testing import parameter_summary
 from tinax.weights import TensorInfo, TensorManifest, TensorRule, save_safetensors
+from tinax_testing import parameter_summary
 
 
 def test_signatures_match_the_02_api():

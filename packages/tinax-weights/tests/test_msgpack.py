@@ -14,9 +14,9 @@ import msgpack
 import numpy as np
 import pytest
 
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax._weights._msgpack import _write_state
 from tinax.weights import load_msgpack, save_msgpack
+from tinax_testing import import_side_effects, parameter_summary
 
 # Every dtype the format carries; values are compared bytewise, so NaNs that
 # some of the narrow float formats produce from arange do not matter.

@@ -17,7 +17,6 @@ import safetensors.numpy
 from safetensors import SafetensorError, safe_open
 
 import tinax.weights
-from tinax._core.testing import import_side_effects, parameter_summary
 from tinax._weights._safetensors import _bounded_pieces
 from tinax.weights import (
     LoadedSafetensors,
@@ -27,6 +26,7 @@ from tinax.weights import (
     load_safetensors,
     save_safetensors,
 )
+from tinax_testing import import_side_effects, parameter_summary
 
 # Every safetensors dtype with an exact array type, and that type.
 EXACT_DTYPES = {

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from tinax._core.distributed_testing import DistributedRunError, run_processes
 from tinax.weights import inspect_safetensors, load_sharded_safetensors, save_safetensors, save_sharded_safetensors
+from tinax_testing import DistributedRunError, run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(600)

@@ -419,7 +419,7 @@ def run_processes(
             _stop(children, streams, started, ended, killed)
             reports = _reports(directory, children, started, ended, killed)
             interruption.add_note(
-                f"tinax distributed_testing: the wait for {processes} processes was interrupted; "
+                f"tinax_testing: the wait for {processes} processes was interrupted; "
                 f"every child was killed\n{_describe(reports)}"
             )
             raise

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tinax._core import jax_compat
-from tinax._core.distributed_testing import DistributedRunError, free_port, run_processes
+from tinax_testing import DistributedRunError, free_port, run_processes
 
 # Every test here starts real processes; a few of them deliberately hang.
 pytestmark = pytest.mark.timeout(600)
@@ -139,7 +139,7 @@ def test_hung_peer_is_killed_at_the_timeout():
 _TEST_THAT_HANGS = """
 import pytest
 
-from tinax._core.distributed_testing import run_processes
+from tinax_testing import run_processes
 
 
 @pytest.mark.timeout(20)
