@@ -14,11 +14,18 @@ removed at the end), so both sides read it from the same page cache:
   load_sharded_safetensors(path, shardings=...)    vs  safetensors.numpy.load_file(path), then jax.device_put
                                                          of each tensor with the same sharding (8 CPU devices)
   save_sharded_safetensors(path, arrays)            vs  jax.device_get of every array, then save_safetensors
+Writers, on the tensors of that file (``--cases write``):
+  save_safetensors(path, tensors)                   vs  safetensors.serialize_file of the same arrays (as
+                                                         safetensors.numpy.save_file calls it) into atomic_path
+  save_msgpack(path, state)                         vs  msgpack.Packer with msgpack.ExtType per array (the
+                                                         same bytes) into atomic_write
+The upstream sides are what adopting them would cost: the same atomic
+publication, so both sides fsync the same bytes.
 The sharded cases split every tensor along its rows over the 8 devices (one
 contiguous read per shard); a third load variant splits along the columns.
 Column blocks of a tensor within 16 MiB tile it, so it is read in long runs;
 with fewer, larger tensors (``--tensors 8``) each column block is read row by
-row. ``--cases sharded`` (or ``plain``) runs
+row. ``--cases sharded`` (or ``plain``, ``write``) runs
 only those cases.
 A header that was validated is remembered (keyed by its bytes), so repeated
 loads of one file skip its validation; a third selective variant forgets it
@@ -60,9 +67,16 @@ import safetensors.numpy
 from safetensors import safe_open
 
 from tinax._weights._header import forget_validated_headers
-from tinax.weights import load_safetensors, load_sharded_safetensors, save_safetensors, save_sharded_safetensors
+from tinax.weights import (
+    load_safetensors,
+    load_sharded_safetensors,
+    save_msgpack,
+    save_safetensors,
+    save_sharded_safetensors,
+)
 
 MIB = 1024 * 1024
+WRITERS = ("save_safetensors", "serialize_file via atomic_path", "save_msgpack", "msgpack ExtType via atomic_write")
 MEMORY_SLOPE = 1.1
 MEMORY_OVERHEAD = 64 * MIB
 STAGING_SHARE = 1 / 8
@@ -84,6 +98,38 @@ def variants(path: pathlib.Path, selected: list[str], total: int, part: int) -> 
         "load_safetensors (selected)": lambda: load_safetensors(path, max_bytes=part, names=selected),
         "safe_open.get_tensor (selected)": upstream_selective,
         "load_safetensors (selected, cold)": cold_selective,
+    }
+
+
+def writers(folder: pathlib.Path, tensors: dict[str, np.ndarray]) -> dict[str, Callable[[], Any]]:
+    from tinax._core.files import atomic_path, atomic_write
+
+    def upstream_safetensors() -> None:
+        specs = {
+            name: safetensors.TensorSpec(dtype=array.dtype.name, shape=array.shape, data_ptr=array.ctypes.data,
+                                         data_len=array.nbytes)
+            for name, array in tensors.items()
+        }  # fmt: skip
+        with atomic_path(folder / "upstream.safetensors", overwrite=True) as temporary:
+            safetensors.serialize_file(specs, temporary)
+
+    def upstream_msgpack() -> None:
+        import msgpack
+
+        packer = msgpack.Packer(use_bin_type=True, strict_types=True, autoreset=True)
+        with atomic_write(folder / "upstream.msgpack", overwrite=True) as handle:
+            handle.write(packer.pack_map_header(len(tensors)))
+            for name, array in tensors.items():
+                # ExtType holds bytes: the array's bytes are copied into it, then into the packer's buffer.
+                payload = packer.pack([list(array.shape), array.dtype.name, array.tobytes()])
+                handle.write(packer.pack(name))
+                handle.write(packer.pack(msgpack.ExtType(1, payload)))
+
+    return {
+        "save_safetensors": lambda: save_safetensors(folder / "ours.safetensors", tensors, overwrite=True),
+        "serialize_file via atomic_path": upstream_safetensors,
+        "save_msgpack": lambda: save_msgpack(folder / "ours.msgpack", tensors, overwrite=True),
+        "msgpack ExtType via atomic_write": upstream_msgpack,
     }
 
 
@@ -148,6 +194,14 @@ def child(options: argparse.Namespace) -> int:
     path = pathlib.Path(options.path)
     # ru_maxrss is in KiB on Linux and in bytes on macOS.
     unit = 1 if sys.platform == "darwin" else 1024
+    if options.child in WRITERS:
+        tensors = load_safetensors(path, max_bytes=options.total).tensors
+        call = writers(path.parent, dict(tensors))[options.child]
+        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        call()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        print(json.dumps({"growth": (peak - baseline) * unit, "loaded": options.total}))
+        return 0
     if options.child in sharded_loads(path, options.total) or options.child.startswith(("save_", "jax.device_get")):
         jax.devices()  # The backend's own memory is not the variant's.
         if options.child in sharded_loads(path, options.total):
@@ -190,7 +244,7 @@ def main() -> int:
     parser.add_argument("--fraction", type=float, default=0.01)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cases", choices=["all", "plain", "sharded"], default="all")
+    parser.add_argument("--cases", choices=["all", "plain", "sharded", "write"], default="all")
     # Internal: one variant in a fresh process, for its peak memory, or writing the file.
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--write", action="store_true", help=argparse.SUPPRESS)
@@ -230,6 +284,8 @@ def main() -> int:
             plain(options, path, names, selected, total, part)
         if options.cases in ("all", "sharded"):
             sharded(options, path, total)
+        if options.cases in ("all", "write"):
+            write(options, path, total)
     return 0
 
 
@@ -276,6 +332,29 @@ def plain(
     print(
         f"\ntime: worst median ratio {max(ratios):.3f} (goal <= 1.05; the header of an unchanged file is validated "
         f"once, a load that must validate it anew has ratio {cold_ratio:.3f}); memory goal {'met' if met else 'MISSED'}"
+    )
+
+
+def write(options: argparse.Namespace, path: pathlib.Path, total: int) -> None:
+    print("\nWriters (peak memory: ru_maxrss growth over the loaded tensors, one fresh process each):")
+    growth: dict[str, int] = {}
+    for name in WRITERS:
+        growth[name] = measure_memory(__file__, path, name, [], total, 0)["growth"]
+        print(f"  {name:<36} {growth[name] / MIB:9.1f} MiB for {total / MIB:9.1f} MiB written")
+
+    from _timing import report, run
+
+    calls = writers(path.parent, dict(load_safetensors(path, max_bytes=total).tensors))
+    ratios = report(
+        "Write (1 call per batch):",
+        run(calls, 1, options.repeats, options.seed),
+        [("save_safetensors", "serialize_file via atomic_path"), ("save_msgpack", "msgpack ExtType via atomic_write")],
+        unit="ms",
+    )
+    print(
+        f"\nwrite: safetensors time ratio {ratios[0]:.3f}, memory {growth['save_safetensors'] / MIB:.1f} MiB against "
+        f"{growth['serialize_file via atomic_path'] / MIB:.1f} MiB; msgpack time ratio {ratios[1]:.3f}, memory "
+        f"{growth['save_msgpack'] / MIB:.1f} MiB against {growth['msgpack ExtType via atomic_write'] / MIB:.1f} MiB"
     )
 
 
