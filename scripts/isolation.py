@@ -15,7 +15,10 @@ For each distribution it:
      [tool.tinax.isolation] forbidden list) is installed;
   4. asserts that its own modules import from the venv and the modules of the
      members it does not depend on do not import at all;
-  5. runs the distribution's own tests against the installed wheel.
+  5. adds the wheel of the test harness (every unpublished member, marked
+     `[tool.tinax] published = false`: tinax-testing) and runs the
+     distribution's own tests against the installed wheels. The harness comes
+     after steps 3 and 4, so those see only what the distribution brings.
 
 With --core-floors it runs the same check for every member whose tinax-core
 range admits a tinax-core release older than the current one (one with a tag
@@ -57,13 +60,24 @@ def uv(*arguments: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, check=True, text=True, **kwargs)  # type: ignore[call-overload, no-any-return]
 
 
-def members() -> dict[str, pathlib.Path]:
+def _members(published: bool) -> dict[str, pathlib.Path]:
     found = {}
     for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
-        name = str(canonicalize_name(tomllib.loads(pyproject.read_text())["project"]["name"]))
-        if name != META_NAME:
+        config = tomllib.loads(pyproject.read_text())
+        name = str(canonicalize_name(config["project"]["name"]))
+        if name != META_NAME and config.get("tool", {}).get("tinax", {}).get("published", True) == published:
             found[name] = pyproject.parent
     return found
+
+
+def members() -> dict[str, pathlib.Path]:
+    """The published members: each is checked alone."""
+    return _members(published=True)
+
+
+def test_support() -> dict[str, pathlib.Path]:
+    """The unpublished members (the test harness): installed next to a member only for its test run."""
+    return _members(published=False)
 
 
 def public_modules(folder: pathlib.Path) -> list[str]:
@@ -109,7 +123,13 @@ def closure(name: str, wheels: dict[str, pathlib.Path]) -> list[str]:
     return ordered
 
 
-def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict[str, pathlib.Path]) -> None:
+def check_distribution(
+    name: str,
+    folders: dict[str, pathlib.Path],
+    wheels: dict[str, pathlib.Path],
+    support: dict[str, pathlib.Path] | None = None,
+) -> None:
+    """Checks ``name`` alone; ``support`` holds the wheels of the test harness for its test run."""
     folder = folders[name]
     config = tomllib.loads((folder / "pyproject.toml").read_text())
     forbidden = [
@@ -173,6 +193,7 @@ def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict
         if report["importable_foreign"]:
             raise SystemExit(f"isolation: modules of other members import: {report['importable_foreign']}")
         print(f"isolation: {', '.join(own)} import from the wheel; {', '.join(foreign) or 'no other member'} absent")
+        install_test_support(python, installed_members, wheels, support or {})
         environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
         environment["PATH"] = f"{venv / 'bin'}{os.pathsep}{environment.get('PATH', '')}"
         environment["UV_COMPILE_BYTECODE"] = "1"
@@ -183,6 +204,36 @@ def check_distribution(name: str, folders: dict[str, pathlib.Path], wheels: dict
             raise SystemExit(f"isolation: {name} collected no tests")
         if result.returncode != 0:
             raise SystemExit(f"isolation: {name}'s tests failed against its installed wheel")
+
+
+def install_test_support(
+    python: str, installed_members: list[str], wheels: dict[str, pathlib.Path], support: dict[str, pathlib.Path]
+) -> None:
+    """Adds the test harness's wheels and their third-party requirements, for the test run only."""
+    if not support:
+        return
+    everything = {**wheels, **support}
+    needed = [member for name in support for member in closure(name, everything) if member not in installed_members]
+    third_party = sorted(
+        {
+            str(requirement)
+            for member in needed
+            for requirement in wheel_requirements(everything[member])
+            if not str(canonicalize_name(requirement.name)).startswith("tinax-")
+        }
+    )
+    if third_party:
+        uv("pip", "install", "--quiet", "--python", python, *third_party)
+    uv(
+        "pip",
+        "install",
+        "--quiet",
+        "--python",
+        python,
+        "--no-deps",
+        *(str(everything[m]) for m in dict.fromkeys(needed)),
+    )
+    uv("pip", "check", "--python", python)
 
 
 CORE = "tinax-core"
@@ -223,6 +274,7 @@ def check_core_floors(folders: dict[str, pathlib.Path]) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="isolation-floors-") as output:
         scratch = pathlib.Path(output)
         wheels = build_wheels(folders, scratch / "current")
+        support = build_wheels(test_support(), scratch / "support")
         for tag in sorted({tag for _, tag in targets.values()}):
             archive = subprocess.run(
                 ["git", "-C", str(ROOT), "archive", tag, str(folders[CORE].relative_to(ROOT))],
@@ -238,7 +290,7 @@ def check_core_floors(folders: dict[str, pathlib.Path]) -> list[str]:
                 if member_tag != tag:
                     continue
                 print(f"\n== {name} against tinax-core {version}, built from {tag} ==", flush=True)
-                check_distribution(name, {**folders, CORE: old_folder}, {**wheels, CORE: old_wheels[CORE]})
+                check_distribution(name, {**folders, CORE: old_folder}, {**wheels, CORE: old_wheels[CORE]}, support)
     return sorted(targets)
 
 
@@ -266,8 +318,9 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown distributions {unknown}; members are {sorted(folders)}")
     with tempfile.TemporaryDirectory(prefix="isolation-wheels-") as output:
         wheels = build_wheels(folders, pathlib.Path(output))
+        support = build_wheels(test_support(), pathlib.Path(output) / "support")
         for name in names:
-            check_distribution(name, folders, wheels)
+            check_distribution(name, folders, wheels, support)
     print(f"\nisolation: passed for {', '.join(names)}")
     return 0
 

@@ -3,7 +3,7 @@
   python scripts/readmes.py --check     fail if a generated section is stale
   python scripts/readmes.py --write     rewrite the generated sections
 
-Each README under packages/ holds two sections that are written from the
+Each published distribution's README under packages/ holds two sections that are written from the
 sources of truth rather than by hand, between marker comments:
 
 - ``public-names``: every public name the distribution provides, by module,
@@ -110,6 +110,8 @@ def main(argv: list[str]) -> int:
     arguments = parser.parse_args(argv)
     stale = []
     for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
+        if tomllib.loads(pyproject.read_text()).get("tool", {}).get("tinax", {}).get("published", True) is False:
+            continue  # the test harness (tinax-testing) has no index page
         readme = pyproject.parent / "README.md"
         text = readme.read_text(encoding="utf-8")
         wanted = render(pyproject.parent, text)

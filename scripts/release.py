@@ -22,7 +22,10 @@ Commands (run through hatch from the repository root):
                                     with `twine check --strict` and check that
                                     each carries the license file
 
-A member is any folder under packages/ with a pyproject.toml. The meta
+A member is any folder under packages/ with a pyproject.toml, except those
+marked `[tool.tinax] published = false` there (the test harness,
+tinax-testing): no command here versions, pins, tags, compares or builds
+them, and a published distribution that requires one is reported. The meta
 distribution is the one named `tinax`; it pins every member exactly, with each
 of the member's extras except `all` (redundant once every extra is named) and
 the accelerator extras (`gpu`, `tpu`). Those the meta offers as extras of its
@@ -98,11 +101,18 @@ class Distribution:
         self.pyproject.write_text(tomlkit.dumps(self.document))
 
 
+def is_published(document: dict[str, object]) -> bool:
+    """False for a member marked ``[tool.tinax] published = false`` (never uploaded, never pinned)."""
+    return document.get("tool", {}).get("tinax", {}).get("published", True) is not False  # type: ignore[attr-defined,no-any-return]
+
+
 def load_distributions(packages: pathlib.Path = PACKAGES) -> tuple[dict[str, Distribution], Distribution]:
     members: dict[str, Distribution] = {}
     meta: Distribution | None = None
     for pyproject in sorted(packages.glob("*/pyproject.toml")):
         distribution = Distribution(pyproject.parent, tomlkit.parse(pyproject.read_text()))
+        if not is_published(distribution.document.unwrap()):
+            continue
         if distribution.name == META_NAME:
             meta = distribution
         else:
@@ -181,7 +191,7 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
             "(run `hatch run release:sync-meta`)"
         )
     for name in pins:
-        problems.append(f"{meta.name}: pins {name}, which is not a member under packages/")
+        problems.append(f"{meta.name}: pins {name}, which is not a published member under packages/")
     for member in [*members.values(), meta]:
         for requirement in member.requirements:
             name = str(canonicalize_name(requirement.name))
@@ -191,7 +201,9 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
             if is_family(requirement):
                 sibling = members.get(name)
                 if sibling is None:
-                    problems.append(f"{member.name}: depends on unknown member {name}")
+                    problems.append(
+                        f"{member.name}: depends on {name}, which is not a published member under packages/"
+                    )
                 elif not requirement.specifier.contains(sibling.version, prereleases=True):
                     problems.append(f"{member.name}: range {requirement} does not admit {name} {sibling.version}")
                 if not operators & {"<", "<="}:

@@ -24,8 +24,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
+#: The published members; the test harness (tinax-testing, marked
+#: `[tool.tinax] published = false`) is only added for the members' suites.
 MEMBER_FOLDERS = sorted(
-    path.parent for path in PACKAGES.glob("tinax-*/pyproject.toml") if path.parent.name != "tinax-meta"
+    path.parent
+    for path in PACKAGES.glob("tinax-*/pyproject.toml")
+    if path.parent.name != "tinax-meta"
+    and tomllib.loads(path.read_text()).get("tool", {}).get("tinax", {}).get("published") is not False
 )
 # The test dependency group, declared once in the root pyproject.toml.
 TEST_REQUIREMENTS = [
@@ -117,8 +122,11 @@ def _assert_installed_like_03(python: Path, tmp_path: Path) -> None:
     assert (site / "py.typed").is_file(), "the PEP 561 marker of the tinax namespace was lost"
 
 
-def _run_member_suites(python: Path, tmp_path: Path) -> None:
+def _run_member_suites(python: Path, our_wheels: Path, tmp_path: Path) -> None:
+    (harness,) = our_wheels.glob("tinax_testing-*.whl")
     _assert_ok(_run([*UV, "pip", "install", "--quiet", "--python", str(python), *TEST_REQUIREMENTS]))
+    # The harness alone: what it requires is what the upgrade installed.
+    _assert_ok(_run([*UV, "pip", "install", "--quiet", "--python", str(python), "--no-deps", str(harness)]))
     for member in MEMBER_FOLDERS:
         workspace = tmp_path / f"suite-{member.name}"
         shutil.copytree(member / "tests", workspace / "tests")
@@ -141,14 +149,14 @@ def test_no_file_of_our_wheels_sits_at_a_path_that_tinax_02_recorded(our_wheels:
 def test_pip_upgrade_over_02_leaves_a_working_install(venv02: Path, our_wheels: Path, tmp_path: Path) -> None:
     _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax"))
     _assert_installed_like_03(venv02, tmp_path)
-    _run_member_suites(venv02, tmp_path)
+    _run_member_suites(venv02, our_wheels, tmp_path)
 
 
 def test_uv_upgrade_over_02_leaves_a_working_install(venv02: Path, our_wheels: Path, tmp_path: Path) -> None:
     upgrade = [*UV, "pip", "install", "--python", str(venv02), "-U", "--no-index", "--find-links"]
     _assert_ok(_run([*upgrade, str(our_wheels), "tinax"]))
     _assert_installed_like_03(venv02, tmp_path)
-    _run_member_suites(venv02, tmp_path)
+    _run_member_suites(venv02, our_wheels, tmp_path)
 
 
 def _assert_import_names_the_repair(python: Path, module: str, cwd: Path) -> None:

@@ -13,9 +13,13 @@ import tinax
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RECORD_02 = ROOT / "tests-compat" / "tinax-0.2.0-record.txt"
-MEMBERS = sorted(
-    path.parent for path in (ROOT / "packages").glob("*/pyproject.toml") if path.parent.name != "tinax-meta"
+CONFIGS = {path.parent: tomllib.loads(path.read_text()) for path in (ROOT / "packages").glob("*/pyproject.toml")}
+# The test harness (tinax-testing) is marked unpublished and ships no part of
+# the tinax namespace.
+HARNESS = sorted(
+    folder for folder, config in CONFIGS.items() if config.get("tool", {}).get("tinax", {}).get("published") is False
 )
+MEMBERS = sorted(folder for folder in CONFIGS if folder.name != "tinax-meta" and folder not in HARNESS)
 
 
 def test_there_are_members():
@@ -115,3 +119,17 @@ def test_stubs_state_the_same_public_names_as_the_modules(module, stub):
             origin = importlib.import_module(node.module)
             for alias in node.names:
                 assert getattr(origin, alias.name) is getattr(imported, alias.asname), alias.asname
+
+
+def test_the_test_harness_is_an_unpublished_member_outside_the_namespace():
+    assert [folder.name for folder in HARNESS] == ["tinax-testing"]
+    (harness,) = HARNESS
+    assert not (harness / "src" / "tinax").exists()
+    assert (harness / "src" / "tinax_testing" / "__init__.py").is_file()
+    meta = CONFIGS[ROOT / "packages" / "tinax-meta"]["project"]
+    assert not any(line.startswith("tinax-testing") for line in meta["dependencies"])
+    for member in MEMBERS:
+        assert not any(line.startswith("tinax-testing") for line in CONFIGS[member]["project"]["dependencies"])
+        # Runtime source never imports the harness; only tests do.
+        for path in (member / "src").rglob("*.py"):
+            assert "tinax_testing" not in path.read_text(encoding="utf-8"), path
