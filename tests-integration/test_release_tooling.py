@@ -25,6 +25,12 @@ CORE_PATCH = f"{Version(CORE).major}.{Version(CORE).minor}.{Version(CORE).micro 
 CORE_MINOR = f"{Version(CORE).major}.{Version(CORE).minor + 1}.0"
 CORE_NEXT_RANGE_END = f"{Version(CORE).major}.{Version(CORE).minor + 2}"
 CORE_RANGE = f"tinax-core>={CORE},<{Version(CORE).major}.{Version(CORE).minor + 1}"
+# Folders of the members marked `[tool.tinax] published = false` (the test harness).
+UNPUBLISHED = {
+    path.parent.name
+    for path in (ROOT / "packages").glob("*/pyproject.toml")
+    if tomllib.loads(path.read_text()).get("tool", {}).get("tinax", {}).get("published") is False
+}
 
 
 @pytest.fixture
@@ -136,6 +142,22 @@ def test_a_missing_member_pin_fails_the_check(packages):
     assert release(packages, "check").returncode == 0
 
 
+def test_the_unpublished_test_harness_is_never_pinned_nor_required(packages):
+    assert sorted(UNPUBLISHED) == ["tinax-testing"]
+    result = release(packages, "check")
+    assert result.returncode == 0, result.stderr
+    assert "tinax-testing" not in result.stdout
+    assert "meta pins already match" in release(packages, "sync-meta").stdout
+    assert not any(pin.startswith("tinax-testing") for pin in project(packages, "tinax-meta")["dependencies"])
+    assert "unknown distribution" in release(packages, "bump", "tinax-testing", "patch").stderr
+    # A published member may not require it: users could never install that.
+    path = packages / "tinax-weights" / "pyproject.toml"
+    path.write_text(path.read_text().replace("dependencies = [", 'dependencies = [\n  "tinax-testing",', 1))
+    result = release(packages, "check")
+    assert result.returncode == 1
+    assert "tinax-weights: depends on tinax-testing, which is not a published member" in result.stderr
+
+
 def test_a_sibling_range_that_excludes_core_fails_the_check(packages):
     add_member(packages, "tinax-core>=0.0.1,<0.0.2")
     release(packages, "sync-meta")
@@ -162,8 +184,14 @@ def test_bump_rewrites_the_version_and_every_pin_naming_it(repository):
     new_range = f"tinax-core>={CORE_MINOR},<{CORE_NEXT_RANGE_END}"
     # Every member whose requirement was rewritten is bumped too, and so is
     # the meta distribution whose pins changed.
-    dependents = [name for name in before if name not in {"tinax-core", "tinax-meta"}]
+    dependents = [name for name in before if name not in {"tinax-core", "tinax-meta", *UNPUBLISHED}]
     assert dependents
+    # The unpublished harness is neither bumped nor pinned.
+    for name in UNPUBLISHED:
+        assert (
+            project(packages, name)
+            == tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())["project"]
+        )
     for name in [*dependents, "tinax-meta"]:
         old = Version(before[name])
         assert project(packages, name)["version"] == f"{old.major}.{old.minor}.{old.micro + 1}", name
