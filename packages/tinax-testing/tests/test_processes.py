@@ -184,12 +184,34 @@ def test_bad_arguments_are_refused_before_anything_starts():
         run_processes(lambda: None, num_processes=2, devices_per_process=1)
     with pytest.raises(TypeError, match="JSON-serializable"):
         run_processes(_body_describe, num_processes=2, devices_per_process=1, args=[object()])
-    with pytest.raises(ValueError, match="num_processes"):
+    with pytest.raises(ValueError, match="num_processes must be an int >= 1, got 0"):
         run_processes(_body_describe, num_processes=0, devices_per_process=1)
-    with pytest.raises(ValueError, match="devices_per_process"):
-        run_processes(_body_describe, num_processes=1, devices_per_process=True)
     with pytest.raises(ValueError, match="timeout"):
         run_processes(_body_describe, num_processes=1, devices_per_process=1, timeout=0)
+    with pytest.raises(ValueError, match="heartbeat_timeout"):
+        run_processes(_body_describe, num_processes=1, devices_per_process=1, heartbeat_timeout=-1)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        pytest.param({"devices_per_process": True}, "devices_per_process", id="bool-count"),
+        pytest.param({"num_processes": 2.0}, "num_processes", id="float-count"),
+        pytest.param({"num_processes": "2"}, "num_processes", id="str-count"),
+        pytest.param({"initialization_timeout": 1.5}, "initialization_timeout", id="float-initialization-timeout"),
+        pytest.param({"shutdown_timeout": None}, "shutdown_timeout", id="none-shutdown-timeout"),
+        pytest.param({"timeout": "60"}, "timeout", id="str-timeout"),
+        pytest.param({"timeout": True}, "timeout", id="bool-timeout"),
+        pytest.param({"env": ["A=1"]}, "env", id="list-env"),
+        pytest.param({"env": {"A": 1}}, "env", id="int-env-value"),
+    ],
+)
+def test_arguments_of_the_wrong_type_are_type_errors(arguments, named):
+    # Refused before any child starts, as TypeError (wrong kind) rather than
+    # ValueError (right kind, bad value), naming the argument.
+    keywords = {"num_processes": 1, "devices_per_process": 1, **arguments}
+    with pytest.raises(TypeError, match=named):
+        run_processes(_body_describe, **keywords)
 
 
 def test_free_port_is_usable():

@@ -8,7 +8,8 @@ child interpreters, each with its own CPU devices, joins them through a
 coordinator on a fresh port of 127.0.0.1, runs the body in every child and
 collects one JSON value from each.
 
-The parent side uses only the standard library and never imports JAX. The
+The parent side uses only the standard library and tinax-core's argument
+checks (which import nothing else), and never imports JAX. The
 children are POSIX processes, each in its own process group, and they are
 always killed and reaped before :func:`run_processes` returns or raises,
 together with anything they started in their group. That holds when the wait
@@ -35,6 +36,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from tinax._core.validation import fail_type, fail_value, require_positive_int, require_str_to_str_mapping
 
 __all__ = [
     "ChildReport",
@@ -212,12 +215,6 @@ def cpu_child_environment(devices_per_process: int, extra: dict[str, str] | None
     return environment
 
 
-def _require_count(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-    return value
-
-
 def _kill(child: subprocess.Popen[bytes]) -> bool:
     running = child.poll() is None
     # The whole group, even when the child itself has exited: what it started
@@ -332,8 +329,10 @@ def run_processes(
       process id.
 
     Raises:
-      TypeError: If ``body`` is none of the accepted forms or ``args`` is not
-        JSON-serializable.
+      TypeError: If ``body`` is none of the accepted forms, ``args`` is not
+        JSON-serializable, a count or timeout is not a number (a count not
+        an int, a bool for either), or ``env`` is not a mapping of str to
+        str.
       ValueError: If ``body`` is a nested function or a lambda, or a count
         or timeout is not positive.
       DistributedRunError: If a child exits with a non-zero status (its body
@@ -344,23 +343,23 @@ def run_processes(
         ``KeyboardInterrupt``) propagates unchanged once every child is
         killed, with every child's output added as a note.
     """
-    processes = _require_count(num_processes, "num_processes")
-    devices = _require_count(devices_per_process, "devices_per_process")
-    for name, value in (
-        ("initialization_timeout", initialization_timeout),
-        ("heartbeat_timeout", heartbeat_timeout),
-        ("shutdown_timeout", shutdown_timeout),
-    ):
-        _require_count(value, name)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    processes = require_positive_int(num_processes, "num_processes")
+    devices = require_positive_int(devices_per_process, "devices_per_process")
+    initialization_timeout = require_positive_int(initialization_timeout, "initialization_timeout")
+    heartbeat_timeout = require_positive_int(heartbeat_timeout, "heartbeat_timeout")
+    shutdown_timeout = require_positive_int(shutdown_timeout, "shutdown_timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        fail_type("timeout", "a positive number of seconds", timeout)
+    if not timeout > 0:
+        fail_value("timeout", "a positive number of seconds", timeout)
+    extra_env = None if env is None else require_str_to_str_mapping(env, "env")
     try:
         encoded_args = json.loads(json.dumps(list(args)))
     except (TypeError, ValueError) as error:
         raise TypeError(f"args must be JSON-serializable, got {args!r}") from error
 
     coordinator = f"127.0.0.1:{free_port()}"
-    environment = cpu_child_environment(devices, env)
+    environment = cpu_child_environment(devices, extra_env)
     with tempfile.TemporaryDirectory(prefix="tinax-distributed-") as scratch:
         directory = Path(scratch)
         spec = {
