@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import Sharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array, require_unmasked
+from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 from tinax._core.jax_compat import RuntimeValueError, is_tracer, require_concrete
 from tinax._core.shapes import is_extended_dtype
 
@@ -67,7 +67,7 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     require_host_array(array, "array")
     validation.require_bool(copy, "copy")
     placement = _require_placement(device)
-    source = host_source(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
+    source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
     try:
         placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
     except (ValueError, RuntimeError) as error:

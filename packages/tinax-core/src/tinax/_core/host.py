@@ -8,7 +8,7 @@ import numpy as np
 
 from tinax._core import validation
 
-__all__ = ["has_masked_elements", "host_source", "require_host_array", "require_unmasked"]
+__all__ = ["has_masked_elements", "apply_copy_policy", "require_host_array", "require_unmasked"]
 
 
 def require_host_array(value: object, name: str) -> np.ndarray[Any, Any]:
@@ -23,7 +23,7 @@ def require_host_array(value: object, name: str) -> np.ndarray[Any, Any]:
     return array
 
 
-def host_source(array: np.ndarray[Any, Any], *, copy: bool) -> np.ndarray[Any, Any]:
+def apply_copy_policy(array: np.ndarray[Any, Any], *, copy: bool) -> np.ndarray[Any, Any]:
     """Returns what to hand to JAX under a copy policy.
 
     ``jax.device_put`` (and the process-local constructors built on it) may

@@ -33,7 +33,7 @@ class TraceBudgetExceededError(RuntimeError, AssertionError):
     """
 
 
-class _ArrayLeaf(NamedTuple):
+class _ArraySignature(NamedTuple):
     shape: tuple[int, ...]
     dtype: Any
     weak_type: bool
@@ -43,7 +43,7 @@ class _ArrayLeaf(NamedTuple):
         return f"{self.dtype}{list(self.shape)}" + (" (weak type)" if self.weak_type else "")
 
 
-class _ValueLeaf(NamedTuple):
+class _ValueSignature(NamedTuple):
     text_value: str
 
     def text(self) -> str:
@@ -53,7 +53,7 @@ class _ValueLeaf(NamedTuple):
 class _Argument(NamedTuple):
     static: bool
     structure: Any  # A PyTreeDef for traced arguments, None for static ones.
-    leaves: tuple[tuple[str, _ArrayLeaf | _ValueLeaf], ...]
+    leaves: tuple[tuple[str, _ArraySignature | _ValueSignature], ...]
 
     def text(self) -> str:
         if len(self.leaves) == 1 and not self.leaves[0][0]:
@@ -86,27 +86,27 @@ def _safe_repr(value: object) -> str:
         return f"<unrepresentable {type(value).__name__}>"
 
 
-def _leaf_record(leaf: object) -> _ArrayLeaf | _ValueLeaf:
+def _leaf_record(leaf: object) -> _ArraySignature | _ValueSignature:
     if is_tracer(leaf):
         aval = jax.typeof(leaf)
-        return _ArrayLeaf(
+        return _ArraySignature(
             shape=tuple(getattr(aval, "shape", ())),
             dtype=getattr(aval, "dtype", None),
             weak_type=bool(getattr(aval, "weak_type", False)),
             sharding=getattr(aval, "sharding", None),
         )
-    return _ValueLeaf(_safe_repr(leaf))
+    return _ValueSignature(_safe_repr(leaf))
 
 
 def _argument_record(value: object, *, static: bool) -> _Argument:
     if static:
-        return _Argument(static=True, structure=None, leaves=(("", _ValueLeaf(_safe_repr(value))),))
+        return _Argument(static=True, structure=None, leaves=(("", _ValueSignature(_safe_repr(value))),))
     pairs, structure = jax.tree_util.tree_flatten_with_path(value)
     leaves = tuple((jax.tree_util.keystr(path), _leaf_record(leaf)) for path, leaf in pairs)
     return _Argument(static=False, structure=structure, leaves=leaves)
 
 
-def _sharding_change(old: _ArrayLeaf, new: _ArrayLeaf) -> str | None:
+def _sharding_change(old: _ArraySignature, new: _ArraySignature) -> str | None:
     if old.sharding == new.sharding:
         return None
     old_mesh, new_mesh = getattr(old.sharding, "mesh", None), getattr(new.sharding, "mesh", None)
@@ -126,8 +126,8 @@ def _trimmed(spec: Any) -> tuple[Any, ...]:
     return tuple(entries)
 
 
-def _leaf_changes(old: _ArrayLeaf | _ValueLeaf, new: _ArrayLeaf | _ValueLeaf) -> list[str]:
-    if isinstance(old, _ArrayLeaf) and isinstance(new, _ArrayLeaf):
+def _leaf_changes(old: _ArraySignature | _ValueSignature, new: _ArraySignature | _ValueSignature) -> list[str]:
+    if isinstance(old, _ArraySignature) and isinstance(new, _ArraySignature):
         changes = []
         if old.shape != new.shape:
             changes.append(f"shape {old.shape} -> {new.shape}")
@@ -140,7 +140,7 @@ def _leaf_changes(old: _ArrayLeaf | _ValueLeaf, new: _ArrayLeaf | _ValueLeaf) ->
             changes.append(sharding_change)
         return changes
     if old != new:
-        kind = "static value" if isinstance(old, _ValueLeaf) and isinstance(new, _ValueLeaf) else "value"
+        kind = "static value" if isinstance(old, _ValueSignature) and isinstance(new, _ValueSignature) else "value"
         return [f"{kind} {old.text()} -> {new.text()}"]
     return []
 

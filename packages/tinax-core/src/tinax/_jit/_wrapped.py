@@ -12,7 +12,7 @@ import jax
 from jax.sharding import AxisType, Mesh
 
 from tinax._core import validation
-from tinax._core.jax_compat import mesh_axis_types, mesh_scope, tracing_in_progress, using_mesh
+from tinax._core.jax_compat import tracing_in_progress
 from tinax._jit._budget import TraceBudget
 
 __all__ = ["BudgetedFunction", "require_mesh"]
@@ -31,7 +31,7 @@ def require_mesh(value: object, name: str) -> Mesh | None:
     if mesh.devices.size == 0:
         # JAX builds such a mesh without complaint, but nothing can run on it.
         validation.fail_value(name, "None or a mesh with at least one device", mesh)
-    if AxisType.Manual in mesh_axis_types(mesh):
+    if AxisType.Manual in mesh.axis_types:
         validation.fail_value(name, "None or a mesh without Manual axes (jax.set_mesh refuses them)", mesh)
     return mesh
 
@@ -104,13 +104,15 @@ class BudgetedFunction:
     def _call_under_mesh(self, *args: Any, **kwargs: Any) -> Any:
         if tracing_in_progress():
             return self._call_inside_trace(self._jitted, args, kwargs)
-        with mesh_scope(self._mesh):  # type: ignore[arg-type]
+        # jax.set_mesh switches the mesh when called; its result is used
+        # directly, without a generator-based wrapper, on this hot path.
+        with jax.set_mesh(self._mesh):
             return self._jitted(*args, **kwargs)
 
     def _under_mesh(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if tracing_in_progress():
             return self._call_inside_trace(call, args, kwargs)
-        with using_mesh(self._mesh):
+        with jax.set_mesh(self._mesh):
             return call(*args, **kwargs)
 
     def _call_inside_trace(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -10,7 +10,6 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from tinax._core import validation
-from tinax._core.jax_compat import mesh_axis_types
 
 __all__ = ["layout", "make_mesh", "require_homogeneous_mesh"]
 
@@ -196,7 +195,7 @@ def require_homogeneous_mesh(mesh: object, name: str = "mesh") -> Mesh:
     checked = validation.require_instance(mesh, name, Mesh, "a jax.sharding.Mesh")
     if checked.empty:
         validation.fail_value(name, "a non-empty jax.sharding.Mesh", checked)
-    kinds = set(mesh_axis_types(checked))
+    kinds = set(checked.axis_types)
     if kinds not in ({AxisType.Auto}, {AxisType.Explicit}):
         raise ValueError(
             f"{name} must have all axes Auto or all axes Explicit (Manual axes and mixed types are refused), "
@@ -209,6 +208,6 @@ def _axes_text(mesh: Mesh, selected: Callable[[AxisType], bool]) -> str:
     # "'data' (Explicit), 'model' (Auto)" for the axes whose type is selected.
     return ", ".join(
         f"{name!r} ({kind.name})"
-        for name, kind in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+        for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True)
         if selected(kind)
     )

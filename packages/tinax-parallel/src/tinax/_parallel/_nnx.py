@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import jax
 from jax.sharding import Mesh
 
 from tinax._core import validation
-from tinax._core.jax_compat import mesh_scope
 from tinax._core.optional import import_optional
 from tinax._parallel._mesh import require_homogeneous_mesh
 
@@ -138,7 +138,7 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
     require_homogeneous_mesh(mesh)
     flax_nnx = _import_nnx("eager_sharded_init")
 
-    with mesh_scope(mesh), flax_nnx.use_eager_sharding(True):
+    with jax.set_mesh(mesh), flax_nnx.use_eager_sharding(True):
         return initializer()
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array, require_unmasked
+from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 
 __all__ = ["place_host_array", "require_divisible_shape"]
 
@@ -106,6 +106,6 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
     validation.require_bool(copy, "copy")
     require_fully_addressable(sharding, "sharding")
     require_divisible_shape(array.shape, sharding, "array")
-    source = host_source(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
+    source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
     placed: jax.Array = jax.device_put(source, sharding, may_alias=not copy)
     return placed

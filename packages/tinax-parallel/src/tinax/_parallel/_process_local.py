@@ -10,7 +10,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 
 from tinax._core import validation
-from tinax._core.host import host_source, require_host_array, require_unmasked
+from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 from tinax._core.shapes import require_shape
 from tinax._parallel._placement import require_divisible_shape
 
@@ -178,7 +178,7 @@ def from_process_local_data(
                 "if every process supplies identical data for such blocks"
             )
 
-    source = host_source(require_unmasked(local_data, "local_data", where="a jax.Array"), copy=copy)
+    source = apply_copy_policy(require_unmasked(local_data, "local_data", where="a jax.Array"), copy=copy)
     assembled: jax.Array = jax.make_array_from_process_local_data(  # type: ignore[no-untyped-call]
         sharding, source, shape
     )

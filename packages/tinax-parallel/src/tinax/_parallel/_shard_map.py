@@ -10,7 +10,7 @@ import jax
 import numpy as np
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from tinax._core.jax_compat import ambient_concrete_mesh, is_tracer, mesh_axis_types
+from tinax._core.jax_compat import ambient_concrete_mesh, is_tracer
 from tinax._core.validation import (
     describe,
     fail_type,
@@ -175,7 +175,7 @@ def _manual_axes(mesh: Mesh, axis_names: object) -> frozenset[str]:
         if name not in mesh_names:
             fail_value("axis_names", f"a frozenset of axis names of the mesh {mesh_names}", name)
     selected = frozenset(axis_names) if axis_names else frozenset(str(name) for name in mesh_names)
-    for name, axis_type in zip(mesh_names, mesh_axis_types(mesh), strict=True):
+    for name, axis_type in zip(mesh_names, mesh.axis_types, strict=True):
         if name in selected and axis_type != AxisType.Manual:
             raise ValueError(
                 f"mesh axis {name!r} must be AxisType.Manual because the call is manual over it"
@@ -229,7 +229,7 @@ class _Runner:
         self._check_vma = check_vma
         self._default_types = tuple(
             AxisType.Auto if name in manual_axes else axis_type
-            for name, axis_type in zip(mesh.axis_names, mesh_axis_types(mesh), strict=True)
+            for name, axis_type in zip(mesh.axis_names, mesh.axis_types, strict=True)
         )
         self._mapped: dict[tuple[AxisType, ...], tuple[Mesh, Callable[..., Any]]] = {}
         # Concrete meshes already found to hold the caller's devices in order.
