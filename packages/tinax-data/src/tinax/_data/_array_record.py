@@ -26,14 +26,14 @@ import hashlib
 import json
 import os
 import pathlib
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tinax._core import validation
 from tinax._core.files import atomic_path
 from tinax._core.optional import import_optional
-from tinax._data._record_codec import RecordHeader, RecordSchema, record_position, require_record_file
+from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
+from tinax._data._record_source import RecordFileSource
 
 if TYPE_CHECKING:
     import grain
@@ -321,7 +321,14 @@ def read_array_record(
     return source_dataset(ArrayRecordSource(file.absolute(), decode=decode))
 
 
-class ArrayRecordSource:
+class _LastRecord(NamedTuple):
+    """What an ArrayRecord file's last record says: the tinax header (None for JSON records) and the record count."""
+
+    header_bytes: bytes | None
+    total: int
+
+
+class ArrayRecordSource(RecordFileSource[_LastRecord]):
     """Random access to the records of one ArrayRecord file.
 
     A Grain random-access data source. A file in the tinax record format gives
@@ -337,6 +344,8 @@ class ArrayRecordSource:
         their content would mean reading all of it.
     """
 
+    _header_name = "last record"
+
     def __init__(self, path: pathlib.Path, *, decode: Callable[[bytes], Any] | None = None) -> None:
         """Opens the file and reads its last record.
 
@@ -350,24 +359,24 @@ class ArrayRecordSource:
           UnreadableArrayRecordError: If the file is not ArrayRecord, or its
             tinax header is malformed.
         """
-        self._path = path
         self._decode = decode
-        self._lock = threading.Lock()
-        reader, header_bytes, total = self._open_and_read_header()
-        self._set_header(header_bytes, total)
-        self._reader: Any = reader
+        super().__init__(path)
 
-    def _set_header(self, header_bytes: bytes | None, total: int) -> None:
-        self._header_bytes = header_bytes
-        self._total = total
-        if header_bytes is None:
-            self._schema: RecordSchema | None = None
-            self._count = total
+    def _options(self) -> dict[str, Any]:
+        return {"decode": self._decode}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        self._decode = options["decode"]
+
+    def _adopt(self, header: _LastRecord) -> None:
+        super()._adopt(header)
+        if header.header_bytes is None:
+            self._count = header.total
             return
-        header = self._parse_header(header_bytes)
-        self._schema = header.schema
-        self._count = header.count
-        self.source_id: str = header.source_id
+        parsed = self._parse_header(header.header_bytes)
+        self._schema = parsed.schema
+        self._count = parsed.count
+        self.source_id: str = parsed.source_id
 
     def _parse_header(self, header_bytes: bytes) -> RecordHeader:
         try:
@@ -378,7 +387,7 @@ class ArrayRecordSource:
     def _unreadable(self, reason: str) -> UnreadableArrayRecordError:
         return UnreadableArrayRecordError(f"{str(self._path)!r} is not a readable ArrayRecord record file: {reason}")
 
-    def _open_and_read_header(self) -> tuple[Any, bytes | None, int]:
+    def _open(self) -> tuple[Any, _LastRecord]:
         module = _array_record_module("read_array_record")
         try:
             reader = module.ArrayRecordReader(
@@ -395,28 +404,16 @@ class ArrayRecordSource:
         if not last.startswith(_HEADER_MAGIC):
             # No tinax header: records of JSON, as tinax 0.2 wrote them (a JSON
             # text never starts with the header's line).
-            return reader, None, total
+            return reader, _LastRecord(None, total)
         header_bytes = last[len(_HEADER_MAGIC) :]
         header = self._parse_header(header_bytes)
         if header.count != total - 1:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {total - 1}")
-        return reader, header_bytes, total
-
-    def _open_reader(self) -> Any:
-        with self._lock:
-            if self._reader is None:
-                reader, header_bytes, total = self._open_and_read_header()
-                if header_bytes != self._header_bytes or total != self._total:
-                    raise ValueError(f"{str(self._path)!r} changed since it was opened: its last record is different")
-                self._reader = reader
-            return self._reader
-
-    def __len__(self) -> int:
-        return self._count
+        return reader, _LastRecord(header_bytes, total)
 
     def __getitem__(self, index: int) -> Any:
-        position = record_position(index, self._count, self._path)
-        reader = self._reader if self._reader is not None else self._open_reader()
+        position = self._position(index)
+        reader = self._handle()
         try:
             data = reader.read([position])[0]
         except RuntimeError as error:
@@ -451,21 +448,6 @@ class ArrayRecordSource:
             return self._schema.decode(data)
         except ValueError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "path": os.fspath(self._path),
-            "header": self._header_bytes,
-            "total": self._total,
-            "decode": self._decode,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._path = pathlib.Path(state["path"])
-        self._decode = state.get("decode")
-        self._lock = threading.Lock()
-        self._reader = None
-        self._set_header(state["header"], state["total"])
 
     def __repr__(self) -> str:
         if self._schema is None:

@@ -45,7 +45,7 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     start = process_bytes_read()
     source = ParquetRecordSource(path.absolute(), mapping="python")
     report = Report("inspect", "parquet", str(path))
-    tinax_format = source._schema is not None
+    tinax_format = source.schema is not None
     ends = source.row_group_ends
     report.summary["format"] = "tinax records" if tinax_format else "plain Parquet (read as tinax 0.2 did)"
     report.summary["records"] = len(source)
@@ -53,11 +53,11 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     report.summary["footer checksum"] = "verified" if tinax_format else "none (not written by tinax)"
     if tinax_format:
         report.summary["source id"] = source.source_id
-    arrow_schema = source._file.schema_arrow
+    arrow_schema = source.arrow_schema
     columns = zip(arrow_schema.names, arrow_schema.types, strict=True)
-    if source._schema is not None:
+    if source.schema is not None:
         report.summary["values"] = "as written, whatever mapping= says (the tinax header fixes them)"
-        fields = {field.name: field for field in source._schema.fields}
+        fields = {field.name: field for field in source.schema.fields}
         report.add_table(
             "schema",
             ("column", "arrow type", "tinax field", "value"),
@@ -112,7 +112,7 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     start = process_bytes_read()
     source = ArrayRecordSource(path.absolute())
     report = Report("inspect", "array-record", str(path))
-    schema = source._schema
+    schema = source.schema
     tinax_format = schema is not None
     report.summary["format"] = "tinax records" if tinax_format else "JSON records (as tinax 0.2 wrote them)"
     report.summary["records"] = len(source)

@@ -47,7 +47,7 @@ import os
 import pathlib
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -71,6 +71,7 @@ from tinax._data._record_codec import (
     record_position,
     require_record_file,
 )
+from tinax._data._record_source import RecordFileSource
 
 if TYPE_CHECKING:
     import grain
@@ -770,10 +771,6 @@ def _new_unreadable_parquet_error(message: str) -> ValueError:
     return _unreadable_parquet_error()(message)
 
 
-class _ColumnError(ValueError):
-    """A value of one column cannot be given; the message names the column."""
-
-
 class _RowGroup:
     """One decoded row group: a value getter per column, over Arrow buffers."""
 
@@ -871,7 +868,18 @@ def _tinax_columns_match(schema: RecordSchema, arrow_schema: pa.Schema) -> bool:
     return True
 
 
-class ParquetRecordSource:
+class _Footer(NamedTuple):
+    """What a Parquet file's footer says, as far as reading records goes."""
+
+    #: The tinax header, None for a file outside the tinax format.
+    header_bytes: bytes | None
+    #: The position after the last record of every row group.
+    group_ends: tuple[int, ...]
+    #: The byte range and SHA-256 of every row group (tinax format only).
+    group_checks: tuple[tuple[int, int, str], ...] | None
+
+
+class ParquetRecordSource(RecordFileSource[_Footer]):
     """Random access to the rows of one Parquet file.
 
     A Grain random-access data source over the file's row groups, with a
@@ -890,6 +898,8 @@ class ParquetRecordSource:
         identity, since naming their content would mean reading all of it.
     """
 
+    _header_name = "footer"
+
     def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """Opens the file and reads its footer.
 
@@ -904,35 +914,40 @@ class ParquetRecordSource:
             carries the tinax metadata but contradicts it, or has a column
             the mapping cannot give.
         """
-        self._path = path
         self._mapping = mapping
         self._cache_bytes = cache_bytes
+        super().__init__(path)
+
+    def _options(self) -> dict[str, Any]:
+        return {"mapping": self._mapping, "cache_bytes": self._cache_bytes, "columns": self._column_names}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        self._mapping = options["mapping"]
+        self._cache_bytes = options["cache_bytes"]
+        self._column_names = options["columns"]
+
+    def _start_process(self) -> None:
+        super()._start_process()
+        # Guards the cache, and makes one thread at a time read the file.
         self._lock = threading.Lock()
         self._cache: collections.OrderedDict[int, _RowGroup] = collections.OrderedDict()
         self._cached_bytes = 0
         self._verified: set[int] = set()
-        parquet_file, header_bytes, group_ends, group_checks = self._open_and_read_footer()
-        self._set_footer(header_bytes, group_ends, group_checks)
-        self._file: Any = parquet_file
 
     def _unreadable(self, reason: str) -> ValueError:
         return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
 
-    def _set_footer(
-        self, header_bytes: bytes | None, group_ends: list[int], group_checks: list[tuple[int, int, str]] | None
-    ) -> None:
-        self._header_bytes = header_bytes
-        self._group_ends = group_ends
-        # The byte range and SHA-256 of every row group (tinax format only).
-        self._group_checks = group_checks
-        if header_bytes is None:
-            self._schema: RecordSchema | None = None
-            self._count = group_ends[-1] if group_ends else 0
+    def _adopt(self, header: _Footer) -> None:
+        super()._adopt(header)
+        self._group_ends = list(header.group_ends)
+        self._group_checks = header.group_checks
+        if header.header_bytes is None:
+            self._count = self._group_ends[-1] if self._group_ends else 0
             return
-        header = RecordHeader.from_json_bytes(header_bytes)
-        self._schema = header.schema
-        self._count = header.count
-        self.source_id: str = header.source_id
+        parsed = RecordHeader.from_json_bytes(header.header_bytes)
+        self._schema = parsed.schema
+        self._count = parsed.count
+        self.source_id: str = parsed.source_id
 
     @property
     def row_group_ends(self) -> tuple[int, ...]:
@@ -944,7 +959,16 @@ class ParquetRecordSource:
         """The names of the file's columns, which are the keys of every row."""
         return self._column_names
 
-    def _open_and_read_footer(self) -> tuple[Any, bytes | None, list[int], list[tuple[int, int, str]] | None]:
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the file's columns, as pyarrow reads it from the footer.
+
+        Raises:
+          ValueError: If the file changed since this source read its footer.
+        """
+        return self._handle().schema_arrow
+
+    def _open(self) -> tuple[Any, _Footer]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -971,7 +995,7 @@ class ParquetRecordSource:
                 f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
         self._column_names = tuple(arrow_schema.names)
-        group_ends = [int(end) for end in np.cumsum(group_rows, dtype=np.int64)]
+        group_ends = tuple(int(end) for end in np.cumsum(group_rows, dtype=np.int64))
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
@@ -981,7 +1005,7 @@ class ParquetRecordSource:
                 raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
             if self._mapping == "numpy":
                 require_mappable(arrow_schema, repr(str(self._path)))
-            return parquet_file, None, group_ends, None
+            return parquet_file, _Footer(None, group_ends, None)
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -1002,9 +1026,9 @@ class ParquetRecordSource:
             group_checks = self._verified_footer(metadata, stored_checksums)
         except (OSError, ValueError) as error:
             raise self._unreadable(str(error)) from error
-        return parquet_file, header_bytes, group_ends, group_checks
+        return parquet_file, _Footer(header_bytes, group_ends, group_checks)
 
-    def _verified_footer(self, metadata: Any, stored: bytes) -> list[tuple[int, int, str]]:
+    def _verified_footer(self, metadata: Any, stored: bytes) -> tuple[tuple[int, int, str], ...]:
         """Checks the footer's digest and returns every row group's range and digest."""
         footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
         with open(self._path, "rb") as handle:
@@ -1012,22 +1036,10 @@ class ParquetRecordSource:
         if _footer_digest(footer, stored, group_digests) != footer_digest:
             raise ValueError("its footer does not match its checksum: the footer is corrupt")
         ranges = _row_group_ranges(metadata, footer_start, "the file")
-        return [(start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True)]
-
-    def _open_file(self) -> Any:
-        # Called with the lock held.
-        if self._file is None:
-            parquet_file, header_bytes, group_ends, group_checks = self._open_and_read_footer()
-            if (header_bytes, group_ends, group_checks) != (self._header_bytes, self._group_ends, self._group_checks):
-                raise ValueError(f"{str(self._path)!r} changed since it was opened: its footer is different")
-            self._file = parquet_file
-        return self._file
-
-    def __len__(self) -> int:
-        return self._count
+        return tuple((start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True))
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        position = record_position(index, self._count, self._path)
+        position = self._position(index)
         with self._lock:
             return self._record(position)
 
@@ -1082,7 +1094,7 @@ class ParquetRecordSource:
 
     def _read_group(self, group_index: int, columns: Sequence[str] | None) -> pa.Table:
         # Called with the lock held, so one thread reads the file at a time.
-        parquet_file = self._open_file()
+        parquet_file = self._handle()
         if self._group_checks is not None and group_index not in self._verified:
             self._verify_row_group(group_index)
             self._verified.add(group_index)
@@ -1168,32 +1180,6 @@ class ParquetRecordSource:
             raise ValueError(
                 f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
             )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {
-            "path": os.fspath(self._path),
-            "header": self._header_bytes,
-            "group_ends": self._group_ends,
-            "group_checks": self._group_checks,
-            "mapping": self._mapping,
-            "cache_bytes": self._cache_bytes,
-            "columns": self._column_names,
-        }
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._path = pathlib.Path(state["path"])
-        self._mapping = state.get("mapping", "python")
-        self._cache_bytes = state.get("cache_bytes", DEFAULT_CACHE_BYTES)
-        self._column_names = tuple(state.get("columns", ()))
-        self._lock = threading.Lock()
-        self._cache = collections.OrderedDict()
-        self._cached_bytes = 0
-        self._verified = set()
-        self._file = None
-        checks = state.get("group_checks")
-        self._set_footer(
-            state["header"], state["group_ends"], None if checks is None else [tuple(check) for check in checks]
-        )
 
     def __repr__(self) -> str:
         if self._schema is None:
