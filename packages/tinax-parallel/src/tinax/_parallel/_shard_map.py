@@ -39,60 +39,15 @@ def shard_mapped(
 ) -> Callable[P, R]:
     """Wraps a per-shard callable with ``jax.shard_map`` over Manual mesh axes.
 
-    The mesh states the sharding policy up front: each axis that the call
-    maps over by hand has to be typed ``AxisType.Manual``, so a reader of the
-    mesh can tell which axes carry explicit collectives. Every argument is
-    checked when this function is called, before ``function`` runs or
-    anything is traced, so a bad spec fails where the wrapper is built.
-
-    How it runs: ``jax.shard_map`` cannot lower a body over axes that are
-    already ``Manual`` (the compiler rejects the program), and JAX wants a
-    single mesh per computation. So each call runs ``jax.shard_map`` over the
-    caller's devices, in the same order, with the same axis names, typed the
-    way the call's context asks:
-
-    - under an ambient mesh (``jax.set_mesh``, ``bounded_jit(mesh=...)``),
-      with that mesh's axis types;
-    - otherwise, when an input carries a layout on a mesh whose manual axes
-      are ``Explicit`` (an array placed with ``layout``, or a tracer of one
-      inside ``jit`` or ``value_and_grad``), with that mesh's axis types.
-      Host and uncommitted values passed next to such inputs are placed as
-      ``in_specs`` says first; arrays that already carry a layout must match
-      their ``in_specs`` on the manual axes, as ``jax.shard_map`` requires
-      of Explicit inputs (use ``jax.sharding.reshard`` to move one);
-    - otherwise (host arrays, uncommitted arrays, arrays on an Auto mesh),
-      with the manual axes typed ``Auto`` and the other axes as on the
-      caller's mesh. Auto axes place no requirement on the layout inputs
-      already carry; they are resharded as the specs say.
-
-    The results therefore live on the mesh the inputs (or the context) use,
-    and mix with them in the same ``jit``: a step can take batches laid out
-    by ``layout``, map its loss by hand with a ``pmean`` and be
-    differentiated and compiled as a whole. Collectives in the body
-    (``psum``, ``pmean``, ``all_gather``, ``ppermute``, ...) name the axes
-    of the caller's mesh. ``jax.eval_shape`` works too; for
-    ``ShapeDtypeStruct`` inputs laid out on an Explicit mesh the result
-    carries the ``out_specs`` sharding on that mesh (inputs described over
-    the caller's Manual mesh, which JAX cannot place data on, give results
-    without a sharding).
-
-    Every mesh an input or the context carries is checked at call time. One
-    with other devices (or another device order), other axis names or other
-    axis sizes is a ValueError naming both meshes. Inside a plain
-    ``jax.jit`` the inputs are abstract and carry no devices, so there only
-    names and sizes can be checked; JAX itself then refuses other devices,
-    naming both device lists. Eager differentiation of Explicit arrays
-    needs the mesh in context (``jax.set_mesh``), as it does for any JAX
-    computation on them; under ``jit`` it does not.
-
-    Spec trees follow ``jax.shard_map``: each may be a pytree prefix of the
-    arguments (or outputs), and its leaves must be
-    ``jax.sharding.PartitionSpec`` instances. ``None`` inside a spec tree is
-    an empty subtree, as in ``jax.shard_map``: in ``in_specs`` it marks the
-    matching argument subtree as static, passed to ``function`` unmapped; in
-    ``out_specs`` it only matches a ``None`` output. A top-level
-    ``in_specs=None`` (which ``jax.shard_map`` reads as "every input is
-    static") is refused, because it is nearly always a missing ``P()``.
+    Each axis the call maps over by hand must be typed ``AxisType.Manual`` on
+    ``mesh``, and every argument is checked here, before anything is traced.
+    Each call then runs on the caller's devices with the axis types its
+    context asks for (an ambient mesh, inputs laid out on an Explicit mesh,
+    or plain host arrays), so results mix with ``layout``-placed arrays
+    inside one ``jit``. Spec trees follow ``jax.shard_map``, except that a
+    top-level ``in_specs=None`` is refused. The user guide's "Hand-written
+    collectives" section describes how the mesh of a call is chosen and
+    checked.
 
     Args:
       function: The per-shard body. It receives the local block of every
