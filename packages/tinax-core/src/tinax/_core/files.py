@@ -29,9 +29,28 @@ import tempfile
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
-__all__ = ["atomic_path", "atomic_write", "fsync_directory", "open_regular_file"]
+__all__ = ["atomic_path", "atomic_write", "exists_error", "fsync_directory", "open_regular_file"]
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
+_NOT_REPLACED = "this write does not replace existing files"
+
+
+def exists_error(
+    path: pathlib.Path, reason: str, error_type: type[FileExistsError] = FileExistsError
+) -> FileExistsError:
+    """Builds the one error tinax raises for a destination that already exists.
+
+    Args:
+      path: The destination.
+      reason: Why it is not replaced, such as ``"this write does not replace
+        existing files"``.
+      error_type: FileExistsError or a subclass of it (one that is also a
+        ValueError, where 0.2 raised that).
+
+    Returns:
+      An ``error_type`` with the message ``"'<path>' already exists; <reason>"``.
+    """
+    return error_type(f"{str(path)!r} already exists; {reason}")
 
 
 def fsync_directory(directory: pathlib.Path) -> None:
@@ -126,7 +145,7 @@ def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int,
     if not directory.is_dir():
         raise FileNotFoundError(f"the folder of {str(destination)!r} does not exist")
     if not overwrite and (destination.exists() or destination.is_symlink()):
-        raise FileExistsError(f"{str(destination)!r} already exists, and this write does not replace existing files")
+        raise exists_error(destination, _NOT_REPLACED)
     stem = _temporary_stem(destination.name)
     _remove_leftovers_of_dead_writers(directory, stem)
     owner = _this_writer()
@@ -235,10 +254,7 @@ def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: b
         try:
             os.link(temporary, destination)
         except FileExistsError:
-            raise FileExistsError(
-                f"{str(destination)!r} was created by another writer meanwhile, "
-                "and this write does not replace existing files"
-            ) from None
+            raise exists_error(destination, f"another writer created it meanwhile, and {_NOT_REPLACED}") from None
         except OSError as error:
             # File systems without hard links: fall back to a checked rename.
             if error.errno not in _NO_HARD_LINKS or destination.exists():

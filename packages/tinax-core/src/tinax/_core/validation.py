@@ -41,6 +41,8 @@ __all__ = [
     "require_str_mapping",
     "require_str_to_str_mapping",
     "require_unique",
+    "require_utf8",
+    "utf8_problem",
 ]
 
 T = TypeVar("T")
@@ -298,6 +300,48 @@ def require_unique(items: Iterable[Hashable], name: str) -> None:
         if item in seen:
             raise ValueError(f"{name} must not repeat items, got {item!r} more than once")
         seen.add(item)
+
+
+def utf8_problem(text: str) -> str | None:
+    """Says why ``text`` cannot be written as UTF-8, or returns None if it can.
+
+    A Python str that UTF-8 cannot encode holds a lone surrogate (from a
+    ``surrogateescape`` decode, or a ``\\ud800`` JSON escape, say).
+
+    Args:
+      text: The str to check.
+
+    Returns:
+      None, or the problem as a phrase to follow the str's name, such as
+      ``"contains a lone surrogate '\\ud800' at index 3, which UTF-8 cannot encode"``.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"contains a lone surrogate {text[error.start]!r} at index {error.start}, which UTF-8 cannot encode"
+    return None
+
+
+def require_utf8(text: str, name: str) -> bytes:
+    """Encodes a str as UTF-8, or refuses it naming the argument.
+
+    Args:
+      text: The str to encode.
+      name: What the str is, for the message, such as ``"keys of state"``.
+
+    Returns:
+      The UTF-8 bytes of ``text``.
+
+    Raises:
+      UnicodeEncodeError: If ``text`` holds a lone surrogate. It is a
+        ValueError, and its message is ``"<name> contains a lone surrogate ..."``.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise UnicodeEncodeError(
+            error.encoding, error.object, error.start, error.end, f"{name} {utf8_problem(text)}"
+        ) from None
 
 
 def require_path(value: object, name: str) -> pathlib.Path:
