@@ -303,17 +303,17 @@ def require_unique(items: Iterable[Hashable], name: str) -> None:
 
 
 def utf8_problem(text: str) -> str | None:
-    """Says why ``text`` cannot be written as UTF-8, or returns None if it can.
+    r"""Says why ``text`` cannot be written as UTF-8, or returns None if it can.
 
     A Python str that UTF-8 cannot encode holds a lone surrogate (from a
-    ``surrogateescape`` decode, or a ``\\ud800`` JSON escape, say).
+    ``surrogateescape`` decode, or a ``\ud800`` JSON escape, say).
 
     Args:
       text: The str to check.
 
     Returns:
       None, or the problem as a phrase to follow the str's name, such as
-      ``"contains a lone surrogate '\\ud800' at index 3, which UTF-8 cannot encode"``.
+      ``"contains a lone surrogate '\ud800' at index 3, which UTF-8 cannot encode"``.
     """
     try:
         text.encode("utf-8")
