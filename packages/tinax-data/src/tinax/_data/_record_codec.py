@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import functools
 import hashlib
 import json
 import math
@@ -77,7 +76,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from tinax._core import validation
+from tinax._core import dtypes, validation
 
 __all__ = [
     "FORMAT_NAME",
@@ -131,7 +130,8 @@ _INT = struct.Struct("<q")
 _FLOAT = struct.Struct("<d")
 _LENGTH = struct.Struct("<Q")
 
-# Built-in dtypes whose raw bytes mean the same on every platform.
+# The descriptors of the NumPy part of tinax-core's dtype table, with byte order: the only
+# strings a header may hand to numpy.dtype, so a crafted one cannot ask for another type.
 _BUILTIN_DESCRIPTOR = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
 
 
@@ -192,29 +192,19 @@ def record_position(index: object, count: int, path: object) -> int:
     return position
 
 
-@functools.cache
-def _ml_dtypes_by_name() -> dict[str, np.dtype[Any]]:
-    import ml_dtypes  # Imported on first use: a dependency of JAX, but not needed to import tinax.data.
-
-    table: dict[str, np.dtype[Any]] = {}
-    for name in dir(ml_dtypes):
-        candidate = getattr(ml_dtypes, name)
-        if isinstance(candidate, type) and issubclass(candidate, np.generic):
-            dtype = np.dtype(candidate)
-            if dtype.name == name:
-                table[name] = dtype
-    return table
+def _ml_dtype(name: str) -> np.dtype[Any] | None:
+    """Returns the ml_dtypes type of that name from tinax-core's dtype table, or None."""
+    dtype = dtypes.array_dtypes().get(name)
+    return dtype if dtype is not None and dtype.type.__module__.partition(".")[0] == "ml_dtypes" else None
 
 
 def dtype_descriptor(dtype: np.dtype[Any]) -> str | None:
     """Returns how the format writes ``dtype``, or None if it cannot be stored."""
-    if dtype.names is not None or dtype.subdtype is not None:
+    if dtypes.array_dtype(dtype) is None:
         return None
-    if dtype.type.__module__.partition(".")[0] == "ml_dtypes":
-        known = _ml_dtypes_by_name().get(dtype.name)
-        return dtype.name if known == dtype else None
-    if dtype.type.__module__.partition(".")[0] != "numpy" or not _BUILTIN_DESCRIPTOR.fullmatch(dtype.str):
-        return None
+    ml_dtype = _ml_dtype(dtype.name)
+    if ml_dtype is not None:
+        return dtype.name if ml_dtype == dtype else None
     return dtype.str
 
 
@@ -232,7 +222,7 @@ def dtype_from_descriptor(descriptor: object) -> np.dtype[Any]:
             dtype = np.dtype(descriptor)
             if dtype.str == descriptor:
                 return dtype
-        known = _ml_dtypes_by_name().get(descriptor)
+        known = _ml_dtype(descriptor)
         if known is not None:
             return known
     raise ValueError(f"unknown array dtype {descriptor!r}")
@@ -448,12 +438,7 @@ def _stored_value(kind: str, value: Any, where: str) -> Any:
     if kind == KIND_INT and not _INT64_MIN <= value <= _INT64_MAX:
         validation.fail_value(where, "an int in [-2**63, 2**63 - 1]", value)
     if kind == KIND_STR:
-        try:
-            return value.encode("utf-8")
-        except UnicodeEncodeError as error:
-            raise ValueError(
-                f"{where} must be a str that UTF-8 can encode, got {validation.describe(value)}"
-            ) from error
+        return validation.require_utf8(value, where)
     if kind == KIND_ARRAY and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)
     return value
