@@ -7,7 +7,8 @@ It runs in the `compat` environment (Python 3.12 with tinax 0.2's exact
 dependency pins) and:
   1. builds the wheel of every member and of the meta distribution, and
      installs them into this environment together with 0.2's pins, so the
-     resolver proves that 0.3 installs next to them;
+     resolver proves that 0.3 installs next to them (the unpublished test
+     harness, tinax-testing, comes along: tests-compat uses it);
   2. downloads the `tinax==0.2.0` sdist (version and sha256 pinned) and
      extracts its `tests/` (and the `examples/` that some tests run), redirecting the few import lines that reach a
      public name through one of 0.2's private modules (REDIRECTS below);

@@ -31,20 +31,26 @@ the folders they leave.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
 import re
 import signal
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tinax_testing import DistributedRunError, run_processes
+from tinax_testing import (
+    DistributedRunError,
+    array_digest,
+    float32_bits,
+    regression_records,
+    run_processes,
+    sharded_mlp_class,
+    stack_rows,
+)
 
 # Each test here starts, kills and resumes multi-process training runs: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(900)
@@ -67,6 +73,7 @@ TARGETS = 2
 RECORDS = 36  # 18 rows a process: batches run across epoch boundaries.
 SOURCE_ID = "multiprocess-training-proof/v1"
 DATA_SEED = 4321
+RECORDS_SEED = 11
 NOISE_SCALE = 0.1
 
 REFERENCE_INIT_SEED = 0
@@ -89,27 +96,6 @@ RUN_TIMEOUT_SECONDS = 300.0
 
 # ---------------------------------------------------------------------------
 # Bodies and helpers run in the children.
-
-
-def _records() -> list[dict[str, np.ndarray]]:
-    generator = np.random.default_rng(11)
-    inputs = generator.normal(size=(RECORDS, FEATURES)).astype(np.float32)
-    weights = generator.normal(size=(FEATURES, TARGETS)).astype(np.float32)
-    outputs = np.tanh(inputs @ weights).astype(np.float32)
-    return [{"x": inputs[index], "y": outputs[index]} for index in range(RECORDS)]
-
-
-def _stack_rows(rows: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {"x": np.stack([row["x"] for row in rows]), "y": np.stack([row["y"] for row in rows])}
-
-
-def _digest(host: np.ndarray) -> str:
-    contiguous = np.ascontiguousarray(host)
-    return hashlib.sha256(f"{contiguous.dtype}{contiguous.shape}".encode() + contiguous.tobytes()).hexdigest()
-
-
-def _float32_bits(value: np.ndarray) -> str:
-    return f"{int(np.asarray(value, dtype=np.float32).view(np.uint32)):08x}"
 
 
 def _newest_first(directory: pathlib.Path) -> list[tuple[int, str]]:
@@ -142,7 +128,7 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
     from flax import nnx
     from grain.sharding import ShardByJaxProcess
     from jax.experimental import multihost_utils
-    from jax.sharding import AxisType, PartitionSpec
+    from jax.sharding import AxisType
 
     from tinax.checkpointing import abstract_restore_target, load_training_checkpoint, save_training_checkpoint
     from tinax.data import InMemorySource, training_batches
@@ -153,20 +139,7 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
     checkpoints = pathlib.Path(checkpoint_dir)
     process = jax.process_index()
 
-    class MLP(nnx.Module):
-        def __init__(self, rngs: nnx.Rngs) -> None:
-            init = nnx.initializers.lecun_normal()
-            self.hidden = nnx.Linear(
-                FEATURES, HIDDEN, kernel_init=nnx.with_partitioning(init, (None, "model")), rngs=rngs
-            )
-            self.output = nnx.Linear(
-                HIDDEN, TARGETS, kernel_init=nnx.with_partitioning(init, ("model", None)), rngs=rngs
-            )
-
-        def __call__(self, inputs: jax.Array) -> jax.Array:
-            hidden = jax.nn.gelu(self.hidden(inputs))
-            # The contraction runs over the model-sharded axis: say where the sum lands.
-            return self.output(hidden, out_sharding=PartitionSpec("data", None))
+    mlp_class = sharded_mlp_class(FEATURES, HIDDEN, TARGETS, activation=jax.nn.gelu, output_spec=("data", None))
 
     # Process-major order: the 'model' pairs stay inside a process, 'data' spans both.
     devices = sorted(jax.devices(), key=lambda device: (device.process_index, device.id))
@@ -175,8 +148,8 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
     replicated = layout(mesh, ())
     init_seed = REFERENCE_INIT_SEED if role != "restart" else RESTART_INIT_SEED
 
-    def build() -> MLP:
-        return MLP(nnx.Rngs(init_seed))
+    def build() -> Any:
+        return mlp_class(nnx.Rngs(init_seed))
 
     model = eager_sharded_init(build, mesh)
     optimizer = eager_sharded_init(lambda: nnx.Optimizer(model, optax.adam(1e-2), wrt=nnx.Param), mesh)
@@ -186,7 +159,9 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
         lambda: (jax.random.key(root_seed), jnp.zeros((), jnp.float32)), out_shardings=(replicated, replicated)
     )()
 
-    dataset = grain.MapDataset.source(InMemorySource(_records(), source_id=SOURCE_ID))
+    dataset = grain.MapDataset.source(
+        InMemorySource(regression_records(RECORDS, FEATURES, TARGETS, seed=RECORDS_SEED), source_id=SOURCE_ID)
+    )
     batches = training_batches(
         dataset,
         # Built after jax.distributed.initialize, which the harness ran.
@@ -195,7 +170,7 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
         shuffle=True,
         num_epochs=None,
         batch_size=LOCAL_BATCH,
-        batch_fn=_stack_rows,
+        batch_fn=stack_rows,
     )
     iterator = iter(batches)
     graphdef = nnx.graphdef((model, optimizer))
@@ -203,7 +178,7 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
     def train_step(state: Any, inputs: jax.Array, targets: jax.Array, total: jax.Array) -> Any:
         step_model, step_optimizer = nnx.merge(graphdef, state)
 
-        def loss_fn(module: MLP) -> jax.Array:
+        def loss_fn(module: Any) -> jax.Array:
             return jnp.mean((module(inputs) - targets) ** 2)
 
         loss, grads = nnx.value_and_grad(loss_fn)(step_model)
@@ -215,14 +190,14 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
     def gathered_digests(tree: Any) -> dict[str, str]:
         # Gathered only to hash them: every process sees the whole value.
         return {
-            jax.tree_util.keystr(path): _digest(np.asarray(multihost_utils.process_allgather(leaf, tiled=True)))
+            jax.tree_util.keystr(path): array_digest(np.asarray(multihost_utils.process_allgather(leaf, tiled=True)))
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
         }
 
     def shard_digests(tree: Any) -> dict[str, list[str]]:
         return {
             jax.tree_util.keystr(path): [
-                f"{shard.index}:{_digest(np.asarray(shard.data))}"
+                f"{shard.index}:{array_digest(np.asarray(shard.data))}"
                 for shard in sorted(leaf.addressable_shards, key=lambda shard: shard.device.id)
             ]
             for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
@@ -276,9 +251,9 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
         )
         state, loss, loss_sum = step_fn(state, inputs, targets, loss_sum)
         steps[str(step)] = {
-            "loss_bits": _float32_bits(np.asarray(loss.addressable_shards[0].data)),
-            "batch": [_digest(batch["x"]), _digest(batch["y"])],
-            "key": _digest(np.asarray(jax.random.key_data(key))),
+            "loss_bits": float32_bits(np.asarray(loss.addressable_shards[0].data)),
+            "batch": [array_digest(batch["x"]), array_digest(batch["y"])],
+            "key": array_digest(np.asarray(jax.random.key_data(key))),
         }
         if step in SAVE_STEPS:
             if pending_save is not None:
@@ -305,7 +280,7 @@ def _body_train(checkpoint_dir: str, marker_dir: str, role: str) -> dict[str, An
         "steps": steps,
         "final": gathered_digests(nnx.state((model, optimizer))),
         "final_shards": shard_digests(nnx.state(model)),
-        "loss_sum_bits": _float32_bits(np.asarray(loss_sum.addressable_shards[0].data)),
+        "loss_sum_bits": float32_bits(np.asarray(loss_sum.addressable_shards[0].data)),
         "optimizer_step": int(np.asarray(optimizer.step[...].addressable_shards[0].data)),
         "traces": step_fn.trace_count,
     }

@@ -27,7 +27,6 @@ the single-process run.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import Any
 
@@ -37,7 +36,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, Mesh, PartitionSpec
 
-from tinax_testing import run_processes
+from tinax_testing import array_digest, run_processes, sharded_mlp_class
 
 pytest.importorskip("flax", reason="the training step uses a Flax NNX model")
 pytest.importorskip("optax", reason="the training step uses an optax optimizer")
@@ -88,23 +87,10 @@ class _Trainer:
 
         self.explicit, self.manual_data = _meshes(devices, shape)
 
-        class MLP(nnx.Module):
-            def __init__(self, rngs: nnx.Rngs) -> None:
-                init = nnx.initializers.lecun_normal()
-                self.hidden = nnx.Linear(
-                    FEATURES, HIDDEN, kernel_init=nnx.with_partitioning(init, (None, "model")), rngs=rngs
-                )
-                self.output = nnx.Linear(
-                    HIDDEN, TARGETS, kernel_init=nnx.with_partitioning(init, ("model", None)), rngs=rngs
-                )
-
-            def __call__(self, inputs: jax.Array) -> jax.Array:
-                hidden = jnp.tanh(self.hidden(inputs))
-                # The contraction runs over the model-split axis: say where the sum lands.
-                return self.output(hidden, out_sharding=PartitionSpec(None, None))
+        mlp_class = sharded_mlp_class(FEATURES, HIDDEN, TARGETS, activation=jnp.tanh, output_spec=(None, None))
 
         def build() -> tuple[Any, Any]:
-            model = MLP(nnx.Rngs(INIT_SEED))
+            model = mlp_class(nnx.Rngs(INIT_SEED))
             return model, nnx.Optimizer(model, optax.adam(LEARNING_RATE), wrt=nnx.Param)
 
         self.build = lambda: eager_sharded_init(build, self.explicit)
@@ -236,10 +222,6 @@ def test_shard_mapped_loss_on_layout_batches_trains_like_plain_jax(shape: tuple[
 # Two processes of four devices: the body runs in the children.
 
 
-def _bits(value: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
-
-
 def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
     from jax.experimental import multihost_utils
 
@@ -278,7 +260,7 @@ def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
     params = gathered(final)
 
     def local(loss: jax.Array) -> str:
-        return _bits(np.asarray(loss.addressable_shards[0].data))
+        return array_digest(np.asarray(loss.addressable_shards[0].data))
 
     return {
         "process": index,
@@ -288,8 +270,8 @@ def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
         "loss_bits": [local(loss) for loss in losses],
         "raw_loss_bits": [local(loss) for loss in raw_losses],
         "with_mesh_loss_bits": [local(loss) for loss in mesh_losses],
-        "param_bits": {name: _bits(value) for name, value in params.items()},
-        "raw_param_bits": {name: _bits(value) for name, value in gathered(raw_final).items()},
+        "param_bits": {name: array_digest(value) for name, value in params.items()},
+        "raw_param_bits": {name: array_digest(value) for name, value in gathered(raw_final).items()},
         "params": {name: value.tolist() for name, value in params.items()},
     }
 

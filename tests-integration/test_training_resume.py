@@ -16,15 +16,12 @@ file there by path); the tests only compare the JSON the children return.
 
 from __future__ import annotations
 
-import hashlib
 import pathlib
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pytest
 
-from tinax_testing import run_processes
+from tinax_testing import array_digest, regression_records, run_processes, sharded_mlp_class, stack_rows
 
 # Each test here trains, stops and resumes in child processes: longer than the suite's default limit.
 pytestmark = pytest.mark.timeout(900)
@@ -44,6 +41,7 @@ TARGETS = 2
 RECORDS = 36
 SOURCE_ID = "training-resume-proof/v1"
 DATA_SEED = 1234
+RECORDS_SEED = 5
 NOISE_SCALE = 0.1
 
 REFERENCE_INIT_SEED = 0
@@ -58,30 +56,13 @@ RESUMED_ROOT_KEY = 7
 # Bodies and helpers run in the children.
 
 
-def _records() -> list[dict[str, np.ndarray]]:
-    generator = np.random.default_rng(5)
-    inputs = generator.normal(size=(RECORDS, FEATURES)).astype(np.float32)
-    weights = generator.normal(size=(FEATURES, TARGETS)).astype(np.float32)
-    outputs = np.tanh(inputs @ weights).astype(np.float32)
-    return [{"x": inputs[index], "y": outputs[index]} for index in range(RECORDS)]
-
-
-def _stack_rows(rows: Sequence[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {"x": np.stack([row["x"] for row in rows]), "y": np.stack([row["y"] for row in rows])}
-
-
-def _digest(array: Any) -> str:
-    host = np.ascontiguousarray(np.asarray(array))
-    return hashlib.sha256(f"{host.dtype}{host.shape}".encode() + host.tobytes()).hexdigest()
-
-
 def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
     import grain
     import jax
     import jax.numpy as jnp
     import optax
     from flax import nnx
-    from jax.sharding import AxisType, PartitionSpec
+    from jax.sharding import AxisType
 
     from tinax.checkpointing import abstract_restore_target, load_training_checkpoint, save_training_checkpoint
     from tinax.data import InMemorySource, training_batches
@@ -95,20 +76,7 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
     )
     from tinax.random import derive_process_step_key
 
-    class MLP(nnx.Module):
-        def __init__(self, rngs: nnx.Rngs) -> None:
-            init = nnx.initializers.lecun_normal()
-            self.hidden = nnx.Linear(
-                FEATURES, HIDDEN, kernel_init=nnx.with_partitioning(init, (None, "model")), rngs=rngs
-            )
-            self.output = nnx.Linear(
-                HIDDEN, TARGETS, kernel_init=nnx.with_partitioning(init, ("model", None)), rngs=rngs
-            )
-
-        def __call__(self, inputs: jax.Array) -> jax.Array:
-            hidden = jax.nn.gelu(self.hidden(inputs))
-            # The contraction runs over the model-sharded axis: say where the sum lands.
-            return self.output(hidden, out_sharding=PartitionSpec("data", None))
+    mlp_class = sharded_mlp_class(FEATURES, HIDDEN, TARGETS, activation=jax.nn.gelu, output_spec=("data", None))
 
     mesh = make_mesh(jax.devices(), (4, 2), ("data", "model"), axis_types=(AxisType.Explicit, AxisType.Explicit))
     batch_layout = layout(mesh, ("data", None))
@@ -117,7 +85,7 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
     init_seed = REFERENCE_INIT_SEED if role == "reference" else RESUMED_INIT_SEED
 
     def build() -> nnx.Module:
-        return MLP(nnx.Rngs(init_seed))
+        return mlp_class(nnx.Rngs(init_seed))
 
     model = eager_sharded_init(build, mesh)
     optimizer = eager_sharded_init(lambda: nnx.Optimizer(model, optimizer_transform, wrt=nnx.Param), mesh)
@@ -126,7 +94,9 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
     )
     loss_sum = jax.device_put(jnp.zeros((), jnp.float32), replicated)
 
-    dataset = grain.MapDataset.source(InMemorySource(_records(), source_id=SOURCE_ID))
+    dataset = grain.MapDataset.source(
+        InMemorySource(regression_records(RECORDS, FEATURES, TARGETS, seed=RECORDS_SEED), source_id=SOURCE_ID)
+    )
     batches = training_batches(
         dataset,
         shard_options=grain.sharding.ShardOptions(shard_index=0, shard_count=1, drop_remainder=True),
@@ -134,7 +104,7 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
         shuffle=True,
         num_epochs=None,
         batch_size=BATCH_SIZE,
-        batch_fn=_stack_rows,
+        batch_fn=stack_rows,
     )
     iterator = iter(batches)
 
@@ -143,7 +113,7 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
     def train_step(state: Any, inputs: jax.Array, targets: jax.Array, key: jax.Array, total: jax.Array) -> Any:
         step_model, step_optimizer = nnx.merge(graphdef, state)
 
-        def loss_fn(module: MLP) -> jax.Array:
+        def loss_fn(module: Any) -> jax.Array:
             noisy = inputs + NOISE_SCALE * jax.random.normal(key, inputs.shape, inputs.dtype)
             return jnp.mean((module(noisy) - targets) ** 2)
 
@@ -155,7 +125,8 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
 
     def digests(tree: Any) -> dict[str, str]:
         return {
-            jax.tree_util.keystr(path): _digest(leaf) for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+            jax.tree_util.keystr(path): array_digest(leaf)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
         }
 
     report: dict[str, Any] = {"initial": digests(nnx.state((model, optimizer))), "restored_step": None}
@@ -191,9 +162,9 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
         state, loss, loss_sum = step_fn(state, inputs, targets, key, loss_sum)
         steps[str(step)] = {
             "loss": float(loss),
-            "loss_bits": _digest(loss),
-            "batch": [_digest(batch["x"]), _digest(batch["y"])],
-            "key": _digest(jax.random.key_data(key)),
+            "loss_bits": array_digest(loss),
+            "batch": [array_digest(batch["x"]), array_digest(batch["y"])],
+            "key": array_digest(jax.random.key_data(key)),
         }
         if role == "reference" and step == SAVE_STEP:
             nnx.update((model, optimizer), state)
@@ -209,7 +180,7 @@ def _body_train(checkpoint: str, role: str) -> dict[str, Any]:
         **report,
         "steps": steps,
         "final": digests(nnx.state((model, optimizer))),
-        "loss_sum": _digest(loss_sum),
+        "loss_sum": array_digest(loss_sum),
         "optimizer_step": int(optimizer.step[...]),
         "traces": step_fn.trace_count,
     }

@@ -1,7 +1,7 @@
 """The tinax test harness: shared by every member's tests, shipped in no wheel.
 
-Forced CPU devices, import probes, the multi-process runner and the command
-runner live here, in an unpublished workspace member, so that no runtime
+Forced CPU devices, import probes, the multi-process runner, the command
+runner and the training proofs' scaffolding live here, in an unpublished workspace member, so that no runtime
 wheel carries test code. Test environments and the isolation check install it
 next to the distribution under test.
 """
@@ -17,6 +17,7 @@ from tinax_testing.processes import (
     run_processes,
 )
 from tinax_testing.signatures import parameter_summary
+from tinax_testing.training import array_digest, float32_bits, regression_records, sharded_mlp_class, stack_rows
 
 __all__ = [
     "OPTIONAL_INTEGRATIONS",
@@ -31,4 +32,9 @@ __all__ = [
     "parameter_summary",
     "run_processes",
     "run_tinax",
+    "array_digest",
+    "float32_bits",
+    "regression_records",
+    "sharded_mlp_class",
+    "stack_rows",
 ]
