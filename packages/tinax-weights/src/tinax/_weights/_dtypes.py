@@ -1,12 +1,13 @@
-"""The safetensors dtype names, their NumPy / ml_dtypes types, and the name type itself."""
+"""The safetensors dtype names over tinax-core's dtype table, the packed types, and the name type itself."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import ml_dtypes
 import numpy as np
+
+from tinax._core import dtypes
+from tinax._core.dtypes import is_big_endian_in_memory
 
 __all__ = [
     "KNOWN_NAMES",
@@ -20,31 +21,12 @@ __all__ = [
 ]
 
 #: Every safetensors dtype that has an exact element-for-element NumPy or
-#: ml_dtypes counterpart, listed in safetensors' own order (the order of its
-#: ``Dtype`` enum, smallest element first). The upstream writer lays tensors
-#: out by descending position in this order, so every tensor starts at a
-#: multiple of its element size; :func:`layout_rank` exposes the position.
-SAFETENSORS_DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "U8": np.dtype(np.uint8),
-    "I8": np.dtype(np.int8),
-    "F8_E5M2": np.dtype(ml_dtypes.float8_e5m2),
-    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
-    "F8_E8M0": np.dtype(ml_dtypes.float8_e8m0fnu),
-    "F8_E4M3FNUZ": np.dtype(ml_dtypes.float8_e4m3fnuz),
-    "F8_E5M2FNUZ": np.dtype(ml_dtypes.float8_e5m2fnuz),
-    "I16": np.dtype(np.int16),
-    "U16": np.dtype(np.uint16),
-    "F16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "I32": np.dtype(np.int32),
-    "U32": np.dtype(np.uint32),
-    "F32": np.dtype(np.float32),
-    "C64": np.dtype(np.complex64),
-    "F64": np.dtype(np.float64),
-    "I64": np.dtype(np.int64),
-    "U64": np.dtype(np.uint64),
-}
+#: ml_dtypes counterpart, from tinax-core's one dtype table, in safetensors'
+#: own order (the order of its ``Dtype`` enum, smallest element first). The
+#: upstream writer lays tensors out by descending position in this order, so
+#: every tensor starts at a multiple of its element size; :func:`layout_rank`
+#: exposes the position.
+SAFETENSORS_DTYPES: dict[str, np.dtype[Any]] = dtypes.safetensors_dtypes()
 
 #: Safetensors dtypes that pack several elements into a byte: their size in
 #: bits and how they are packed. NumPy and ml_dtypes store one element per
@@ -150,14 +132,3 @@ def dtype_name(dtype: np.dtype[Any]) -> str | None:
 def layout_rank(name: str) -> int:
     """Returns the position of a safetensors dtype name in safetensors' order."""
     return _RANK[name]
-
-
-def is_big_endian_in_memory(dtype: np.dtype[Any]) -> bool:
-    """Returns whether elements of ``dtype`` sit in memory most significant byte first.
-
-    Safetensors stores little-endian bytes, so such data needs a byte swap.
-    One-byte types have no byte order.
-    """
-    if dtype.itemsize <= 1:
-        return False
-    return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")

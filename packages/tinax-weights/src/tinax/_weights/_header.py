@@ -4,6 +4,11 @@ A safetensors file is an 8-byte little-endian header length ``N``, then ``N``
 bytes of UTF-8 JSON, then the payload. The JSON maps each tensor name to
 ``{"dtype", "shape", "data_offsets"}`` (offsets relative to the payload start)
 and may hold a ``"__metadata__"`` mapping of str to str.
+
+Upstream's reader does not serve here: it checks a header only as far as it
+needs to map the file, raises one error type that names neither file nor
+tensor, and has no float8 loads into NumPy, no byte budgets and no way to
+read a header alone with its metadata bounded.
 """
 
 from __future__ import annotations
@@ -37,7 +42,6 @@ __all__ = [
     "numpy_shape_problem",
     "read_exactly",
     "read_header",
-    "utf8_text_problem",
 ]
 
 #: Size of the little-endian header-length field at the start of every file.
@@ -256,15 +260,6 @@ def _refuse_constant(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not valid JSON")
 
 
-def utf8_text_problem(text: str) -> str | None:
-    """Returns why ``text`` cannot be written as UTF-8 (a lone surrogate), or None."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        return f"contains a lone surrogate {text[error.start]!r} at index {error.start}, which UTF-8 cannot encode"
-    return None
-
-
 def metadata_nbytes(metadata: Mapping[str, str]) -> int:
     """Returns the encoded size of a metadata mapping: its compact UTF-8 JSON form.
 
@@ -473,7 +468,7 @@ def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:
         if not isinstance(item, str):
             fail(f"{METADATA_KEY}[{key!r}] must be a str, got {validation.describe(item)}")
         for text in (key, item):
-            problem = utf8_text_problem(text)
+            problem = validation.utf8_problem(text)
             if problem is not None:
                 fail(f"{METADATA_KEY} entry {key!r} {problem}")
     return value
@@ -483,7 +478,7 @@ def _check_tensor(
     name: str, entry: object, payload_size: int, fail: _Fail
 ) -> tuple[tuple[int, ...], SafetensorsDtype, tuple[int, int]]:
     if not name.isascii():
-        problem = utf8_text_problem(name)
+        problem = validation.utf8_problem(name)
         if problem is not None:
             fail(f"the tensor name {name!r} {problem}")
 

@@ -6,6 +6,7 @@ name to the file that holds it, relative to the index's folder, and an
 optional ``metadata`` object that is not interpreted here. Every file the
 index names is opened and its header validated by the one header reader of
 :mod:`tinax._weights._header`, and the index and the headers must agree.
+The safetensors package has no index reader or writer, so both are here.
 """
 
 from __future__ import annotations

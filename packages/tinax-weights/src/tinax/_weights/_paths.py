@@ -21,7 +21,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from tinax._core.files import atomic_path, atomic_write, open_regular_file
+from tinax._core.files import atomic_path, atomic_write, exists_error, open_regular_file
 
 __all__ = [
     "DirectoryPathError",
@@ -177,7 +177,7 @@ def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None
         if not path.parent.is_dir():
             raise FileNotFoundError(f"the folder of {str(path)!r} does not exist")
         if not overwrite and (path.exists() or path.is_symlink()):
-            raise FileExistsError(f"{str(path)!r} already exists, and this write does not replace existing files")
+            raise exists_error(path, "this write does not replace existing files")
 
 
 def require_file_destination(path: pathlib.Path) -> None:

@@ -6,17 +6,20 @@ selected tensors' bytes are read, every dtype (float8 included) loads as its
 exact NumPy or ml_dtypes type, strided arrays are stored correctly, and files
 are written atomically. The upstream package is imported only to raise its
 ``SafetensorError`` (see :mod:`tinax._weights._malformed`).
+
+The writer is ours too: upstream's ``serialize_file`` matches its speed and
+memory (``hatch run bench:weights --cases write``), but it orders
+``__metadata__`` entries differently in every process, so its bytes are not
+reproducible, and it cannot write one file from several processes' shards.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import io
 import math
 import os
-import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -37,6 +40,7 @@ from tinax._weights._header import (
     read_exactly,
     read_header,
 )
+from tinax._weights._numpy_compat import empty_without_huge_page_hint
 from tinax._weights._paths import open_file_to_read, write_file_atomically
 
 if TYPE_CHECKING:
@@ -48,19 +52,6 @@ __all__ = ["LoadedSafetensors", "inspect_safetensors", "load_safetensors", "save
 # most this size, so saving them never holds a second full copy in memory.
 _CONVERSION_PIECE_BYTES = 16 * 1024 * 1024
 _MAX_CLOSE_MATCHES = 3
-
-# NumPy asks Linux for transparent huge pages for every array of 4 MiB or
-# more. Where huge pages must be assembled on demand (fragmented memory,
-# virtual machines), each first touch of a fresh 2 MiB page can stall, and
-# the loader touches every page of its result for the first time: measured
-# full loads of 1 GiB ran about 3x slower with the hint than without it, and
-# the upstream loader (plain malloc) never gives it. Load buffers are
-# therefore allocated with the hint off. The switch is process-wide, so it is
-# flipped under a lock and restored at once; where it does not exist, the
-# NumPy default stays.
-_HUGE_PAGE_HINT_BYTES = 4 * 1024 * 1024
-_set_huge_page_hint = getattr(importlib.import_module("numpy._core.multiarray"), "_set_madvise_hugepage", None)
-_huge_page_hint_lock = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -405,7 +396,7 @@ def _read_tensor(
 ) -> np.ndarray[Any, Any]:
     # np.empty owns its memory and is written once, by the read itself: no
     # intermediate bytes object, and pages are touched only for selected data.
-    array = empty_load_buffer(info.shape, info.numpy_dtype)  # Packed dtypes were refused before any read.
+    array = empty_without_huge_page_hint(info.shape, info.numpy_dtype)  # Packed dtypes were refused before any read.
     if array.nbytes == 0:
         return array
     start, _ = info.data_offsets or (0, 0)
@@ -438,40 +429,14 @@ def read_payload(handle: io.FileIO, destination: memoryview, offset: int, *, nam
         )
 
 
-def empty_load_buffer(shape: tuple[int, ...], dtype: np.dtype[Any] | None) -> np.ndarray[Any, Any]:
-    """Returns an uninitialised array for a load, allocated without the transparent huge page hint."""
-    if _set_huge_page_hint is None or math.prod(shape) * np.dtype(dtype).itemsize < _HUGE_PAGE_HINT_BYTES:
-        return np.empty(shape, dtype=dtype)
-    with _huge_page_hint_lock:
-        previous = _set_huge_page_hint(False)
-        try:
-            return np.empty(shape, dtype=dtype)
-        finally:
-            _set_huge_page_hint(previous)
-
-
 def require_tensor_name(name: str) -> None:
     """Refuses a tensor name that cannot be stored: empty, reserved, or not encodable as UTF-8."""
     if not name:
         validation.fail_value("keys of tensors", "non-empty str tensor names", name)
     if name == METADATA_KEY:
         validation.fail_value("keys of tensors", f"tensor names other than the reserved {METADATA_KEY!r}", name)
-    require_utf8(name, f"the tensor name {name!r}")
-
-
-def require_utf8(text: str, what: str) -> None:
-    """Raises UnicodeEncodeError, naming ``what``, if ``text`` holds a lone surrogate."""
     # UnicodeEncodeError, a ValueError, is what tinax 0.2 raised here.
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as error:
-        raise UnicodeEncodeError(
-            error.encoding,
-            error.object,
-            error.start,
-            error.end,
-            f"{what} contains a lone surrogate, which UTF-8 cannot encode",
-        ) from None
+    validation.require_utf8(name, f"the tensor name {name!r}")
 
 
 def _require_storable_array(value: object, name: str) -> tuple[np.ndarray[Any, Any], str]:
@@ -493,7 +458,7 @@ def require_storable_metadata(metadata: dict[str, str], limit: int) -> None:
     """Refuses metadata that UTF-8 cannot encode or that encodes to more than ``limit`` bytes."""
     for key, item in metadata.items():
         for text in (key, item):
-            require_utf8(text, f"metadata entry {key!r}")
+            validation.require_utf8(text, f"metadata entry {key!r}")
     size = metadata_nbytes(metadata)
     if size > limit:
         raise ValueError(

@@ -1,4 +1,9 @@
-"""Safetensors tensors loaded straight onto a mesh, each process reading only its own shards."""
+"""Safetensors tensors loaded straight onto a mesh, each process reading only its own shards.
+
+Upstream has no sharded load: ``safe_open`` hands out whole tensors or
+slices in one process, so reading each device's box with bounded host
+staging, and placing it, is done here over the validated header.
+"""
 
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ from tinax._core import validation
 from tinax._weights import _dtypes
 from tinax._weights._header import TensorInfo
 from tinax._weights._index import OpenTensor, open_checkpoint
+from tinax._weights._numpy_compat import empty_without_huge_page_hint
 from tinax._weights._ranges import Box, box_of_index, shard_runs
-from tinax._weights._safetensors import empty_load_buffer, read_payload, require_known, require_names
+from tinax._weights._safetensors import read_payload, require_known, require_names
 
 if TYPE_CHECKING:
     import jax
@@ -237,7 +243,7 @@ class _Arena:
     """
 
     def __init__(self, nbytes: int) -> None:
-        self._memory = empty_load_buffer((nbytes + _ALIGNMENT * 2,), np.dtype(np.uint8)) if nbytes else None
+        self._memory = empty_without_huge_page_hint((nbytes + _ALIGNMENT * 2,), np.dtype(np.uint8)) if nbytes else None
         self._cursor = 0
 
     def reset(self) -> None:
@@ -318,7 +324,7 @@ def _load(plan: _Plan, arena: _Arena) -> jax.Array:
 def _aligned_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
     """Returns a new uninitialised array whose data starts on a 64-byte boundary."""
     nbytes = math.prod(shape) * dtype.itemsize
-    raw = empty_load_buffer((nbytes + _ALIGNMENT,), np.dtype(np.uint8))
+    raw = empty_without_huge_page_hint((nbytes + _ALIGNMENT,), np.dtype(np.uint8))
     start = -raw.ctypes.data % _ALIGNMENT
     return raw[start : start + nbytes].view(dtype).reshape(shape)
 

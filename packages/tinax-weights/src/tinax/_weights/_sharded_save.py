@@ -8,6 +8,11 @@ processes). With several processes, process 0 creates the temporary file and
 tells the others its name; the file takes its destination name only after
 every process reported its part written and flushed. All processes must
 therefore see the destination's folder as one shared file system.
+
+Upstream's ``serialize_file`` cannot do this: it writes a whole file from
+one process's memory, so the header and the offsets come from
+:func:`~tinax._weights._safetensors.plan_file` and every shard is placed with
+``os.pwrite``.
 """
 
 from __future__ import annotations
