@@ -17,7 +17,7 @@ written by ``tinax.checkpointing.legacy.v0`` only, never from here.
 
 import pathlib as _pathlib
 
-from tinax._checkpointing._checkpointables import load_checkpointables, save_checkpointables
+from tinax._checkpointing._load import load_checkpointables
 from tinax._checkpointing._manager import (
     CheckpointScan,
     SaveInFlightError,
@@ -25,6 +25,7 @@ from tinax._checkpointing._manager import (
     TrainingCheckpointManager,
 )
 from tinax._checkpointing._names import validate_checkpointable_name
+from tinax._checkpointing._save import save_checkpointables
 from tinax._checkpointing._targets import abstract_restore_target
 from tinax._checkpointing._training import (
     TrainingCheckpoint,

@@ -6,6 +6,10 @@ that lacks a name or does not fit a target, and whatever a background write
 raised from ``result()``. Code written against 0.2 catches those types, so
 each error raised here is also an instance of the type 0.2 raised, next to the
 more precise type tinax documents (``FileExistsError``, ``TypeError``, ...).
+
+:func:`upstream_failure` is the one translation of an operation Orbax or
+Grain refused, used by the V1 save and load and by ``legacy.v0``, so the
+same upstream failure gives the same tinax error on every path.
 """
 
 from __future__ import annotations
@@ -22,7 +26,10 @@ __all__ = [
     "UncreatableDestinationError",
     "UnsupportedLeafError",
     "background_failure",
+    "root_cause",
+    "root_message",
     "uncreatable_destination",
+    "upstream_failure",
 ]
 
 
@@ -52,18 +59,24 @@ class UnsupportedLeafError(TypeError, ValueError):
 
 
 class CheckpointKeyError(ValueError, KeyError):
-    """A checkpoint lacks a requested name, or holds values that do not fit a target.
+    """A checkpoint lacks a requested name, or Orbax or Grain refused an operation for another reason than a kind.
 
-    0.2 raised Orbax's ``KeyError`` subclasses for both. The message prints as
-    written, not quoted the way ``KeyError`` quotes its key.
+    0.2 raised Orbax's ``KeyError`` subclasses for a missing name and for
+    values that do not fit a target, and let Orbax's ``ValueError`` through
+    for a refused save. The message prints as written, not quoted the way
+    ``KeyError`` quotes its key.
     """
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
 
 
-class NoHandlerError(TypeError, KeyError):
-    """Orbax has no handler for the kind of a value or restore target (0.2 raised a ``KeyError``)."""
+class NoHandlerError(TypeError, ValueError, KeyError):
+    """Orbax or Grain has no handler for the kind of a value or restore target.
+
+    Also a ``KeyError`` (0.2 let Orbax's lookup error through) and a
+    ``ValueError`` (what a refused save or legacy V0 operation documents).
+    """
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
@@ -154,3 +167,42 @@ def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinat
     refused.strerror = error.strerror
     refused.filename = error.filename
     return refused
+
+
+def upstream_failure(message: str, error: BaseException) -> CheckpointKeyError | NoHandlerError:
+    """Builds the error for an operation that Orbax or Grain refused, the same way on every path.
+
+    The class follows the deepest cause of ``error``: a ``TypeError`` there
+    means upstream refused a kind, and gives :class:`NoHandlerError`; any
+    other failure gives :class:`CheckpointKeyError`. Both are ``ValueError``
+    and ``KeyError``, so code written against 0.2, which let the upstream
+    error through, still catches them.
+
+    Args:
+      message: What failed, for the reader; the root cause's class and text
+        are appended.
+      error: The upstream error. It becomes the cause.
+
+    Returns:
+      The error to raise (``raise upstream_failure(...) from error``).
+    """
+    kind = NoHandlerError if isinstance(root_cause(error), TypeError) else CheckpointKeyError
+    failure = kind(f"{message}: {root_message(error)}")
+    failure.__cause__ = error
+    return failure
+
+
+def root_cause(error: BaseException) -> BaseException:
+    """The deepest error in the ``__cause__`` chain of ``error`` (``error`` itself if it has no cause)."""
+    seen = {id(error)}
+    while error.__cause__ is not None and id(error.__cause__) not in seen:
+        error = error.__cause__
+        seen.add(id(error))
+    return error
+
+
+def root_message(error: BaseException) -> str:
+    """The class and text of the root cause of ``error``, as ``"Class: text"``."""
+    root = root_cause(error)
+    text = str(root).strip() or "no message"
+    return f"{type(root).__name__}: {text}"

@@ -2,12 +2,12 @@
 
 Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
 ``tinax._core._command._registry``). A checkpoint is checked by the loader's
-own completeness check, :func:`~tinax._checkpointing._checkpointables._require_complete_checkpoint`,
-and its arrays are described from Orbax's metadata, never from array data;
+own completeness check, :func:`~tinax._checkpointing._layout.require_complete_checkpoint`,
+and its arrays are described from Orbax's metadata
+(:func:`~tinax._checkpointing._load.stored_tree`), never from array data;
 the one value read is a training checkpoint's step (a single scalar, through
-Orbax's partial load). A root is scanned by
-:class:`~tinax._checkpointing._manager.TrainingCheckpointManager`'s own scan,
-without cleanup.
+Orbax's partial load). A root is scanned by the manager's own scan,
+:func:`~tinax._checkpointing._manager.scan_root`, without cleanup.
 """
 
 from __future__ import annotations
@@ -20,20 +20,13 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from tinax._checkpointing._checkpointables import (
-    _CHECKPOINT_METADATA,
-    _orbax,
-    _require_complete_checkpoint,
-    _stored_tree,
-)
-from tinax._checkpointing._manager import TrainingCheckpointManager
+from tinax._checkpointing._layout import CHECKPOINT_METADATA, require_complete_checkpoint
+from tinax._checkpointing._load import stored_tree
+from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._checkpointing._quiet import retire_abandoned_work
-from tinax._checkpointing._training import (
-    _SEPARATE_STEP_CHECKPOINTABLE,
-    _STEP_KEY,
-    TrainingCheckpointNames,
-)
+from tinax._checkpointing._training import SEPARATE_STEP_CHECKPOINTABLE, STEP_KEY, TrainingCheckpointNames
+from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core._command._counting import process_bytes_read
 from tinax._core._command._report import InspectOptions, Report
 
@@ -62,7 +55,7 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     A problem with the folder is reported, not raised, so that ``--json``
     still describes it; the command then exits 1.
     """
-    orbax_v1 = _orbax()  # imported before counting starts
+    orbax = orbax_v1()  # imported before counting starts
     import jax  # noqa: F401  (likewise)
 
     start = process_bytes_read()
@@ -70,7 +63,7 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     # Orbax takes absolute paths only.
     path = path.absolute()
     try:
-        names = sorted(_require_complete_checkpoint(path))
+        names = sorted(require_complete_checkpoint(path))
     except (OSError, ValueError) as error:
         report.summary["complete"] = False
         report.problems.append(" ".join(str(error).split()))
@@ -84,11 +77,11 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     report.summary["training checkpoint"] = training
     with _orbax_quiet():
         if training:
-            report.summary["step"] = _step(orbax_v1, path, names)
+            report.summary["step"] = _step(orbax, path, names)
         part_rows = []
         array_rows: list[dict[str, Any]] = []
         for name in names:
-            tree = _stored_tree(orbax_v1, path, name)
+            tree = stored_tree(orbax, path, name)
             leaves = _leaf_rows(name, tree, options) if tree is not None else []
             part_rows.append(
                 {"name": name, "handler": handlers.get(name), "leaves": None if tree is None else len(leaves)}
@@ -109,29 +102,29 @@ def _finish(report: Report, start: int | None) -> None:
 def _handlers(path: pathlib.Path) -> dict[str, str]:
     import json
 
-    metadata = json.loads((path / _CHECKPOINT_METADATA).read_text(encoding="utf-8"))
+    metadata = json.loads((path / CHECKPOINT_METADATA).read_text(encoding="utf-8"))
     handlers = metadata.get("item_handlers", {})
     return {name: str(handler).rsplit(".", 1)[-1] for name, handler in handlers.items()}
 
 
-def _step(orbax_v1: Any, path: pathlib.Path, names: list[str]) -> int | None:
+def _step(orbax: Any, path: pathlib.Path, names: list[str]) -> int | None:
     """Reads only the step scalar, from its own part (an early 0.3 layout) or from the auxiliary part."""
     import numpy as np
 
     target: dict[str, Any]
-    if _SEPARATE_STEP_CHECKPOINTABLE in names and _SEPARATE_STEP_CHECKPOINTABLE not in _PARTS:
-        part, target = _SEPARATE_STEP_CHECKPOINTABLE, {_STEP_KEY: np.zeros((), np.int64)}
+    if SEPARATE_STEP_CHECKPOINTABLE in names and SEPARATE_STEP_CHECKPOINTABLE not in _PARTS:
+        part, target = SEPARATE_STEP_CHECKPOINTABLE, {STEP_KEY: np.zeros((), np.int64)}
     else:
         # tinax 0.2's layout: the auxiliary part is {"state": auxiliary, "step": step}.
-        part, target = TrainingCheckpointNames().auxiliary, {_STEP_KEY: 0}
-    options = orbax_v1.options.PyTreeOptions(loading=orbax_v1.options.PyTreeOptions.Loading(partial_load=True))
+        part, target = TrainingCheckpointNames().auxiliary, {STEP_KEY: 0}
+    options = orbax.options.PyTreeOptions(loading=orbax.options.PyTreeOptions.Loading(partial_load=True))
     try:
-        with orbax_v1.Context(pytree_options=options):
-            loaded = orbax_v1.load_checkpointables(path, {part: target})
+        with orbax.Context(pytree_options=options):
+            loaded = orbax.load_checkpointables(path, {part: target})
     except Exception as error:  # Orbax raises many kinds; the step is then reported unknown.
         retire_abandoned_work(error)
         return None
-    value = loaded.get(part, {}).get(_STEP_KEY) if isinstance(loaded.get(part), dict) else None
+    value = loaded.get(part, {}).get(STEP_KEY) if isinstance(loaded.get(part), dict) else None
     return int(value) if value is not None and int(value) >= 0 else None
 
 
@@ -180,8 +173,9 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
     nothing is removed.
     """
     del options
-    _orbax()  # the scan's completeness check may import Orbax; done before counting starts
+    orbax_v1()  # the scan's completeness check may import Orbax; done before counting starts
     start = process_bytes_read()
+    # Built only for the manager's own checks of the root; it saves, cleans and retains nothing here.
     manager = TrainingCheckpointManager(
         path,
         save_interval_steps=1,
@@ -193,7 +187,7 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
         create=False,
     )
     # The local scan: one process's view, which needs no JAX backend.
-    scan = manager._local_scan()
+    scan = scan_root(manager.root)
     report = Report("inspect", "checkpoint-root", str(path))
     report.summary["committed steps"] = list(scan.committed)
     report.summary["latest committed step"] = scan.committed[-1] if scan.committed else None

@@ -37,8 +37,8 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
-from tinax._checkpointing._checkpointables import _require_complete_checkpoint as require_complete_checkpoint
 from tinax._checkpointing._errors import CheckpointNotFoundError
+from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (
     TrainingCheckpoint,
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
     from grain import DatasetIterator
 
-__all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager"]
+__all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager", "scan_root"]
 
 # The largest step a training checkpoint stores.
 _MAX_STEP = 2**64 - 1
@@ -612,32 +612,7 @@ class TrainingCheckpointManager:
         _barrier("tinax-manager-retention")
 
     def _local_scan(self) -> CheckpointScan:
-        committed: list[int] = []
-        torn: list[pathlib.Path] = []
-        temporary: list[pathlib.Path] = []
-        unrelated: list[pathlib.Path] = []
-        for entry in sorted(self._root.iterdir()):
-            name = entry.name
-            if is_orbax_temporary_name(name):
-                temporary.append(entry)
-                continue
-            step = _step_of(name)
-            if step is None:
-                if name != METRICS_FILE:
-                    unrelated.append(entry)
-                continue
-            try:
-                status = entry.stat()
-                identity = (status.st_ino, status.st_mtime_ns)
-                if self._complete.get(name) != identity:
-                    require_complete_checkpoint(entry)
-                    self._complete[name] = identity
-            except (OSError, ValueError):
-                self._complete.pop(name, None)
-                torn.append(entry)
-            else:
-                committed.append(step)
-        return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
+        return scan_root(self._root, self._complete)
 
     def _agreed_scan(self) -> CheckpointScan:
         if _process_count() == 1:
@@ -741,3 +716,48 @@ def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
         f"the processes disagree on the committed steps under {str(root)!r}: process(es) {differing} see a different "
         f"set than process 0, which decides ({views}). Every process must see the same root folder"
     )
+
+
+def scan_root(root: pathlib.Path, known_complete: dict[str, tuple[int, int]] | None = None) -> CheckpointScan:
+    """Sorts the entries of a root of step folders as one process sees them; nothing is removed.
+
+    This is the manager's own local scan, also used by ``tinax inspect``.
+
+    Args:
+      root: The root folder.
+      known_complete: Step folder names found complete before, with the
+        inode and modification time they had then; a folder that still has
+        them is not checked again. Updated in place. None checks every
+        folder.
+
+    Returns:
+      The committed steps and the torn, temporary and unrelated entries
+      (no entries removed).
+    """
+    cache = {} if known_complete is None else known_complete
+    committed: list[int] = []
+    torn: list[pathlib.Path] = []
+    temporary: list[pathlib.Path] = []
+    unrelated: list[pathlib.Path] = []
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if is_orbax_temporary_name(name):
+            temporary.append(entry)
+            continue
+        step = _step_of(name)
+        if step is None:
+            if name != METRICS_FILE:
+                unrelated.append(entry)
+            continue
+        try:
+            status = entry.stat()
+            identity = (status.st_ino, status.st_mtime_ns)
+            if cache.get(name) != identity:
+                require_complete_checkpoint(entry)
+                cache[name] = identity
+        except (OSError, ValueError):
+            cache.pop(name, None)
+            torn.append(entry)
+        else:
+            committed.append(step)
+    return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())

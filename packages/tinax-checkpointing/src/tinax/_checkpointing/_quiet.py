@@ -18,6 +18,11 @@ are taken by a filter on asyncio's logger, installed by
 only reports of abandoned tasks whose coroutine or error comes from Orbax's
 code, or from a TensorStore read or write that Orbax started, and lets every
 other record through.
+
+Only public asyncio, inspect, gc and logging interfaces are used, so nothing
+here belongs in ``_upstream_compat``. What depends on upstream is the wording
+of asyncio's reports; the failed-load tests of ``test_hardening.py`` run real
+failing loads and fail if any report reaches stderr.
 """
 
 from __future__ import annotations

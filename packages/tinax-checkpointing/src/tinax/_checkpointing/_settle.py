@@ -9,8 +9,9 @@ module ends both: it gives the waiting threads their signal, so they run to
 their own (failing) end, joins every thread of the save, and then removes the
 temporary folder.
 
-It uses Orbax internals (``_SignalingThread`` and its signals). If they move,
-settling does what it still can: the folder is removed either way.
+It reaches Orbax internals (its operation ids, signalling threads and
+signals) through :mod:`~tinax._checkpointing._upstream_compat`. If they
+move, settling does what it still can: the folder is removed either way.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import pathlib
 import shutil
 import threading
 import time
-from typing import Any
 
 import jax
 
-__all__ = ["current_operation_id", "settle_failed_save"]
+from tinax._checkpointing._upstream_compat import release_waiting_threads, save_threads_of
+
+__all__ = ["settle_failed_save"]
 
 # Each round joins the threads alive at its start; a thread may start others
 # while it ends, so a few rounds are allowed. Orbax starts two levels.
@@ -38,18 +40,6 @@ _MAX_ROUNDS = 8
 _MAX_REMOVALS = 200
 _QUIET_CHECKS = 3
 _PAUSE_SECONDS = 0.02
-
-
-def current_operation_id() -> str | None:
-    """The id of the Orbax operation started last in this process, or None if Orbax's internals moved."""
-    try:
-        from orbax.checkpoint._src.futures import synchronization
-    except ImportError:  # pragma: no cover - depends on the Orbax release
-        return None
-    generator: Any = getattr(synchronization, "OperationIdGenerator", None)
-    if generator is None:  # pragma: no cover - depends on the Orbax release
-        return None
-    return str(generator.get_current_operation_id())
 
 
 def settle_failed_save(operation_id: str | None, temporary: pathlib.Path) -> None:
@@ -90,31 +80,10 @@ def _remove_until_gone(temporary: pathlib.Path) -> None:
 
 
 def _end_threads(operation_id: str) -> None:
-    try:
-        from orbax.checkpoint._src.futures import future, synchronization
-    except ImportError:  # pragma: no cover - depends on the Orbax release
-        return
-    thread_class: Any = getattr(future, "_SignalingThread", None)
-    signal_class: Any = getattr(synchronization, "HandlerAwaitableSignal", None)
-    if thread_class is None or signal_class is None:  # pragma: no cover - depends on the Orbax release
-        return
-    # The contract signal lists the others; setting it would garble that list.
-    signals = [signal for signal in signal_class if signal.name != "AWAITABLE_SIGNALS_CONTRACT"]
-    current = threading.current_thread()
     for _ in range(_MAX_ROUNDS):
-        threads = [
-            thread
-            for thread in threading.enumerate()
-            if isinstance(thread, thread_class)
-            and thread is not current
-            and getattr(thread, "_operation_id", None) == operation_id
-        ]
-        if not threads:
-            return
-        try:
-            # Signals a folder that never came: the waiting writers then fail on their own.
-            future.set_signals(signals, operation_id=operation_id)
-        except Exception:  # pragma: no cover - a coordination service gone away; the threads time out
+        threads = save_threads_of(operation_id)
+        # Signals a folder that never came: the waiting writers then fail on their own.
+        if not threads or not release_waiting_threads(operation_id):
             return
         for thread in threads:
             # Thread.join itself: Orbax's join re-raises the thread's error, which the save already reported.

@@ -23,10 +23,11 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from tinax._checkpointing._checkpointables import _require_complete_checkpoint as require_complete_checkpoint
-from tinax._checkpointing._checkpointables import load_checkpointables, save_checkpointables
 from tinax._checkpointing._errors import CheckpointKeyError
+from tinax._checkpointing._layout import require_complete_checkpoint
+from tinax._checkpointing._load import load_checkpointables
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
+from tinax._checkpointing._save import save_checkpointables
 from tinax._checkpointing._targets import require_restore_target
 from tinax._core import validation
 
@@ -35,21 +36,23 @@ if TYPE_CHECKING:
     from grain import DatasetIterator
 
 __all__ = [
+    "SEPARATE_STEP_CHECKPOINTABLE",
+    "STEP_KEY",
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
     "load_training_checkpoint",
     "save_training_checkpoint",
 ]
 
-# The auxiliary checkpointable holds {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: step},
+# The auxiliary checkpointable holds {_AUXILIARY_STATE_KEY: auxiliary, STEP_KEY: step},
 # as in tinax 0.2. Orbax saves the step as a Python int scalar, which holds any
 # unsigned 64-bit value.
 _AUXILIARY_STATE_KEY = "state"
-_STEP_KEY = "step"
+STEP_KEY = "step"
 _MAX_STEP = 2**64 - 1
 # Pre-release 0.3 builds kept the step in a checkpointable of its own, under
-# this name, as {_STEP_KEY: int64 scalar}; such checkpoints still load.
-_SEPARATE_STEP_CHECKPOINTABLE = "step"
+# this name, as {STEP_KEY: int64 scalar}; such checkpoints still load.
+SEPARATE_STEP_CHECKPOINTABLE = "step"
 _SEPARATE_STEP_DTYPE = np.int64
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 
@@ -88,7 +91,7 @@ class TrainingCheckpointNames:
             try:
                 validate_checkpointable_name(value)
             except (TypeError, ValueError) as error:
-                raise type(error)(f"TrainingCheckpointNames.{field.name}: {error}") from None
+                raise type(error)(f"TrainingCheckpointNames.{field.name}: {error}") from error
             names.append(value)
         validation.require_unique(names, "TrainingCheckpointNames")
         require_distinct_on_case_insensitive_systems(names, "TrainingCheckpointNames")
@@ -201,7 +204,7 @@ def save_training_checkpoint(
         chosen.optimizer: optimizer,
         chosen.rng: rng,
         # The step gives this part a leaf even when the auxiliary state has none.
-        chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary, _STEP_KEY: int(checked_step)},
+        chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary, STEP_KEY: int(checked_step)},
         chosen.iterator: iterator,
     }
     return save_checkpointables(path, checkpointables)
@@ -299,13 +302,13 @@ def load_training_checkpoint(
         # These checkpoints never held empty auxiliary state, so the target must be explicit.
         require_restore_target(auxiliary_target, "auxiliary_target")
         state_targets[chosen.auxiliary] = auxiliary_target
-        state_targets[_SEPARATE_STEP_CHECKPOINTABLE] = {_STEP_KEY: np.zeros((), dtype=_SEPARATE_STEP_DTYPE)}
+        state_targets[SEPARATE_STEP_CHECKPOINTABLE] = {STEP_KEY: np.zeros((), dtype=_SEPARATE_STEP_DTYPE)}
     else:
-        state_targets[chosen.auxiliary] = {_AUXILIARY_STATE_KEY: auxiliary_target, _STEP_KEY: 0}
+        state_targets[chosen.auxiliary] = {_AUXILIARY_STATE_KEY: auxiliary_target, STEP_KEY: 0}
     states = _load(source, chosen, state_targets)
     if separate_step:
         auxiliary = states[chosen.auxiliary]
-        step = _stored_step(states[_SEPARATE_STEP_CHECKPOINTABLE], source, _SEPARATE_STEP_DTYPE)
+        step = _stored_step(states[SEPARATE_STEP_CHECKPOINTABLE], source, _SEPARATE_STEP_DTYPE)
     else:
         auxiliary = states[chosen.auxiliary][_AUXILIARY_STATE_KEY]
         step = _stored_step(states[chosen.auxiliary], source, None)
@@ -344,7 +347,7 @@ def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool
     """
     held = sorted(require_complete_checkpoint(source))
     expected = dataclasses.asdict(names)
-    separate_step = _SEPARATE_STEP_CHECKPOINTABLE in held and _SEPARATE_STEP_CHECKPOINTABLE not in expected.values()
+    separate_step = SEPARATE_STEP_CHECKPOINTABLE in held and SEPARATE_STEP_CHECKPOINTABLE not in expected.values()
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
     if missing:
         raise CheckpointKeyError(
@@ -367,7 +370,7 @@ def _stored_step(stored: Any, source: pathlib.Path, dtype: type[np.generic] | No
     ``dtype`` is the NumPy scalar type a pre-release 0.3 checkpoint stores; None
     means a Python int, as tinax 0.2 stores it.
     """
-    value: Any = stored.get(_STEP_KEY) if isinstance(stored, dict) else None
+    value: Any = stored.get(STEP_KEY) if isinstance(stored, dict) else None
     if dtype is None:
         valid = type(value) is int and 0 <= value <= _MAX_STEP
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from tinax._checkpointing._errors import upstream_failure
 from tinax._checkpointing._legacy_v0._paths import (
     require_checkpoint_directory,
     require_new_destination,
@@ -26,7 +27,8 @@ __all__ = ["load_legacy_v0_grain_iterator", "save_legacy_v0_grain_iterator"]
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 
 # Upstream failures that mean "this state does not fit this pipeline or is not
-# an iterator checkpoint"; re-raised as ValueError with the cause chained.
+# an iterator checkpoint"; translated by upstream_failure (a ValueError), with
+# the cause chained.
 _UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
@@ -127,8 +129,8 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
                 source, args=grain.checkpoint.CheckpointRestore(iterator)
             )
     except _UPSTREAM_MISMATCH_ERRORS as error:
-        raise ValueError(
-            f"path {str(source)!r} could not be loaded into iterator as a legacy V0 grain iterator checkpoint: {error}"
+        raise upstream_failure(
+            f"path {str(source)!r} could not be loaded into iterator as a legacy V0 grain iterator checkpoint", error
         ) from error
     return restored
 

@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from tinax._checkpointing._errors import CheckpointExistsError
+from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
 from tinax._core import validation
 
@@ -79,12 +79,16 @@ def save_with_v0(
       save_args: The ``args`` for ``Checkpointer.save``.
       what: What is saved, for the error message (for example ``"state"``).
       upstream_errors: The Orbax or handler exceptions that mean the value
-        cannot be saved; they become ValueError with the cause chained.
+        cannot be saved; they are translated by
+        :func:`~tinax._checkpointing._errors.upstream_failure`, as every
+        path translates them, with the cause chained.
 
     Raises:
       FileExistsError: If another writer created ``destination`` meanwhile.
         It is also a ``ValueError``.
-      ValueError: If the save failed with one of ``upstream_errors``.
+      ValueError: If the save failed with one of ``upstream_errors``. It is
+        also a ``KeyError``, and a ``TypeError`` where upstream refused a
+        kind.
     """
     import orbax.checkpoint as ocp
 
@@ -98,8 +102,8 @@ def save_with_v0(
                 raise CheckpointExistsError(
                     f"path must not exist yet, got {str(destination)!r} which another writer created during the save"
                 ) from error
-            raise ValueError(
-                f"{what} could not be saved as a legacy V0 checkpoint at {str(destination)!r}: {error}"
+            raise upstream_failure(
+                f"{what} could not be saved as a legacy V0 checkpoint at {str(destination)!r}", error
             ) from error
 
 

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._errors import UnsupportedLeafError
+from tinax._checkpointing._errors import UnsupportedLeafError, upstream_failure
 from tinax._checkpointing._legacy_v0._paths import (
     require_checkpoint_directory,
     require_new_destination,
@@ -38,7 +38,7 @@ _RESTORABLE_LEAVES = (bool, int, float, str, np.ndarray, jax.Array, jax.ShapeDty
 _TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct, a Python bool, int or float, or a str"
 
 # Upstream failures that mean "this checkpoint or target does not fit"; they
-# are re-raised as ValueError with the cause chained.
+# are translated by upstream_failure (a ValueError), with the cause chained.
 _UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, FileNotFoundError)
 
 
@@ -145,8 +145,8 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
             return checkpointer.restore(source, args=arguments)
         except _UPSTREAM_MISMATCH_ERRORS as error:
             into = "" if target is None else " into target"
-            raise ValueError(
-                f"path {str(source)!r} could not be loaded{into} as a legacy V0 pytree checkpoint: {error}"
+            raise upstream_failure(
+                f"path {str(source)!r} could not be loaded{into} as a legacy V0 pytree checkpoint", error
             ) from error
 
 
@@ -194,7 +194,7 @@ def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, ta
         stored = ocp.tree.to_flat_dict(stored_tree)
         wanted = ocp.tree.to_flat_dict(ocp.tree.serialize_tree(target, keep_empty_nodes=True))
     except _UPSTREAM_MISMATCH_ERRORS as error:
-        raise ValueError(f"path {str(source)!r} is not a complete legacy V0 pytree checkpoint: {error}") from error
+        raise upstream_failure(f"path {str(source)!r} is not a complete legacy V0 pytree checkpoint", error) from error
     for key, leaf in wanted.items():
         entry = stored.get(key)
         stored_dtype = getattr(entry, "dtype", None)

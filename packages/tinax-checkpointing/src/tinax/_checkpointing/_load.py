@@ -1,0 +1,146 @@
+"""Loading named checkpointables through Orbax V1, into explicit targets, from complete checkpoints only.
+
+Before any byte loads, the folder is checked to be a complete checkpoint
+(:mod:`~tinax._checkpointing._layout`), every name to load to have been saved,
+and every array target to have the saved shape. Orbax's failures are
+translated by :func:`~tinax._checkpointing._errors.upstream_failure`, and the
+reads a failed load abandoned are retrieved on the spot
+(:mod:`~tinax._checkpointing._quiet`).
+
+Orbax is imported when a load runs, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pathlib
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from tinax._checkpointing._errors import CheckpointKeyError, upstream_failure
+from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_checkpoint
+from tinax._checkpointing._quiet import (
+    ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
+    retire_abandoned_work,
+    take_abandoned_orbax_task_reports,
+)
+from tinax._checkpointing._targets import require_restore_target, require_target_fits
+from tinax._checkpointing._upstream_compat import orbax_v1
+from tinax._core import validation
+
+__all__ = ["load_checkpointables", "stored_tree"]
+
+
+def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
+    """Loads named values from a complete checkpoint into explicit targets.
+
+    Every name to load needs a restore target that says where each array goes
+    (:func:`abstract_restore_target` builds one from live state). Arrays load
+    with the target's sharding, which may differ from the sharding they were
+    saved with: a ``jax.ShapeDtypeStruct`` with a sharding gives a
+    ``jax.Array`` placed that way, and a ``numpy.ndarray`` target (or the
+    class ``numpy.ndarray``) gives a host NumPy array. A target's dtype is the
+    dtype loaded (Orbax converts). Objects implementing Orbax's stateful
+    checkpointable protocol, such as Grain iterators, are restored in place.
+    Every array target, of whatever kind, must have the shape that was saved:
+    this is checked against the checkpoint's metadata before anything loads.
+
+    Names left out of ``targets`` are not loaded, so a subset of a checkpoint
+    can be read (for example the model without the optimizer). Before loading,
+    the folder is checked to be a complete checkpoint: not an Orbax temporary
+    folder, with its metadata and every checkpointable the metadata lists.
+    Orbax's ``commit_success.txt`` marker is not required: Orbax 0.12.1, which
+    tinax 0.2 used, commits by renaming the folder and writes no marker. In a
+    multi-process run every process calls this function with the same
+    arguments, in the same order.
+
+    Args:
+      path: The checkpoint folder written by :func:`save_checkpointables`.
+      targets: A restore target per name to load. At least one.
+
+    Returns:
+      A dict of the loaded values, by name.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``targets`` is not a mapping with
+        ``str`` keys, a target leaf is a traced value or of a kind no restore
+        target takes (``object()``, for one), or Orbax rejects a target's
+        kind (its error is the cause). The last two are also a ``KeyError``,
+        as Orbax's error was, and Orbax's rejection is also a ``ValueError``,
+        as on every path that translates Orbax's errors.
+      ValueError: If ``targets`` is empty, a target is None or holds an
+        abstract array without a sharding, the folder is not a complete
+        checkpoint (an unfinished save, a missing metadata file or
+        checkpointable), a name was not saved (the message lists the saved
+        names), an array target's shape or rank differs from the saved one,
+        or the values do not fit the targets otherwise (Orbax's error is the
+        cause). A missing checkpointable, an unsaved name and values that do
+        not fit are also ``KeyError``, as Orbax's errors were.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import abstract_restore_target, load_checkpointables, save_checkpointables
+      >>> params = {"w": jnp.arange(3.0)}
+      >>> save_checkpointables("run/step-1", {"params": params}).result()
+      >>> restored = load_checkpointables("run/step-1", {"params": abstract_restore_target(params)})
+      >>> restored["params"]["w"].tolist()
+      [0.0, 1.0, 2.0]
+    """
+    source = validation.require_path(path, "path").absolute()
+    named = validation.require_str_mapping(targets, "targets")
+    if not named:
+        validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)
+    for name, target in named.items():
+        require_restore_target(target, f"targets[{name!r}]")
+    saved = require_complete_checkpoint(source)
+    unknown = sorted(name for name in named if name not in saved)
+    if unknown:
+        raise CheckpointKeyError(
+            f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
+        )
+    orbax = orbax_v1()
+    take_abandoned_orbax_task_reports()
+    for name, target in named.items():
+        stored = stored_tree(orbax, source, name)
+        if stored is not None:
+            require_target_fits(target, stored, f"targets[{name!r}]", str(source))
+    try:
+        loaded = orbax.load_checkpointables(source, dict(named))
+    except Exception as error:
+        retire_abandoned_work(error)
+        raise upstream_failure(
+            f"could not load checkpointables {sorted(named)} from {str(source)!r} into the given targets", error
+        ) from error
+    return dict(loaded)
+
+
+def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
+    """The metadata tree Orbax keeps of a saved pytree, or None where there is none to read.
+
+    A checkpointable that is no pytree (a Grain iterator, for one), or
+    metadata Orbax cannot read, gives None: the load itself then reports
+    whatever is wrong.
+
+    Where array data is damaged, Orbax logs that it cannot read an array's
+    metadata and carries on; on Python 3.12.1 the read it gave up leaves a
+    wrapper coroutine that ``asyncio.ensure_future`` never closes (a CPython
+    bug, fixed in later 3.12 releases). Its warning says nothing the load
+    will not report, so it is not shown.
+    """
+    if not (source / name / PYTREE_METADATA).is_file():
+        return None
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ENSURE_FUTURE_WRAPPER_NEVER_AWAITED, RuntimeWarning)
+        try:
+            stored = orbax.metadata(source, checkpointable_name=name).metadata
+        except Exception as error:
+            retire_abandoned_work(error)
+            return None
+        if stored is None:
+            # Orbax gave up reading (it logged why): collect the reads it abandoned while the filter holds.
+            gc.collect()
+    return stored

@@ -1,0 +1,128 @@
+"""The response of a save: a watcher thread waits for Orbax, so the end of a save is never missed.
+
+:func:`~tinax._checkpointing._save.save_checkpointables` imports this module
+only when a save runs: the response inherits Orbax's ``AsyncResponse``
+protocol, the return type tinax 0.2 published, and Orbax is imported only
+when a function runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import orbax.checkpoint.experimental.v1 as ocp
+
+from tinax._checkpointing._errors import background_failure, root_message
+from tinax._checkpointing._exit import save_finished, save_started
+from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
+from tinax._checkpointing._settle import settle_failed_save
+
+__all__ = ["SaveResponse"]
+
+
+class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees Orbax as untyped (Any)
+    """Waits for an Orbax save in a thread of its own, so its end is never missed.
+
+    The thread ends the claim on the destination as soon as Orbax finishes,
+    successfully or not, even if nobody ever calls :meth:`result`; a failed
+    save is settled (its threads ended, its temporary folder removed) before
+    :meth:`result` may raise.
+
+    Args:
+      inner: Orbax's response of the save.
+      destination: The checkpoint folder the save creates.
+      names: The names of the checkpointables saved, for messages.
+      release: Ends the claim on ``destination``; called once, when the save
+        ends.
+      operation_id: Orbax's id of the save operation, or None if unknown.
+    """
+
+    def __init__(
+        self,
+        inner: Any,
+        destination: pathlib.Path,
+        names: list[str],
+        release: Callable[[], None],
+        operation_id: str | None = None,
+    ) -> None:
+        self._inner = inner
+        self.destination = destination
+        self._operation_id = operation_id
+        self._names = names
+        self._release = release
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[None], None]] = []
+        save_started(self)
+        self._watcher = threading.Thread(target=self._watch, name=f"tinax-save:{destination.name}", daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        try:
+            self._inner.result()
+        except BaseException as error:  # Kept for result(); a save failure must never be swallowed.
+            self._error = error
+            # Before result() may raise: no Orbax thread of the save, and no temporary folder, outlives it.
+            # Settling is best effort; the save's own failure is what result() reports.
+            with contextlib.suppress(Exception):
+                settle_failed_save(
+                    self._operation_id, self.destination.with_name(self.destination.name + ORBAX_TMP_SUFFIX)
+                )
+        finally:
+            self._release()
+            save_finished(self)
+            with self._lock:
+                self._done.set()
+                callbacks, self._callbacks = self._callbacks, []
+        if self._error is None:
+            for callback in callbacks:
+                callback(None)
+
+    def result(self, timeout: float | None = None) -> None:
+        """Waits for the save to finish.
+
+        Args:
+          timeout: Seconds to wait, or None to wait as long as it takes.
+
+        Raises:
+          TimeoutError: If ``timeout`` passes first; the save continues.
+          RuntimeError: If the save failed. The original error is the cause,
+            and the error raised is also an instance of its class.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(
+                f"saving checkpointables to {str(self.destination)!r} did not finish within {timeout} s; "
+                "it continues in the background"
+            )
+        if self._error is not None:
+            outcome = (
+                "the destination exists, but the save did not confirm that every process finished"
+                if os.path.lexists(self.destination)
+                else "nothing was committed at the destination"
+            )
+            raise background_failure(
+                f"saving checkpointables {self._names} to {str(self.destination)!r} failed in the background "
+                f"({root_message(self._error)}); {outcome}",
+                self._error,
+            )
+
+    def on_complete(self, callback: Callable[[None], None]) -> None:
+        """Calls ``callback(None)`` once the save has succeeded.
+
+        Called at once if it already has; never called if the save fails.
+
+        Args:
+          callback: Called with None.
+        """
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        if self._error is None:
+            callback(None)

@@ -1,0 +1,181 @@
+"""Saving named checkpointables through Orbax V1: one asynchronous save per destination.
+
+Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
+it to ``<path>`` only once every value and its metadata are on disk, so a
+process killed mid-save leaves no folder at ``<path>``. This module adds what
+Orbax leaves to the caller: an immutable destination that is never one of
+Orbax's temporary names, one save at a time per destination, checks before
+anything is written (:mod:`~tinax._checkpointing._save_checks`), and a
+response whose background failure always surfaces
+(:mod:`~tinax._checkpointing._response`).
+
+Orbax is imported when a save runs, never when this module is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
+from tinax._checkpointing._names import (
+    ORBAX_TMP_SUFFIX,
+    refuse_orbax_temporary_destination,
+    require_distinct_on_case_insensitive_systems,
+    validate_checkpointable_name,
+)
+from tinax._checkpointing._save_checks import exists_error, require_absent, require_creatable, require_saveable_leaves
+from tinax._checkpointing._settle import settle_failed_save
+from tinax._checkpointing._upstream_compat import current_operation_id, orbax_v1
+from tinax._core import validation
+
+if TYPE_CHECKING:
+    import orbax.checkpoint.experimental.v1 as ocp
+
+__all__ = ["save_checkpointables"]
+
+# Starts of saves, one at a time, so that the Orbax operation id read right
+# after a start is that save's.
+_start_lock = threading.Lock()
+# Destinations (resolved, case-normalized) whose save has started in this
+# process and not yet finished. Orbax would let a second save to the same
+# destination delete the first one's temporary folder and both would fail.
+_saves_in_flight: set[str] = set()
+_saves_in_flight_lock = threading.Lock()
+
+
+def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[str, Any]) -> ocp.AsyncResponse[None]:
+    """Starts one asynchronous save of several named values into one checkpoint.
+
+    Every name becomes a subfolder of ``path`` and is checked by
+    :func:`validate_checkpointable_name`; no two names may differ only in
+    case. The values are pytrees of ``jax.Array``, ``numpy.ndarray``, Python
+    scalars and ``str``, or objects that implement Orbax's stateful
+    checkpointable protocol (such as a Grain dataset iterator). Every leaf
+    and key is checked before the save starts: arrays must hold bool or
+    numbers (ml_dtypes types such as bfloat16 included) and at least one
+    element, ints must fit in [-2**63, 2**64 - 1], and strings and keys must
+    be encodable as UTF-8. The destination is checked too: its nearest
+    existing folder must be writable, and every folder name to create, the
+    temporary one included, must fit the file system.
+
+    Device data is copied to the host before this function returns, so the
+    caller may update its arrays at once; writing continues in the background.
+    The checkpoint appears at ``path`` only when it is complete: until then it
+    lives in ``<path>.orbax-checkpoint-tmp``, which a failed save removes
+    before its ``result()`` raises, and which a later save to ``path``
+    removes if a crash left it behind. For that reason ``path`` itself may not
+    be named like such a folder. In a multi-process run every process calls
+    this function with the same arguments, in the same order.
+
+    The destination is immutable: an existing ``path`` is refused, and so is
+    a second save to a ``path`` whose save is still in flight in this process
+    (two spellings of one folder count as one). The claim on ``path`` ends
+    when the save finishes or fails, whether or not ``result()`` is called.
+    Call ``result()`` before the program exits. A save still in flight at
+    exit is finished where Python still starts threads during shutdown (3.11)
+    and reported on stderr as lost where it does not (3.12 and later), in
+    which case Orbax's own threads may hold the exit for minutes.
+
+    Args:
+      path: Folder to create for the checkpoint. Missing parent folders are
+        created.
+      checkpointables: The values to save, by name. At least one.
+
+    Returns:
+      An Orbax ``AsyncResponse`` (a class of tinax's that inherits Orbax's
+      protocol). Its ``result(timeout=None)`` waits for the
+      save and returns None. If the save failed it raises a ``RuntimeError``
+      that is also of the background error's class (an ``OSError`` for a
+      full disk, for example), with that error chained as its cause, once
+      every thread of the save has ended and its temporary folder is gone
+      (so a failed save never holds the interpreter's exit); it raises
+      ``TimeoutError`` if ``timeout`` seconds pass first (the save goes on).
+      ``on_complete`` registers a callback for a successful save.
+
+    Raises:
+      TypeError: If ``path`` is not a path, ``checkpointables`` is not a
+        mapping with ``str`` keys, or a value is something Orbax cannot save,
+        such as ``bytes`` or a NumPy array of strings, objects or datetimes
+        (that error is also the ``KeyError`` or ``ValueError`` Orbax raised
+        for it, which tinax 0.2 let through).
+      ValueError: If ``checkpointables`` is empty, a name is not valid, two
+        names differ only in case, a value is None or holds nothing to save,
+        a leaf holds a value Orbax cannot store (an int outside 64 bits, a
+        string or key with a lone surrogate, an empty array), ``path`` is
+        named like an Orbax temporary folder (it contains
+        ``.orbax-checkpoint-tmp``), or Orbax refuses to start the save (its
+        error is the cause; the error is also a ``KeyError``, and a
+        ``TypeError`` where Orbax refused a kind, as on every path that
+        translates Orbax's errors).
+      OSError: If ``path`` cannot be created: its way passes through a
+        regular file, a broken link or a symbolic link loop, its nearest
+        existing folder is not writable, or a folder name is too long. The
+        error is of the class creating the folder would raise
+        (``NotADirectoryError``, ``PermissionError``, ...), carries its
+        ``errno``, and is also a ``ValueError``.
+      FileExistsError: If ``path`` exists, or a save to it is still in flight
+        in this process. It is also a ``ValueError``.
+
+    Examples:
+      >>> import pathlib
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import save_checkpointables
+      >>> response = save_checkpointables("run/step-1", {"params": {"w": jnp.ones(3)}})
+      >>> response.result()  # returns once every file is written and the checkpoint committed
+      >>> pathlib.Path("run/step-1").is_dir()
+      True
+    """
+    # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
+    destination = validation.require_path(path, "path").absolute()
+    refuse_orbax_temporary_destination(destination)
+    named = validation.require_str_mapping(checkpointables, "checkpointables")
+    if not named:
+        validation.fail_value("checkpointables", "a mapping with at least one checkpointable", named)
+    for name in named:
+        validate_checkpointable_name(name)
+    require_distinct_on_case_insensitive_systems(named, "checkpointables")
+    for name, value in named.items():
+        require_saveable_leaves(name, value)
+    orbax = orbax_v1()
+
+    claim = os.path.normcase(os.path.realpath(destination))
+    with _saves_in_flight_lock:
+        if claim in _saves_in_flight:
+            raise CheckpointExistsError(
+                f"path {str(destination)!r} is the destination of a save that is still in flight in this process; "
+                "wait for its result() before saving there again"
+            )
+        _saves_in_flight.add(claim)
+    temporary = destination.with_name(destination.name + ORBAX_TMP_SUFFIX)
+    try:
+        require_absent(destination)
+        require_creatable(destination)
+        with _start_lock:
+            before = current_operation_id()
+            try:
+                response = orbax.save_checkpointables_async(destination, dict(named))
+            except Exception as error:
+                # Whatever Orbax had begun for the save ends here, folder included.
+                started = current_operation_id()
+                settle_failed_save(started if started != before else None, temporary)
+                if os.path.lexists(destination):
+                    raise exists_error(destination) from error
+                raise upstream_failure(
+                    f"Orbax refused to save checkpointables {sorted(named)} to {str(destination)!r}", error
+                ) from error
+            operation_id = current_operation_id()
+    except BaseException:
+        _release(claim)
+        raise
+    # Imported here: the response inherits Orbax's protocol, and Orbax is imported only when a save runs.
+    from tinax._checkpointing._response import SaveResponse
+
+    return SaveResponse(response, destination, sorted(named), lambda: _release(claim), operation_id)
+
+
+def _release(claim: str) -> None:
+    with _saves_in_flight_lock:
+        _saves_in_flight.discard(claim)

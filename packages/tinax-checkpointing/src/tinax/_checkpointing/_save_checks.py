@@ -1,0 +1,194 @@
+"""Checks made before a save starts: what may be saved, and where.
+
+Orbax judges values and destinations only once the save runs in the
+background, after it has scheduled the folder's creation, so a refusal there
+leaves work dangling and a failure far from its cause. These checks run first
+and name the argument at fault; what they cannot judge (values that are not
+arrays, scalars or strings) is put to Orbax's own handler lookup.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import pathlib
+import stat
+from typing import Any, NoReturn
+
+import jax
+import numpy as np
+
+from tinax._checkpointing._errors import (
+    CheckpointExistsError,
+    NoHandlerError,
+    UnsupportedLeafError,
+    uncreatable_destination,
+)
+from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
+from tinax._checkpointing._upstream_compat import handler_lookup
+from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
+
+__all__ = ["exists_error", "require_absent", "require_creatable", "require_saveable_leaves"]
+
+# Python ints Orbax saves: it stores them as int64, or as uint64 above 2**63 - 1.
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
+# NumPy dtype kinds Orbax (TensorStore) saves: bool, integers, floats and
+# complex numbers. ml_dtypes' types (bfloat16, float8, int4, ...) have kind
+# "V" but a scalar type of their own, which tells them from raw and
+# structured void data.
+_SAVEABLE_KINDS = frozenset("biufc")
+_SAVEABLE_LEAVES = "bool, int, float, str, or a numpy.ndarray or jax.Array of bool or numbers"
+
+
+def exists_error(destination: pathlib.Path) -> CheckpointExistsError:
+    return CheckpointExistsError(
+        f"path {str(destination)!r} already exists; checkpoints are immutable, so save to a new path "
+        "(or delete the old checkpoint first)"
+    )
+
+
+def require_absent(destination: pathlib.Path) -> None:
+    if os.path.lexists(destination):
+        raise exists_error(destination)
+
+
+def require_creatable(destination: pathlib.Path) -> None:
+    """Refuses, before anything starts, a destination whose folder cannot be created.
+
+    Walks up to the nearest existing ancestor, which must be a searchable,
+    writable folder, and checks that every folder still to create (the
+    temporary one included) has a name the file system takes. A path through
+    a regular file, a symbolic link loop or a broken link fails here, not in
+    a background thread.
+    """
+    missing: list[str] = [destination.name + ORBAX_TMP_SUFFIX]
+    ancestor = destination.parent
+    while True:
+        try:
+            status = os.stat(ancestor)
+        except FileNotFoundError as error:
+            if os.path.islink(ancestor):
+                _fail_uncreatable(destination, f"{str(ancestor)!r} is a broken symbolic link", error)
+            if ancestor.parent == ancestor:  # pragma: no cover - the root always exists
+                _fail_uncreatable(destination, "no folder on it exists", error)
+            missing.append(ancestor.name)
+            ancestor = ancestor.parent
+            continue
+        except OSError as error:
+            _fail_uncreatable(destination, f"{str(ancestor)!r} cannot be reached ({error.strerror})", error)
+        except ValueError as error:  # An embedded NUL, for one.
+            raise ValueError(f"path {str(destination)!r} cannot be created: {error}") from error
+        break
+    if not stat.S_ISDIR(status.st_mode):
+        _fail_uncreatable(
+            destination,
+            f"{str(ancestor)!r} is not a folder",
+            NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(ancestor)),
+        )
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        _fail_uncreatable(
+            destination,
+            f"folder {str(ancestor)!r} is not writable",
+            PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(ancestor)),
+        )
+    try:
+        longest = os.pathconf(ancestor, "PC_NAME_MAX")
+    except (OSError, ValueError):  # pragma: no cover - every POSIX file system answers
+        longest = 255
+    for name in missing:
+        if len(os.fsencode(name)) > longest:
+            _fail_uncreatable(
+                destination,
+                f"the folder name {name!r} is longer than the {longest} bytes the file system allows",
+                OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), name),
+            )
+
+
+def _fail_uncreatable(destination: pathlib.Path, reason: str, error: OSError) -> NoReturn:
+    raise uncreatable_destination(
+        f"path {str(destination)!r} cannot be created as a checkpoint folder: {reason}", error
+    ) from error
+
+
+def require_saveable_leaves(name: str, value: object) -> None:
+    """Checks every leaf and key of one checkpointable before anything is written.
+
+    Python scalars, strings and arrays are judged here, by kind (TypeError)
+    and value (ValueError); any other leaf is put to Orbax's handler lookup.
+    """
+    argument = f"checkpointables[{name!r}]"
+    flat = jax.tree_util.tree_flatten_with_path(value)[0]
+    if not flat:
+        validation.fail_value(argument, "a value holding something to save", value)
+    ask_orbax = False
+    for path, leaf in flat:
+        where = argument + jax.tree_util.keystr(path)
+        for entry in path:
+            key = entry.key if isinstance(entry, jax.tree_util.DictKey) else getattr(entry, "name", None)
+            if isinstance(key, str) and not _is_utf8(key):
+                validation.fail_value(f"the keys of {argument}", "encodable as UTF-8 (no lone surrogates)", key)
+        kind = type(leaf)
+        if kind is bool or kind is float:
+            continue
+        if kind is int:
+            if not _MIN_INT <= leaf <= _MAX_INT:
+                validation.fail_value(where, "an int in [-2**63, 2**64 - 1], the range Orbax stores", leaf)
+        elif kind is str:
+            if not _is_utf8(leaf):
+                validation.fail_value(where, "a str encodable as UTF-8 (no lone surrogates)", leaf)
+        elif isinstance(leaf, (bytes, bytearray, memoryview)):
+            raise UnsupportedLeafError(validation.expectation_message(where, _SAVEABLE_LEAVES, leaf))
+        elif isinstance(leaf, np.ndarray) or (isinstance(leaf, jax.Array) and not is_tracer(leaf)):
+            _require_saveable_array(where, leaf)
+        else:
+            ask_orbax = True
+    if ask_orbax:
+        _require_saveable(name, value)
+
+
+def _require_saveable_array(where: str, array: Any) -> None:
+    dtype = array.dtype
+    if isinstance(array, np.ndarray) and not (
+        dtype.kind in _SAVEABLE_KINDS or (dtype.kind == "V" and dtype.type is not np.void)
+    ):
+        raise UnsupportedLeafError(
+            validation.expectation_message(where, f"{_SAVEABLE_LEAVES} (not dtype {dtype})", array)
+        )
+    if array.size == 0:
+        validation.fail_value(where, "an array with at least one element (Orbax saves no empty arrays)", array)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _require_saveable(name: str, value: object) -> None:
+    """Asks Orbax, before anything is written, whether it has a handler for ``value``.
+
+    Orbax resolves handlers only after it has scheduled the folder creation,
+    and a failure then leaves that work dangling. The lookup builds every
+    registered handler (milliseconds), so it only runs for values that hold
+    something other than arrays, Python scalars and strings. Where Orbax's
+    registry has moved, Orbax's own check during the save still applies.
+    """
+    lookup = handler_lookup()
+    if lookup is None:
+        return
+    try:
+        lookup(value, name)
+    except (LookupError, ValueError) as error:
+        # Keep the class of Orbax's error (0.2 let it through): a KeyError when no handler matched.
+        kind = NoHandlerError if isinstance(error, LookupError) else UnsupportedLeafError
+        raise kind(
+            validation.expectation_message(
+                f"checkpointables[{name!r}]",
+                "a pytree of jax.Array, numpy.ndarray, Python scalars and str, or an Orbax stateful checkpointable",
+                value,
+            )
+        ) from error
