@@ -10,7 +10,8 @@ for the dataset ``MapDataset.source`` returns. Int indices (and batched
 reads) go to the source directly, modulo the length as grain reduces them,
 without grain's per-record metrics. It is a
 subclass, not a wrapper, so no node is added to the dataset graph and grain's
-default seeds stay where they are.
+default seeds stay where they are. grain's classes behind ``MapDataset.source``
+and ``MapDataset.slice`` have no public names: ``_grain_compat`` finds them.
 
 This module imports grain, so tinax imports it only when a function that
 builds a dataset runs; instances pickle by reference to the class here, and
@@ -25,17 +26,23 @@ import grain
 import numpy as np
 
 from tinax._core.validation import fail_type
+from tinax._data._grain_compat import SLICE_MAP_DATASET, SOURCE_MAP_DATASET, read_many
 
-__all__ = ["RecordSourceMapDataset", "SlicedMapDataset", "source_dataset"]
-
-# grain's SourceMapDataset has no public name; MapDataset.source builds one.
-_SourceMapDataset: type[Any] = type(grain.MapDataset.source(()))
-# Nor has the dataset that MapDataset.slice returns.
-_SliceMapDataset: type[Any] = type(grain.MapDataset.source(()).slice(slice(0)))
+__all__ = ["RecordSourceMapDataset", "SlicedMapDataset", "record_source_of", "source_dataset"]
 
 
-class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
+class RecordSourceMapDataset(SOURCE_MAP_DATASET):  # type: ignore[misc]
     """grain's dataset over a random-access source, refusing bool indices."""
+
+    def __init__(self, source: Any) -> None:
+        super().__init__(source)
+        # Kept under a name of ours: grain's own reference is private.
+        self._record_source = source
+
+    @property
+    def record_source(self) -> Any:
+        """The data source this dataset reads."""
+        return self._record_source
 
     def __getitem__(self, index: Any) -> Any:
         """Returns the record at ``index``, or a sliced dataset for a slice, as grain does.
@@ -48,21 +55,20 @@ class RecordSourceMapDataset(_SourceMapDataset):  # type: ignore[misc]
         if type(index) is int:
             # grain's own read (index modulo the length) without its per-record
             # metrics, which cost more than reading a cached record.
-            return self._source[self._index_mod_len(index)]
+            source = self._record_source
+            return source[index % len(source)]
         if isinstance(index, (bool, np.bool_)):
             fail_type("index", "an int", index)
         return super().__getitem__(index)
 
     def _getitems(self, indices: Any) -> Any:
         """Returns the records at several indices, read by the source at once where it can."""
-        positions = [self._index_mod_len(index) for index in indices]
-        many = getattr(self._source, "_getitems", None)
-        if many is not None:
-            return many(positions)
-        return [self._source[position] for position in positions]
+        source = self._record_source
+        count = len(source)
+        return read_many(source, [index % count for index in indices])
 
 
-class SlicedMapDataset(_SliceMapDataset):  # type: ignore[misc]
+class SlicedMapDataset(SLICE_MAP_DATASET):  # type: ignore[misc]
     """grain's ``MapDataset.slice`` result, refusing bool indices.
 
     A subclass, like :class:`RecordSourceMapDataset`, so that the dataset
@@ -82,6 +88,13 @@ class SlicedMapDataset(_SliceMapDataset):  # type: ignore[misc]
         if isinstance(index, (bool, np.bool_)):
             fail_type("index", "an int", index)
         return super().__getitem__(index)
+
+
+def record_source_of(dataset: Any) -> Any | None:
+    """Returns the data source under a dataset a tinax reader returned, or None for any other dataset."""
+    if type(dataset) is not RecordSourceMapDataset:
+        return None
+    return dataset.record_source
 
 
 def source_dataset(source: Any) -> grain.MapDataset:

@@ -31,6 +31,12 @@ per-process cache bounded by a memory budget (least recently used first
 out), so random access works on files much larger than memory, and access
 within the cached groups costs about as much as indexing a list. Batched
 reads gather each row group's rows column by column.
+
+Why not pyarrow alone: pyarrow has no Arrow type for ``bfloat16``, the float8
+types or ``int4``, and its page checksums leave the footer (where the header
+lives) unchecked, so the array columns, the dtype metadata and the row-group
+and footer digests are written here; pyarrow still does all Parquet encoding
+and decoding.
 """
 
 from __future__ import annotations
@@ -899,6 +905,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     """
 
     _header_name = "footer"
+    _column_names: tuple[str, ...]
 
     def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """Opens the file and reads its footer.
@@ -924,7 +931,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def _set_options(self, options: dict[str, Any]) -> None:
         self._mapping = options["mapping"]
         self._cache_bytes = options["cache_bytes"]
-        self._column_names = options["columns"]
+        self._column_names = tuple(options["columns"])
 
     def _start_process(self) -> None:
         super()._start_process()

@@ -11,23 +11,17 @@ naming the field that differs instead of silently resuming somewhere else. A
 bare grain state, as tinax 0.2's iterators saved it, carries no description:
 it is handed to grain as it is.
 
-grain may only be imported when a function runs, so the three grain subclasses
-are defined on first use by :func:`pipeline_classes`. The dataset instances
-pickle as a call to a module-level function that defines the classes in the
-unpickling process first, which is how they reach grain's worker processes.
+The grain classes behind the pipelines live in ``_pipeline_datasets``, which
+imports grain at its top: the functions here import it when they run, so
+importing ``tinax.data`` starts neither grain nor what grain imports (JAX,
+Orbax, array-record).
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-import hashlib
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from tinax._core.validation import (
     fail_type,
@@ -42,7 +36,7 @@ from tinax._core.validation import (
 from tinax._data._sources import find_source_id
 
 if TYPE_CHECKING:
-    from grain import DatasetIterator, IterDataset, MapDataset
+    from grain import MapDataset
     from grain.sharding import ShardOptions
 
 __all__ = [
@@ -51,8 +45,9 @@ __all__ = [
     "STATE_GRAIN_KEY",
     "BatchTransform",
     "evaluation_batches",
+    "check_state",
     "find_pipeline_description",
-    "pipeline_classes",
+    "in_process_description",
     "training_batches",
 ]
 
@@ -85,16 +80,6 @@ _FIELD_ORDER = (
     "num_workers",
     "sequential_slice",
 )
-
-
-class PipelineClasses(NamedTuple):
-    """The grain subclasses behind the pipelines, defined on first use."""
-
-    map_dataset: type[Any]
-    iter_dataset: type[Any]
-    iterator: type[Any]
-    bulk_batch: type[Any]
-    window_shuffle: type[Any]
 
 
 def training_batches(
@@ -226,10 +211,10 @@ def training_batches(
       >>> list(batches)  # rows 8 and 9 do not fill a batch
       [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    grain = _require_dataset(dataset)
+    _require_dataset(dataset)
     # The checks run in tinax 0.2's order, so that a call with several bad
     # arguments fails with the same exception type.
-    shard = _shard_options_fields(shard_options, grain)
+    shard = _shard_options_fields(shard_options)
     if not shard["drop_remainder"]:
         fail_value(
             "shard_options.drop_remainder",
@@ -269,16 +254,17 @@ def training_batches(
         blocks = _row_group_ends(dataset)
         if seed < 0:
             fail_value("seed", "a non-negative int when shuffling", seed)
-    classes = pipeline_classes()
+    from tinax._data._pipeline_datasets import BulkBatchMapDataset, CheckedMapDataset, WindowShuffleMapDataset
+
     rows = dataset.seed(seed)
     if blocks is not None:
         assert shuffle_window is not None
-        rows = classes.window_shuffle(rows, seed=seed, block_ends=blocks, window=shuffle_window)
+        rows = WindowShuffleMapDataset(rows, seed=seed, block_ends=blocks, window=shuffle_window)
     elif shuffle:
         rows = rows.shuffle()
     rows = rows.slice(slice(0, usable)).slice(slice(start, start + per_shard))
     # grain's own batch, reading each batch's rows with one call down the chain.
-    batched = classes.bulk_batch(rows, batch_size, drop_remainder=True, batch_fn=batch_fn).repeat(
+    batched = BulkBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn).repeat(
         num_epochs, reseed_each_epoch=True
     )
     description = {
@@ -293,7 +279,7 @@ def training_batches(
     if shuffle_window is not None:
         # Only then: the states of the default pipeline stay 0.2's and 0.3's.
         description["shuffle_window"] = shuffle_window
-    return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
+    return CheckedMapDataset(batched, in_process_description(description))
 
 
 def evaluation_batches(
@@ -349,8 +335,8 @@ def evaluation_batches(
       >>> list(evaluation_batches(dataset, shard_options=one_process, batch_size=4, batch_fn=collate))
       [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
-    grain = _require_dataset(dataset)
-    shard = _shard_options_fields(shard_options, grain)
+    _require_dataset(dataset)
+    shard = _shard_options_fields(shard_options)
     if shard["drop_remainder"]:
         fail_value(
             "shard_options.drop_remainder",
@@ -373,14 +359,16 @@ def evaluation_batches(
         **shard,
         "batch_size": batch_size,
     }
-    return pipeline_classes().map_dataset(batched, _with_workers(description, 0, sequential_slice=False))
+    from tinax._data._pipeline_datasets import CheckedMapDataset
+
+    return CheckedMapDataset(batched, in_process_description(description))
 
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:
-    from tinax._data._datasets import RecordSourceMapDataset
+    from tinax._data._datasets import record_source_of
     from tinax._data._parquet import ParquetRecordSource
 
-    source = getattr(dataset, "_source", None) if type(dataset) is RecordSourceMapDataset else None
+    source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource:
         fail_value(
             "dataset",
@@ -391,11 +379,10 @@ def _row_group_ends(dataset: Any) -> tuple[int, ...]:
     return source.row_group_ends
 
 
-def _require_dataset(dataset: object) -> Any:
+def _require_dataset(dataset: object) -> None:
     import grain
 
     require_instance(dataset, "dataset", grain.MapDataset, "a grain.MapDataset")
-    return grain
 
 
 def _require_finite(dataset: Any) -> int:
@@ -409,10 +396,10 @@ def _require_finite(dataset: Any) -> int:
     return total
 
 
-def _shard_options_fields(shard_options: object, grain: Any) -> dict[str, Any]:
-    options = require_instance(
-        shard_options, "shard_options", grain.sharding.ShardOptions, "a grain.sharding.ShardOptions"
-    )
+def _shard_options_fields(shard_options: object) -> dict[str, Any]:
+    from grain.sharding import ShardOptions
+
+    options = require_instance(shard_options, "shard_options", ShardOptions, "a grain.sharding.ShardOptions")
     # ShardOptions checks the range of its fields but not their types.
     count = require_positive_int(options.shard_count, "shard_options.shard_count")
     index = require_int(options.shard_index, "shard_options.shard_index", minimum=0, maximum=count - 1)
@@ -420,13 +407,13 @@ def _shard_options_fields(shard_options: object, grain: Any) -> dict[str, Any]:
     return {"shard_index": index, "shard_count": count, "drop_remainder": drop_remainder}
 
 
-def _with_workers(description: Mapping[str, Any], num_workers: int, *, sequential_slice: bool) -> dict[str, Any]:
-    return {
-        **description,
-        "num_workers": num_workers,
-        "sequential_slice": sequential_slice,
-        "state_format": STATE_FORMAT,
-    }
+def in_process_description(pipeline: Mapping[str, Any]) -> dict[str, Any]:
+    """The description an iterator state carries: the pipeline's arguments, iterated without workers.
+
+    :func:`open_multiprocessing_iterator` sets the worker count and slicing
+    it iterates with.
+    """
+    return {**pipeline, "num_workers": 0, "sequential_slice": False, "state_format": STATE_FORMAT}
 
 
 def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
@@ -440,11 +427,12 @@ def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
       :func:`training_batches` or :func:`evaluation_batches` on the way down
       ``dataset``'s parents, or None if there is none.
     """
-    classes = pipeline_classes()
+    from tinax._data._pipeline_datasets import CheckedIterDataset, CheckedMapDataset
+
     pending: list[Any] = [dataset]
     while pending:
         node = pending.pop(0)
-        if isinstance(node, (classes.map_dataset, classes.iter_dataset)):
+        if isinstance(node, (CheckedMapDataset, CheckedIterDataset)):
             return dict(node.pipeline_description)
         pending.extend(getattr(node, "parents", ()))
     return None
@@ -523,14 +511,14 @@ _WORKER_STATE_KEYS = (
 )
 
 
-def _refuse_unknown_keys(part: Mapping[Any, Any], where: str, known: Sequence[str]) -> None:
-    unknown = [key for key in part if key not in known]
+def _refuse_unknown_keys(state: Mapping[Any, Any], where: str, known: Sequence[str]) -> None:
+    unknown = [key for key in state if key not in known]
     if unknown:
         raise ValueError(
             f"{where} must hold only the keys {list(known)} of a saved iterator state, "
             f"got the unknown key {unknown[0]!r}"
         )
-    absent = [key for key in known if key not in part]
+    absent = [key for key in known if key not in state]
     if absent:
         raise ValueError(
             f"{where} must hold the keys {list(known)} of a saved iterator state, but has no key {absent[0]!r}"
@@ -545,26 +533,26 @@ def _checked_index(value: object, where: str, minimum: int, maximum: int | None)
     return require_int(value, where, minimum=minimum, maximum=maximum)
 
 
-def _checked_grain_state(part: object, where: str, num_workers: object, length: int | None) -> dict[str, Any]:
+def _checked_grain_state(grain_state: object, where: str, num_workers: object, length: int | None) -> dict[str, Any]:
     """Checks grain's part of an iterator state and returns a copy for grain."""
-    if not isinstance(part, Mapping):
-        fail_type(where, "a mapping, as grain's iterator states are", part)
+    if not isinstance(grain_state, Mapping):
+        fail_type(where, "a mapping, as grain's iterator states are", grain_state)
     if type(num_workers) is not int or num_workers <= 0:
-        _refuse_unknown_keys(part, where, ("next_index",))
+        _refuse_unknown_keys(grain_state, where, ("next_index",))
         maximum = length if length is not None and length < sys.maxsize else None
-        return {"next_index": _checked_index(part["next_index"], f"{where}['next_index']", 0, maximum)}
-    _refuse_unknown_keys(part, where, _WORKER_STATE_KEYS)
+        return {"next_index": _checked_index(grain_state["next_index"], f"{where}['next_index']", 0, maximum)}
+    _refuse_unknown_keys(grain_state, where, _WORKER_STATE_KEYS)
     checked: dict[str, Any] = {
         "next_index_in_cycle": _checked_index(
-            part["next_index_in_cycle"], f"{where}['next_index_in_cycle']", 0, num_workers - 1
+            grain_state["next_index_in_cycle"], f"{where}['next_index_in_cycle']", 0, num_workers - 1
         ),
         "next_index_in_datasets": _checked_index(
-            part["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
+            grain_state["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
         ),
     }
     lists: dict[str, list[Any]] = {}
     for key in ("iterators_in_use_indices", "iterators_in_use_states", "exhausted"):
-        value = part[key]
+        value = grain_state[key]
         if not isinstance(value, (list, tuple)):
             fail_type(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
         if len(value) != num_workers:
@@ -582,7 +570,7 @@ def _checked_grain_state(part: object, where: str, num_workers: object, length: 
         _checked_index(value, f"{where}['exhausted'][{position}]", 0, 1)
         for position, value in enumerate(lists["exhausted"])
     ]
-    future = part["future_states"]
+    future = grain_state["future_states"]
     if not isinstance(future, Mapping):
         fail_type(f"{where}['future_states']", "a mapping of worker states", future)
     checked["future_states"] = {
@@ -591,316 +579,28 @@ def _checked_grain_state(part: object, where: str, num_workers: object, length: 
     return checked
 
 
-def _checked_worker_state(part: object, where: str) -> Any:
+def _checked_worker_state(worker_state: object, where: str) -> Any:
     """Checks the state of one worker's iterator (None or {} when it has none)."""
-    if part is None:
+    if worker_state is None:
         return None
-    if not isinstance(part, Mapping):
-        fail_type(where, "a mapping, as grain's iterator states are, or None", part)
-    if not part:
+    if not isinstance(worker_state, Mapping):
+        fail_type(where, "a mapping, as grain's iterator states are, or None", worker_state)
+    if not worker_state:
         return {}
-    if STATE_DESCRIPTION_KEY not in part:
+    if STATE_DESCRIPTION_KEY not in worker_state:
         # The state of whatever grain iterator the worker runs (a dataset
         # built on a tinax pipeline need not be one): its keys depend on that
         # iterator, so only the index every such state shares is checked.
-        checked = dict(part)
+        checked = dict(worker_state)
         if "next_index" in checked:
             checked["next_index"] = _checked_index(checked["next_index"], f"{where}['next_index']", 0, None)
         return checked
-    _refuse_unknown_keys(part, where, (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
-    description = part[STATE_DESCRIPTION_KEY]
+    _refuse_unknown_keys(worker_state, where, (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
+    description = worker_state[STATE_DESCRIPTION_KEY]
     if not isinstance(description, Mapping):
         fail_type(f"{where}[{STATE_DESCRIPTION_KEY!r}]", "a mapping describing the pipeline", description)
     # The worker's own iterator compares the description when it restores.
     return {
         STATE_DESCRIPTION_KEY: dict(description),
-        STATE_GRAIN_KEY: _checked_grain_state(part[STATE_GRAIN_KEY], f"{where}[{STATE_GRAIN_KEY!r}]", 0, None),
+        STATE_GRAIN_KEY: _checked_grain_state(worker_state[STATE_GRAIN_KEY], f"{where}[{STATE_GRAIN_KEY!r}]", 0, None),
     }
-
-
-def _new_instance(name: str) -> Any:
-    """Unpickles a pipeline dataset: an empty instance, whose attributes pickle then sets."""
-    cls = getattr(pipeline_classes(), name)
-    return cls.__new__(cls)
-
-
-@functools.cache
-def pipeline_classes() -> PipelineClasses:
-    """Defines the grain subclasses behind the pipelines (once, importing grain).
-
-    The two datasets *stand in* for a grain dataset rather than wrap it: each
-    holds the dataset it replaces, takes over that dataset's parents and
-    hands every read to it. So the dataset graph keeps its depth, and grain's
-    default seeds, which depend on how far a random transformation sits above
-    a ``seed()``, come out as they do for the bare grain chain (and as they
-    did in tinax 0.2, which returned that chain).
-
-    Returns:
-      The dataset, iterable dataset and iterator classes.
-    """
-    import grain
-
-    class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
-        """Stands in for a grain MapDataset; its iterators carry and check a pipeline description."""
-
-        def __init__(self, replaced: MapDataset[Any], description: Mapping[str, Any]) -> None:
-            super().__init__(list(replaced.parents))
-            self._replaced = replaced
-            self._description = dict(description)
-
-        @property
-        def pipeline_description(self) -> dict[str, Any]:
-            return self._description
-
-        def __len__(self) -> int:
-            return len(self._replaced)
-
-        def __getitem__(self, index: Any) -> Any:
-            if isinstance(index, slice):
-                return self.slice(index)
-            # grain's chain would read a bool as batch 0 or 1.
-            if isinstance(index, (bool, np.bool_)):
-                fail_type("index", "an int", index)
-            return self._replaced[index]
-
-        def _getitems(self, indices: Sequence[int]) -> Any:
-            return self._replaced._getitems(indices)
-
-        def to_iter_dataset(self, read_options: Any = None, *, allow_nones: bool = False) -> IterDataset[Any]:
-            replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
-            return CheckedIterDataset(replaced, self._description)
-
-        def __str__(self) -> str:
-            return f"CheckedMapDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
-
-        def __reduce__(self) -> tuple[Any, ...]:
-            return (_new_instance, ("map_dataset",), self.__dict__.copy())
-
-    class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
-        """Stands in for a grain IterDataset; its iterators carry and check a pipeline description."""
-
-        def __init__(self, replaced: IterDataset[Any], description: Mapping[str, Any]) -> None:
-            super().__init__(list(replaced.parents))
-            self._replaced = replaced
-            self._description = dict(description)
-
-        @property
-        def pipeline_description(self) -> dict[str, Any]:
-            return self._description
-
-        def __iter__(self) -> DatasetIterator[Any]:
-            return CheckedIterator(self._replaced.__iter__(), self._description)
-
-        def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
-            # grain's worker processes each read a slice; the replaced dataset
-            # (grain's prefetch over the MapDataset) knows how to take it.
-            self._replaced.set_slice(sl, sequential_slice)
-
-        def __str__(self) -> str:
-            return f"CheckedIterDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
-
-        def __reduce__(self) -> tuple[Any, ...]:
-            return (_new_instance, ("iter_dataset",), self.__dict__.copy())
-
-    class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
-        """A grain DatasetIterator whose state is grain's plus the pipeline description."""
-
-        def __init__(self, parent: DatasetIterator[Any], description: Mapping[str, Any]) -> None:
-            super().__init__(parent)
-            self._description = dict(description)
-
-        def __next__(self) -> Any:
-            return self._parent.__next__()
-
-        def get_state(self) -> dict[str, Any]:
-            # A deep copy, so that a saved state never changes as iteration goes on.
-            return {
-                STATE_DESCRIPTION_KEY: copy.deepcopy(self._description),
-                STATE_GRAIN_KEY: copy.deepcopy(self._parent.get_state()),
-            }
-
-        def set_state(self, state: dict[str, Any]) -> None:
-            # grain's single-process iterator knows its length; it checks the
-            # upper bound only after taking the index, so tinax checks first.
-            length = getattr(self._parent, "_dataset_length", None)
-            checked = check_state(state, self._description, length=length if type(length) is int else None)
-            self._parent.set_state(copy.deepcopy(checked))
-
-        def _get_next_index(self) -> int:
-            return self._parent._get_next_index()  # type: ignore[no-any-return]
-
-        def _set_next_index(self, index: int) -> None:
-            self._parent._set_next_index(index)
-
-        def __str__(self) -> str:
-            return f"CheckedIterator(kind={self._description.get('kind')!r})"
-
-    batch_class: type[Any] = type(grain.MapDataset.range(1).batch(1))
-
-    class BulkBatchMapDataset(batch_class):  # type: ignore[misc]
-        """grain's batch, reading the rows of a batch with one ``_getitems`` call.
-
-        Every grain dataset's ``_getitems`` gives what indexing each position
-        gives, so the batches are the same; a record source that reads many
-        records at once (the Parquet reader) skips grain's per-row overhead.
-        """
-
-        @functools.cached_property
-        def _get_parent_items_fn(self) -> Callable[[range], Any]:
-            parent = self._parent
-            return lambda items: parent._getitems(list(items))
-
-        def __reduce__(self) -> tuple[Any, ...]:
-            state = self.__dict__.copy()
-            state.pop("_get_parent_items_fn", None)  # A closure, made again on first use.
-            return (_new_instance, ("bulk_batch",), state)
-
-    class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
-        """The window shuffle of :func:`training_batches`, one new order per epoch.
-
-        Positions past the first epoch are later epochs, as for grain's
-        shuffle, so ``repeat`` gives each epoch its own order.
-        """
-
-        def __init__(self, parent: MapDataset[Any], *, seed: int, block_ends: Sequence[int], window: int) -> None:
-            super().__init__(parent)
-            self._seed = seed
-            self._block_ends = tuple(block_ends)
-            self._window = window
-            self._length = len(parent)
-            self._plans: dict[int, _WindowPlan] = {}
-
-        def __len__(self) -> int:
-            return self._length
-
-        def __str__(self) -> str:
-            return f"WindowShuffleMapDataset(window={self._window})"
-
-        def _plan(self, epoch: int) -> _WindowPlan:
-            plan = self._plans.get(epoch)
-            if plan is None:
-                with _PLAN_LOCK:
-                    plan = self._plans.get(epoch)
-                    if plan is None:
-                        plan = _WindowPlan(self._block_ends, self._window, self._seed, epoch)
-                        # This epoch and the one before: grain's threads may still read its last batches.
-                        plans = {done: kept for done, kept in self._plans.items() if done == epoch - 1}
-                        plans[epoch] = plan
-                        self._plans = plans
-            return plan
-
-        def _position(self, index: int) -> int:
-            epoch, position = divmod(index, self._length)
-            return self._plan(epoch).row(position) + epoch * self._length
-
-        def __getitem__(self, index: Any) -> Any:
-            if isinstance(index, slice):
-                return self.slice(index)
-            return self._parent[self._position(index)]
-
-        def _getitems(self, indices: Sequence[int]) -> Any:
-            wanted = np.asarray(indices, dtype=np.int64)
-            epochs, positions = np.divmod(wanted, self._length)
-            found = np.empty(len(wanted), dtype=np.int64)
-            for epoch in dict.fromkeys(epochs.tolist()):
-                chosen = epochs == epoch
-                found[chosen] = self._plan(epoch).rows(positions[chosen]) + epoch * self._length
-            return self._parent._getitems(found.tolist())
-
-        def __reduce__(self) -> tuple[Any, ...]:
-            state = self.__dict__.copy()
-            state["_plans"] = {}
-            return (_new_instance, ("window_shuffle",), state)
-
-    return PipelineClasses(
-        CheckedMapDataset, CheckedIterDataset, CheckedIterator, BulkBatchMapDataset, WindowShuffleMapDataset
-    )
-
-
-class _WindowPlan:
-    """The window shuffle's order of one epoch: a block order, windows of it, and a seed per window."""
-
-    def __init__(self, block_ends: Sequence[int], window: int, seed: int, epoch: int) -> None:
-        ends = np.asarray(block_ends, dtype=np.int64)
-        starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
-        count = len(ends)
-        order = _permutation(count, _derived_seed(seed, epoch, -1))
-        self._block_starts = starts[order]
-        self._block_sizes = (ends - starts)[order]
-        # Where every window starts in the epoch, and where the last one ends.
-        window_sizes = np.add.reduceat(self._block_sizes, np.arange(0, count, window)) if count else np.zeros(0)
-        self._window_bounds = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(window_sizes)])
-        self._window = window
-        self._seed = seed
-        self._epoch = epoch
-        # Grain's prefetch threads read several batches at once: windows are
-        # computed under a lock, and each is an immutable (start, stop, rows).
-        self._lock = threading.Lock()
-        self._windows: dict[int, tuple[int, int, np.ndarray[Any, Any]]] = {}
-        self._last: tuple[int, int, np.ndarray[Any, Any]] = (0, 0, np.zeros(0, dtype=np.int64))
-
-    def _compute(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
-        """The shuffled rows of one window, with its bounds in the epoch."""
-        first = window * self._window
-        blocks = range(first, min(first + self._window, len(self._block_sizes)))
-        rows = np.concatenate(
-            [np.arange(self._block_sizes[block], dtype=np.int64) + self._block_starts[block] for block in blocks]
-        )
-        size = len(rows)
-        if size > 1:
-            rows = rows[_permutation(size, _derived_seed(self._seed, self._epoch, window))]
-        return int(self._window_bounds[window]), int(self._window_bounds[window + 1]), rows
-
-    def rows(self, positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The dataset rows at several positions of the epoch."""
-        found = np.empty(len(positions), dtype=np.int64)
-        windows = np.searchsorted(self._window_bounds, positions, side="right") - 1
-        for window in dict.fromkeys(windows.tolist()):
-            chosen = windows == window
-            start, _, rows = self._window_rows(window)
-            found[chosen] = rows[positions[chosen] - start]
-        return found
-
-    def _window_rows(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
-        with self._lock:
-            found = self._windows.get(window)
-            if found is None:
-                found = self._compute(window)
-                if len(self._windows) >= _WINDOWS_KEPT:
-                    del self._windows[min(self._windows)]
-                self._windows[window] = found
-        return found
-
-    def row(self, position: int) -> int:
-        """The dataset row at a position of the epoch."""
-        start, stop, rows = self._last
-        if not start <= position < stop:
-            found = self._window_rows(int(np.searchsorted(self._window_bounds, position, side="right")) - 1)
-            self._last = found
-            start, stop, rows = found
-        return int(rows[position - start])
-
-
-_PLAN_LOCK = threading.Lock()
-#: Windows kept per epoch: enough for the batches grain's threads read at once near a window's end.
-_WINDOWS_KEPT = 4
-
-
-def _permutation(size: int, seed: int) -> np.ndarray[Any, Any]:
-    """A permutation of ``range(size)`` from a 32-bit seed, the same with every NumPy version.
-
-    The positions are sorted by a SplitMix64 hash of (seed, position): plain
-    integer arithmetic, so the order never depends on a library's generator.
-    """
-    with np.errstate(over="ignore"):
-        keys = np.arange(size, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-        keys = (keys ^ (keys >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        keys = (keys ^ (keys >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        keys ^= keys >> np.uint64(31)
-    return np.argsort(keys, kind="stable")
-
-
-def _derived_seed(seed: int, epoch: int, stream: int) -> int:
-    """A 32-bit seed for one shuffle of one epoch, the same on every platform."""
-    digest = hashlib.sha256(f"tinax.window_shuffle:{seed}:{epoch}:{stream}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")

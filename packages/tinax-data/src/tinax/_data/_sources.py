@@ -133,10 +133,10 @@ def _own_source_id(node: Any) -> str | None:
     named = getattr(node, "source_id", None)
     if isinstance(named, str) and named:
         return named
-    # grain's SourceMapDataset keeps the wrapped data source as `_source`; it
-    # has no public accessor.
-    wrapped = getattr(node, "_source", None)
-    named = getattr(wrapped, "source_id", None)
+    # Imported here, where grain already is: importing tinax.data imports no grain.
+    from tinax._data._grain_compat import wrapped_source
+
+    named = getattr(wrapped_source(node), "source_id", None)
     if isinstance(named, str) and named:
         return named
     return None

@@ -230,12 +230,10 @@ def _column_of_source(dataset: Any, column: str) -> list[Any] | None:
     Returns None for any other dataset (or a column the file lacks), whose
     rows are then read one by one.
     """
-    from tinax._data._datasets import RecordSourceMapDataset
+    from tinax._data._datasets import record_source_of
     from tinax._data._parquet import ParquetRecordSource
 
-    if type(dataset) is not RecordSourceMapDataset:
-        return None
-    source = getattr(dataset, "_source", None)
+    source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource or column not in source.column_names:
         return None
     return source.column_values(column)

@@ -15,7 +15,7 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
-from tinax._data._pipelines import STATE_FORMAT, find_pipeline_description, pipeline_classes
+from tinax._data._pipelines import STATE_FORMAT, find_pipeline_description
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset
@@ -125,6 +125,8 @@ def open_multiprocessing_iterator(
     import grain
     from absl import flags
 
+    from tinax._data._pipeline_datasets import CheckedIterator
+
     require_instance(
         dataset, "dataset", grain.IterDataset, "a grain.IterDataset (call .to_iter_dataset() on a MapDataset)"
     )
@@ -163,7 +165,7 @@ def open_multiprocessing_iterator(
         # grain registers new ones (see the collection on exit for why).
         gc.collect()
         prefetched = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
-        iterator = pipeline_classes().iterator(prefetched.__iter__(), description)
+        iterator = CheckedIterator(prefetched.__iter__(), description)
     try:
         yield iterator
     finally:

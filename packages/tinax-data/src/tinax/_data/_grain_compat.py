@@ -1,0 +1,99 @@
+"""Every private grain name tinax-data relies on, in one place, each with a fallback.
+
+grain's dataset API has no public way to read several elements at once, to
+reach the data source under ``MapDataset.source``, or to name the classes of
+its source, slice and batch datasets, so tinax uses grain's own private
+names for these. Each is reached only through this module: when grain
+changes one, the fallback keeps tinax working (more slowly, or with less
+checking), and ``tests/test_grain_compat.py`` fails to say which name moved.
+
+This module imports grain, so it is imported only by modules that build or
+walk grain datasets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grain
+
+__all__ = [
+    "BATCH_MAP_DATASET",
+    "SLICE_MAP_DATASET",
+    "SOURCE_MAP_DATASET",
+    "batch_reads_parent_items",
+    "get_next_index",
+    "iterator_length",
+    "read_many",
+    "set_next_index",
+    "source_position",
+    "wrapped_source",
+]
+
+#: grain's dataset over a data source, which ``MapDataset.source`` builds (no public name).
+SOURCE_MAP_DATASET: type[Any] = type(grain.MapDataset.source(()))
+#: grain's dataset that ``MapDataset.slice`` builds (no public name).
+SLICE_MAP_DATASET: type[Any] = type(grain.MapDataset.source(()).slice(slice(0)))
+#: grain's dataset that ``MapDataset.batch`` builds (no public name).
+BATCH_MAP_DATASET: type[Any] = type(grain.MapDataset.range(1).batch(1))
+
+# grain's batch reads a batch's rows through this cached property; overriding
+# it is the only way to read them with one call.
+_BATCH_ITEMS_HOOK = "_get_parent_items_fn"
+
+
+def read_many(dataset: Any, indices: Sequence[int]) -> list[Any]:
+    """Returns the elements at several indices, as indexing each would give them.
+
+    grain's datasets (and batched data sources) read many at once through
+    their private ``_getitems``; anything without it is indexed one by one.
+    """
+    many = getattr(dataset, "_getitems", None)
+    if many is None:
+        return [dataset[index] for index in indices]
+    return list(many(list(indices)))
+
+
+def wrapped_source(dataset: Any) -> Any | None:
+    """Returns the data source under grain's source dataset, or None for any other dataset."""
+    if not isinstance(dataset, SOURCE_MAP_DATASET):
+        return None
+    return getattr(dataset, "_source", None)
+
+
+def source_position(dataset: Any, index: int) -> int:
+    """The position in the source of a source dataset's index: modulo the length, as grain reads it."""
+    reduce: Callable[[int], int] | None = getattr(dataset, "_index_mod_len", None)
+    if reduce is None:
+        return index % len(dataset)
+    return reduce(index)
+
+
+def iterator_length(iterator: Any) -> int | None:
+    """The element count grain's in-process iterator knows, or None where it knows none."""
+    length = getattr(iterator, "_dataset_length", None)
+    return length if type(length) is int else None
+
+
+def get_next_index(iterator: Any) -> int:
+    """The index of the element a grain iterator gives next (grain's private protocol).
+
+    Raises:
+      NotImplementedError: If the iterator cannot say, as grain raises it.
+    """
+    return int(iterator._get_next_index())
+
+
+def set_next_index(iterator: Any, index: int) -> None:
+    """Moves a grain iterator to the element at ``index`` (grain's private protocol).
+
+    Raises:
+      NotImplementedError: If the iterator cannot move, as grain raises it.
+    """
+    iterator._set_next_index(index)
+
+
+def batch_reads_parent_items() -> bool:
+    """Whether grain's batch still reads its rows through the hook a batch subclass can override."""
+    return hasattr(BATCH_MAP_DATASET, _BATCH_ITEMS_HOOK)

@@ -1,0 +1,300 @@
+"""The grain datasets and iterator behind ``training_batches`` and ``evaluation_batches``.
+
+The two checked datasets *stand in* for a grain dataset rather than wrap it:
+each holds the dataset it replaces, takes over that dataset's parents and
+hands every read to it. So the dataset graph keeps its depth, and grain's
+default seeds, which depend on how far a random transformation sits above a
+``seed()``, come out as they do for the bare grain chain (and as they did in
+tinax 0.2, which returned that chain). Their iterator's state is grain's plus
+the pipeline description, checked on restore.
+
+This module imports grain, so the pipeline functions import it when they run
+(importing ``tinax.data`` imports no grain); the classes pickle by reference
+to this module, which the worker processes import.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import threading
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import grain
+import numpy as np
+
+from tinax._core.validation import fail_type
+from tinax._data._grain_compat import (
+    BATCH_MAP_DATASET,
+    get_next_index,
+    iterator_length,
+    read_many,
+    set_next_index,
+)
+from tinax._data._pipelines import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state
+
+if TYPE_CHECKING:
+    from grain import DatasetIterator, IterDataset, MapDataset
+
+__all__ = [
+    "BulkBatchMapDataset",
+    "CheckedIterDataset",
+    "CheckedIterator",
+    "CheckedMapDataset",
+    "WindowShuffleMapDataset",
+]
+
+
+class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
+    """Stands in for a grain MapDataset; its iterators carry and check a pipeline description."""
+
+    def __init__(self, replaced: MapDataset[Any], description: Mapping[str, Any]) -> None:
+        super().__init__(list(replaced.parents))
+        self._replaced = replaced
+        self._description = dict(description)
+
+    @property
+    def pipeline_description(self) -> dict[str, Any]:
+        return self._description
+
+    def __len__(self) -> int:
+        return len(self._replaced)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.slice(index)
+        # grain's chain would read a bool as batch 0 or 1.
+        if isinstance(index, (bool, np.bool_)):
+            fail_type("index", "an int", index)
+        return self._replaced[index]
+
+    def _getitems(self, indices: Sequence[int]) -> Any:
+        return read_many(self._replaced, indices)
+
+    def to_iter_dataset(self, read_options: Any = None, *, allow_nones: bool = False) -> IterDataset[Any]:
+        replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
+        return CheckedIterDataset(replaced, self._description)
+
+    def __str__(self) -> str:
+        return f"CheckedMapDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
+
+
+class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
+    """Stands in for a grain IterDataset; its iterators carry and check a pipeline description."""
+
+    def __init__(self, replaced: IterDataset[Any], description: Mapping[str, Any]) -> None:
+        super().__init__(list(replaced.parents))
+        self._replaced = replaced
+        self._description = dict(description)
+
+    @property
+    def pipeline_description(self) -> dict[str, Any]:
+        return self._description
+
+    def __iter__(self) -> DatasetIterator[Any]:
+        return CheckedIterator(self._replaced.__iter__(), self._description)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        # grain's worker processes each read a slice; the replaced dataset
+        # (grain's prefetch over the MapDataset) knows how to take it.
+        self._replaced.set_slice(sl, sequential_slice)
+
+    def __str__(self) -> str:
+        return f"CheckedIterDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
+
+
+class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
+    """A grain DatasetIterator whose state is grain's plus the pipeline description."""
+
+    def __init__(self, parent: DatasetIterator[Any], description: Mapping[str, Any]) -> None:
+        super().__init__(parent)
+        self._iterator = parent
+        self._description = dict(description)
+
+    def __next__(self) -> Any:
+        return self._iterator.__next__()
+
+    def get_state(self) -> dict[str, Any]:
+        # A deep copy, so that a saved state never changes as iteration goes on.
+        return {
+            STATE_DESCRIPTION_KEY: copy.deepcopy(self._description),
+            STATE_GRAIN_KEY: copy.deepcopy(self._iterator.get_state()),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        # grain's single-process iterator knows its length; it checks the
+        # upper bound only after taking the index, so tinax checks first.
+        checked = check_state(state, self._description, length=iterator_length(self._iterator))
+        self._iterator.set_state(copy.deepcopy(checked))
+
+    # grain's private iterator protocol, which its worker processes use.
+    def _get_next_index(self) -> int:
+        return get_next_index(self._iterator)
+
+    def _set_next_index(self, index: int) -> None:
+        set_next_index(self._iterator, index)
+
+    def __str__(self) -> str:
+        return f"CheckedIterator(kind={self._description.get('kind')!r})"
+
+
+class BulkBatchMapDataset(BATCH_MAP_DATASET):  # type: ignore[misc]
+    """grain's batch, reading the rows of a batch with one call.
+
+    Every grain dataset's batched read gives what indexing each position
+    gives, so the batches are the same; a record source that reads many
+    records at once (the Parquet reader) skips grain's per-row overhead.
+    """
+
+    def _get_parent_items_fn(self, items: range) -> list[Any]:
+        # Overrides the hook through which grain's batch reads a batch's rows
+        # (a cached property there, a method here: called the same way).
+        return read_many(self.parents[0], items)
+
+
+class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
+    """The window shuffle of :func:`training_batches`, one new order per epoch.
+
+    Positions past the first epoch are later epochs, as for grain's
+    shuffle, so ``repeat`` gives each epoch its own order.
+    """
+
+    def __init__(self, parent: MapDataset[Any], *, seed: int, block_ends: Sequence[int], window: int) -> None:
+        super().__init__(parent)
+        self._unshuffled = parent
+        self._seed = seed
+        self._block_ends = tuple(block_ends)
+        self._window = window
+        self._length = len(parent)
+        self._plans: dict[int, _WindowPlan] = {}
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __str__(self) -> str:
+        return f"WindowShuffleMapDataset(window={self._window})"
+
+    def _plan(self, epoch: int) -> _WindowPlan:
+        plan = self._plans.get(epoch)
+        if plan is None:
+            with _PLAN_LOCK:
+                plan = self._plans.get(epoch)
+                if plan is None:
+                    plan = _WindowPlan(self._block_ends, self._window, self._seed, epoch)
+                    # This epoch and the one before: grain's threads may still read its last batches.
+                    plans = {done: kept for done, kept in self._plans.items() if done == epoch - 1}
+                    plans[epoch] = plan
+                    self._plans = plans
+        return plan
+
+    def _position(self, index: int) -> int:
+        epoch, position = divmod(index, self._length)
+        return self._plan(epoch).row(position) + epoch * self._length
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.slice(index)
+        return self._unshuffled[self._position(index)]
+
+    def _getitems(self, indices: Sequence[int]) -> Any:
+        wanted = np.asarray(indices, dtype=np.int64)
+        epochs, positions = np.divmod(wanted, self._length)
+        found = np.empty(len(wanted), dtype=np.int64)
+        for epoch in dict.fromkeys(epochs.tolist()):
+            chosen = epochs == epoch
+            found[chosen] = self._plan(epoch).rows(positions[chosen]) + epoch * self._length
+        return read_many(self._unshuffled, found.tolist())
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The plans hold locks, and are computed again from the seed.
+        return {**self.__dict__, "_plans": {}}
+
+
+class _WindowPlan:
+    """The window shuffle's order of one epoch: a block order, windows of it, and a seed per window."""
+
+    def __init__(self, block_ends: Sequence[int], window: int, seed: int, epoch: int) -> None:
+        ends = np.asarray(block_ends, dtype=np.int64)
+        starts = np.concatenate([np.zeros(1, dtype=np.int64), ends[:-1]])
+        count = len(ends)
+        order = _permutation(count, _derived_seed(seed, epoch, -1))
+        self._block_starts = starts[order]
+        self._block_sizes = (ends - starts)[order]
+        # Where every window starts in the epoch, and where the last one ends.
+        window_sizes = np.add.reduceat(self._block_sizes, np.arange(0, count, window)) if count else np.zeros(0)
+        self._window_bounds = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(window_sizes)])
+        self._window = window
+        self._seed = seed
+        self._epoch = epoch
+        # Grain's prefetch threads read several batches at once: windows are
+        # computed under a lock, and each is an immutable (start, stop, rows).
+        self._lock = threading.Lock()
+        self._windows: dict[int, tuple[int, int, np.ndarray[Any, Any]]] = {}
+        self._last: tuple[int, int, np.ndarray[Any, Any]] = (0, 0, np.zeros(0, dtype=np.int64))
+
+    def _compute(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
+        """The shuffled rows of one window, with its bounds in the epoch."""
+        first = window * self._window
+        blocks = range(first, min(first + self._window, len(self._block_sizes)))
+        rows = np.concatenate(
+            [np.arange(self._block_sizes[block], dtype=np.int64) + self._block_starts[block] for block in blocks]
+        )
+        size = len(rows)
+        if size > 1:
+            rows = rows[_permutation(size, _derived_seed(self._seed, self._epoch, window))]
+        return int(self._window_bounds[window]), int(self._window_bounds[window + 1]), rows
+
+    def rows(self, positions: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The dataset rows at several positions of the epoch."""
+        found = np.empty(len(positions), dtype=np.int64)
+        windows = np.searchsorted(self._window_bounds, positions, side="right") - 1
+        for window in dict.fromkeys(windows.tolist()):
+            chosen = windows == window
+            start, _, rows = self._window_rows(window)
+            found[chosen] = rows[positions[chosen] - start]
+        return found
+
+    def _window_rows(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
+        with self._lock:
+            found = self._windows.get(window)
+            if found is None:
+                found = self._compute(window)
+                if len(self._windows) >= _WINDOWS_KEPT:
+                    del self._windows[min(self._windows)]
+                self._windows[window] = found
+        return found
+
+    def row(self, position: int) -> int:
+        """The dataset row at a position of the epoch."""
+        start, stop, rows = self._last
+        if not start <= position < stop:
+            found = self._window_rows(int(np.searchsorted(self._window_bounds, position, side="right")) - 1)
+            self._last = found
+            start, stop, rows = found
+        return int(rows[position - start])
+
+
+_PLAN_LOCK = threading.Lock()
+#: Windows kept per epoch: enough for the batches grain's threads read at once near a window's end.
+_WINDOWS_KEPT = 4
+
+
+def _permutation(size: int, seed: int) -> np.ndarray[Any, Any]:
+    """A permutation of ``range(size)`` from a 32-bit seed, the same with every NumPy version.
+
+    The positions are sorted by a SplitMix64 hash of (seed, position): plain
+    integer arithmetic, so the order never depends on a library's generator.
+    """
+    with np.errstate(over="ignore"):
+        keys = np.arange(size, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        keys = (keys ^ (keys >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        keys = (keys ^ (keys >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        keys ^= keys >> np.uint64(31)
+    return np.argsort(keys, kind="stable")
+
+
+def _derived_seed(seed: int, epoch: int, stream: int) -> int:
+    """A 32-bit seed for one shuffle of one epoch, the same on every platform."""
+    digest = hashlib.sha256(f"tinax.window_shuffle:{seed}:{epoch}:{stream}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
