@@ -15,6 +15,10 @@ learns that records do not fit only when it meets the first such record; it
 then rewrites the records it has written so far as JSON, reading them back
 from its own temporary file, and goes on in JSON.
 
+Why not grain's ``ArrayRecordDataSource``: it gives raw bytes and knows no
+header, so it can neither decode tinax records nor tell a changed file from
+the one a worker was sent; array-record's own reader still does every read.
+
 array-record is an optional dependency (the ``arrayrecord`` extra), imported
 when a function here runs.
 """

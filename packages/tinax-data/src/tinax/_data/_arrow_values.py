@@ -10,6 +10,11 @@ every Parquet file. ``"numpy"`` gives the same scalars and turns lists of
 numbers, fixed-size lists and ``fixed_shape_tensor`` values into NumPy arrays
 of their exact shape, refuses a missing value where an array needs one, and
 refuses Arrow types it has no mapping for. The package README has the table.
+
+Why not pyarrow's own conversions: ``to_pylist`` makes Python objects for
+every row of a row group (0.2 used 755 MiB for 2M small rows), and
+``to_numpy`` gives neither N-D arrays for nested lists nor the null policy,
+so rows are read here from views of Arrow's buffers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
 ``tinax._core._command._registry``). Each file is opened by the reader's own
-source class (:class:`~tinax._data._parquet.ParquetRecordSource`,
+source class (:class:`~tinax._data._parquet_source.ParquetRecordSource`,
 :class:`~tinax._data._array_record.ArrayRecordSource`), so the footer or
 header is validated exactly as ``read_parquet_record`` and
 ``read_array_record`` validate it, checksums included. Only the footer (or
@@ -20,7 +20,7 @@ from tinax._core._command._counting import process_bytes_read
 from tinax._core._command._report import InspectOptions, Report
 from tinax._data._array_record import ArrayRecordSource
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
-from tinax._data._parquet import ParquetRecordSource
+from tinax._data._parquet_source import ParquetRecordSource
 from tinax._data._record_codec import KIND_ARRAY, FieldSpec
 
 __all__ = ["inspect_array_record", "inspect_parquet"]

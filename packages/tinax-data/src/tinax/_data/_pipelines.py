@@ -366,7 +366,7 @@ def evaluation_batches(
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:
     from tinax._data._datasets import record_source_of
-    from tinax._data._parquet import ParquetRecordSource
+    from tinax._data._parquet_source import ParquetRecordSource
 
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource:

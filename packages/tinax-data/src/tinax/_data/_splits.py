@@ -231,7 +231,7 @@ def _column_of_source(dataset: Any, column: str) -> list[Any] | None:
     rows are then read one by one.
     """
     from tinax._data._datasets import record_source_of
-    from tinax._data._parquet import ParquetRecordSource
+    from tinax._data._parquet_source import ParquetRecordSource
 
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource or column not in source.column_names:

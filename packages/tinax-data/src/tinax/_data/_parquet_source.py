@@ -1,0 +1,492 @@
+"""Random access to the rows of a Parquet file: the reader behind ``read_parquet_record``.
+
+Opening reads the footer only, and checks a tinax-format file's header,
+columns and footer checksum against it. Indexing reads the one row group
+that holds the record (checking its digest first, for the tinax format) and
+keeps it as Arrow buffers in a per-process cache bounded by a memory budget,
+least recently used first out; rows are assembled from views of those
+buffers (``tinax._data._arrow_values``), never from per-row Python objects.
+
+This module imports pyarrow at its top, so ``read_parquet_record`` imports
+it when it runs (importing ``tinax.data`` imports no pyarrow). The layout
+and checksums it checks are written by ``tinax._data._parquet``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import os
+import pathlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pyarrow.types as types
+
+from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable
+from tinax._data._parquet import (
+    CHECKSUM_KEY,
+    DEFAULT_CACHE_BYTES,
+    METADATA_KEY,
+    _digest_range,
+    _footer_digest,
+    _footer_holds_checksums,
+    _is_native_array_type,
+    _legacy_arrow_type,
+    _parse_checksums,
+    _plain_arrow_type,
+    _read_raw_footer,
+    _row_group_ranges,
+    _storage,
+)
+from tinax._data._record_codec import (
+    KIND_ARRAY,
+    KIND_NONE,
+    FieldSpec,
+    RecordHeader,
+    RecordSchema,
+    array_from_bytes,
+    record_position,
+)
+from tinax._data._record_source import RecordFileSource
+
+__all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
+
+
+class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
+    """The file is not Parquet: a ValueError, and the ``pyarrow.ArrowInvalid`` tinax 0.2 let through."""
+
+
+class CorruptParquetError(OSError, ValueError):
+    """A Parquet footer pyarrow cannot decode: the OSError pyarrow raised, and a ValueError."""
+
+
+class _RowGroup:
+    """One decoded row group: a value getter per column, over Arrow buffers."""
+
+    def __init__(self, getters: Sequence[tuple[str, Callable[[int], Any]]], nbytes: int) -> None:
+        self.nbytes = nbytes
+        self._getters = tuple(getters)
+
+    def record(self, row: int) -> dict[str, Any]:
+        record = {}
+        for name, getter in self._getters:
+            try:
+                record[name] = getter(row)
+            except ValueError as error:
+                raise ValueError(f"column {name!r}: {error}") from error
+        return record
+
+    def records(self, rows: np.ndarray[Any, Any]) -> list[dict[str, Any]]:
+        """The records of several rows, as :meth:`record` gives each, read column by column."""
+        columns = []
+        for _, getter in self._getters:
+            try:
+                columns.append(many_values(getter, rows))
+            except ValueError:
+                # Found again row by row, so the message names the row that failed.
+                return [self.record(row) for row in rows.tolist()]
+        names = [name for name, _ in self._getters]
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
+    """Getters that give a tinax-format row group's records exactly as written (of the columns read)."""
+    getters: list[tuple[str, Callable[[int], Any]]] = []
+    present = set(table.column_names)
+    for field in schema.fields:
+        if field.name not in present:
+            continue
+        column = table.column(field.name).combine_chunks()
+        if field.kind != KIND_NONE and column.null_count:
+            raise ValueError(f"field {field.name!r} has missing values")
+        if field.kind != KIND_ARRAY:
+            getters.append((field.name, column_getter(column, "python")))
+        elif column.type == _legacy_arrow_type(field):
+            getters.append((field.name, _legacy_array_getter(field, column, table.num_rows)))
+        else:
+            getters.append((field.name, _native_array_getter(field, column)))
+    return getters
+
+
+def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
+    assert field.dtype is not None
+    assert field.ndim is not None
+    storage = _storage(field.dtype)
+    arrays = ArrayColumn(column, dtype=field.dtype, pairs=storage.pairs, ndim=field.ndim)
+    if arrays.bad_rows:
+        row, reason = next(iter(arrays.bad_rows.items()))
+        raise ValueError(f"field {field.name!r} has {reason} in row {row}")
+    return arrays.getter()
+
+
+def _legacy_array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], Any]:
+    assert field.dtype is not None
+    assert field.ndim is not None
+    dtype, ndim = field.dtype, field.ndim
+    shape_lists, payloads = column.flatten()
+    if shape_lists.null_count or payloads.null_count:
+        raise ValueError(f"field {field.name!r} has missing values")
+    shape_offsets = np.asarray(shape_lists.offsets)
+    if len(shape_offsets) != rows + 1 or np.any(np.diff(shape_offsets) != ndim):
+        raise ValueError(f"field {field.name!r} holds shapes that do not have {ndim} dimensions")
+    shape_values = np.asarray(shape_lists.values)[shape_offsets[0] : shape_offsets[-1]]
+    shapes = [tuple(shape) for shape in shape_values.reshape(rows, ndim).tolist()]
+    buffers = payloads.buffers()
+    offsets = np.frombuffer(buffers[1], np.int64, rows + 1, payloads.offset * 8).tolist()
+    data = buffers[2] if buffers[2] is not None else b""
+
+    def get(row: int) -> Any:
+        start = offsets[row]
+        return array_from_bytes(data, start, offsets[row + 1] - start, dtype, shapes[row])
+
+    return get
+
+
+def _tinax_columns_match(schema: RecordSchema, arrow_schema: pa.Schema) -> bool:
+    """Whether a file's columns are those the header's fields are written as (this or the earlier layout)."""
+    if list(arrow_schema.names) != list(schema.names):
+        return False
+    for field, arrow_type in zip(schema.fields, arrow_schema.types, strict=True):
+        if arrow_type == _legacy_arrow_type(field):
+            continue
+        if field.kind == KIND_ARRAY:
+            if not _is_native_array_type(field, arrow_type):
+                return False
+        elif arrow_type != _plain_arrow_type(field.kind):
+            return False
+    return True
+
+
+class _Footer(NamedTuple):
+    """What a Parquet file's footer says, as far as reading records goes."""
+
+    #: The tinax header, None for a file outside the tinax format.
+    header_bytes: bytes | None
+    #: The position after the last record of every row group.
+    group_ends: tuple[int, ...]
+    #: The byte range and SHA-256 of every row group (tinax format only).
+    group_checks: tuple[tuple[int, int, str], ...] | None
+
+
+class ParquetRecordSource(RecordFileSource[_Footer]):
+    """Random access to the rows of one Parquet file.
+
+    A Grain random-access data source over the file's row groups, with a
+    per-process cache of decoded row groups bounded by a memory budget. A
+    file in the tinax record format (one :func:`write_parquet_record` wrote
+    with the ``tinax.records`` metadata) gives its records back exactly; any
+    other Parquet file gives its rows under the chosen mapping. The source
+    pickles as its path, options and what its footer said; an unpickled copy
+    (in a Grain worker, say) opens the file on first use and checks that it
+    still says the same.
+
+    Attributes:
+      source_id: For the tinax format only: the identity of the records,
+        derived from the header (see the package README); equal for equal
+        records, whatever the path or container format. Other files have no
+        identity, since naming their content would mean reading all of it.
+    """
+
+    _header_name = "footer"
+    _column_names: tuple[str, ...]
+
+    def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        """Opens the file and reads its footer.
+
+        Args:
+          path: The file, preferably absolute so that workers with another
+            working directory find it too.
+          mapping: ``"python"`` or ``"numpy"`` (see :func:`read_parquet_record`).
+          cache_bytes: The memory budget of the row-group cache.
+
+        Raises:
+          ValueError: If the file is not Parquet (a ``pyarrow.ArrowInvalid``),
+            carries the tinax metadata but contradicts it, or has a column
+            the mapping cannot give.
+        """
+        self._mapping = mapping
+        self._cache_bytes = cache_bytes
+        super().__init__(path)
+
+    def _options(self) -> dict[str, Any]:
+        return {"mapping": self._mapping, "cache_bytes": self._cache_bytes, "columns": self._column_names}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        self._mapping = options["mapping"]
+        self._cache_bytes = options["cache_bytes"]
+        self._column_names = tuple(options["columns"])
+
+    def _start_process(self) -> None:
+        super()._start_process()
+        # Guards the cache, and makes one thread at a time read the file.
+        self._lock = threading.Lock()
+        self._cache: collections.OrderedDict[int, _RowGroup] = collections.OrderedDict()
+        self._cached_bytes = 0
+        self._verified: set[int] = set()
+
+    def _unreadable(self, reason: str) -> ValueError:
+        return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
+
+    def _adopt(self, header: _Footer) -> None:
+        super()._adopt(header)
+        self._group_ends = list(header.group_ends)
+        self._group_checks = header.group_checks
+        if header.header_bytes is None:
+            self._count = self._group_ends[-1] if self._group_ends else 0
+            return
+        parsed = RecordHeader.from_json_bytes(header.header_bytes)
+        self._schema = parsed.schema
+        self._count = parsed.count
+        self.source_id: str = parsed.source_id
+
+    @property
+    def row_group_ends(self) -> tuple[int, ...]:
+        """The position after the last record of every row group, in file order."""
+        return tuple(self._group_ends)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        """The names of the file's columns, which are the keys of every row."""
+        return self._column_names
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the file's columns, as pyarrow reads it from the footer.
+
+        Raises:
+          ValueError: If the file changed since this source read its footer.
+        """
+        return self._handle().schema_arrow
+
+    def _open(self) -> tuple[Any, _Footer]:
+        try:
+            parquet_file = pq.ParquetFile(self._path, page_checksum_verification=True)
+            metadata = parquet_file.metadata
+            key_values = metadata.metadata or {}
+            group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+            arrow_schema = parquet_file.schema_arrow
+        except (ValueError, pa.ArrowException) as error:
+            # ArrowInvalid (tinax 0.2's error for a file that is not Parquet),
+            # pyarrow's other errors, and the UnicodeDecodeError of a damaged
+            # column name.
+            raise UnreadableParquetError(
+                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+            ) from error
+        except OSError as error:
+            if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
+                raise
+            # pyarrow's plain OSError for a footer it cannot decode (a damaged
+            # Thrift structure): an OSError as before, and the ValueError
+            # tinax gives for a malformed file.
+            raise CorruptParquetError(
+                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+            ) from error
+        self._column_names = tuple(arrow_schema.names)
+        group_ends = tuple(int(end) for end in np.cumsum(group_rows, dtype=np.int64))
+        header_bytes = key_values.get(METADATA_KEY)
+        stored_checksums = key_values.get(CHECKSUM_KEY)
+        if header_bytes is None:
+            if stored_checksums is not None or _footer_holds_checksums(self._path):
+                # A damaged footer can lose its key-value list and still parse:
+                # the checksum entry's bytes are still there, unparsed.
+                raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
+            if self._mapping == "numpy":
+                require_mappable(arrow_schema, repr(str(self._path)))
+            return parquet_file, _Footer(None, group_ends, None)
+        try:
+            header = RecordHeader.from_json_bytes(header_bytes)
+        except ValueError as error:
+            raise self._unreadable(str(error)) from error
+        # Names and types must match; nullability may differ, since missing values are refused when read.
+        if not _tinax_columns_match(header.schema, arrow_schema):
+            found = {name: str(kind) for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)}
+            wanted = {field.name: field.describe() for field in header.schema.fields}
+            raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}")
+        if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
+            raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
+        if stored_checksums is None:
+            raise self._unreadable(
+                "it carries a tinax header but no checksums: its footer is damaged, or an older tinax 0.3 "
+                "development version wrote it"
+            )
+        try:
+            group_checks = self._verified_footer(metadata, stored_checksums)
+        except (OSError, ValueError) as error:
+            raise self._unreadable(str(error)) from error
+        return parquet_file, _Footer(header_bytes, group_ends, group_checks)
+
+    def _verified_footer(self, metadata: Any, stored: bytes) -> tuple[tuple[int, int, str], ...]:
+        """Checks the footer's digest and returns every row group's range and digest."""
+        footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
+        with open(self._path, "rb") as handle:
+            footer, footer_start = _read_raw_footer(handle, "the file")
+        if _footer_digest(footer, stored, group_digests) != footer_digest:
+            raise ValueError("its footer does not match its checksum: the footer is corrupt")
+        ranges = _row_group_ranges(metadata, footer_start, "the file")
+        return tuple((start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True))
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        position = self._position(index)
+        with self._lock:
+            return self._record(position)
+
+    def _getitems(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """Returns the records at several positions, as indexing each would (grain's batched read)."""
+        count, path = self._count, self._path
+        positions = None
+        if all(type(index) is int for index in indices):
+            positions = np.fromiter(indices, np.int64, len(indices))
+            positions[positions < 0] += count
+            if len(positions) and (int(positions.min()) < 0 or int(positions.max()) >= count):
+                positions = None  # Checked one by one below, for the error naming the index.
+        if positions is None:
+            positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        # The batch's positions grouped by row group, each group's in batch order.
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        records: list[Any] = [None] * len(positions)
+        with self._lock:
+            for chosen in np.split(order, cuts) if len(order) else []:
+                group_index = int(groups[chosen[0]])
+                group = self._cache.get(group_index)
+                if group is None:
+                    group = self._load(group_index, int(positions[chosen[0]]))
+                else:
+                    self._cache.move_to_end(group_index)
+                offset = self._group_ends[group_index - 1] if group_index else 0
+                try:
+                    found = group.records(positions[chosen] - offset)
+                except ValueError as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: a record of row group {group_index} is malformed ({error})"
+                    ) from error
+                for slot, record in zip(chosen.tolist(), found, strict=True):
+                    records[slot] = record
+        return records
+
+    def _record(self, position: int) -> dict[str, Any]:
+        # Called with the lock held.
+        group_index = bisect.bisect_right(self._group_ends, position)
+        group = self._cache.get(group_index)
+        if group is None:
+            group = self._load(group_index, position)
+        else:
+            self._cache.move_to_end(group_index)
+        row = position - (self._group_ends[group_index - 1] if group_index else 0)
+        try:
+            return group.record(row)
+        except ValueError as error:
+            raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
+
+    def _read_group(self, group_index: int, columns: Sequence[str] | None) -> pa.Table:
+        # Called with the lock held, so one thread reads the file at a time.
+        parquet_file = self._handle()
+        if self._group_checks is not None and group_index not in self._verified:
+            self._verify_row_group(group_index)
+            self._verified.add(group_index)
+        table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
+        expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
+        if table.num_rows != expected_rows:
+            raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
+        return table
+
+    def _getters(self, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
+        if self._schema is not None:
+            return _tinax_getters(self._schema, table)
+        return [
+            (name, column_getter(table.column(index).combine_chunks(), self._mapping))
+            for index, name in enumerate(table.column_names)
+        ]
+
+    def _load(self, group_index: int, position: int) -> _RowGroup:
+        # Called with the lock held.
+        try:
+            table = self._read_group(group_index, None)
+            group = _RowGroup(self._getters(table), int(table.nbytes))
+        except (pa.ArrowException, OSError, ValueError) as error:
+            raise ValueError(
+                f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
+            ) from error
+        # Evicted first, so the budget holds while the new row group is added.
+        while self._cache and self._cached_bytes + group.nbytes > self._cache_bytes:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.nbytes
+        self._cache[group_index] = group
+        self._cached_bytes += group.nbytes
+        return group
+
+    def column_values(self, name: str) -> list[Any]:
+        """Reads one column of every row, in order, without reading the other columns.
+
+        Args:
+          name: One of :attr:`column_names`.
+
+        Returns:
+          The value each row holds in that column, as indexing the row gives it.
+
+        Raises:
+          ValueError: If a row group is corrupt or a value cannot be given,
+            naming the path and the row.
+        """
+        values: list[Any] = []
+        for group_index in range(len(self._group_ends)):
+            first = self._group_ends[group_index - 1] if group_index else 0
+            with self._lock:
+                try:
+                    table = self._read_group(group_index, [name])
+                    (getter,) = self._getters(table)
+                except (pa.ArrowException, OSError, ValueError) as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: column {name!r} cannot be read (row group {group_index}: {error})"
+                    ) from error
+            column = table.column(0)
+            if not _needs_getter(column.type):
+                # Scalars: pyarrow's own conversion gives the same values, faster.
+                values.extend(column.to_pylist())
+                continue
+            for row in range(table.num_rows):
+                try:
+                    values.append(getter[1](row))
+                except ValueError as error:
+                    raise ValueError(
+                        f"{str(self._path)!r}: record {first + row} is malformed (column {name!r}: {error})"
+                    ) from error
+        return values
+
+    def _verify_row_group(self, group_index: int) -> None:
+        assert self._group_checks is not None
+        start, end, expected = self._group_checks[group_index]
+        with open(self._path, "rb") as handle:
+            found = _digest_range(handle, start, end)
+        if found != expected:
+            raise ValueError(
+                f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
+            )
+
+    def __repr__(self) -> str:
+        if self._schema is None:
+            return (
+                f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
+                f"row_groups={len(self._group_ends)}, plain Parquet rows, mapping={self._mapping!r})"
+            )
+        return (
+            f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
+            f"row_groups={len(self._group_ends)}, fields={list(self._schema.names)}, source_id={self.source_id!r})"
+        )
+
+
+def _needs_getter(arrow_type: pa.DataType) -> bool:
+    """Whether a column's rows differ from its to_pylist values under some mapping (lists, tensors, structs)."""
+    return bool(
+        types.is_list(arrow_type)
+        or types.is_large_list(arrow_type)
+        or types.is_fixed_size_list(arrow_type)
+        or types.is_struct(arrow_type)
+        or isinstance(arrow_type, pa.BaseExtensionType)
+    )
