@@ -98,7 +98,8 @@ def load_sharded_safetensors(
     memory beyond the arrays' own stays within the larger of one shard and
     16 MiB: shards are read and placed one at a time, except that tensors
     under 256 KiB, and tensors whose local shards tile a box (read in its
-    longer runs), are read together into one reused staging buffer.
+    longer runs), are read together into one reused staging buffer and placed in one
+    batched transfer.
 
     Every process of a multi-process runtime calls this with the same
     arguments; nothing is exchanged between them.
@@ -292,26 +293,27 @@ def _load(plan: _Plan, arena: _Arena) -> jax.Array:
     info = plan.tensor.info
     arena.reset()
     staged = _read_boxes(plan, arena) if _staged_together(plan) else {}
-    if staged and plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
-        # Tiny tensors (biases, norms): one batched transfer, whose fixed cost
-        # dominates at this size.
+    if staged:
+        # Staged shards (tiny tensors, column blocks of one box) go in one
+        # batched transfer: its fixed cost dominates tiny tensors, and JAX
+        # copies strided column blocks out of the box faster in one call
+        # than in one call per device (bench:weights, columns: 2.2x the naive
+        # rows load before, about 0.6 to 1.0x after). The staging is bounded
+        # by the arena already.
         array: jax.Array = jax.make_array_from_callback(
             info.shape, plan.sharding, lambda index: staged[box_of_index(index, info.shape)]
         )
         array.block_until_ready()
         return array
 
-    # Placed shard by shard: the first device copies the staged shard, or
-    # takes over a buffer of its own (64-byte aligned so that a CPU device
-    # can, saving a copy); the others copy from that device. Waiting for each
-    # transfer bounds the staging to one shard.
+    # Placed shard by shard: the first device takes over a buffer of its own
+    # (64-byte aligned so that a CPU device can, saving a copy); the others
+    # copy from that device. Waiting for each transfer bounds the staging to
+    # one shard.
     pieces = []
     for box, devices in plan.shards.items():
-        if staged:
-            buffer = staged[box]
-        else:
-            buffer = _aligned_buffer(tuple(stop - start for start, stop in box), plan.dtype)
-            _read_into(plan, box, buffer)
+        buffer = _aligned_buffer(tuple(stop - start for start, stop in box), plan.dtype)
+        _read_into(plan, box, buffer)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
