@@ -47,17 +47,27 @@ def test_grain_source_dataset_still_keeps_its_source_as_source():
     assert compat.wrapped_source(grain.MapDataset.range(3)) is None
 
 
-def test_source_position_reduces_indices_modulo_the_length_as_grain_does():
-    dataset = _source_dataset(4)
-    assert hasattr(dataset, "_index_mod_len"), "grain's SourceMapDataset lost _index_mod_len"
-    assert [compat.source_position(dataset, index) for index in (0, 5, -1)] == [0, 1, 3]
-    assert [compat.source_position([0, 0, 0, 0], index) for index in (0, 5, -1)] == [0, 1, 3]
-
-
-def test_grain_batch_still_reads_rows_through_its_overridable_hook():
-    assert compat.batch_reads_parent_items(), (
+def test_grain_batch_still_reads_rows_through_the_hook_bulk_batch_overrides():
+    assert hasattr(compat.BATCH_MAP_DATASET, "_get_parent_items_fn"), (
         "grain's BatchMapDataset lost _get_parent_items_fn: batches are still right, but each row is read alone"
     )
+    reads = []
+
+    class Recording(grain.MapDataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, index):
+            reads.append(index)
+            return index
+
+        def _getitems(self, indices):
+            reads.append(list(indices))
+            return list(indices)
+
+    batches = compat.BulkBatchMapDataset(Recording(), 4, drop_remainder=False, batch_fn=list)
+    assert [batches[0], batches[1]] == [[0, 1, 2, 3], [4, 5]]
+    assert reads == [[0, 1, 2, 3], [4, 5]], "grain's batch no longer reads through _get_parent_items_fn"
 
 
 def test_grain_iterators_still_know_their_length_and_next_index():

@@ -222,11 +222,11 @@ def _write_records(
                 outside.append(record)
                 break
             digest.update(data)
-            _write(writer, data, destination)
+            _write_record(writer, data, destination)
             count += 1
         if not outside:
             header = RecordHeader(schema if schema is not None else RecordSchema(()), count, digest.hexdigest())
-            _write(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
+            _write_record(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
             return
     # From the first record outside the format on, the whole file is JSON: the
     # records written so far go first, read back from the file just closed.
@@ -236,11 +236,11 @@ def _write_records(
     ):
         if schema is not None and count:
             for written in _read_back(module, temporary, schema, count):
-                _write(writer, _json_record(written), destination)
+                _write_record(writer, _json_record(written), destination)
         for record in outside:
-            _write(writer, _json_record(record), destination)
+            _write_record(writer, _json_record(record), destination)
         for record in records:
-            _write(writer, _json_record(record), destination)
+            _write_record(writer, _json_record(record), destination)
 
 
 def _read_back(module: Any, path: pathlib.Path, schema: RecordSchema, count: int) -> Iterator[dict[str, Any]]:
@@ -259,7 +259,7 @@ def _json_record(record: Any) -> bytes:
     return json.dumps(record).encode("utf-8")
 
 
-def _write(writer: Any, data: bytes, destination: pathlib.Path) -> None:
+def _write_record(writer: Any, data: bytes, destination: pathlib.Path) -> None:
     try:
         writer.write(data)
     except RuntimeError as error:

@@ -113,7 +113,7 @@ def require_mappable(schema: pa.Schema, what: str) -> None:
             )
 
 
-def _bulk(one: Getter, many: Callable[[np.ndarray[Any, Any]], list[Any]]) -> Getter:
+def _with_batched_read(one: Getter, many: Callable[[np.ndarray[Any, Any]], list[Any]]) -> Getter:
     """Gives a getter a way to read many rows at once (a NumPy array of rows), for :func:`many_values`."""
     try:
         one.many = many  # type: ignore[attr-defined]
@@ -142,7 +142,7 @@ def _validity(column: pa.Array) -> np.ndarray[Any, Any] | None:
     return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
 
-def _with_nulls(valid: np.ndarray[Any, Any] | None, getter: Getter) -> Getter:
+def _none_where_null(valid: np.ndarray[Any, Any] | None, getter: Getter) -> Getter:
     if valid is None:
         return getter
     return lambda row: getter(row) if valid[row] else None
@@ -169,7 +169,7 @@ def _sized_getter(column: pa.Array, decode: bool) -> Getter:
         def get(row: int) -> Any:
             return bytes(data[offsets[row] : offsets[row + 1]])
 
-    return _with_nulls(_validity(column), get)
+    return _none_where_null(_validity(column), get)
 
 
 def _scalar_getter(column: pa.Array) -> Getter | None:
@@ -190,8 +190,8 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
             # ten times faster than a NumPy scalar's item().
             one = memoryview(values).__getitem__  # type: ignore[arg-type]
         if valid is None:
-            return _bulk(one, lambda rows: values[rows].tolist())
-        return _with_nulls(valid, one)
+            return _with_batched_read(one, lambda rows: values[rows].tolist())
+        return _none_where_null(valid, one)
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
         return _sized_getter(column, decode=True)
     if types.is_binary(arrow_type) or types.is_large_binary(arrow_type):
@@ -201,7 +201,7 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
         valid = _validity(column)
         indices = column.indices.fill_null(0).to_numpy(zero_copy_only=False)
         dictionary = column.dictionary.to_pylist()
-        return _with_nulls(valid, lambda row: dictionary[indices[row]])
+        return _none_where_null(valid, lambda row: dictionary[indices[row]])
     return None
 
 
@@ -353,7 +353,7 @@ class ArrayColumn:
     def getter(self) -> Getter:
         """:meth:`get`, able to read many rows at once."""
         # A partial, unlike a bound method, can carry the bulk reader as an attribute.
-        return _bulk(functools.partial(ArrayColumn.get, self), self.many)
+        return _with_batched_read(functools.partial(ArrayColumn.get, self), self.many)
 
 
 def column_getter(column: pa.Array, mapping: str) -> Getter:
@@ -384,7 +384,7 @@ def column_getter(column: pa.Array, mapping: str) -> Getter:
                 (arrow_type.field(index).name, column_getter(column.field(index), mapping))
                 for index in range(arrow_type.num_fields)
             ]
-            return _with_nulls(valid, lambda row: {name: get(row) for name, get in children})
+            return _none_where_null(valid, lambda row: {name: get(row) for name, get in children})
     # Every other type: pyarrow's own conversion, as to_pylist gives it.
     values: list[Any] = column.to_pylist()
     return values.__getitem__

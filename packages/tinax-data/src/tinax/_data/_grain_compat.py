@@ -13,7 +13,7 @@ walk grain datasets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import grain
@@ -22,12 +22,11 @@ __all__ = [
     "BATCH_MAP_DATASET",
     "SLICE_MAP_DATASET",
     "SOURCE_MAP_DATASET",
-    "batch_reads_parent_items",
+    "BulkBatchMapDataset",
     "get_next_index",
     "iterator_length",
     "read_many",
     "set_next_index",
-    "source_position",
     "wrapped_source",
 ]
 
@@ -37,10 +36,6 @@ SOURCE_MAP_DATASET: type[Any] = type(grain.MapDataset.source(()))
 SLICE_MAP_DATASET: type[Any] = type(grain.MapDataset.source(()).slice(slice(0)))
 #: grain's dataset that ``MapDataset.batch`` builds (no public name).
 BATCH_MAP_DATASET: type[Any] = type(grain.MapDataset.range(1).batch(1))
-
-# grain's batch reads a batch's rows through this cached property; overriding
-# it is the only way to read them with one call.
-_BATCH_ITEMS_HOOK = "_get_parent_items_fn"
 
 
 def read_many(dataset: Any, indices: Sequence[int]) -> list[Any]:
@@ -60,14 +55,6 @@ def wrapped_source(dataset: Any) -> Any | None:
     if not isinstance(dataset, SOURCE_MAP_DATASET):
         return None
     return getattr(dataset, "_source", None)
-
-
-def source_position(dataset: Any, index: int) -> int:
-    """The position in the source of a source dataset's index: modulo the length, as grain reads it."""
-    reduce: Callable[[int], int] | None = getattr(dataset, "_index_mod_len", None)
-    if reduce is None:
-        return index % len(dataset)
-    return reduce(index)
 
 
 def iterator_length(iterator: Any) -> int | None:
@@ -94,6 +81,17 @@ def set_next_index(iterator: Any, index: int) -> None:
     iterator._set_next_index(index)
 
 
-def batch_reads_parent_items() -> bool:
-    """Whether grain's batch still reads its rows through the hook a batch subclass can override."""
-    return hasattr(BATCH_MAP_DATASET, _BATCH_ITEMS_HOOK)
+class BulkBatchMapDataset(BATCH_MAP_DATASET):  # type: ignore[misc]
+    """grain's batch, reading the rows of a batch with one :func:`read_many` call.
+
+    Every grain dataset's batched read gives what indexing each position
+    gives, so the batches are the same; a record source that reads many
+    records at once (the Parquet reader) skips grain's per-row overhead.
+    Should grain stop reading through the hook overridden here, its batch
+    reads row by row again: the same batches, more slowly.
+    """
+
+    def _get_parent_items_fn(self, items: range) -> list[Any]:
+        # grain's hook for reading a batch's rows: a cached property there that
+        # gives a function, a method here, called the same way.
+        return read_many(self.parents[0], items)

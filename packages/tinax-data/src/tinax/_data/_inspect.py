@@ -148,19 +148,19 @@ def _add_head(report: Report, source: Any, options: InspectOptions) -> None:
     count = min(options.head, len(source))
     if not count:
         return
-    rows = [{"index": index, "record": _shown(source[index])} for index in range(count)]
+    rows = [{"index": index, "record": _shown_record(source[index])} for index in range(count)]
     report.add_table("records", ("index", "record"), rows)
 
 
-def _shown(record: object) -> str:
+def _shown_record(record: object) -> str:
     if isinstance(record, dict):
-        text = "{" + ", ".join(f"{key!r}: {_value(value)}" for key, value in record.items()) + "}"
+        text = "{" + ", ".join(f"{key!r}: {_shown_value(value)}" for key, value in record.items()) + "}"
     else:
-        text = _value(record)
+        text = _shown_value(record)
     return text if len(text) <= _SHOWN_CHARACTERS else text[: _SHOWN_CHARACTERS - 3] + "..."
 
 
-def _value(value: object) -> str:
+def _shown_value(value: object) -> str:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None and len(shape) > 0:

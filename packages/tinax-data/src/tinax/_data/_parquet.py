@@ -384,11 +384,11 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
                 pending.append(values)
                 pending_bytes += _stored_size(schema, values)
                 if pending_bytes >= _ROW_GROUP_TARGET_BYTES or len(pending) >= _ROW_GROUP_MAX_ROWS:
-                    writer.write_table(_row_group(schema, arrow_schema, pending), row_group_size=len(pending))
+                    writer.write_table(_row_group_table(schema, arrow_schema, pending), row_group_size=len(pending))
                     groups += 1
                     pending, pending_bytes = [], 0
             if pending:
-                writer.write_table(_row_group(schema, arrow_schema, pending), row_group_size=len(pending))
+                writer.write_table(_row_group_table(schema, arrow_schema, pending), row_group_size=len(pending))
                 groups += 1
             header = RecordHeader(schema, count, digest.hexdigest())
             placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * groups)
@@ -597,7 +597,7 @@ def _stored_size(schema: RecordSchema, values: list[Any]) -> int:
     return size
 
 
-def _row_group(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[list[Any]]) -> pa.Table:
+def _row_group_table(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[list[Any]]) -> pa.Table:
     import pyarrow as pa
 
     columns = []

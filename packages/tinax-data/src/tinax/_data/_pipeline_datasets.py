@@ -26,7 +26,6 @@ import numpy as np
 
 from tinax._core.validation import fail_type
 from tinax._data._grain_compat import (
-    BATCH_MAP_DATASET,
     get_next_index,
     iterator_length,
     read_many,
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset
 
 __all__ = [
-    "BulkBatchMapDataset",
     "CheckedIterDataset",
     "CheckedIterator",
     "CheckedMapDataset",
@@ -137,20 +135,6 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"CheckedIterator(kind={self._description.get('kind')!r})"
-
-
-class BulkBatchMapDataset(BATCH_MAP_DATASET):  # type: ignore[misc]
-    """grain's batch, reading the rows of a batch with one call.
-
-    Every grain dataset's batched read gives what indexing each position
-    gives, so the batches are the same; a record source that reads many
-    records at once (the Parquet reader) skips grain's per-row overhead.
-    """
-
-    def _get_parent_items_fn(self, items: range) -> list[Any]:
-        # Overrides the hook through which grain's batch reads a batch's rows
-        # (a cached property there, a method here: called the same way).
-        return read_many(self.parents[0], items)
 
 
 class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]

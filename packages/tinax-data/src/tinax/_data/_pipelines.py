@@ -254,7 +254,8 @@ def training_batches(
         blocks = _row_group_ends(dataset)
         if seed < 0:
             fail_value("seed", "a non-negative int when shuffling", seed)
-    from tinax._data._pipeline_datasets import BulkBatchMapDataset, CheckedMapDataset, WindowShuffleMapDataset
+    from tinax._data._grain_compat import BulkBatchMapDataset
+    from tinax._data._pipeline_datasets import CheckedMapDataset, WindowShuffleMapDataset
 
     rows = dataset.seed(seed)
     if blocks is not None:
