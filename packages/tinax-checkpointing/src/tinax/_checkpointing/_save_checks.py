@@ -26,7 +26,7 @@ from tinax._checkpointing._errors import (
 )
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
 from tinax._checkpointing._upstream_compat import handler_lookup
-from tinax._core import validation
+from tinax._core import files, validation
 from tinax._core.jax_compat import is_tracer
 
 __all__ = ["exists_error", "require_absent", "require_creatable", "require_saveable_leaves"]
@@ -42,10 +42,11 @@ _SAVEABLE_KINDS = frozenset("biufc")
 _SAVEABLE_LEAVES = "bool, int, float, str, or a numpy.ndarray or jax.Array of bool or numbers"
 
 
-def exists_error(destination: pathlib.Path) -> CheckpointExistsError:
-    return CheckpointExistsError(
-        f"path {str(destination)!r} already exists; checkpoints are immutable, so save to a new path "
-        "(or delete the old checkpoint first)"
+def exists_error(destination: pathlib.Path) -> FileExistsError:
+    return files.exists_error(
+        destination,
+        "checkpoints are immutable, so save to a new path (or delete the old checkpoint first)",
+        CheckpointExistsError,
     )
 
 
@@ -127,7 +128,7 @@ def require_saveable_leaves(name: str, value: object) -> None:
         where = argument + jax.tree_util.keystr(path)
         for entry in path:
             key = entry.key if isinstance(entry, jax.tree_util.DictKey) else getattr(entry, "name", None)
-            if isinstance(key, str) and not _is_utf8(key):
+            if isinstance(key, str) and validation.utf8_problem(key) is not None:
                 validation.fail_value(f"the keys of {argument}", "encodable as UTF-8 (no lone surrogates)", key)
         kind = type(leaf)
         if kind is bool or kind is float:
@@ -136,7 +137,7 @@ def require_saveable_leaves(name: str, value: object) -> None:
             if not _MIN_INT <= leaf <= _MAX_INT:
                 validation.fail_value(where, "an int in [-2**63, 2**64 - 1], the range Orbax stores", leaf)
         elif kind is str:
-            if not _is_utf8(leaf):
+            if validation.utf8_problem(leaf) is not None:
                 validation.fail_value(where, "a str encodable as UTF-8 (no lone surrogates)", leaf)
         elif isinstance(leaf, (bytes, bytearray, memoryview)):
             raise UnsupportedLeafError(validation.expectation_message(where, _SAVEABLE_LEAVES, leaf))
@@ -158,14 +159,6 @@ def _require_saveable_array(where: str, array: Any) -> None:
         )
     if array.size == 0:
         validation.fail_value(where, "an array with at least one element (Orbax saves no empty arrays)", array)
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _require_saveable(name: str, value: object) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
-from tinax._core import validation
+from tinax._core import files, validation
 
 __all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
 
@@ -34,9 +34,10 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
     destination = path.absolute()
     refuse_orbax_temporary_destination(destination)
     if destination.exists() or destination.is_symlink():
-        raise CheckpointExistsError(
-            f"path must not exist yet, got {str(destination)!r} which already exists; "
-            "legacy V0 checkpoints are never overwritten"
+        raise files.exists_error(
+            destination,
+            "a legacy V0 save's path must not exist yet (its checkpoints are never overwritten)",
+            CheckpointExistsError,
         )
     destination.parent.mkdir(parents=True, exist_ok=True)
     return destination
