@@ -131,3 +131,14 @@ def test_upstream_serializer_still_orders_metadata_differently_per_process() -> 
         for _ in range(4)
     }
     assert len(headers) > 1
+
+
+def test_msgpack_ext_type_still_needs_its_payload_as_bytes() -> None:
+    # Why save_msgpack frames array extensions itself: ExtType takes only
+    # bytes, so an array would be copied into it (and again into the packer).
+    # If this starts failing, ExtType takes buffers; see whether it can frame
+    # arrays without copies (hatch run bench:weights --cases write).
+    import msgpack
+
+    with pytest.raises(TypeError):
+        msgpack.ExtType(1, memoryview(np.zeros(4, np.uint8)))
