@@ -30,6 +30,7 @@ __all__ = [
     "tracing_in_progress",
 ]
 
+
 def is_tracer(value: object) -> bool:
     """Returns whether ``value`` is an abstract value being traced.
 

@@ -207,7 +207,5 @@ def require_homogeneous_mesh(mesh: object, name: str = "mesh") -> Mesh:
 def _axes_text(mesh: Mesh, selected: Callable[[AxisType], bool]) -> str:
     # "'data' (Explicit), 'model' (Auto)" for the axes whose type is selected.
     return ", ".join(
-        f"{name!r} ({kind.name})"
-        for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True)
-        if selected(kind)
+        f"{name!r} ({kind.name})" for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True) if selected(kind)
     )
