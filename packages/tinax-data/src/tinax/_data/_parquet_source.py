@@ -101,7 +101,7 @@ def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Cal
     for field in schema.fields:
         if field.name not in present:
             continue
-        column = table.column(field.name).combine_chunks()
+        column = _one_array(table.column(field.name))
         if field.kind != KIND_NONE and column.null_count:
             raise ValueError(f"field {field.name!r} has missing values")
         if field.kind != KIND_ARRAY:
@@ -400,7 +400,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         if self._schema is not None:
             return _tinax_getters(self._schema, table)
         return [
-            (name, column_getter(table.column(index).combine_chunks(), self._mapping))
+            (name, column_getter(_one_array(table.column(index)), self._mapping))
             for index, name in enumerate(table.column_names)
         ]
 
@@ -490,3 +490,10 @@ def _needs_getter(arrow_type: pa.DataType) -> bool:
         or types.is_struct(arrow_type)
         or isinstance(arrow_type, pa.BaseExtensionType)
     )
+
+
+def _one_array(column: pa.ChunkedArray) -> pa.Array:
+    """A column's values as one array: its only chunk itself, since combining would copy even that."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks()
