@@ -11,35 +11,23 @@ instead of waiting for them.
 
 from __future__ import annotations
 
-import pathlib
 import sys
 import threading
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 from tinax._checkpointing._upstream_compat import register_before_thread_shutdown
 
-__all__ = ["UnfinishedSave", "save_finished", "save_started"]
+if TYPE_CHECKING:
+    from tinax._checkpointing._response import SaveResponse
 
-
-class UnfinishedSave(Protocol):
-    """What the exit hook needs of a save in flight."""
-
-    @property
-    def destination(self) -> pathlib.Path:
-        """The checkpoint folder the save creates."""
-        ...
-
-    def result(self, timeout: float | None = None) -> None:
-        """Waits for the save, raising its failure."""
-        ...
-
+__all__ = ["save_finished", "save_started"]
 
 _lock = threading.Lock()
-_unfinished: set[UnfinishedSave] = set()
+_unfinished: set[SaveResponse] = set()
 _hook_registered: list[bool] = []
 
 
-def save_started(save: UnfinishedSave) -> None:
+def save_started(save: SaveResponse) -> None:
     """Records a save in flight, and registers the exit hook on the first one.
 
     Orbax has been imported by then, so its pools registered their own hooks
@@ -56,7 +44,7 @@ def save_started(save: UnfinishedSave) -> None:
     register_before_thread_shutdown(_finish_saves)
 
 
-def save_finished(save: UnfinishedSave) -> None:
+def save_finished(save: SaveResponse) -> None:
     """Forgets a save that has succeeded or failed.
 
     Args:
