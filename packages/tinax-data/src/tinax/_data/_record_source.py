@@ -99,11 +99,6 @@ class RecordFileSource(Generic[HeaderT]):
         return handle
 
     @property
-    def path(self) -> pathlib.Path:
-        """The file."""
-        return self._path
-
-    @property
     def schema(self) -> RecordSchema | None:
         """The schema of the tinax header, or None for a file outside the tinax format."""
         return self._schema
