@@ -85,3 +85,10 @@ def test_an_iterator_without_the_index_protocol_raises_as_grain_does():
     iterator = iter(grain.MapDataset.range(4).to_iter_dataset().filter(lambda value: value % 2 == 0))
     with pytest.raises((NotImplementedError, ValueError)):
         compat.set_next_index(iterator, 1)
+
+
+def test_an_iterator_without_the_index_protocol_at_all_raises_not_implemented():
+    with pytest.raises(NotImplementedError, match="cannot say"):
+        compat.get_next_index(iter([1, 2]))
+    with pytest.raises(NotImplementedError, match="cannot move"):
+        compat.set_next_index(iter([1, 2]), 1)

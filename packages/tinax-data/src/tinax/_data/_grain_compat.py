@@ -67,18 +67,26 @@ def get_next_index(iterator: Any) -> int:
     """The index of the element a grain iterator gives next (grain's private protocol).
 
     Raises:
-      NotImplementedError: If the iterator cannot say, as grain raises it.
+      NotImplementedError: If the iterator cannot say (grain's own answer),
+        or grain no longer has the protocol.
     """
-    return int(iterator._get_next_index())
+    get = getattr(iterator, "_get_next_index", None)
+    if get is None:
+        raise NotImplementedError(f"{type(iterator).__name__} cannot say which element comes next")
+    return int(get())
 
 
 def set_next_index(iterator: Any, index: int) -> None:
     """Moves a grain iterator to the element at ``index`` (grain's private protocol).
 
     Raises:
-      NotImplementedError: If the iterator cannot move, as grain raises it.
+      NotImplementedError: If the iterator cannot move (grain's own answer),
+        or grain no longer has the protocol.
     """
-    iterator._set_next_index(index)
+    move = getattr(iterator, "_set_next_index", None)
+    if move is None:
+        raise NotImplementedError(f"{type(iterator).__name__} cannot move to another element")
+    move(index)
 
 
 class BulkBatchMapDataset(BATCH_MAP_DATASET):  # type: ignore[misc]
