@@ -23,7 +23,7 @@ import numpy as np
 from tinax._core._command._report import InspectOptions, Report
 from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_header
 from tinax._weights._index import open_checkpoint
-from tinax._weights._msgpack import _CHUNKED_MARKER, _read_tree
+from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
 from tinax._weights._paths import MissingFilePathError, open_file_to_read
 
 __all__ = ["CountingFile", "inspect_msgpack", "inspect_safetensors", "inspect_safetensors_index"]
@@ -144,7 +144,7 @@ def inspect_msgpack(path: pathlib.Path, options: InspectOptions) -> Report:
                 f"{str(path)!r} holds {size} bytes, more than --max-bytes={options.max_bytes}; "
                 "raise --max-bytes to inspect it"
             )
-        tree = _read_tree(handle, size, path)  # type: ignore[arg-type]
+        tree = read_state_tree(handle, size, path)  # type: ignore[arg-type]
         bytes_read = handle.bytes_read
     rows: list[dict[str, Any]] = []
     _leaves(tree, "", rows, options)
@@ -160,7 +160,7 @@ def _leaves(tree: dict[Any, Any], prefix: str, rows: list[dict[str, Any]], optio
     for key in tree:
         value = tree[key]
         name = f"{prefix}/{key}" if prefix else str(key)
-        if isinstance(value, dict) and _CHUNKED_MARKER not in value:
+        if isinstance(value, dict) and CHUNKED_ARRAY_MARKER not in value:
             _leaves(value, name, rows, options)
             continue
         if options.names is not None and not fnmatch.fnmatchcase(name, options.names):

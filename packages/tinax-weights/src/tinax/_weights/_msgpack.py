@@ -42,14 +42,14 @@ from tinax._core import dtypes, validation
 from tinax._weights._header import numpy_shape_problem
 from tinax._weights._paths import MissingFilePathError, open_file_to_read, write_file_atomically
 
-__all__ = ["load_msgpack", "save_msgpack"]
+__all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
 
 _NDARRAY_EXTENSION = 1
 _COMPLEX_EXTENSION = 2
 _SCALAR_EXTENSION = 3
 
 #: The key flax puts in the map that stands for a chunked array.
-_CHUNKED_MARKER = "__msgpack_chunked_array__"
+CHUNKED_ARRAY_MARKER = "__msgpack_chunked_array__"
 
 #: Arrays larger than this are chunked, exactly at flax's threshold, so that
 #: the files stay byte-identical to flax's.
@@ -159,9 +159,9 @@ def _checked_state(value: object, where: str, ancestors: frozenset[int]) -> dict
         if type(key) is not str:
             validation.fail_type(f"keys of {where}", "str", key)
         validation.require_utf8(key, f"keys of {where}")
-        if key == _CHUNKED_MARKER:
+        if key == CHUNKED_ARRAY_MARKER:
             raise ValueError(
-                f"keys of {where} must not be {_CHUNKED_MARKER!r}, which flax reads as the mark of a chunked array"
+                f"keys of {where} must not be {CHUNKED_ARRAY_MARKER!r}, which flax reads as the mark of a chunked array"
             )
         item_where = f"{where}[{key!r}]"
         if isinstance(item, Mapping):
@@ -240,7 +240,7 @@ def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max
     flat = array.reshape(-1)
     starts = range(0, flat.size, chunk_length)
     handle.write(packer.pack_map_header(3))
-    handle.write(packer.pack(_CHUNKED_MARKER))
+    handle.write(packer.pack(CHUNKED_ARRAY_MARKER))
     handle.write(packer.pack(True))
     handle.write(packer.pack("shape"))
     handle.write(packer.pack({str(axis): extent for axis, extent in enumerate(array.shape)}))
@@ -421,7 +421,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
             raise ValueError(
                 f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
             )
-        loaded = _read_tree(handle, size, source)
+        loaded = read_state_tree(handle, size, source)
     mismatches = _Mismatches([], [])
     restored = _restore_mapping(expected, loaded, (), mismatches)
     problems = mismatches.lines()
@@ -481,7 +481,16 @@ def _target_leaf(value: object, where: str) -> _Expected:
     return _ExpectedArray(extents, dtype)
 
 
-def _read_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, Any]:
+def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, Any]:
+    """Decodes a whole msgpack state dict under limits that follow the file's size.
+
+    Arrays come back as NumPy arrays, still in flax's chunked form where the
+    file chunks them (a map holding ``CHUNKED_ARRAY_MARKER``). Used by
+    ``load_msgpack`` and by ``tinax inspect``.
+
+    Raises:
+      ValueError: If the file is empty, not msgpack, or breaks a limit.
+    """
     import msgpack
 
     if size == 0:
@@ -610,7 +619,7 @@ def _restore_mapping(
 
 def _restore_value(expected: Any, value: object, path: tuple[object, ...], mismatches: _Mismatches) -> Any:
     where = _key_path(path)
-    chunked = isinstance(value, dict) and _CHUNKED_MARKER in value
+    chunked = isinstance(value, dict) and CHUNKED_ARRAY_MARKER in value
     if isinstance(expected, dict):
         if isinstance(value, dict) and not chunked:
             return _restore_mapping(expected, value, path, mismatches)
@@ -631,14 +640,15 @@ def _restore_value(expected: Any, value: object, path: tuple[object, ...], misma
 
 def _describe_loaded(value: object) -> str:
     if isinstance(value, dict):
-        return "a chunked array" if _CHUNKED_MARKER in value else "a mapping"
+        return "a chunked array" if CHUNKED_ARRAY_MARKER in value else "a mapping"
     return validation.describe(value)
 
 
 def _unchunk(data: dict[Any, Any]) -> np.ndarray[Any, Any]:
     """Joins flax's chunked form of a large array back into one array."""
-    if set(data) != {_CHUNKED_MARKER, "shape", "chunks"} or data[_CHUNKED_MARKER] is not True:
-        raise ValueError(f"expected the keys {_CHUNKED_MARKER!r}, 'shape' and 'chunks', got {sorted(map(str, data))}")
+    if set(data) != {CHUNKED_ARRAY_MARKER, "shape", "chunks"} or data[CHUNKED_ARRAY_MARKER] is not True:
+        expected = f"the keys {CHUNKED_ARRAY_MARKER!r}, 'shape' and 'chunks'"
+        raise ValueError(f"expected {expected}, got {sorted(map(str, data))}")
     shape = _numbered_values(data["shape"], "shape")
     chunks = _numbered_values(data["chunks"], "chunks")
     if not all(type(extent) is int and extent >= 0 for extent in shape):
