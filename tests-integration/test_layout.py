@@ -133,3 +133,33 @@ def test_the_test_harness_is_an_unpublished_member_outside_the_namespace():
         # Runtime source never imports the harness; only tests do.
         for path in (member / "src").rglob("*.py"):
             assert "tinax_testing" not in path.read_text(encoding="utf-8"), path
+
+
+def _readme_module_list() -> dict[str, set[str]]:
+    """The README's "Modules of each distribution" list: member folder -> module paths under src/."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Modules of each distribution", 1)[1].split("\n### ", 1)[0]
+    listed: dict[str, set[str]] = {}
+    member = None
+    for line in section.split("```text", 1)[1].split("```", 1)[0].splitlines():
+        if line and not line.startswith(" "):
+            member = line.split()[0]
+            listed[member] = set()
+        elif line.strip():
+            assert member is not None, line
+            listed[member].add(line.split()[0])
+    return listed
+
+
+def test_the_readme_lists_every_module_of_every_member_once():
+    listed = _readme_module_list()
+    on_disk = {
+        folder.name: {
+            path.relative_to(folder / "src").as_posix()
+            for path in (folder / "src").rglob("*.py")
+            # A private package's __init__.py holds only its docstring.
+            if not (path.name == "__init__.py" and path.parent.name.startswith("_"))
+        }
+        for folder in [*MEMBERS, *HARNESS]
+    }
+    assert listed == on_disk
