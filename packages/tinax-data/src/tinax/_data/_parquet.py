@@ -220,30 +220,13 @@ def write_parquet_record(
 ) -> None:
     """Writes records to a Parquet file of Arrow-native columns, atomically.
 
-    Records that fit the tinax record format (see the package README: the
-    same fields in every record, each holding the same kind of plain value or
-    NumPy array) are written in it, one row group at a time, and read back
-    exactly. Plain values are native columns (``int64``, ``double``,
-    ``bool``, ``large_string``, ``large_binary``, ``null``); an array field
-    whose arrays have one shape in every record is an Arrow
-    ``fixed_shape_tensor`` column (a plain column for 0-d arrays), and one
-    whose shapes vary is a column of nested ``large_list`` values, one level
-    per dimension. pandas, Polars, DuckDB and pyarrow read these as numbers.
-    dtypes Arrow lacks are stored as the nearest Arrow type (``bfloat16``,
-    the float8 types and ``int4`` as their raw bits in unsigned integers of
-    the same width, complex numbers as float pairs on a trailing axis of 2,
-    big-endian values as little-endian ones), with the exact dtype in the
-    field metadata and the tinax header, so tinax reads them back exactly.
-
-    Any other records tinax 0.2 accepted (lists, nested mappings, NumPy
-    scalars, dates, fields missing from some records, ints and floats mixed
-    in one field, ...) are written as a plain Arrow table, as 0.2 wrote
-    them, and read back as pyarrow's ``to_pylist`` gives them (a missing
-    field as None, a tuple as a list, an int among floats as a float, ...).
-
-    The file appears at ``path`` only once every record has been written and
-    flushed to disk; if any record is refused, the file that was there (if
-    any) is left as it was.
+    Records in the tinax record format (the same fields in every record, each
+    holding one kind of plain value or NumPy array) become native Arrow columns
+    that read back exactly; any other records tinax 0.2 accepted are written as
+    a plain Arrow table, as 0.2 wrote them. The file appears at ``path`` only
+    once every record is written and flushed; a refused record leaves the file
+    that was there as it was. The data user guide's "Writing Parquet files"
+    section gives the column types.
 
     Args:
       path: Where to write the file. Its folder must exist.
@@ -667,35 +650,12 @@ def read_parquet_record(
     """Opens a Parquet file as a random-access dataset of dict rows.
 
     A file :func:`write_parquet_record` wrote in the tinax record format reads
-    back exactly as written, whatever ``mapping`` says. Any other Parquet file
-    (one tinax 0.2 wrote, one written in the plain-table fallback, or one
-    from pyarrow, pandas, Polars, DuckDB, Spark, ...) reads with no tinax
-    metadata, its values mapped as ``mapping`` says (the package README has
-    the table for every Arrow type):
-
-    - ``"python"`` (the default): exactly pyarrow's ``to_pylist`` rows, as
-      tinax 0.2 read every file. Lists are Python lists, structs dicts, and a
-      missing value is None.
-    - ``"numpy"``: the same scalars, strings, bytes, dates, timestamps,
-      decimals and dicts, but lists and large lists of numbers, fixed-size
-      lists and ``fixed_shape_tensor`` values become NumPy arrays of their
-      exact shape (rectangular nested lists included). A missing value is
-      None where a scalar goes; where an array would need it (a missing list,
-      a missing element, ragged nested lists), reading that row raises a
-      ValueError naming the column and the row. Columns of a type without a
-      mapping (maps, unions, intervals, other extension types) are refused
-      when the file is opened.
-
-    Only the footer is read on open. Indexing reads the row group that holds
-    the record and keeps it decoded as Arrow buffers (no Python object per
-    row) in a per-process cache of at most ``cache_bytes`` of decoded data,
-    evicting the least recently used row groups. A file whose columns fit the
-    budget is read once, however it is indexed; for a larger file, indexing
-    in a random order reads a row group for almost every record, so shuffle
-    it by row groups instead (``training_batches``'s ``shuffle_window``).
-    The dataset supports ``len``, indexing, ``shuffle`` and every other
-    ``MapDataset`` transformation, and can be sent to Grain's multiprocessing
-    workers (each reopens the file on first use, with its own cache).
+    back exactly as written, whatever ``mapping`` says; any other Parquet file
+    reads as ``mapping`` says (``"python"``: pyarrow's ``to_pylist`` rows, as
+    tinax 0.2 read them; ``"numpy"``: lists of numbers and tensors become NumPy
+    arrays). Only the footer is read on open; indexing decodes whole row groups
+    into a per-process cache of at most ``cache_bytes``. The data user guide's
+    "Reading Parquet files" section describes both mappings and the cache.
 
     Args:
       path: The file.
@@ -710,7 +670,9 @@ def read_parquet_record(
       :class:`ParquetRecordSource`. For the tinax format it equals what
       :func:`read_array_record` gives for the same records. A row group that
       turns out to be corrupt when it is read raises ``ValueError`` naming
-      the path and index.
+      the path and index, and so does, with ``mapping="numpy"``, a row
+      where an array would need a missing value (naming the column and
+      the row).
 
     Raises:
       TypeError: If ``path`` is not a path, ``mapping`` is not a str or

@@ -95,61 +95,16 @@ def training_batches(
 ) -> MapDataset[BatchT]:
     """Builds the deterministic, per-process training batches of a dataset.
 
-    Every process builds the same global order and takes its own contiguous
-    block of it, so all processes run the same number of steps. With ``n``
-    rows, ``shard_count`` processes and a global batch of ``shard_count *
-    batch_size`` rows, the steps are:
-
-    1. **Shuffle** (if ``shuffle``) all ``n`` rows with grain's index shuffle,
-       as ``dataset.seed(seed).shuffle()`` does. Each epoch is shuffled again
-       with its own seed derived from ``seed``, so every epoch has its own
-       order.
-    2. **Truncate** the epoch to whole global batches: its first
-       ``n // (shard_count * batch_size) * shard_count * batch_size`` rows.
-       The rows past that point (fewer than one global batch) are not used in
-       that epoch; when shuffling, they are other rows in every epoch.
-    3. **Shard.** Process ``shard_index`` takes the ``shard_index``-th of
-       ``shard_count`` equal contiguous blocks of the truncated epoch. The
-       blocks are disjoint, and each holds whole batches.
-    4. **Batch** ``batch_size`` consecutive rows with ``batch_fn``. A batch
-       never spans two epochs, and every batch is full.
-    5. **Repeat** for ``num_epochs`` epochs, or forever for None.
-
-    The same arguments give bit-identical batches in every run and process,
-    and the same batches as tinax 0.2's ``training_batches``.
-
-    **Window shuffle.** A global shuffle reads rows in an order unrelated to
-    where they are stored, which is fast only when the data fits in memory
-    (or in the Parquet reader's cache). For a larger Parquet file, pass
-    ``shuffle_window=k`` (with ``shuffle=True``) to replace step 1 by a block
-    shuffle: each epoch, the file's row groups are put in a new random order,
-    consecutive runs of ``k`` of them form windows, and the rows of each
-    window are shuffled among themselves. Each row group is then read once
-    per epoch, and at most ``k`` of them are needed at a time, so the pass
-    runs at about sequential speed when ``k`` row groups fit the reader's
-    ``cache_bytes``. Steps 2 to 5, determinism, resume and process sharding
-    are the same as for the global shuffle (every process takes its block of
-    the same window-shuffled order). The trade-off: a batch draws its rows
-    from at most a few windows, and rows of one row group stay near each
-    other within an epoch, so data sorted or clustered on disk (by label,
-    source or date) gives batches that are less mixed than a global shuffle
-    gives. Write such data in a shuffled order, or use more rows per window.
-
-    Iterate the returned dataset directly (``iter(batches)``) or through
-    ``batches.to_iter_dataset()`` (for example to hand it to
-    :func:`open_multiprocessing_iterator`). The iterator is a
-    ``grain.DatasetIterator``: its ``get_state()`` is a JSON-serializable dict
-    holding grain's state and a description of this pipeline, and Orbax saves
-    it as a checkpointable. ``set_state`` on the iterator of a freshly built
-    pipeline resumes exactly at the next batch, and refuses, with a ValueError
-    naming each differing field, a state from a pipeline with another source
-    identity, row count, seed, shuffle flag, shard index, shard count, batch
-    size or worker count. ``num_epochs`` is not checked: resuming with more
-    epochs is a legitimate way to train longer. A state saved by tinax 0.2
-    (grain's state alone) has no description to check and is restored as it
-    is. Transformations applied to the returned dataset (``.map``,
-    ``.slice``, ...) build a plain grain pipeline whose states carry no
-    description.
+    Every process builds the same seeded order of each epoch, truncates it to
+    whole global batches of ``shard_count * batch_size`` rows, takes its own
+    contiguous block and batches it with ``batch_fn``, so all processes run the
+    same number of full steps. The same arguments give bit-identical batches in
+    every run and process, the same as tinax 0.2's. ``shuffle_window`` replaces
+    the global shuffle by a row-group window shuffle for large Parquet files.
+    The iterator's state describes the pipeline, and restoring it into another
+    pipeline is a ValueError. The data user guide's sections "How training
+    batches are built", "Window shuffle for large Parquet files" and "What a
+    restored state must match" give the details.
 
     Args:
       dataset: A finite ``grain.MapDataset`` holding one epoch of rows. When
@@ -173,8 +128,9 @@ def training_batches(
         the batch. It must be picklable (a module-level function, for
         example) to be used with worker processes.
       shuffle_window: None (the default) for the global shuffle, or the
-        number of row groups per window of the window shuffle described
-        above. It needs ``shuffle=True`` and a ``dataset`` that
+        number of row groups per window of the window shuffle (each epoch
+        shuffles the order of the row groups, then the rows within each
+        window of that many row groups). It needs ``shuffle=True`` and a ``dataset`` that
         :func:`read_parquet_record` returned (its row groups are the blocks).
 
     Returns:

@@ -129,25 +129,12 @@ def split_by_column(
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
     """Splits a dataset of rows in two by the value of one column.
 
-    Every row is read once, in order, when the split is made; for the
-    dataset :func:`read_parquet_record` returns, only ``column`` is read,
-    with the same values the rows hold. A row whose
-    ``column`` equals (``==``) ``values[0]`` goes to the first part, one that
-    equals ``values[1]`` to the second. A row with any other value (a third
-    label, a misspelling, ``bytes`` instead of ``str``) stops the split with
-    an error naming the value and the row, so no row is ever dropped without
-    notice. Values of any type work (``values=(0, 1)`` for an int column).
-    Rows that are None, as a ``filter`` leaves them in a ``MapDataset``, are
-    not rows: they belong to neither part. A value may match no row, which
-    gives an empty part.
-
-    Each part is a random-access ``grain.MapDataset`` over the rows of its
-    value, in their original order; it reads rows from ``dataset`` lazily.
-    When ``dataset`` has a source identity (see :class:`InMemorySource`), each
-    part gets a derived one,
-    ``"<parent id>/split_by_column(column=..., value=...)"``, so pipeline
-    state checks tell the parts apart. A part of an unidentified dataset is
-    unidentified too.
+    A row whose ``column`` equals ``values[0]`` goes to the first part, one that
+    equals ``values[1]`` to the second, and any other value stops the split with
+    an error, so no row is dropped silently. Rows are read once, in order, when
+    the split is made; each part then reads its rows lazily, in their original
+    order, under a source identity derived from the parent's. The data user
+    guide's "How rows are split" section gives the details.
 
     Args:
       dataset: A finite ``grain.MapDataset`` whose rows are mappings (or

@@ -36,46 +36,15 @@ def open_multiprocessing_iterator(
 ) -> Iterator[DatasetIterator[T]]:
     """Iterates a dataset in grain worker processes that live only inside a ``with`` block.
 
-    The dataset is prefetched with ``dataset.mp_prefetch`` and
-    ``grain.MultiprocessingOptions(num_workers, per_worker_buffer_size)``:
-    each worker produces every ``num_workers``-th element (batch, for a
-    pipeline) and the iterator interleaves their outputs, so a pipeline from
-    :func:`training_batches` or :func:`evaluation_batches` yields the same
-    batches, in the same order, as it does without workers. Workers start,
-    with the ``spawn`` method, at the first ``next()`` (or
-    ``start_prefetch()``). Leaving the block, normally or by an exception,
-    closes the iterator, which stops and joins every worker process (grain
-    kills one that does not stop within its own timeout); the iterator cannot
-    be used afterwards.
-
-    Everything the workers run is pickled to them: the dataset, its data
-    source and records, and functions such as ``batch_fn`` and
-    ``worker_init_fn`` must be picklable, and the main module is re-imported
-    in each worker, so keep its side effects behind
-    ``if __name__ == "__main__":``.
-
-    grain's workers read absl flags, which must be parsed before any worker
-    starts (``absl.app.run`` does it; a program without it calls
-    ``absl.flags.FLAGS(sys.argv)`` or ``FLAGS.mark_as_parsed()`` itself). With
-    ``num_workers`` of 1 or more this function checks that, and it never
-    parses or changes flags itself. With ``num_workers=0`` no worker starts,
-    so flags need not be parsed.
-
-    The yielded iterator is a ``grain.DatasetIterator``; its state is
-    JSON-serializable, Orbax saves it as a checkpointable, and restoring it
-    into a fresh iterator of the same pipeline with the same ``num_workers``
-    and ``sequential_slice`` resumes exactly. When ``dataset`` is (or is
-    built on) a tinax pipeline, the state carries the pipeline's description
-    with the worker count, and a restore into an iterator with another worker
-    count (0 included, that is, the pipeline iterated without this function),
-    or another pipeline, is refused with a ValueError naming the fields that
-    differ. For other grain datasets only ``num_workers`` and
-    ``sequential_slice`` are recorded and checked.
-
-    With ``num_workers=0`` no process is started: grain's ``mp_prefetch``
-    leaves the dataset as it is, and the dataset's own iterator is yielded
-    (and closed on exit), so its states are interchangeable with those of the
-    dataset iterated directly.
+    Each worker of ``dataset.mp_prefetch`` produces every ``num_workers``-th
+    element, so a tinax pipeline yields the same batches, in the same order, as
+    without workers. Workers start (with ``spawn``) at the first ``next()``, and
+    leaving the block, normally or by an exception, stops and joins them all.
+    What the workers run must be picklable, and absl flags must be parsed before
+    a worker starts; this function checks that and never parses them itself.
+    With ``num_workers=0`` no process starts and the dataset's own iterator is
+    yielded. The data user guide's "How worker processes run" section covers
+    pickling, flags and iterator states.
 
     Args:
       dataset: A ``grain.IterDataset``, for example
