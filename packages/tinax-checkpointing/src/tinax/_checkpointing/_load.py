@@ -36,25 +36,13 @@ __all__ = ["load_checkpointables", "stored_tree"]
 def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
     """Loads named values from a complete checkpoint into explicit targets.
 
-    Every name to load needs a restore target that says where each array goes
-    (:func:`abstract_restore_target` builds one from live state). Arrays load
-    with the target's sharding, which may differ from the sharding they were
-    saved with: a ``jax.ShapeDtypeStruct`` with a sharding gives a
-    ``jax.Array`` placed that way, and a ``numpy.ndarray`` target (or the
-    class ``numpy.ndarray``) gives a host NumPy array. A target's dtype is the
-    dtype loaded (Orbax converts). Objects implementing Orbax's stateful
-    checkpointable protocol, such as Grain iterators, are restored in place.
-    Every array target, of whatever kind, must have the shape that was saved:
-    this is checked against the checkpoint's metadata before anything loads.
-
-    Names left out of ``targets`` are not loaded, so a subset of a checkpoint
-    can be read (for example the model without the optimizer). Before loading,
-    the folder is checked to be a complete checkpoint: not an Orbax temporary
-    folder, with its metadata and every checkpointable the metadata lists.
-    Orbax's ``commit_success.txt`` marker is not required: Orbax 0.12.1, which
-    tinax 0.2 used, commits by renaming the folder and writes no marker. In a
-    multi-process run every process calls this function with the same
-    arguments, in the same order.
+    Every name to load needs a restore target (:func:`abstract_restore_target`
+    builds one from live state): arrays load with the target's sharding and
+    dtype and must have the saved shape. Names left out of ``targets`` are not
+    loaded, and the folder is checked to be a complete checkpoint before
+    anything loads. In a multi-process run every process calls this function
+    with the same arguments, in the same order. The checkpointing user guide's
+    "Restore targets" section gives the rules.
 
     Args:
       path: The checkpoint folder written by :func:`save_checkpointables`.

@@ -101,45 +101,15 @@ class CheckpointScan:
 class TrainingCheckpointManager:
     """Saves training checkpoints into ``<root>/<step>`` on a schedule and keeps what a policy says.
 
-    Every step is one :func:`save_training_checkpoint` checkpoint in a folder
-    named by the step in decimal (``<root>/1200``). A step is *committed*
-    once its folder passes the same completeness check as
-    :func:`load_checkpointables`; temporary folders of unfinished saves, torn
-    folders and unrelated names are never taken for a step.
-
-    Retention, applied after each save commits, keeps the union of the last
-    ``keep_last`` committed steps, every step divisible by ``keep_every``,
-    and the ``keep_best`` steps with the best metric (as passed to
-    :meth:`save`; steps saved without one never count as best). The other
-    steps older than the newest committed one are deleted, so a crash at any
-    moment leaves at least one complete checkpoint once one has committed.
-    Retention runs when the manager learns that a save committed: in
-    :meth:`wait`, and in the next :meth:`save`.
-
-    In a multi-process run, every process constructs the manager with the
-    same arguments and calls its methods in the same order, as it does for
-    :func:`save_training_checkpoint`. Process 0 decides which steps are
-    committed, the others check that they see the same, and only process 0
-    deletes or writes the metric file.
-
-    A training loop that resumes, saves on schedule and saves once more on
-    preemption::
-
-        manager = TrainingCheckpointManager(
-            run_dir, save_interval_steps=1000, keep_last=3, keep_every=10_000, keep_best=None,
-            best_mode=None, save_in_flight="wait", create=True,
-        )
-        start = manager.latest_committed_step()
-        if start is not None:
-            restored = manager.restore(start, model_target, optimizer_target, rng_target, {}, iterator)
-        with manager.preemption_guard():
-            for step in range(start or 0, total_steps):
-                state = train_step(state, next(iterator))
-                if manager.should_save(step + 1):
-                    manager.save(step + 1, state.model, state.optimizer, key, {}, iterator)
-                if manager.preemption_requested:
-                    break
-        manager.wait()
+    Each step is one :func:`save_training_checkpoint` checkpoint in
+    ``<root>/<step>``, and counts as committed once it passes the completeness
+    check of :func:`load_checkpointables`. After each commit, retention keeps
+    the newest ``keep_last`` steps, the steps divisible by ``keep_every`` and
+    the ``keep_best`` best by metric, and deletes the other older steps, so a
+    complete checkpoint always survives. Every process constructs the manager
+    alike and calls its methods in the same order; only process 0 deletes. The
+    checkpointing user guide's "How the manager commits and keeps steps"
+    section gives the rules.
 
     Args:
       root: The folder holding one subfolder per step.
@@ -169,6 +139,15 @@ class TrainingCheckpointManager:
         ``"refuse"``, or ``root`` exists but is not a folder.
       FileNotFoundError: If ``root`` does not exist and ``create`` is False.
         It is also a ``ValueError``.
+
+    Examples:
+      >>> from tinax.checkpointing import TrainingCheckpointManager
+      >>> manager = TrainingCheckpointManager(
+      ...     "run/steps", save_interval_steps=1000, keep_last=3, keep_every=None, keep_best=None,
+      ...     best_mode=None, save_in_flight="wait", create=True,
+      ... )
+      >>> manager.should_save(2000), manager.latest_committed_step()  # a new run has nothing to resume
+      (True, None)
     """
 
     def __init__(

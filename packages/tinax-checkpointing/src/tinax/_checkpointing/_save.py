@@ -49,35 +49,13 @@ _saves_in_flight_lock = threading.Lock()
 def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[str, Any]) -> ocp.AsyncResponse[None]:
     """Starts one asynchronous save of several named values into one checkpoint.
 
-    Every name becomes a subfolder of ``path`` and is checked by
-    :func:`validate_checkpointable_name`; no two names may differ only in
-    case. The values are pytrees of ``jax.Array``, ``numpy.ndarray``, Python
-    scalars and ``str``, or objects that implement Orbax's stateful
-    checkpointable protocol (such as a Grain dataset iterator). Every leaf
-    and key is checked before the save starts: arrays must hold bool or
-    numbers (ml_dtypes types such as bfloat16 included) and at least one
-    element, ints must fit in [-2**63, 2**64 - 1], and strings and keys must
-    be encodable as UTF-8. The destination is checked too: its nearest
-    existing folder must be writable, and every folder name to create, the
-    temporary one included, must fit the file system.
-
-    Device data is copied to the host before this function returns, so the
-    caller may update its arrays at once; writing continues in the background.
-    The checkpoint appears at ``path`` only when it is complete: until then it
-    lives in ``<path>.orbax-checkpoint-tmp``, which a failed save removes
-    before its ``result()`` raises, and which a later save to ``path``
-    removes if a crash left it behind. For that reason ``path`` itself may not
-    be named like such a folder. In a multi-process run every process calls
-    this function with the same arguments, in the same order.
-
-    The destination is immutable: an existing ``path`` is refused, and so is
-    a second save to a ``path`` whose save is still in flight in this process
-    (two spellings of one folder count as one). The claim on ``path`` ends
-    when the save finishes or fails, whether or not ``result()`` is called.
-    Call ``result()`` before the program exits. A save still in flight at
-    exit is finished where Python still starts threads during shutdown (3.11)
-    and reported on stderr as lost where it does not (3.12 and later), in
-    which case Orbax's own threads may hold the exit for minutes.
+    Every name becomes a subfolder of ``path``. Names, leaves and the
+    destination are checked before the save starts; device data is copied to
+    the host before this returns, and writing continues in the background. The
+    checkpoint appears at ``path`` only when complete, and the destination is
+    immutable: an existing ``path``, or one whose save is in flight, is
+    refused. Call ``result()`` before the program exits. The checkpointing user
+    guide's "What a save checks and promises" section gives the rules.
 
     Args:
       path: Folder to create for the checkpoint. Missing parent folders are

@@ -26,22 +26,12 @@ _PLAIN_LEAVES = (bool, int, float, complex, bytes, str, np.generic)
 def abstract_restore_target(state: Any) -> Any:
     """Turns live state into a restore target that keeps every placement.
 
-    Works on any pytree (dicts, lists, dataclasses, Flax NNX ``State``, ...)
-    and keeps its structure. Leaf by leaf:
-
-    - a ``jax.Array``, PRNG key arrays included, becomes a
-      ``jax.ShapeDtypeStruct`` with the array's shape, dtype and sharding.
-      Key arrays need this: the target ``jax.eval_shape`` gives a key has no
-      sharding, and Orbax would then guess one and warn;
-    - a ``numpy.ndarray`` becomes a read-only, zero-stride NumPy array of the
-      same shape and dtype (it allocates nothing), which tells Orbax to
-      restore a host NumPy array;
-    - a ``jax.ShapeDtypeStruct`` that already has a sharding is kept;
-    - ``bool``, ``int``, ``float``, ``complex``, ``bytes``, ``str`` and NumPy
-      scalars are kept, since Orbax restores them by value;
-    - an object that implements Orbax's stateful-checkpointable protocol
-      (for example a Grain dataset iterator) is kept: Orbax restores it in
-      place.
+    Works on any pytree and keeps its structure: a ``jax.Array`` (PRNG keys
+    included) becomes a ``jax.ShapeDtypeStruct`` with its sharding, a NumPy
+    array becomes a placeholder that restores a host array, and Python and NumPy
+    scalars, sharded ``jax.ShapeDtypeStruct`` leaves and Orbax stateful
+    checkpointables are kept. The checkpointing user guide's "Restore targets"
+    section describes each kind of leaf.
 
     Args:
       state: The live state, for example the values that were saved.
