@@ -346,31 +346,19 @@ class _Mismatches:
 def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max_bytes: int) -> Any:
     """Reads a Flax msgpack state dict into the structure of ``target``.
 
-    Like ``flax.serialization.from_bytes`` for a state dict, without flax:
-    files written by flax's ``to_bytes`` and ``msgpack_serialize`` load,
-    chunked arrays included. The file is compared with ``target`` key by key
-    and leaf by leaf, and every difference is reported at once. Keys of the
-    file that ``target`` does not have are left out of the result, as flax
-    leaves them out, so a target may restore part of a state dict. A leaf
-    matches when:
-
-    * ``target`` holds an array (a ``numpy.ndarray``, or anything with
-      ``shape`` and ``dtype`` such as a ``jax.Array`` or
-      ``jax.ShapeDtypeStruct``): the file holds an ndarray of exactly that
-      shape and dtype;
-    * ``target`` holds a NumPy scalar: the file holds a NumPy scalar of that
-      dtype;
-    * ``target`` holds a Python bool, int, float, complex, str, bytes or
-      None: the file holds a value of exactly that type (an int does not
-      stand in for a float).
-
-    Only the structure, shapes, dtypes and types of ``target`` are used, never
-    its values.
+    Like ``flax.serialization.from_bytes`` for a state dict, without flax. The
+    file is compared with ``target`` key by key and leaf by leaf (shapes, dtypes
+    and Python types, never values), and every difference is reported at once;
+    keys of the file that ``target`` lacks are left out, as flax leaves them
+    out. The weights user guide's "How a file is matched against its target"
+    section gives the matching rules.
 
     Args:
       path: The msgpack file.
       target: The expected structure: a mapping with ``str`` keys whose values
-        are nested mappings of the same kind or leaves as listed above.
+        are nested mappings of the same kind or leaves: arrays (anything with
+        ``shape`` and ``dtype``), NumPy scalars, or Python bool, int, float,
+        complex, str, bytes or None.
       max_bytes: The largest file size to accept, in bytes. Loading holds
         the loaded values plus about twice the largest array in memory (and
         the whole file as well under msgpack's pure-Python fallback), and a
