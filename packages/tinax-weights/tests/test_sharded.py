@@ -494,6 +494,76 @@ def test_a_tensor_larger_than_the_limit_gets_its_own_file(tmp_path):
     assert weight_map == {"big": "m-00001-of-00002.safetensors", "small": "m-00002-of-00002.safetensors"}
 
 
+def _checkpoint_files(folder: pathlib.Path) -> list[str]:
+    return sorted(path.name for path in folder.iterdir())
+
+
+def test_replacing_a_multi_file_export_swaps_the_whole_set_at_once(tmp_path):
+    mesh = make_mesh((2, 4))
+    rows = NamedSharding(mesh, PartitionSpec("x", "y"))
+    first = {f"w{index}": jax.device_put(values((8, 4), np.float32, index), rows) for index in range(3)}
+    second = {name: array * 2 for name, array in first.items()}
+    index = tmp_path / "model.safetensors.index.json"
+    save_sharded_safetensors(index, first, overwrite=False, max_file_bytes=128)
+    old_files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    assert old_files == [f"model-0000{number}-of-00003.safetensors" for number in range(1, 4)]
+
+    save_sharded_safetensors(index, second, overwrite=True, max_file_bytes=128)
+    new_files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    # New names, so no file of the old set was ever overwritten in place.
+    assert not set(new_files) & set(old_files)
+    assert all(name.startswith("model-") and name.endswith("-of-00003.safetensors") for name in new_files)
+    # The old set is gone once the new index is in place.
+    assert _checkpoint_files(tmp_path) == sorted([index.name, *new_files])
+    loaded = load_sharded_safetensors(index, shardings=dict.fromkeys(second, rows), max_bytes=1 << 20)
+    assert all(np.array_equal(np.asarray(loaded.arrays[name]), np.asarray(second[name])) for name in second)
+    for name in new_files:
+        assert safetensors.numpy.load_file(str(tmp_path / name))
+
+    # A third export replaces the second set the same way.
+    save_sharded_safetensors(index, first, overwrite=True, max_file_bytes=128)
+    third_files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    assert not set(third_files) & set(new_files)
+    assert _checkpoint_files(tmp_path) == sorted([index.name, *third_files])
+
+
+def test_a_replacement_that_fails_midway_leaves_the_old_checkpoint_whole(tmp_path, monkeypatch):
+    from tinax._weights import _sharded_save
+
+    mesh = make_mesh((4, 2))
+    rows = NamedSharding(mesh, PartitionSpec("x"))
+    first = {f"w{index}": jax.device_put(values((8, 4), np.float32, index), rows) for index in range(3)}
+    index = tmp_path / "model.safetensors.index.json"
+    save_sharded_safetensors(index, first, overwrite=False, max_file_bytes=128)
+    old_index = index.read_bytes()
+    old_bytes = {name: (tmp_path / name).read_bytes() for name in _checkpoint_files(tmp_path)}
+
+    written: list[pathlib.Path] = []
+    real_write_file = _sharded_save._write_file
+
+    def failing_after_one_file(destination, *arguments, **keywords):
+        if written:
+            raise OSError("disk full")
+        real_write_file(destination, *arguments, **keywords)
+        written.append(destination)
+
+    monkeypatch.setattr(_sharded_save, "_write_file", failing_after_one_file)
+    with pytest.raises(OSError, match="disk full"):
+        save_sharded_safetensors(
+            index, {name: array + 1 for name, array in first.items()}, overwrite=True, max_file_bytes=128
+        )
+    monkeypatch.undo()
+
+    # The old index and every file it names are untouched, so it loads exactly.
+    assert index.read_bytes() == old_index
+    assert all((tmp_path / name).read_bytes() == content for name, content in old_bytes.items())
+    loaded = load_sharded_safetensors(index, shardings=dict.fromkeys(first, rows), max_bytes=1 << 20)
+    assert all(np.array_equal(np.asarray(loaded.arrays[name]), np.asarray(first[name])) for name in first)
+    # What the failed export wrote is one complete file that no index names.
+    (orphan,) = set(_checkpoint_files(tmp_path)) - set(old_bytes)
+    assert orphan == written[0].name
+
+
 def test_export_refusals(tmp_path):
     mesh = make_mesh((2, 4))
     array = jax.device_put(np.ones((8, 8), np.float32), NamedSharding(mesh, PartitionSpec("x", "y")))

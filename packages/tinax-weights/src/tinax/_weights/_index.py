@@ -61,8 +61,11 @@ def is_index_path(path: pathlib.Path) -> bool:
     return path.name.endswith(".json")
 
 
-def part_file_names(index_path: pathlib.Path, count: int) -> list[str]:
+def part_file_names(index_path: pathlib.Path, count: int, *, tag: str | None = None) -> list[str]:
     """Returns the names of the ``count`` files of a multi-file export, as the index convention names them.
+
+    A ``tag`` goes between the prefix and the numbers, so that the files of a
+    replacement never share a name with the files they replace.
 
     Raises:
       ValueError: If the index's name does not end with ``.safetensors.index.json``.
@@ -73,7 +76,22 @@ def part_file_names(index_path: pathlib.Path, count: int) -> list[str]:
             f"prefix (as in 'model{INDEX_SUFFIX}'), got {str(index_path)!r}"
         )
     prefix = index_path.name[: -len(INDEX_SUFFIX)]
+    if tag is not None:
+        prefix = f"{prefix}-{tag}"
     return [_PART_NAME.format(prefix=prefix, number=number, count=count) for number in range(1, count + 1)]
+
+
+def indexed_file_names(index: bytes) -> set[str] | None:
+    """Returns the file names an index's ``weight_map`` refers to, or None if it cannot be read as an index."""
+    try:
+        document = json.loads(index)
+    except ValueError:
+        return None
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+        return None
+    # Only plain names next to the index: anything else is not ours to remove.
+    return {name for name in weight_map.values() if name and pathlib.PurePath(name).name == name}
 
 
 def encode_index(weight_map: Mapping[str, str], total_size: int) -> bytes:

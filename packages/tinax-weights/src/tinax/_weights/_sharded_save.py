@@ -18,6 +18,7 @@ one process's memory, so the header and the offsets come from
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pathlib
 from collections.abc import Mapping
@@ -27,7 +28,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._weights import _dtypes
-from tinax._weights._index import encode_index, part_file_names
+from tinax._weights._index import encode_index, indexed_file_names, part_file_names
 from tinax._weights._paths import (
     path_to_write_atomically,
     require_writable_destination,
@@ -89,10 +90,12 @@ def save_sharded_safetensors(
         many bytes (a larger tensor gets a file of its own), named
         ``<prefix>-00001-of-0000N.safetensors`` next to ``path``, and an
         index maps each name to its file; the index is written last, so a
-        new checkpoint is complete once it appears. Each file is atomic on
-        its own but the set is not: a crash while replacing an existing
-        checkpoint can leave new files beside the old index, so export to a
-        fresh folder where that matters.
+        new checkpoint is complete once it appears. Replacing an existing
+        index is atomic for the whole set: the new files are named
+        ``<prefix>-<tag>-00001-of-0000N.safetensors``, names the old index
+        does not use, the index is replaced last, and only then are the old
+        files it named removed. A crash leaves the old checkpoint or the
+        new one, at worst with files that no index names.
 
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
@@ -143,12 +146,13 @@ def save_sharded_safetensors(
         return
 
     groups = _split(described, file_limit)
-    part_names = part_file_names(file_path, len(groups))
-    files = [
-        (file_path.parent / part, *plan_file(group, stored_metadata))
-        for part, group in zip(part_names, groups, strict=True)
-    ]
-    for destination in [file_path, *(destination for destination, _, _ in files)]:
+    require_writable_destination(file_path, overwrite=overwrite)
+    replaced = _replaced_index(file_path) if overwrite else None
+    plans = [plan_file(group, stored_metadata) for group in groups]
+    tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
+    part_names = part_file_names(file_path, len(groups), tag=tag)
+    files = [(file_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
+    for destination, _, _ in files:
         require_writable_destination(destination, overwrite=overwrite)
     weight_map: dict[str, str] = {}
     for destination, entries, header in files:
@@ -156,7 +160,49 @@ def save_sharded_safetensors(
         weight_map.update((name, destination.name) for name, *_ in entries)
     total_size = sum(end - start for _, entries, _ in files for *_, start, end in entries)
     index = encode_index(weight_map, total_size)
-    _as_leader(lambda: _write_bytes(file_path, index, overwrite=overwrite), str(file_path))
+
+    def publish() -> None:
+        # The index is the commit point: until it is replaced, the old index
+        # still names old files only, all untouched.
+        _write_bytes(file_path, index, overwrite=overwrite)
+        if replaced is not None:
+            _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
+
+    _as_leader(publish, str(file_path))
+
+
+def _replaced_index(index_path: pathlib.Path) -> bytes | None:
+    """Returns the bytes of the index that this export replaces, or None if there is none."""
+    try:
+        return index_path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def _replacement_tag(replaced: bytes, headers: list[bytes]) -> str:
+    """Returns the tag of a replacement's file names: the same in every process, new for every replacement.
+
+    It is derived from the replaced index and the new headers, which every
+    process sees alike, so no message is needed to agree on it; a tag that an
+    old file name already carries is never chosen, since the old index is
+    part of what is hashed.
+    """
+    digest = hashlib.sha256(replaced)
+    for header in headers:
+        digest.update(len(header).to_bytes(8, "little"))
+        digest.update(header)
+    return digest.hexdigest()[:12]
+
+
+def _remove_unreferenced(folder: pathlib.Path, replaced: bytes, kept: set[str]) -> None:
+    """Removes the files of the replaced checkpoint that the new index does not name.
+
+    The new checkpoint is complete before this runs; a file that cannot be
+    removed is left behind, unreferenced, rather than failing the export.
+    """
+    for name in sorted((indexed_file_names(replaced) or set()) - kept):
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
 
 
 def _require_global_array(value: object, name: str) -> str:
