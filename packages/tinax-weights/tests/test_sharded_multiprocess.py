@@ -189,7 +189,17 @@ def _body_export(folder: str) -> dict[str, Any]:
         max_metadata_bytes=64,
         max_file_bytes=300,
     )
+    _export_then_replace(pathlib.Path(folder), arrays)
     return {"process": jax.process_index(), "writes": single_writes}
+
+
+def _export_then_replace(folder: pathlib.Path, arrays: dict[str, jax.Array]) -> None:
+    """A multi-file export, then its replacement: processes must agree on the new files' names by themselves."""
+    index = folder / "again.safetensors.index.json"
+    save_sharded_safetensors(index, arrays, overwrite=False, max_file_bytes=300)
+    save_sharded_safetensors(
+        index, arrays, overwrite=True, metadata={"round": "two"}, max_metadata_bytes=64, max_file_bytes=300
+    )
 
 
 def _body_export_killed(folder: str, victim: int) -> str:
@@ -294,6 +304,15 @@ def test_export_across_processes_is_byte_identical_to_a_gathered_save(tmp_path):
     for name in written:
         assert (tmp_path / name).read_bytes() == (reference / name).read_bytes(), name
     assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []
+
+    # The replacement's files have the same tagged names and bytes as one
+    # process's replacement, and only the new set is left.
+    _export_then_replace(reference, arrays)
+    replaced = sorted(path.name for path in reference.iterdir() if path.name.startswith("again"))
+    assert replaced == sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("again"))
+    assert not any(name.startswith("again-0000") for name in replaced)
+    for name in replaced:
+        assert (tmp_path / name).read_bytes() == (reference / name).read_bytes(), name
 
 
 @pytest.mark.parametrize(("victim", "old_file"), [(1, False), (0, True)], ids=["worker-no-old-file", "leader-old-file"])
