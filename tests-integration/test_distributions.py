@@ -8,6 +8,7 @@ deselects them because the wheels are pure Python and one run proves them.
 
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -46,15 +47,34 @@ def test_public_surface_matches_the_checked_in_list():
     assert api_list.current_surface() == api_list.recorded_surface()
 
 
-@pytest.mark.parametrize("member", MEMBERS)
-def test_member_installs_alone_and_passes_its_tests(member):
-    completed = subprocess.run(
-        [sys.executable, str(SCRIPTS / "isolation.py"), member],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
+@pytest.fixture(scope="module")
+def isolation_runs(request: pytest.FixtureRequest) -> dict[str, subprocess.CompletedProcess[str]]:
+    """The isolation check (its own venv, its own tests) of every selected member, two at a time."""
+    selected = sorted(
+        {
+            item.callspec.params["member"]
+            for item in request.session.items
+            if getattr(item, "originalname", None) == "test_member_installs_alone_and_passes_its_tests"
+        }
     )
+
+    def check(member: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(SCRIPTS / "isolation.py"), member],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=ROOT,
+        )
+
+    # Each check is a pytest run that keeps about one core busy.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(selected, pool.map(check, selected), strict=True))
+
+
+@pytest.mark.parametrize("member", MEMBERS)
+def test_member_installs_alone_and_passes_its_tests(member, isolation_runs):
+    completed = isolation_runs[member]
     assert completed.returncode == 0, completed.stdout[-6000:] + completed.stderr[-6000:]
     assert f"isolation: passed for {member}" in completed.stdout
 
