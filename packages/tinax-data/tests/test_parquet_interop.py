@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import pickle
+import threading
 from typing import Any
 
 import grain
@@ -23,6 +25,7 @@ from grain.sharding import ShardOptions
 
 from tinax.data import (
     InMemorySource,
+    evaluation_batches,
     read_array_record,
     read_parquet_record,
     split_by_column,
@@ -546,3 +549,84 @@ def test_parquet_batches_are_the_batches_of_the_same_rows_in_memory(tmp_path, mo
         ]
 
     assert batches(dataset) == batches(rows)
+
+
+def _prefetch_threads_started(iterate) -> tuple[list[Any], int]:
+    """What ``iterate`` returns, and how many of grain's prefetch threads it started."""
+    before = {thread.ident for thread in threading.enumerate()}
+    found = iterate()
+    started = [
+        thread
+        for thread in threading.enumerate()
+        if thread.ident not in before and thread.name.startswith("grain-prefetch")
+    ]
+    return found, len(started)
+
+
+def test_pipelines_over_a_parquet_file_read_with_one_thread_unless_told_otherwise(tmp_path, monkeypatch):
+    dataset = _window_file(tmp_path, monkeypatch)
+    options = {"batch_size": 4, "batch_fn": stack_ids}
+    training = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=5, shuffle=True, num_epochs=2, **options
+    )
+    default, default_threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in training])
+    told, told_threads = _prefetch_threads_started(
+        lambda: [batch.tolist() for batch in training.to_iter_dataset(grain.ReadOptions(num_threads=0))]
+    )
+    # Threads change the speed only: the batches and their order are the same.
+    assert default == told
+    assert len(default) == 48
+    assert default_threads == 1
+    assert told_threads == 0
+    evaluation = evaluation_batches(dataset, shard_options=ShardOptions(0, 1), **options)
+    found, threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in evaluation])
+    assert threads == 1
+    assert found == [batch.tolist() for batch in evaluation.to_iter_dataset(grain.ReadOptions(num_threads=0))]
+    # The default travels with the pipeline when it is pickled (into worker processes).
+    copy = pickle.loads(pickle.dumps(training))
+    found, threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in copy])
+    assert (found, threads) == (default, 1)
+
+
+class _PairedReads:
+    """Rows 0 to 7, each read only while another thread reads another of them: one reading thread times out."""
+
+    def __init__(self) -> None:
+        self._meeting = threading.Barrier(2, timeout=60)
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if index < 8:
+            self._meeting.wait()
+        return {"id": index}
+
+
+def test_pipelines_over_other_sources_keep_grains_read_options():
+    # Batches 0 (rows 0-3) and 1 (rows 4-7) come out only when two threads read them at once.
+    batches = training_batches(
+        grain.MapDataset.source(_PairedReads()),
+        shard_options=ShardOptions(0, 1, drop_remainder=True),
+        seed=5,
+        shuffle=False,
+        num_epochs=1,
+        batch_size=4,
+        batch_fn=stack_ids,
+    )
+    assert [batch.tolist() for batch in batches] == [list(range(start, start + 4)) for start in range(0, 16, 4)]
+
+
+def test_cached_row_groups_are_held_by_the_system_allocator(tmp_path):
+    path = tmp_path / "cached.parquet"
+    records = [{"id": index, "x": np.full(4096, index, dtype=np.float32)} for index in range(64)]
+    write_parquet_record(path, records)
+    source = _source(read_parquet_record(path))
+    system = pa.system_memory_pool()
+    system_before = system.bytes_allocated()
+    for index in range(64):
+        assert source[index]["x"][0] == index
+    # pyarrow's default allocator keeps freed memory for reuse; the cache's
+    # long-lived row groups are copied out of it, so evicted ones go back.
+    assert system.bytes_allocated() - system_before >= source._cached_bytes > 64 * 4096 * 4
+    del source

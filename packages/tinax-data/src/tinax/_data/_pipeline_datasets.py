@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset
 
 __all__ = [
+    "CACHED_SOURCE_READ_OPTIONS",
     "CheckedIterDataset",
     "CheckedIterator",
     "CheckedMapDataset",
@@ -44,13 +45,29 @@ __all__ = [
 ]
 
 
+#: How a pipeline straight over a Parquet record source reads when the caller
+#: names no read options. The source reads its file one row group at a time
+#: under a lock, and assembles rows in Python; more threads than one can only
+#: queue for the lock and the interpreter lock (grain itself advises 0 threads
+#: for data in memory). One thread, unlike 0, still prepares batches while the
+#: consumer's step runs.
+CACHED_SOURCE_READ_OPTIONS = grain.ReadOptions(num_threads=1)
+
+
 class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
     """Stands in for a grain MapDataset; its iterators carry and check a pipeline description."""
 
-    def __init__(self, replaced: MapDataset[Any], description: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        replaced: MapDataset[Any],
+        description: Mapping[str, Any],
+        *,
+        default_read_options: grain.ReadOptions | None = None,
+    ) -> None:
         super().__init__(list(replaced.parents))
         self._replaced = replaced
         self._description = dict(description)
+        self._default_read_options = default_read_options
 
     @property
     def pipeline_description(self) -> dict[str, Any]:
@@ -71,6 +88,10 @@ class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
         return read_many(self._replaced, indices)
 
     def to_iter_dataset(self, read_options: Any = None, *, allow_nones: bool = False) -> IterDataset[Any]:
+        # Read options the caller passes always win; without them, the
+        # pipeline's own default where it has one, else grain's.
+        if read_options is None:
+            read_options = self._default_read_options
         replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
         return CheckedIterDataset(replaced, self._description)
 

@@ -236,7 +236,9 @@ def training_batches(
     if shuffle_window is not None:
         # Only then: the states of the default pipeline stay 0.2's and 0.3's.
         description["shuffle_window"] = shuffle_window
-    return CheckedMapDataset(batched, in_process_description(description))
+    return CheckedMapDataset(
+        batched, in_process_description(description), default_read_options=_default_read_options(dataset)
+    )
 
 
 def evaluation_batches(
@@ -308,7 +310,11 @@ def evaluation_batches(
     base, extra = divmod(total, count)
     start = index * base + min(index, extra)
     stop = start + base + (1 if index < extra else 0)
-    batched = dataset.slice(slice(start, stop)).batch(batch_size, drop_remainder=False, batch_fn=batch_fn)
+    from tinax._data._grain_compat import BulkBatchMapDataset
+
+    # grain's own batch, reading each batch's rows with one call down the chain.
+    shard_rows = dataset.slice(slice(start, stop))
+    batched = BulkBatchMapDataset(shard_rows, batch_size, drop_remainder=False, batch_fn=batch_fn)
     description = {
         "kind": "evaluation_batches",
         "source_id": find_source_id(dataset),
@@ -318,7 +324,21 @@ def evaluation_batches(
     }
     from tinax._data._pipeline_datasets import CheckedMapDataset
 
-    return CheckedMapDataset(batched, in_process_description(description))
+    return CheckedMapDataset(
+        batched, in_process_description(description), default_read_options=_default_read_options(dataset)
+    )
+
+
+def _default_read_options(dataset: Any) -> Any:
+    """The read options a pipeline over ``dataset`` iterates with when given none, or None for Grain's."""
+    from tinax._data._datasets import record_source_of
+    from tinax._data._parquet_source import ParquetRecordSource
+
+    if type(record_source_of(dataset)) is not ParquetRecordSource:
+        return None
+    from tinax._data._pipeline_datasets import CACHED_SOURCE_READ_OPTIONS
+
+    return CACHED_SOURCE_READ_OPTIONS
 
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:
