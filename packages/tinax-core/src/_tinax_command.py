@@ -45,7 +45,7 @@ def _mixed(arguments: list[str], marker: str) -> int:
                 status = "ok" if not check.problems else f"{len(check.problems)} problems"
                 print(f"{check.name} {check.version}: {status}")
                 for problem in check.problems:
-                    fix = integrity.repair_command(check.name, check.version)
+                    fix = integrity.repair_command(distribution)
                     print(f"  {problem}; repair: {fix}")
     print(
         f"tinax: this environment mixes the single-distribution tinax 0.2 (it installed {marker}) with the tinax 0.3 "

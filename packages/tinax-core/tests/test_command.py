@@ -117,7 +117,7 @@ def _record_line(root: pathlib.Path, relative: str) -> str:
     return f"{relative},sha256={digest},{len(data)}"
 
 
-def _fake_distribution(root: pathlib.Path) -> pathlib.Path:
+def _fake_distribution(root: pathlib.Path, *, classifiers: tuple[str, ...] = ()) -> pathlib.Path:
     """Installs, by hand as an installer would, a distribution 'tinax-fake' with a RECORD into ``root``."""
     package = root / "tinax_fake_payload"
     package.mkdir()
@@ -125,7 +125,8 @@ def _fake_distribution(root: pathlib.Path) -> pathlib.Path:
     (package / "data.txt").write_text("some data\n")
     info = root / "tinax_fake-0.3.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: tinax-fake\nVersion: 0.3.0\n")
+    fields = ["Metadata-Version: 2.4", "Name: tinax-fake", "Version: 0.3.0"]
+    (info / "METADATA").write_text("\n".join([*fields, *(f"Classifier: {item}" for item in classifiers)]) + "\n")
     lines = [_record_line(root, name) for name in ("tinax_fake_payload/__init__.py", "tinax_fake_payload/data.txt")]
     lines += [_record_line(root, "tinax_fake-0.3.0.dist-info/METADATA"), "tinax_fake-0.3.0.dist-info/RECORD,,"]
     (info / "RECORD").write_text("\n".join(lines) + "\n")
@@ -170,6 +171,17 @@ def test_integrity_check_reports_a_hand_edited_file_with_the_repair(tmp_path):
         f"repair: {repair}"
     ]
     assert repair in text
+
+
+def test_a_private_distribution_is_repaired_from_its_checkout_not_an_index(tmp_path):
+    _fake_distribution(tmp_path, classifiers=("Private :: Do Not Upload",))
+    (tmp_path / "tinax_fake_payload" / "__init__.py").write_text("VALUE = 2  # edited\n")
+    code, document, _ = _info_with(tmp_path)
+    assert code == 1
+    repair = _row(document, "tinax-fake")["repair"]
+    assert isinstance(repair, str)
+    assert "source checkout" in repair
+    assert "pip install" not in repair
 
 
 def test_integrity_check_reports_a_missing_file(tmp_path):

@@ -41,7 +41,7 @@ def environment_report(*, devices: bool) -> Report:
     rows = []
     for distribution in tinax_distributions():
         check = check_distribution(distribution)
-        repair = repair_command(check.name, check.version) if check.problems else None
+        repair = repair_command(distribution) if check.problems else None
         rows.append(
             {
                 "name": check.name,

@@ -56,9 +56,20 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def repair_command(name: str, version: str) -> str:
-    """Returns the command that reinstalls exactly this distribution's files."""
-    return f"python -m pip install --force-reinstall --no-deps {name}=={version}"
+#: The trove classifier that keeps a distribution off every package index.
+PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
+
+
+def repair_command(distribution: metadata.Distribution) -> str:
+    """Returns the command that reinstalls exactly this distribution's files.
+
+    A distribution marked private (the test harness of a source checkout) is
+    on no package index, so the repair names the checkout instead of an index.
+    """
+    name = distribution.metadata["Name"] or "?"
+    if PRIVATE_CLASSIFIER in (distribution.metadata.get_all("Classifier") or []):
+        return f"reinstall {name} from the source checkout it was built from (it is never published to an index)"
+    return f"python -m pip install --force-reinstall --no-deps {name}=={distribution.version}"
 
 
 def check_distribution(distribution: metadata.Distribution) -> DistributionCheck:
