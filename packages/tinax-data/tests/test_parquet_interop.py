@@ -551,15 +551,18 @@ def test_parquet_batches_are_the_batches_of_the_same_rows_in_memory(tmp_path, mo
     assert batches(dataset) == batches(rows)
 
 
-def _prefetch_threads_started(iterate) -> tuple[list[Any], int]:
-    """What ``iterate`` returns, and how many of grain's prefetch threads it started."""
+def _batches_and_threads(iterable: Any) -> tuple[list[Any], int]:
+    """Every batch of ``iterable``, and how many of grain's prefetch threads its iterator started."""
     before = {thread.ident for thread in threading.enumerate()}
-    found = iterate()
+    iterator = iter(iterable)
+    found = [batch.tolist() for batch in iterator]
+    # Counted while the iterator lives: closing it lets its threads exit.
     started = [
         thread
         for thread in threading.enumerate()
         if thread.ident not in before and thread.name.startswith("grain-prefetch")
     ]
+    iterator.close()
     return found, len(started)
 
 
@@ -569,23 +572,19 @@ def test_pipelines_over_a_parquet_file_read_with_one_thread_unless_told_otherwis
     training = training_batches(
         dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=5, shuffle=True, num_epochs=2, **options
     )
-    default, default_threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in training])
-    told, told_threads = _prefetch_threads_started(
-        lambda: [batch.tolist() for batch in training.to_iter_dataset(grain.ReadOptions(num_threads=0))]
-    )
+    default, default_threads = _batches_and_threads(training)
+    told, told_threads = _batches_and_threads(training.to_iter_dataset(grain.ReadOptions(num_threads=0)))
     # Threads change the speed only: the batches and their order are the same.
     assert default == told
     assert len(default) == 48
     assert default_threads == 1
     assert told_threads == 0
     evaluation = evaluation_batches(dataset, shard_options=ShardOptions(0, 1), **options)
-    found, threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in evaluation])
+    found, threads = _batches_and_threads(evaluation)
     assert threads == 1
-    assert found == [batch.tolist() for batch in evaluation.to_iter_dataset(grain.ReadOptions(num_threads=0))]
+    assert found == _batches_and_threads(evaluation.to_iter_dataset(grain.ReadOptions(num_threads=0)))[0]
     # The default travels with the pipeline when it is pickled (into worker processes).
-    copy = pickle.loads(pickle.dumps(training))
-    found, threads = _prefetch_threads_started(lambda: [batch.tolist() for batch in copy])
-    assert (found, threads) == (default, 1)
+    assert _batches_and_threads(pickle.loads(pickle.dumps(training))) == (default, 1)
 
 
 class _PairedReads:
