@@ -193,6 +193,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     """
 
     _header_name = "footer"
+    reads_in_turn = True  # One row group at a time, under the lock; rows are assembled in Python.
     _column_names: tuple[str, ...]
 
     def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset
 
 __all__ = [
-    "CACHED_SOURCE_READ_OPTIONS",
+    "IN_TURN_READ_OPTIONS",
     "CheckedIterDataset",
     "CheckedIterator",
     "CheckedMapDataset",
@@ -45,13 +45,13 @@ __all__ = [
 ]
 
 
-#: How a pipeline straight over a Parquet record source reads when the caller
-#: names no read options. The source reads its file one row group at a time
-#: under a lock, and assembles rows in Python; more threads than one can only
-#: queue for the lock and the interpreter lock (grain itself advises 0 threads
-#: for data in memory). One thread, unlike 0, still prepares batches while the
-#: consumer's step runs.
-CACHED_SOURCE_READ_OPTIONS = grain.ReadOptions(num_threads=1)
+#: How a pipeline straight over a record source whose reads take turns (the
+#: Parquet reader: one row group at a time under a lock, rows assembled in
+#: Python) reads when the caller names no read options. More threads than one
+#: can only queue for that lock and the interpreter lock (grain itself advises
+#: 0 threads for data in memory); one thread, unlike 0, still prepares batches
+#: while the consumer's step runs.
+IN_TURN_READ_OPTIONS = grain.ReadOptions(num_threads=1)
 
 
 class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]

@@ -332,13 +332,12 @@ def evaluation_batches(
 def _default_read_options(dataset: Any) -> Any:
     """The read options a pipeline over ``dataset`` iterates with when given none, or None for Grain's."""
     from tinax._data._datasets import record_source_of
-    from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._pipeline_datasets import IN_TURN_READ_OPTIONS
 
-    if type(record_source_of(dataset)) is not ParquetRecordSource:
-        return None
-    from tinax._data._pipeline_datasets import CACHED_SOURCE_READ_OPTIONS
-
-    return CACHED_SOURCE_READ_OPTIONS
+    # Only the reader's own dataset: a transformation in front may wait on anything.
+    if getattr(record_source_of(dataset), "reads_in_turn", False):
+        return IN_TURN_READ_OPTIONS
+    return None
 
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:

@@ -39,6 +39,9 @@ class RecordFileSource(Generic[HeaderT]):
 
     #: What the header is in the file, for the message refusing a changed file.
     _header_name = "header"
+    #: Whether reads take turns (one at a time under a lock), so that more than
+    #: one prefetch thread can only wait (see ``_pipelines``).
+    reads_in_turn = False
 
     def __init__(self, path: pathlib.Path) -> None:
         """Opens the file and reads its header.
