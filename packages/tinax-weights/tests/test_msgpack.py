@@ -230,17 +230,25 @@ class Color(enum.IntEnum):
     RED = 1
 
 
+class Row(list):  # type: ignore[type-arg]
+    """A list subclass: neither flax nor tinax can rebuild it from a file."""
+
+
+class Pair(tuple):  # type: ignore[type-arg]
+    """A tuple subclass that is not a namedtuple."""
+
+
 @pytest.mark.parametrize(
     ("leaf", "error", "expected"),
     [
-        (jnp.zeros(3), TypeError, "host numpy.ndarray"),
+        (jax.random.key(0), TypeError, "dtype"),
         (np.array([object()]), TypeError, "dtype"),
         (np.array(["text"]), TypeError, "dtype"),
         (np.zeros(2, dtype=[("x", np.int32)]), TypeError, "dtype"),
         (np.str_("text"), TypeError, "dtype"),
         (np.ma.masked_array([1, 2], mask=[0, 1]), TypeError, "not a subclass"),
-        ([1, 2], TypeError, "sequence"),
-        ((1, 2), TypeError, "sequence"),
+        (Row([1, 2]), TypeError, "mapping, list, tuple or namedtuple"),
+        (Pair((1, 2)), TypeError, "mapping, list, tuple or namedtuple"),
         ({1, 2}, TypeError, "mapping"),
         (bytearray(b"x"), TypeError, "mapping"),
         (Color.RED, TypeError, "mapping"),
@@ -261,8 +269,8 @@ def test_unstorable_leaves_are_refused_by_key_path_before_writing(tmp_path, leaf
 
 def test_bad_keys_arguments_and_cycles_are_refused(tmp_path):
     path = tmp_path / "state.msgpack"
-    with pytest.raises(TypeError, match=r"keys of state\['a'\] must be str"):
-        save_msgpack(path, {"a": {1: 2}}, overwrite=False)
+    with pytest.raises(ValueError, match=r"keys of state\['a'\] must have distinct text.*\[1\] and \['1'\]"):
+        save_msgpack(path, {"a": {1: 2, "1": 3}}, overwrite=False)
     with pytest.raises(ValueError, match="UTF-8"):
         save_msgpack(path, {"\udcff": 1}, overwrite=False)
     with pytest.raises(ValueError, match="__msgpack_chunked_array__"):
@@ -271,6 +279,10 @@ def test_bad_keys_arguments_and_cycles_are_refused(tmp_path):
     cyclic["self"] = {"again": cyclic}
     with pytest.raises(ValueError, match="contains itself"):
         save_msgpack(path, cyclic, overwrite=False)
+    looped: list[object] = []
+    looped.append((looped,))
+    with pytest.raises(ValueError, match=r"state\['l'\]\[0\]\[0\] contains itself"):
+        save_msgpack(path, {"l": looped}, overwrite=False)
     with pytest.raises(TypeError, match="state must be a mapping"):
         save_msgpack(path, [("a", 1)], overwrite=False)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="overwrite must be a bool"):
@@ -323,13 +335,12 @@ def test_missing_path_folder_and_bad_path_are_refused(tmp_path):
     ("target", "expected"),
     [
         ([("a", 1)], "target must be a mapping"),
-        ({"a": {2: 1}}, r"keys of target\['a'\] must be str"),
-        ({"a": [1, 2]}, r"target\['a'\] must be"),
+        ({"a": Row([1, 2])}, r"target\['a'\] must be"),
         ({"a": object()}, r"target\['a'\] must be"),
         ({"a": np.array([object()])}, r"target\['a'\] must be an array or scalar"),
         ({"a": jax.random.key(0)}, r"target\['a'\] must be an array or scalar"),
     ],
-    ids=["list", "int-key", "list-leaf", "object-leaf", "object-dtype", "prng-key"],
+    ids=["list", "list-subclass-leaf", "object-leaf", "object-dtype", "prng-key"],
 )
 def test_targets_of_the_wrong_kind_are_refused_before_reading(tmp_path, target, expected):
     path = tmp_path / "never-read.msgpack"

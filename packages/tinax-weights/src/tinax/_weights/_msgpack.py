@@ -41,6 +41,7 @@ import numpy as np
 from tinax._core import dtypes, validation
 from tinax._weights._header import numpy_shape_problem
 from tinax._weights._paths import MissingFilePathError, open_file_to_read, write_file_atomically
+from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
 __all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
 
@@ -68,7 +69,8 @@ _INT_MAX = 2**64 - 1
 _PYTHON_LEAVES: tuple[type, ...] = (bool, int, float, complex, str, bytes, type(None))
 
 _LEAF_EXPECTATION = (
-    "a str-keyed mapping, a numpy.ndarray, a NumPy scalar, or a bool, int, float, complex, str, bytes or None"
+    "a mapping, list, tuple or namedtuple, a numpy.ndarray or jax.Array, a NumPy scalar, "
+    "or a bool, int, float, complex, str, bytes or None"
 )
 _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex or ml_dtypes dtype"
 
@@ -76,10 +78,6 @@ _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex
 def _native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
     """Returns ``dtype`` in native byte order if the format can carry it, else None."""
     return dtypes.array_dtype(dtype)
-
-
-def _key_path(path: tuple[object, ...]) -> str:
-    return "".join(f"[{key!r}]" for key in path)
 
 
 # Writing
@@ -91,11 +89,16 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     The bytes are those ``flax.serialization.to_bytes(state)`` produces for the
     same state (keys in the mapping's iteration order), so flax's
     ``from_bytes`` and ``msgpack_restore`` read the file, and
-    :func:`load_msgpack` reads files flax wrote. Two deliberate differences:
-    an array with a non-native byte order is written in native order (flax
-    writes its bytes under the plain dtype name, so they would be misread),
-    and lists and tuples are refused rather than turned into ``{"0": ...}``
-    maps, so that what comes back has the structure that went in.
+    :func:`load_msgpack` reads files flax wrote. Containers are stored as
+    flax stores them, and :func:`load_msgpack` rebuilds them from its
+    target: a list or tuple as the map ``{"0": ..., "1": ...}``, a
+    namedtuple (every optax optimizer state) as the map of its fields, a key
+    that is not a ``str`` as ``str(key)``, and an instance of a type
+    registered with ``flax.serialization`` (a ``flax.struct`` dataclass such
+    as ``TrainState``) as flax's ``to_state_dict`` gives it. One deliberate
+    difference: an array with a non-native byte order is written in native
+    order (flax writes its bytes under the plain dtype name, so they would
+    be misread).
 
     The file is streamed into a temporary file next to ``path`` that takes the
     name ``path`` only once it is complete and flushed; every leaf is checked
@@ -104,9 +107,12 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     Args:
       path: The file to write. Its folder must exist; it must not be a
         symbolic link.
-      state: The state dict: a mapping with ``str`` keys whose values are
-        nested mappings of the same kind or leaves. A leaf is a
-        ``numpy.ndarray`` or NumPy scalar with a bool, integer, floating,
+      state: The state dict: a mapping whose values are nested mappings,
+        lists, tuples, namedtuples (an optax state, say) or flax-registered
+        dataclasses, or leaves. Keys that are not a ``str`` are stored as
+        ``str(key)``. A leaf is a ``numpy.ndarray``, a ``jax.Array`` (its
+        host value is written; it must be fully addressable from this
+        process) or a NumPy scalar with a bool, integer, floating,
         complex or ml_dtypes dtype (bfloat16, the float8 formats, int4 and
         so on), or a Python ``bool``, ``int`` (64-bit range), ``float``,
         ``complex``, ``str``, ``bytes`` or ``None``. Arrays over 2**30 bytes
@@ -115,13 +121,13 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
 
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` not a bool, ``state``
-        or a nested value not a mapping with ``str`` keys, or a leaf of a kind
-        the format cannot carry: a ``jax.Array`` (convert it with
-        ``numpy.asarray`` first), an array with an object, string or
-        structured dtype, a list, a tuple, or any other object. The message
-        names the leaf's key path.
-      ValueError: If an int leaf is outside the 64-bit range, a string is not
-        valid UTF-8, a mapping contains itself, a key is flax's reserved
+        not a mapping, or a leaf of a kind the format cannot carry: an array
+        with an object, string or structured dtype (a PRNG key array, say),
+        a subclass of list or tuple, or any other object. The message names
+        the leaf's key path.
+      ValueError: If an int leaf is outside the 64-bit range, a string or a
+        key's text is not valid UTF-8, a container contains itself, two keys
+        of one mapping have the same text, a key is flax's reserved
         ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
       IsADirectoryError: If ``path`` is a directory, or becomes one before
         the file takes its name (also a ValueError), as
@@ -148,33 +154,55 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
 
 
 def _checked_state(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
-    """Checks a (nested) state mapping and returns it as plain dicts."""
-    if not isinstance(value, Mapping):
-        validation.fail_type(where, "a mapping with str keys", value)
+    """Checks a state and returns it as flax's state dict: plain dicts with str keys, and leaves."""
+    container = container_of(value) if isinstance(value, Mapping) else None
+    if container is None:
+        validation.fail_type(where, "a mapping", value)
+    return _checked_container(container, value, where, ancestors)
+
+
+def _checked_container(container: Container, value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a state dict must be a tree")
     ancestors = ancestors | {id(value)}
     checked: dict[str, Any] = {}
-    for key, item in value.items():
-        if type(key) is not str:
-            validation.fail_type(f"keys of {where}", "str", key)
-        validation.require_utf8(key, f"keys of {where}")
-        if key == CHUNKED_ARRAY_MARKER:
-            raise ValueError(
-                f"keys of {where} must not be {CHUNKED_ARRAY_MARKER!r}, which flax reads as the mark of a chunked array"
-            )
-        item_where = f"{where}[{key!r}]"
-        if isinstance(item, Mapping):
-            checked[key] = _checked_state(item, item_where, ancestors)
+    labels: dict[str, str] = {}
+    for key, suffix, item in container.entries:
+        _check_key(key, suffix, where, labels)
+        item_where = f"{where}{suffix}"
+        inner = container_of(item)
+        if inner is not None:
+            checked[key] = _checked_container(inner, item, item_where, ancestors)
         else:
             _check_leaf(item, item_where)
             checked[key] = item
     return checked
 
 
+def _check_key(key: str, suffix: str, where: str, labels: dict[str, str]) -> None:
+    """Checks the text a key has in the file; ``labels`` holds the keys already seen in this container."""
+    validation.require_utf8(key, f"keys of {where}")
+    if key == CHUNKED_ARRAY_MARKER:
+        raise ValueError(
+            f"keys of {where} must not be {CHUNKED_ARRAY_MARKER!r}, which flax reads as the mark of a chunked array"
+        )
+    _check_distinct(key, suffix, where, labels)
+
+
+def _check_distinct(key: str, suffix: str, where: str, labels: dict[str, str]) -> None:
+    if key in labels:
+        raise ValueError(
+            f"keys of {where} must have distinct text, since the file stores each key as str(key): "
+            f"{labels[key]} and {suffix} are both {key!r}"
+        )
+    labels[key] = suffix
+
+
 def _check_leaf(value: object, where: str) -> None:
     if _is_jax_array(value):
-        validation.fail_type(where, "a host numpy.ndarray (convert jax.Array leaves with numpy.asarray first)", value)
+        if _jax_array_dtype(value) is None:
+            validation.fail_type(where, _DTYPE_EXPECTATION, value)
+        return
     if isinstance(value, np.ndarray):
         # Subclasses carry state (a mask, a matrix's semantics) that the bytes would silently drop.
         if type(value) not in (np.ndarray, np.memmap):
@@ -193,9 +221,17 @@ def _check_leaf(value: object, where: str) -> None:
         validation.require_utf8(value, where)
     if type(value) in _PYTHON_LEAVES:
         return
-    if isinstance(value, (list, tuple)):
-        validation.fail_type(where, f"{_LEAF_EXPECTATION}; store a sequence as a mapping or an array", value)
     validation.fail_type(where, _LEAF_EXPECTATION, value)
+
+
+def _jax_array_dtype(value: Any) -> np.dtype[Any] | None:
+    """Returns the NumPy dtype of a jax.Array's host value if the format can carry it, else None."""
+    try:
+        dtype = np.dtype(value.dtype)
+    # PRNG key arrays and other extended dtypes have no NumPy dtype.
+    except (TypeError, ValueError):
+        return None
+    return _native_dtype(dtype)
 
 
 def _is_jax_array(value: object) -> bool:
@@ -222,6 +258,9 @@ def _write_mapping(handle: BinaryIO, packer: Any, mapping: dict[str, Any], max_c
             _write_mapping(handle, packer, value, max_chunk_bytes)
         elif isinstance(value, np.ndarray):
             _write_array(handle, packer, value, max_chunk_bytes)
+        elif _is_jax_array(value):
+            # One array's host copy at a time, where flax converted them all first.
+            _write_array(handle, packer, np.asarray(value), max_chunk_bytes)
         elif isinstance(value, np.generic):
             _write_ndarray_extension(handle, packer, np.asarray(value), _SCALAR_EXTENSION)
         elif type(value) is complex:
@@ -331,10 +370,27 @@ class _ExpectedPythonValue:
 _Expected = _ExpectedArray | _ExpectedScalar | _ExpectedPythonValue
 
 
+@dataclass(frozen=True)
+class _ExpectedTree:
+    """What ``target`` asks for where it holds a container: these children, by their keys in the file."""
+
+    children: dict[str, Any]  # _ExpectedTree or _Expected
+    labels: dict[str, str]  # How messages name each child after its container.
+    container: Container
+    kind: str  # The type name of target's container.
+
+    def describe(self) -> str:
+        # The file holds every container as a map; lists, tuples and namedtuples by their items.
+        return f"a map of the items of a {self.kind}" if self.container.exact else "a mapping"
+
+
 @dataclass
 class _Mismatches:
     missing: list[str]
     leaves: list[str]
+
+    def count(self) -> int:
+        return len(self.missing) + len(self.leaves)
 
     def lines(self) -> list[str]:
         lines = []
@@ -349,16 +405,19 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     Like ``flax.serialization.from_bytes`` for a state dict, without flax. The
     file is compared with ``target`` key by key and leaf by leaf (shapes, dtypes
     and Python types, never values), and every difference is reported at once;
-    keys of the file that ``target`` lacks are left out, as flax leaves them
-    out. The weights user guide's "How a file is matched against its target"
+    keys of the file that a mapping of ``target`` lacks are left out, as flax
+    leaves them out, while a list, tuple or namedtuple must have exactly the
+    file's items, as flax requires. The weights user guide's "How a file is matched against its target"
     section gives the matching rules.
 
     Args:
       path: The msgpack file.
-      target: The expected structure: a mapping with ``str`` keys whose values
-        are nested mappings of the same kind or leaves: arrays (anything with
+      target: The expected structure: a mapping whose values are nested
+        mappings, lists, tuples, namedtuples (an optax state, say) or
+        flax-registered dataclasses, or leaves: arrays (anything with
         ``shape`` and ``dtype``), NumPy scalars, or Python bool, int, float,
-        complex, str, bytes or None.
+        complex, str, bytes or None. A key that is not a ``str`` is looked up
+        as ``str(key)``, as :func:`save_msgpack` stores it.
       max_bytes: The largest file size to accept, in bytes. Loading holds
         the loaded values plus about twice the largest array in memory (and
         the whole file as well under msgpack's pure-Python fallback), and a
@@ -367,27 +426,31 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
 
     Returns:
       The loaded state with the structure of ``target``: plain dicts in
-      ``target``'s key order, with NumPy arrays (fresh, writable and
+      ``target``'s key order and under its keys, lists, tuples and
+      namedtuples of ``target``'s types, flax-registered types rebuilt by
+      flax's ``from_state_dict``, with NumPy arrays (fresh, writable and
       C-contiguous; also where ``target`` holds a ``jax.Array``), NumPy
       scalars and Python values as leaves.
 
     Raises:
       TypeError: If ``path`` is not a path, ``max_bytes`` is not an int (a
-        bool included), or ``target`` is not a mapping with ``str`` keys or
-        holds a leaf of another kind (a list, a PRNG key array, ...), or an
+        bool included), or ``target`` is not a mapping or holds a leaf of
+        another kind (a PRNG key array, a set, ...), or an
         array-like whose ``shape`` is not a sequence of ints (a str
         included) or whose ``dtype`` is not a dtype the format carries.
-      ValueError: If ``max_bytes`` is below 1, a target leaf's shape has a
-        negative extent or is one NumPy cannot represent (more than 64
-        dimensions, say), ``path`` is not a regular file
+      ValueError: If ``max_bytes`` is below 1, two keys of a mapping of
+        ``target`` have the same text, ``target`` contains itself, a target
+        leaf's shape has a negative extent or is one NumPy cannot represent
+        (more than 64 dimensions, say), ``path`` is not a regular file
         (a device, say), the file is larger than ``max_bytes`` (checked
         before reading it), the file is not a well-formed msgpack state dict
         (truncated, trailing bytes, an unknown extension or dtype, a foreign
         format; the decoder's error is chained, and where msgpack has its own
         error type for the problem, such as ``msgpack.ExtraData`` for
         trailing bytes, the error is also of that type), or it does not match
-        ``target``: the message lists every missing key and every mismatched
-        leaf.
+        ``target``: the message lists every missing key, every mismatched
+        leaf and every list, tuple or namedtuple with items ``target``
+        lacks.
       FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
         directory (then also a ValueError), as tinax 0.2 reported it; or no
         file can exist at ``path``: it runs through a regular file or a loop
@@ -403,7 +466,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     """
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")
-    expected = _target_structure(target, "target", frozenset())
+    expected = _target_structure(target, "target")
     with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
         if size > limit:
             raise ValueError(
@@ -411,7 +474,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
             )
         loaded = read_state_tree(handle, size, source)
     mismatches = _Mismatches([], [])
-    restored = _restore_mapping(expected, loaded, (), mismatches)
+    restored = _restore_tree(expected, loaded, "", mismatches)
     problems = mismatches.lines()
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
@@ -419,23 +482,29 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     return restored
 
 
-def _target_structure(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
-    """Checks ``target`` and reduces it to what matching needs: keys and leaf expectations."""
-    if not isinstance(value, Mapping):
-        validation.fail_type(where, "a mapping with str keys", value)
+def _target_structure(value: object, where: str) -> _ExpectedTree:
+    """Checks ``target`` and reduces it to what matching needs: keys, leaf expectations and containers to rebuild."""
+    container = container_of(value) if isinstance(value, Mapping) else None
+    if container is None:
+        validation.fail_type(where, "a mapping", value)
+    return _expected_tree(container, value, where, frozenset())
+
+
+def _expected_tree(container: Container, value: object, where: str, ancestors: frozenset[int]) -> _ExpectedTree:
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a target must be a tree")
     ancestors = ancestors | {id(value)}
-    structure: dict[str, Any] = {}
-    for key, item in value.items():
-        if type(key) is not str:
-            validation.fail_type(f"keys of {where}", "str", key)
-        item_where = f"{where}[{key!r}]"
-        if isinstance(item, Mapping):
-            structure[key] = _target_structure(item, item_where, ancestors)
+    children: dict[str, Any] = {}
+    labels: dict[str, str] = {}
+    for key, suffix, item in container.entries:
+        _check_distinct(key, suffix, where, labels)
+        item_where = f"{where}{suffix}"
+        inner = container_of(item)
+        if inner is not None:
+            children[key] = _expected_tree(inner, item, item_where, ancestors)
         else:
-            structure[key] = _target_leaf(item, item_where)
-    return structure
+            children[key] = _target_leaf(item, item_where)
+    return _ExpectedTree(children, labels, container, type(value).__name__)
 
 
 def _target_leaf(value: object, where: str) -> _Expected:
@@ -591,27 +660,38 @@ def _buffer_span(payload: bytes, offset: int) -> tuple[int, int]:
     return offset + 1 + width, int.from_bytes(payload[offset + 1 : offset + 1 + width], "big")
 
 
-def _restore_mapping(
-    structure: dict[str, Any], loaded: dict[Any, Any], path: tuple[object, ...], mismatches: _Mismatches
-) -> dict[str, Any]:
+def _restore_tree(expected: _ExpectedTree, loaded: dict[Any, Any], where: str, mismatches: _Mismatches) -> Any:
+    """Restores one container of ``target`` from the map the file holds for it.
+
+    Returns the rebuilt container, or None once anything in it does not match.
+    """
+    if expected.container.fields is not None:
+        loaded = legacy_namedtuple_entries(loaded, expected.container.fields)
+    problems = mismatches.count()
     restored: dict[str, Any] = {}
-    for key, expected in structure.items():
+    for key, child in expected.children.items():
+        child_where = f"{where}{expected.labels[key]}"
         if key not in loaded:
-            mismatches.missing.append(_key_path((*path, key)))
+            mismatches.missing.append(child_where)
             continue
         # Popping releases each loaded value (a chunked array's pieces, say) once it is restored.
-        restored[key] = _restore_value(expected, loaded.pop(key), (*path, key), mismatches)
-    # What is left is what target does not ask for: flax drops it, and so does this.
-    return restored
+        restored[key] = _restore_value(child, loaded.pop(key), child_where, mismatches)
+    if expected.container.exact and loaded:
+        # flax refuses a list, tuple or namedtuple whose length or fields differ from the target's.
+        extra = ", ".join(repr(key) for key in loaded)
+        mismatches.leaves.append(f"{where or 'the file'}: holds entries {extra} that target's container lacks")
+    # Otherwise what is left is what a mapping of target does not ask for: flax drops it, and so does this.
+    if mismatches.count() != problems:
+        return None
+    return expected.container.rebuild(restored)
 
 
-def _restore_value(expected: Any, value: object, path: tuple[object, ...], mismatches: _Mismatches) -> Any:
-    where = _key_path(path)
+def _restore_value(expected: Any, value: object, where: str, mismatches: _Mismatches) -> Any:
     chunked = isinstance(value, dict) and CHUNKED_ARRAY_MARKER in value
-    if isinstance(expected, dict):
+    if isinstance(expected, _ExpectedTree):
         if isinstance(value, dict) and not chunked:
-            return _restore_mapping(expected, value, path, mismatches)
-        mismatches.leaves.append(f"{where}: expected a mapping, got {_describe_loaded(value)}")
+            return _restore_tree(expected, value, where, mismatches)
+        mismatches.leaves.append(f"{where}: expected {expected.describe()}, got {_describe_loaded(value)}")
         return None
     if chunked:
         try:
