@@ -4,6 +4,8 @@ Every such path gives a documented error, never the operating system's bare
 OSError: FileNotFoundError (also a ValueError) where no file can exist, and
 the same IsADirectoryError (also a ValueError) from both writers where a
 folder stands at the destination, as tinax 0.2 raised IsADirectoryError.
+A path through a regular file is also a NotADirectoryError, which tinax
+0.2's writers raised when the destination's folder was a file.
 """
 
 from __future__ import annotations
@@ -14,11 +16,20 @@ import pathlib
 import pickle
 from collections.abc import Callable
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import tinax._core.files
-from tinax.weights import inspect_safetensors, load_msgpack, load_safetensors, save_msgpack, save_safetensors
+from tinax.weights import (
+    inspect_safetensors,
+    load_msgpack,
+    load_safetensors,
+    load_sharded_safetensors,
+    save_msgpack,
+    save_safetensors,
+    save_sharded_safetensors,
+)
 
 # A name no Linux or macOS file system accepts (they allow 255 bytes).
 LONG_NAME = "n" * 300
@@ -27,6 +38,11 @@ LONG_NAME = "n" * 300
 def _through_a_file(root: pathlib.Path) -> tuple[pathlib.Path, int]:
     (root / "plain").write_bytes(b"x")
     return root / "plain" / "inner" / "w.bin", errno.ENOTDIR
+
+
+def _in_a_file(root: pathlib.Path) -> tuple[pathlib.Path, int]:
+    (root / "plain").write_bytes(b"x")
+    return root / "plain" / "w.bin", errno.ENOTDIR
 
 
 def _a_link_to_itself(root: pathlib.Path) -> tuple[pathlib.Path, int]:
@@ -60,6 +76,7 @@ def _a_long_whole_path(root: pathlib.Path) -> tuple[pathlib.Path, int]:
 
 UNREACHABLE: dict[str, Callable[[pathlib.Path], tuple[pathlib.Path, int]]] = {
     "through-a-file": _through_a_file,
+    "in-a-file": _in_a_file,
     "link-to-itself": _a_link_to_itself,
     "loop-of-two-links": _a_loop_of_two_links,
     "loop-as-folder": _a_loop_as_folder,
@@ -72,11 +89,23 @@ READERS: dict[str, Callable[[pathlib.Path], object]] = {
     "inspect_safetensors": lambda path: inspect_safetensors(path),
     "load_safetensors": lambda path: load_safetensors(path, max_bytes=1),
     "load_msgpack": lambda path: load_msgpack(path, {"a": 1}, max_bytes=1),
+    "load_sharded_safetensors": lambda path: load_sharded_safetensors(path, shardings={}, max_bytes=1),
 }
 
 WRITERS: dict[str, Callable[[pathlib.Path, bool], None]] = {
     "save_safetensors": lambda path, overwrite: save_safetensors(path, {"w": np.ones(2)}, overwrite=overwrite),
     "save_msgpack": lambda path, overwrite: save_msgpack(path, {"w": np.ones(2)}, overwrite=overwrite),
+    "save_sharded_safetensors": lambda path, overwrite: save_sharded_safetensors(
+        path, {"w": jnp.ones(2)}, overwrite=overwrite
+    ),
+}
+
+# Each writer, and save_sharded_safetensors writing an index with its part files.
+EVERY_WRITER: dict[str, Callable[[pathlib.Path, bool], None]] = {
+    **WRITERS,
+    "save_sharded_safetensors-index": lambda path, overwrite: save_sharded_safetensors(
+        path.with_name(path.name + ".safetensors.index.json"), {"w": jnp.ones(2)}, overwrite=overwrite, max_file_bytes=8
+    ),
 }
 
 
@@ -91,6 +120,7 @@ def test_readers_report_paths_that_lead_to_no_file(tmp_path: pathlib.Path, case:
     with pytest.raises(FileNotFoundError) as caught:
         READERS[reader](path)
     assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, NotADirectoryError) == (code == errno.ENOTDIR)
     assert caught.value.errno == code
     assert caught.value.filename == str(path)
     assert "cannot read a" in str(caught.value)
@@ -115,7 +145,24 @@ def test_writers_report_paths_that_lead_to_no_file(
         assert "must not be a symbolic link" in str(caught.value)
     else:
         assert isinstance(caught.value, FileNotFoundError)
+        assert isinstance(caught.value, ValueError)
+        assert isinstance(caught.value, NotADirectoryError) == (case in ("through-a-file", "in-a-file"))
     assert _listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+@pytest.mark.parametrize("writer", list(EVERY_WRITER))
+def test_writers_raise_not_a_directory_error_like_02_when_the_folder_is_a_file(
+    tmp_path: pathlib.Path, writer: str, overwrite: bool
+) -> None:
+    (tmp_path / "afile").write_bytes(b"x")
+    with pytest.raises(NotADirectoryError, match="not a directory") as caught:
+        EVERY_WRITER[writer](tmp_path / "afile" / "w", overwrite)
+    # tinax 0.3 promises a FileNotFoundError that is also a ValueError for a path that leads to no file.
+    assert isinstance(caught.value, FileNotFoundError)
+    assert isinstance(caught.value, ValueError)
+    assert caught.value.errno == errno.ENOTDIR
+    assert (tmp_path / "afile").read_bytes() == b"x"
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))
@@ -127,7 +174,7 @@ def test_a_name_the_file_system_allows_is_written_however_long(tmp_path: pathlib
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
-def test_both_writers_refuse_a_folder_destination_with_the_same_error(tmp_path: pathlib.Path, overwrite: bool) -> None:
+def test_every_writer_refuses_a_folder_destination_with_the_same_error(tmp_path: pathlib.Path, overwrite: bool) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     (folder / "kept").write_bytes(b"k")
@@ -136,11 +183,12 @@ def test_both_writers_refuse_a_folder_destination_with_the_same_error(tmp_path: 
         with pytest.raises(IsADirectoryError) as caught:
             write(folder, overwrite)
         errors.append(caught.value)
-    first, second = errors
-    assert type(first) is type(second)
-    assert isinstance(first, ValueError)
-    assert first.errno == second.errno == errno.EISDIR
-    assert first.filename == second.filename == str(folder)
+    first = errors[0]
+    for error in errors:
+        assert type(error) is type(first)
+        assert isinstance(error, ValueError)
+        assert error.errno == errno.EISDIR
+        assert error.filename == str(folder)
     assert _listing(tmp_path) == ["folder", "folder/kept"]
 
 
@@ -165,7 +213,7 @@ def test_a_folder_that_takes_the_name_during_the_write_gives_the_same_error(
 
 
 @pytest.mark.parametrize("writer", list(WRITERS))
-def test_a_link_to_a_folder_is_refused_as_a_link_by_both_writers(tmp_path: pathlib.Path, writer: str) -> None:
+def test_a_link_to_a_folder_is_refused_as_a_link_by_every_writer(tmp_path: pathlib.Path, writer: str) -> None:
     (tmp_path / "folder").mkdir()
     os.symlink(tmp_path / "folder", tmp_path / "link")
     with pytest.raises(ValueError, match="must not be a symbolic link"):

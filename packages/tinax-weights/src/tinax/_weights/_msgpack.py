@@ -134,9 +134,10 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         :func:`~tinax.weights.save_safetensors` reports it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a loop of symbolic links, or
-        its name is longer than the file system allows (then also a
-        ValueError).
+        can exist at ``path``: it runs through a regular file (then also the
+        NotADirectoryError that tinax 0.2 raised) or a loop of symbolic
+        links, or its name is longer than the file system allows (then also
+        a ValueError).
 
     Examples:
       >>> import numpy as np

@@ -9,7 +9,10 @@ A path that cannot lead to any file (one that runs through a regular file, a
 loop of symbolic links, a name longer than the file system allows) is
 reported as :class:`UnreachablePathError`, a FileNotFoundError, which is
 what tinax 0.2 raised for the first two when loading msgpack files, and a
-ValueError, never as the operating system's bare OSError.
+ValueError, never as the operating system's bare OSError. One that runs
+through a regular file is :class:`NotADirectoryPathError`, which is also
+the NotADirectoryError that tinax 0.2's saves raised when the destination's
+folder was a file.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import os
 import pathlib
+import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -28,6 +33,7 @@ __all__ = [
     "path_to_write_atomically",
     "require_writable_destination",
     "MissingFilePathError",
+    "NotADirectoryPathError",
     "UnreachablePathError",
     "open_file_to_read",
     "require_file_destination",
@@ -55,8 +61,23 @@ class UnreachablePathError(FileNotFoundError, ValueError):
     """A path that cannot lead to a file, whatever exists on disk.
 
     Its ``errno`` is the operating system's: ENOTDIR (a component is a
-    regular file), ELOOP (a symbolic-link loop) or ENAMETOOLONG.
+    regular file, then the error is a :class:`NotADirectoryPathError`), ELOOP
+    (a symbolic-link loop) or ENAMETOOLONG.
     """
+
+
+class NotADirectoryPathError(UnreachablePathError, NotADirectoryError):
+    """A path that runs through a regular file (or another non-directory) where a folder is needed.
+
+    It is a FileNotFoundError and a ValueError, as every path that cannot
+    lead to a file, and also a NotADirectoryError, which tinax 0.2 raised
+    when a save's folder was a file.
+    """
+
+
+def _unreachable(code: int, message: str, path: pathlib.Path) -> UnreachablePathError:
+    kind = NotADirectoryPathError if code == errno.ENOTDIR else UnreachablePathError
+    return kind(code, message, str(path))
 
 
 @contextlib.contextmanager
@@ -80,7 +101,7 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
         reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
         if reason is None:
             raise
-        raise UnreachablePathError(error.errno, f"cannot {action} this path: {reason}", str(path)) from error
+        raise _unreachable(error.errno, f"cannot {action} this path: {reason}", path) from error
 
 
 @contextlib.contextmanager
@@ -136,10 +157,13 @@ def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[Bi
         file takes its name (also a ValueError).
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path`` (:class:`UnreachablePathError`, also a ValueError).
+        can exist at ``path`` (:class:`UnreachablePathError`, also a
+        ValueError; where the path runs through a regular file, a
+        :class:`NotADirectoryPathError`, also a NotADirectoryError).
     """
     with _path_errors_translated(path, "write a file at", DirectoryPathError):
         require_file_destination(path)
+        _require_folder(path)
         with atomic_write(path, overwrite=overwrite) as handle:
             yield handle
 
@@ -159,6 +183,7 @@ def path_to_write_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator
     """
     with _path_errors_translated(path, "write a file at", DirectoryPathError):
         require_file_destination(path)
+        _require_folder(path)
         with atomic_path(path, overwrite=overwrite) as temporary:
             yield temporary
 
@@ -174,10 +199,31 @@ def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None
     """
     with _path_errors_translated(path, "write a file at", DirectoryPathError):
         require_file_destination(path)
-        if not path.parent.is_dir():
-            raise FileNotFoundError(f"the folder of {str(path)!r} does not exist")
+        _require_folder(path)
         if not overwrite and (path.exists() or path.is_symlink()):
             raise exists_error(path, "this write does not replace existing files")
+
+
+def _require_folder(path: pathlib.Path) -> None:
+    """Checks that the folder of a file to write exists and is a directory.
+
+    Raises:
+      FileNotFoundError: If the folder does not exist.
+      NotADirectoryPathError: If the folder is a regular file (or anything
+        but a directory); also a FileNotFoundError and a ValueError.
+      OSError: The operating system's, for :func:`_path_errors_translated`
+        to translate, if no folder can exist there (ENOTDIR further up, a
+        link loop, a name too long).
+    """
+    folder = path.parent
+    try:
+        mode = os.stat(folder).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(f"the folder of {str(path)!r} does not exist") from None
+    if not stat.S_ISDIR(mode):
+        raise NotADirectoryPathError(
+            errno.ENOTDIR, f"cannot write a file at this path: its folder {str(folder)!r} is not a directory", str(path)
+        )
 
 
 def require_file_destination(path: pathlib.Path) -> None:

@@ -108,7 +108,11 @@ def save_sharded_safetensors(
         positive, the index name has the wrong ending, or ``path`` is a
         symbolic link.
       FileExistsError: If a destination file exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file
+        can exist at ``path``: it runs through a regular file (then also a
+        NotADirectoryError, as :func:`save_safetensors` raises it) or a loop
+        of symbolic links, or its name is longer than the file system allows
+        (then also a ValueError).
       RuntimeError: In a process other than the one that failed, when another
         process could not create, write or publish the file; nothing is
         published then.
