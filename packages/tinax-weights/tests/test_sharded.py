@@ -7,6 +7,7 @@ shards, a killed export) is in test_sharded_multiprocess.py.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import importlib.util
 import json
@@ -438,6 +439,29 @@ def test_index_problems_name_the_index_and_the_file(tmp_path):
     for not_an_index in ("[]", '{"weight_map": []}', "{", '{"weight_map": {"a": 3}}'):
         with pytest.raises(ValueError, match="not a valid safetensors index"):
             load_with(not_an_index)
+
+
+def test_load_sharded_safetensors_reports_an_index_file_name_too_long_as_file_not_found_and_value_error(tmp_path):
+    mesh = make_mesh((8, 1))
+    parts = [{"a": np.ones(2, np.float32)}, {"b": np.ones(3, np.float32)}]
+    index = write_upstream_checkpoint(tmp_path, parts)
+    document = json.loads(index.read_text())
+    too_long = "n" * 300 + ".safetensors"  # Beyond the 255 bytes a file system allows in a name.
+    document["weight_map"]["b"] = too_long
+    index.write_text(json.dumps(document))
+    with pytest.raises(FileNotFoundError, match=r"the index .* maps 1 tensors \(first 'b'\) .*longer than") as caught:
+        load_sharded_safetensors(
+            index, shardings=lambda *_: NamedSharding(mesh, PartitionSpec()), max_bytes=1 << 10, max_metadata_bytes=64
+        )
+    assert isinstance(caught.value, ValueError)
+    assert caught.value.errno == errno.ENAMETOOLONG
+    assert caught.value.filename == str(tmp_path / too_long)
+    assert isinstance(caught.value.__cause__, OSError)
+    assert caught.value.__cause__.errno == errno.ENAMETOOLONG
+    # The same name given directly is the same kind of error.
+    with pytest.raises(FileNotFoundError) as direct:
+        load_sharded_safetensors(tmp_path / too_long, shardings={}, max_bytes=1 << 10)
+    assert type(direct.value) is type(caught.value)
 
 
 # ---------------------------------------------------------------------------

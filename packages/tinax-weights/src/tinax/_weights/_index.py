@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_exactly, read_header
-from tinax._weights._paths import MissingFilePathError, open_file_to_read
+from tinax._weights._paths import MissingFilePathError, open_file_to_read, unreachable_path_error
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -122,7 +122,8 @@ def open_checkpoint(
         that the index maps to another file; or a header is malformed (also
         a ``safetensors.SafetensorError``).
       FileNotFoundError: If ``path``, or a file the index names, does not
-        exist (the latter also a ValueError, naming the index too).
+        exist, or none can (a name too long, say; the latter also a
+        ValueError, naming the index too).
     """
     source = str(path)
     if not is_index_path(path):
@@ -140,13 +141,16 @@ def open_checkpoint(
     for file_name, names in files.items():
         file_path = path.parent / file_name
         file_source = str(file_path)
-        if not file_path.is_file():
-            raise MissingFilePathError(
-                errno.ENOENT,
-                f"the index {source} maps {len(names)} tensors (first {names[0]!r}) to {file_name!r}, which is not "
-                "a file",
-                file_source,
-            )
+        mapping = f"the index {source} maps {len(names)} tensors (first {names[0]!r}) to {file_name!r}"
+        try:
+            is_file = file_path.is_file()
+        except OSError as error:  # A name too long: pathlib reports only some errors as False.
+            translated = unreachable_path_error(error, f"{mapping}, which cannot be a file", file_path)
+            if translated is None:
+                raise
+            raise translated from error
+        if not is_file:
+            raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not a file", file_source)
         handle, file_size = stack.enter_context(open_file_to_read(file_path, kind="safetensors file"))
         header = read_header(handle, file_size=file_size, source=file_source, max_metadata_bytes=max_metadata_bytes)
         held = header.info.tensors

@@ -38,6 +38,7 @@ __all__ = [
     "open_file_to_read",
     "require_file_destination",
     "require_not_a_directory",
+    "unreachable_path_error",
     "write_file_atomically",
 ]
 
@@ -75,9 +76,24 @@ class NotADirectoryPathError(UnreachablePathError, NotADirectoryError):
     """
 
 
-def _unreachable(code: int, message: str, path: pathlib.Path) -> UnreachablePathError:
-    kind = NotADirectoryPathError if code == errno.ENOTDIR else UnreachablePathError
-    return kind(code, message, str(path))
+def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> UnreachablePathError | None:
+    """Returns the documented error for an OSError that says no file can exist at ``path``.
+
+    Args:
+      error: The operating system's error, to chain as the cause.
+      message: What could not be done, such as ``"cannot read a file at this
+        path"``; the reason follows it.
+      path: The path, as the error's ``filename``.
+
+    Returns:
+      An :class:`UnreachablePathError` (a :class:`NotADirectoryPathError` for
+      ENOTDIR), or None if ``error`` says something else (no permission, say).
+    """
+    reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
+    if reason is None:
+        return None
+    kind = NotADirectoryPathError if error.errno == errno.ENOTDIR else UnreachablePathError
+    return kind(error.errno, f"{message}: {reason}", str(path))
 
 
 @contextlib.contextmanager
@@ -98,10 +114,10 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
         code = errno.ENOENT if issubclass(directory_error, FileNotFoundError) else errno.EISDIR
         raise directory_error(code, f"cannot {action} this path: it is a directory", str(path)) from error
     except OSError as error:
-        reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
-        if reason is None:
+        translated = unreachable_path_error(error, f"cannot {action} this path", path)
+        if translated is None:
             raise
-        raise _unreachable(error.errno, f"cannot {action} this path: {reason}", path) from error
+        raise translated from error
 
 
 @contextlib.contextmanager
