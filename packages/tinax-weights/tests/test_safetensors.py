@@ -586,7 +586,10 @@ MALFORMED: dict[str, tuple[bytes | dict[str, Any], bytes, int | None, str]] = {
     "metadata-surrogate": (b'{"__metadata__": {"k": "\\ud800"}}', b"", None, "lone surrogate"),
     "name-surrogate": (b'{"\\udc00": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', bytes(4), None,
                        "lone surrogate"),
-    "entry-not-object": ({"a": [1]}, b"", None, "tensor 'a': its entry must be a JSON object"),
+    "entry-not-object": ({"a": 1}, b"", None, "tensor 'a': its entry must be a JSON object"),
+    "entry-array-short": ({"a": ["F32", [1]]}, bytes(4), None, r"tensor 'a': an entry given as a JSON array must hold"),
+    "entry-array-long": ({"a": ["F32", [1], [0, 4], 0]}, bytes(4), None, "tensor 'a': an entry given as a JSON array"),
+    "entry-array-order": ({"a": [[1], "F32", [0, 4]]}, bytes(4), None, "tensor 'a': dtype must be a str"),
     "missing-key": ({"a": {"dtype": "F32", "shape": [1]}}, bytes(4), None, r"tensor 'a'.*missing \['data_offsets'\]"),
     "dtype-not-str": ({"a": {**F32_4, "dtype": 4}}, bytes(4), None, "tensor 'a': dtype must be a str"),
     "unknown-dtype": ({"a": {**F32_4, "dtype": "F128"}}, bytes(4), None, "tensor 'a': unknown dtype 'F128'"),
@@ -622,6 +625,25 @@ def test_malformed_headers_raise_value_errors_naming_file_and_tensor(tmp_path: p
     assert isinstance(inspected.value, SafetensorError)
     with pytest.raises(SafetensorError, match=message):
         load_safetensors(path, max_bytes=2**40, max_metadata_bytes=1000)
+
+
+def test_header_entries_given_as_arrays_of_dtype_shape_and_offsets_load_as_02_loaded_them(tmp_path: pathlib.Path) -> None:
+    # The upstream reader (and so tinax 0.2) takes a tensor's three fields as an array in their declared order.
+    path = tmp_path / "arrays.safetensors"
+    header = {"a": ["U8", [4], [0, 4]], "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}
+    payload = bytes([1, 2, 3, 4]) + np.float32(1.5).tobytes()
+    raw_file(path, header, payload)
+    info = inspect_safetensors(path)
+    assert info.tensors == {"a": TensorInfo((4,), "U8"), "b": TensorInfo((1,), "F32")}
+    assert info.tensors["a"].data_offsets == (0, 4)
+    loaded = load_safetensors(path, max_bytes=8)
+    assert loaded.tensors["a"].dtype == np.uint8
+    assert loaded.tensors["a"].tolist() == [1, 2, 3, 4]
+    assert loaded.tensors["b"].tolist() == [1.5]
+    upstream = safetensors.numpy.load_file(str(path))
+    assert {name: array.tobytes() for name, array in upstream.items()} == {
+        name: array.tobytes() for name, array in loaded.tensors.items()
+    }
 
 
 # Shapes NumPy cannot make an array of, with the dtype and the bytes their header claims: more than 64

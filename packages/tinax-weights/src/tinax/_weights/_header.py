@@ -485,8 +485,20 @@ def _check_tensor(
     def fail_tensor(text: str) -> NoReturn:
         fail(f"tensor {name!r}: {text}")
 
+    if type(entry) is list:
+        # The upstream reader (serde) also takes the three fields as an array
+        # in their declared order, and tinax 0.2 read such files through it.
+        if len(entry) != len(_TENSOR_KEYS):
+            fail_tensor(
+                f"an entry given as a JSON array must hold the {len(_TENSOR_KEYS)} fields "
+                f"[{', '.join(_TENSOR_KEYS)}] in that order, got {validation.describe(entry)}"
+            )
+        entry = dict(zip(_TENSOR_KEYS, entry, strict=True))
     if type(entry) is not dict:
-        fail_tensor(f"its entry must be a JSON object, got {validation.describe(entry)}")
+        fail_tensor(
+            f"its entry must be a JSON object (or an array of [{', '.join(_TENSOR_KEYS)}]), "
+            f"got {validation.describe(entry)}"
+        )
     # Other keys are ignored, as the upstream reader ignores them.
     missing = [key for key in _TENSOR_KEYS if key not in entry]
     if missing:
