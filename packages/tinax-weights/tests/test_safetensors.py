@@ -627,7 +627,7 @@ def test_malformed_headers_raise_value_errors_naming_file_and_tensor(tmp_path: p
         load_safetensors(path, max_bytes=2**40, max_metadata_bytes=1000)
 
 
-def test_header_entries_given_as_arrays_of_dtype_shape_and_offsets_load_as_02_loaded_them(tmp_path: pathlib.Path) -> None:
+def test_header_entries_given_as_arrays_of_dtype_shape_and_offsets_load_as_02_loaded_them(tmp_path):
     # The upstream reader (and so tinax 0.2) takes a tensor's three fields as an array in their declared order.
     path = tmp_path / "arrays.safetensors"
     header = {"a": ["U8", [4], [0, 4]], "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}
