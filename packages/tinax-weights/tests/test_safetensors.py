@@ -547,6 +547,27 @@ def test_metadata_limit_on_read(tmp_path: pathlib.Path) -> None:
         load_safetensors(path, max_bytes=8, max_metadata_bytes=encoded - 1)
 
 
+def test_metadata_is_returned_sorted_by_name_like_02_whatever_the_files_order(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "meta.safetensors"
+    in_file_order = {"zeta": "1", "alpha": "2", "Mid": "3", "é": "4", "_": "5"}
+    raw_file(path, {"__metadata__": in_file_order, "a": entry("U8", [1], 0, 1)}, b"\x01")
+    by_name = ["Mid", "_", "alpha", "zeta", "é"]  # Code point order, as tinax 0.2 sorted them.
+    assert list(inspect_safetensors(path, max_metadata_bytes=100).metadata) == by_name
+    loaded = load_safetensors(path, max_bytes=1, max_metadata_bytes=100)
+    assert list(loaded.info.metadata) == by_name
+    assert list(loaded.metadata) == by_name
+    assert loaded.metadata == in_file_order
+    # Saved in the caller's order, read back sorted.
+    save_safetensors(
+        tmp_path / "saved", {"a": np.zeros(1)}, overwrite=False, metadata=in_file_order, max_metadata_bytes=100
+    )
+    assert list(inspect_safetensors(tmp_path / "saved", max_metadata_bytes=100).metadata) == by_name
+    # A SafetensorsInfo made by hand sorts its metadata too, and keeps its tensors' order, as 0.2's did.
+    info = SafetensorsInfo({"b": TensorInfo((1,), "F32"), "a": TensorInfo((2,), "U8")}, {"z": "1", "a": "2"})
+    assert list(info.metadata) == ["a", "z"]
+    assert list(info.tensors) == ["b", "a"]
+
+
 def test_the_default_metadata_limit_accepts_no_metadata(tmp_path: pathlib.Path) -> None:
     # max_metadata_bytes=0, the default, means "no metadata", as in tinax 0.2:
     # a file from an untrusted source cannot hand over an unbounded mapping unasked.

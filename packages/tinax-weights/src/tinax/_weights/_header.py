@@ -177,9 +177,10 @@ class SafetensorsInfo:
     Attributes:
       tensors: Name to :class:`TensorInfo`, sorted by name. Any mapping is
         accepted and stored as a new dict.
-      metadata: The ``__metadata__`` mapping of str to str, empty when the
-        file has none. Any such mapping (or None, for none) is accepted and
-        stored as a new dict.
+      metadata: The ``__metadata__`` mapping of str to str, sorted by name
+        (as tinax 0.2 gave it), empty when the file has none. Any such
+        mapping (or None, for none) is accepted and stored as a new dict,
+        sorted by name.
 
     Raises:
       TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo`
@@ -195,7 +196,7 @@ class SafetensorsInfo:
             validation.require_instance(info, f"tensors[{name!r}]", TensorInfo, "a TensorInfo")
         metadata = {} if self.metadata is None else validation.require_str_to_str_mapping(self.metadata, "metadata")
         object.__setattr__(self, "tensors", dict(tensors))
-        object.__setattr__(self, "metadata", dict(metadata))
+        object.__setattr__(self, "metadata", _sorted_by_name(metadata))
 
     @classmethod
     def _validated(cls, tensors: dict[str, TensorInfo], metadata: dict[str, str]) -> SafetensorsInfo:
@@ -258,6 +259,10 @@ def malformed(message: str) -> ValueError:
 
 def _refuse_constant(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not valid JSON")
+
+
+def _sorted_by_name(metadata: Mapping[str, str]) -> dict[str, str]:
+    return {key: metadata[key] for key in sorted(metadata)}
 
 
 def metadata_nbytes(metadata: Mapping[str, str]) -> int:
@@ -439,9 +444,9 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
             f"the last tensor ({previous!r}) ends" if previous is not None else "the header describes no data and ends"
         )
         fail(f"{last} at payload byte {cursor}, but the payload has {payload_size} bytes")
-    # Described by name, as the upstream reader lists them.
+    # Described by name, as the upstream reader lists them; the metadata too, as tinax 0.2 gave it.
     tensors = {name: by_offset[name] for name in sorted(by_offset)}
-    return tensors, metadata, metadata_nbytes(metadata)
+    return tensors, _sorted_by_name(metadata), metadata_nbytes(metadata)
 
 
 def _parse_json(header_bytes: bytes, fail: _Fail) -> Any:
