@@ -65,6 +65,72 @@ def test_require_int_bounds():
         validation.require_int(3, "x", maximum=2)
 
 
+def test_type_and_value_error_is_both_and_declared_once():
+    assert issubclass(validation.TypeAndValueError, TypeError)
+    assert issubclass(validation.TypeAndValueError, ValueError)
+    with pytest.raises(validation.TypeAndValueError, match=r"^x must be an int, got 'a' \(str\)$"):
+        validation.fail_type_and_value("x", "an int", "a")
+
+
+@pytest.mark.parametrize("value", [np.int64(6), np.uint8(9), np.int32(-1), jnp.int32(6)], ids=repr)
+def test_require_int_out_of_bounds_non_python_integer_is_also_a_type_error(value):
+    # tinax 0.2 took Python ints only: any other integer was the wrong type, whatever its value.
+    with pytest.raises(ValueError, match=r"^x must be an int in \[0, 5\], got ") as caught:
+        validation.require_int(value, "x", minimum=0, maximum=5)
+    assert isinstance(caught.value, TypeError)
+
+
+def test_require_int_out_of_bounds_python_int_is_only_a_value_error():
+    with pytest.raises(ValueError, match="must be an int") as caught:
+        validation.require_int(6, "x", minimum=0, maximum=5)
+    assert not isinstance(caught.value, TypeError)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (3, False),
+        (True, False),
+        (np.bool_(True), False),
+        (np.int64(3), True),
+        (np.uint32(3), True),
+        (jnp.int32(3), True),
+        (np.array(3, np.int16), True),
+        (np.array([3]), False),
+        (jnp.arange(3), False),
+        (np.float32(3), False),
+        (3.0, False),
+        ("3", False),
+        (None, False),
+    ],
+    ids=repr,
+)
+def test_is_non_python_int(value, expected):
+    assert validation.is_non_python_int(value) is expected
+
+
+def test_reported_as_both_converts_plain_errors_only_after_a_widening():
+    for error in (TypeError("x must be a str, got 1 (int)"), ValueError("x must be >= 0, got -1 (int)")):
+        with pytest.raises(validation.TypeAndValueError, match=str(error)[:10]), validation.reported_as_both(True):
+            raise error
+        with pytest.raises(type(error)) as caught, validation.reported_as_both(False):
+            raise error
+        assert type(caught.value) is type(error)
+
+
+class _SpecificError(ValueError):
+    pass
+
+
+def test_reported_as_both_keeps_specific_errors_and_the_cause():
+    with pytest.raises(_SpecificError), validation.reported_as_both(True):
+        raise _SpecificError("kept")
+    cause = OSError("underneath")
+    with pytest.raises(validation.TypeAndValueError) as caught, validation.reported_as_both(True):
+        raise ValueError("outer") from cause
+    assert caught.value.__cause__ is cause
+
+
 def test_positive_and_non_negative_ints():
     assert validation.require_positive_int(1, "n") == 1
     assert validation.require_non_negative_int(0, "n") == 0

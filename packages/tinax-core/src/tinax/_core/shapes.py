@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.jax_compat import is_tracer
+from tinax._core.jax_compat import RuntimeValueError, is_tracer
 
 __all__ = [
     "XLA_MAX_BYTES",
@@ -30,6 +30,16 @@ __all__ = [
 #: process inside XLA ("overflow in static extent product") instead of
 #: raising, so tinax refuses it before JAX sees it.
 XLA_MAX_BYTES = 2**63 - 1
+
+
+class _TooLargeIntegerError(RuntimeValueError, validation.TypeAndValueError):
+    """A size too large for any array, given as a NumPy (not a Python) integer.
+
+    tinax 0.2 refused NumPy integers as sizes with a ``TypeError``, so this
+    error is that too, besides what :func:`require_fits` raises for any
+    size that is too large.
+    """
+
 
 # Results up to this size are never compared with device memory, so the
 # common small calls do not look the memory up.
@@ -220,7 +230,10 @@ def require_fits(
 
     Raises:
       ValueError: If the result would exceed either limit. The message names
-        the shape, the bytes it would need and the limit.
+        the shape, the bytes it would need and the limit. The error is also
+        a ``jax.errors.JaxRuntimeError`` (a ``RuntimeError``), the type
+        that JAX raised for such a result where it did not abort, and also
+        a ``TypeError`` when ``value`` is a NumPy integer.
     """
     count = int(math.prod(shape))
     if count <= _ALWAYS_FITS_ELEMENTS:
@@ -231,8 +244,9 @@ def require_fits(
     extents = ", ".join(str(extent) for extent in shape)
     dtype_text = str(dtype) if is_extended_dtype(dtype) else str(np.dtype(dtype))
     needs = f"{what}, {dtype_text}[{extents}], would need {nbytes} bytes"
+    error = _TooLargeIntegerError if isinstance(value, np.integer) else RuntimeValueError
     if nbytes > XLA_MAX_BYTES:
-        raise ValueError(
+        raise error(
             validation.expectation_message(name, "small enough for the result to be representable by XLA", value)
             + f": {needs}, more than XLA can represent in one array (2**63 - 1 bytes)"
         )
@@ -240,7 +254,7 @@ def require_fits(
         return
     bound = memory_bound(devices())
     if bound is not None and nbytes > bound[0]:
-        raise ValueError(
+        raise error(
             validation.expectation_message(name, "small enough for the result to fit in memory", value)
             + f": {needs}, more than {bound[1]}"
         )

@@ -15,17 +15,22 @@ through their bounded ``tinax-core`` requirement; it is not a public API.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import pathlib
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 __all__ = [
+    "TypeAndValueError",
     "describe",
     "expectation_message",
     "fail_type",
+    "fail_type_and_value",
     "fail_value",
+    "is_non_python_int",
+    "reported_as_both",
     "require_bool",
     "require_callable",
     "require_existing_path",
@@ -48,6 +53,18 @@ __all__ = [
 T = TypeVar("T")
 
 _MAX_REPR = 80
+
+
+class TypeAndValueError(TypeError, ValueError):
+    """An argument refused where tinax 0.2 raised the other of the two types.
+
+    The error contract gives a ``TypeError`` for the wrong kind of object and
+    a ``ValueError`` for a bad value of the right kind. A few checks draw that
+    line elsewhere than 0.2 did: 0.3 accepts a NumPy integer where an int is
+    asked for (0.2 refused it as the wrong kind), and calls a dtype that
+    NumPy cannot read the wrong kind (0.2 passed on NumPy's ``ValueError``).
+    Those refusals are both, so code that catches either keeps working.
+    """
 
 
 def describe(value: object) -> str:
@@ -97,6 +114,50 @@ def fail_value(name: str, expected: str, got: object) -> NoReturn:
     raise ValueError(expectation_message(name, expected, got))
 
 
+def fail_type_and_value(name: str, expected: str, got: object) -> NoReturn:
+    """Raises a :class:`TypeAndValueError` in the shared message shape."""
+    raise TypeAndValueError(expectation_message(name, expected, got))
+
+
+def is_non_python_int(value: object) -> bool:
+    """Returns whether ``value`` is an integer other than a Python ``int`` (or bool).
+
+    A NumPy integer scalar, for example: :func:`require_int` accepts those,
+    where tinax 0.2 refused them as the wrong type. The answer comes from the
+    type, dtype and rank alone: an array's value is never read (that would
+    wait for a device).
+    """
+    if isinstance(value, (int, bool)) or _is_numpy_bool(value) or not hasattr(type(value), "__index__"):
+        return False
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return True
+    return getattr(dtype, "kind", None) in {"i", "u"} and getattr(value, "ndim", 0) == 0
+
+
+@contextlib.contextmanager
+def reported_as_both(widened: bool) -> Iterator[None]:
+    """Reports the checks in the block as :class:`TypeAndValueError` after a widening.
+
+    tinax 0.2 checked its arguments in order and raised at the first it
+    refused. Where an argument is one that 0.3 accepts and 0.2 refused (a
+    NumPy integer, a single ``str`` of names, a raw key), a later argument's
+    plain ``TypeError`` or ``ValueError`` is raised as both, because 0.2
+    raised its own error, for the widened argument, with whichever type
+    applied there.
+
+    Args:
+      widened: Whether some argument of the call was accepted only as a
+        widening over tinax 0.2.
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        if not widened or type(error) not in {TypeError, ValueError}:
+            raise
+        raise TypeAndValueError(*error.args).with_traceback(error.__traceback__) from error.__cause__
+
+
 def require_bool(value: object, name: str) -> bool:
     """Checks that a flag is a real ``bool``.
 
@@ -143,7 +204,10 @@ def require_int(
 
     Raises:
       TypeError: If the value is a bool or not an integer.
-      ValueError: If the value is outside the bounds.
+      ValueError: If the value is outside the bounds. For an integer that
+        is not a Python ``int`` (a NumPy integer, say) it is a
+        :class:`TypeAndValueError`, as tinax 0.2 refused those with a
+        ``TypeError``.
     """
     expected = "an int" + (f" {bounds_text}" if bounds_text else _bounds_text(minimum, maximum))
     if isinstance(value, bool) or _is_numpy_bool(value):
@@ -153,6 +217,10 @@ def require_int(
     except TypeError:
         fail_type(name, expected, value)
     if (minimum is not None and as_int < minimum) or (maximum is not None and as_int > maximum):
+        if not isinstance(value, int):
+            # tinax 0.2 took Python ints only and refused any other integer
+            # (NumPy's included) with a TypeError, whatever its value.
+            fail_type_and_value(name, expected, value)
         fail_value(name, expected, value)
     return as_int
 
