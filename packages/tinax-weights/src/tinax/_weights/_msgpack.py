@@ -1,7 +1,9 @@
 """Flax msgpack state dicts, read and written without flax.
 
 The format is the one ``flax.serialization.to_bytes`` writes for a state dict:
-one msgpack map per nested mapping, plain msgpack values for ``None``, bools,
+one msgpack map per nested mapping (and per list, tuple, namedtuple or
+flax-registered dataclass, as :mod:`tinax._weights._state_dicts` maps
+them), plain msgpack values for ``None``, bools,
 ints, floats, strings and bytes, and three msgpack extension types for the
 rest:
 

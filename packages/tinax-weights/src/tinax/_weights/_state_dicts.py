@@ -118,7 +118,7 @@ def _namedtuple(value: tuple[Any, ...]) -> Container:
 def _partial_type() -> type | None:
     # A Partial exists only once jax is imported, and this module must not import it.
     jax = sys.modules.get("jax")
-    return None if jax is None else jax.tree_util.Partial  # type: ignore[no-any-return]
+    return None if jax is None else jax.tree_util.Partial
 
 
 def _partial(value: Any) -> Container:
