@@ -230,6 +230,53 @@ def test_argnames_not_checked_when_signature_cannot_be_inspected():
     assert wrapped(jnp.float32(1.0)) == 2.0
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"static_argnames": ""},
+        {"donate_argnames": "nmode"},
+        {"static_argnames": "x", "donate_argnames": "x"},
+        {"static_argnames": "x", "donate_argnames": ["x"]},
+        {"static_argnames": "x", "mesh": jax.sharding.Mesh(np.empty((0,), dtype=object), ("data",))},
+        {"max_traces": np.int64(0)},
+        {"max_traces": np.int64(1), "static_argnames": [""]},
+    ],
+    ids=repr,
+)
+def test_value_errors_after_a_single_str_of_names_or_a_numpy_integer_are_also_type_errors(arguments):
+    # tinax 0.2 refused a single str of names and a NumPy integer as the wrong type, before
+    # looking further; 0.3 accepts them, and what it refuses after that is both.
+    with pytest.raises(ValueError, match="must be") as caught:
+        bounded_jit(with_mode, **{"max_traces": 1, **arguments})
+    assert isinstance(caught.value, TypeError)
+
+
+def test_value_errors_after_python_arguments_are_only_value_errors():
+    with pytest.raises(ValueError, match="must be disjoint") as caught:
+        bounded_jit(with_mode, max_traces=1, static_argnames=["x"], donate_argnames=["x"])
+    assert not isinstance(caught.value, TypeError)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"axis_size": np.int64(0)},
+        {"axis_size": np.int64(2), "max_traces": 0},
+        {"max_traces": np.int64(1), "mesh": jax.sharding.Mesh(np.empty((0,), dtype=object), ("data",))},
+    ],
+    ids=repr,
+)
+def test_batched_value_errors_after_a_numpy_integer_are_also_type_errors(arguments):
+    with pytest.raises(ValueError, match="must be") as caught:
+        batched_jit(scale, **{"max_traces": 1, **arguments})
+    assert isinstance(caught.value, TypeError)
+
+
+def test_batched_checks_axis_size_before_the_axes_as_tinax_02_did():
+    with pytest.raises(ValueError, match="axis_size"):
+        batched_jit(scale, in_axes="a", axis_size=0, max_traces=1)  # type: ignore[arg-type]
+
+
 def test_overlapping_static_and_donated_names_not_allowed():
     with pytest.raises(ValueError, match="disjoint") as caught:
         bounded_jit(scale, max_traces=1, static_argnames=("x", "y"), donate_argnames=["y", "x"])
@@ -477,6 +524,122 @@ def test_lower_counts_once_and_later_calls_reuse_the_trace():
         wrapped.lower(jnp.ones(2), 1.0)
 
 
+def test_lower_compiles_ahead_of_time_like_raw_jit():
+    wrapped = bounded_jit(scale, max_traces=1)
+    x = jnp.arange(6.0)
+    compiled = wrapped.lower(x, 1.0).compile()
+    raw = jax.jit(scale).lower(x, 1.0).compile()
+    assert isinstance(compiled, jax.stages.Compiled)
+    assert compiled.cost_analysis() == raw.cost_analysis()
+    np.testing.assert_array_equal(compiled(x, 1.0), raw(x, 1.0))
+    assert wrapped.trace_count == 1
+
+
+def test_wrapped_function_is_a_jax_stages_wrapped_with_the_jit_methods():
+    wrapped = bounded_jit(scale, max_traces=1)
+    assert isinstance(wrapped, jax.stages.Wrapped)
+    raw = jax.jit(scale)
+    for name in ("lower", "trace", "eval_shape", "clear_cache", "_cache_size"):
+        assert callable(getattr(wrapped, name)), name
+        assert name in dir(wrapped)
+    assert {name for name in dir(raw) if not name.startswith("__")} <= set(dir(wrapped))
+
+
+def test_trace_and_eval_shape_give_what_raw_jit_gives():
+    wrapped = bounded_jit(scale, max_traces=1)
+    x = jnp.ones((2, 3), jnp.float32)
+    traced = wrapped.trace(x, 2.0)
+    assert isinstance(traced, jax.stages.Traced)
+    assert str(traced.jaxpr) == str(jax.jit(scale).trace(x, 2.0).jaxpr)
+    assert wrapped.eval_shape(x, 2.0) == jax.jit(scale).eval_shape(x, 2.0)
+    assert wrapped.trace_count == 1  # eval_shape reused the trace
+
+
+@pytest.mark.parametrize("method", ["lower", "trace", "eval_shape"])
+def test_new_traces_by_the_jit_methods_count_against_the_budget(method):
+    wrapped = bounded_jit(scale, max_traces=1)
+    wrapped(jnp.ones(3), 1.0)
+    getattr(wrapped, method)(jnp.zeros(3), 5.0)  # cached: no trace
+    assert wrapped.trace_count == 1
+    with pytest.raises(TraceBudgetExceededError, match=r"shape \(3,\) -> \(4,\)"):
+        getattr(wrapped, method)(jnp.ones(4), 1.0)
+
+
+def test_clear_cache_traces_again_and_does_not_give_the_budget_back():
+    wrapped = bounded_jit(scale, max_traces=2)
+    wrapped(jnp.ones(3), 1.0)
+    assert wrapped._cache_size() == 1
+    wrapped.clear_cache()
+    assert wrapped._cache_size() == 0
+    wrapped(jnp.ones(3), 1.0)
+    assert wrapped.trace_count == 2
+    wrapped.clear_cache()
+    with pytest.raises(TraceBudgetExceededError):
+        wrapped(jnp.ones(3), 1.0)
+
+
+def test_batched_lower_compiles_ahead_of_time():
+    wrapped = batched_jit(lambda x: x * 2, max_traces=1)
+    compiled = wrapped.lower(jnp.ones((4, 2))).compile()
+    assert compiled.cost_analysis() is not None
+    np.testing.assert_array_equal(compiled(jnp.ones((4, 2))), np.full((4, 2), 2.0))
+    assert wrapped.eval_shape(jnp.ones((4, 2))).shape == (4, 2)
+    assert wrapped.trace_count == 1
+
+
+def test_copying_the_wrapper_does_not_recurse():
+    import copy
+
+    wrapped = bounded_jit(scale, max_traces=1)
+    with pytest.raises(AttributeError):
+        object.__new__(type(wrapped)).lower_something  # noqa: B018 - the attribute lookup is the test
+    duplicate = copy.copy(wrapped)
+    np.testing.assert_array_equal(duplicate(jnp.ones(2), 1.0), [3.0, 3.0])
+
+
+# --------------------------------------------------------------------------- which traces count (as in tinax 0.2)
+
+
+def test_traces_whose_arguments_are_all_static_do_not_count():
+    def arange_times(n):
+        return jnp.arange(3) * n
+
+    wrapped = bounded_jit(arange_times, max_traces=1, static_argnames="n")
+    assert [wrapped(n=n).tolist() for n in range(4)] == [[0, n, 2 * n] for n in range(4)]
+    assert wrapped.trace_count == 0
+
+
+def test_traces_without_array_arguments_do_not_count():
+    wrapped = bounded_jit(lambda *tree: jnp.ones(2), max_traces=1)
+    for arguments in [(), (None,), ((),), ({},)]:
+        np.testing.assert_array_equal(wrapped(*arguments), [1.0, 1.0])
+    assert wrapped.trace_count == 0
+    wrapped(jnp.ones(1))
+    assert wrapped.trace_count == 1
+    with pytest.raises(TraceBudgetExceededError):
+        wrapped(jnp.ones(2))
+
+
+def test_a_static_trace_then_traced_arguments_count_from_the_first_traced_one():
+    wrapped = bounded_jit(with_mode, max_traces=1, static_argnames=("x", "mode"))
+    assert wrapped(1, mode="train") == 2
+    assert wrapped(1, mode="eval") == 0
+    assert wrapped.trace_count == 0
+
+
+@pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
+def test_eager_calls_under_disable_jit_do_not_count(wrap):
+    wrapped = wrap(lambda x: x * 2, max_traces=1)
+    with jax.disable_jit():
+        for length in range(1, 4):
+            np.testing.assert_array_equal(wrapped(jnp.ones((length, 2))), np.full((length, 2), 2.0))
+    assert wrapped.trace_count == 0
+
+
+def test_importing_tinax_jit_does_not_import_chex():
+    assert import_side_effects("tinax.jit", watched=("chex",))["integrations"] == []
+
+
 def test_traces_inside_an_enclosing_jit_count():
     inner = bounded_jit(lambda x: x + 1, max_traces=1)
     outer = jax.jit(lambda x: inner(x) * 2)
@@ -576,6 +739,18 @@ def test_mesh_applies_to_lower(mesh):
         return x
 
     bounded_jit(identity, max_traces=1, mesh=mesh).lower(jnp.ones(8))
+    assert seen == [mesh.abstract_mesh]
+
+
+@pytest.mark.parametrize("method", ["trace", "eval_shape"])
+def test_mesh_applies_to_trace_and_eval_shape(mesh, method):
+    seen: list[Any] = []
+
+    def identity(x):
+        seen.append(jax.sharding.get_abstract_mesh())
+        return x
+
+    getattr(bounded_jit(identity, max_traces=1, mesh=mesh), method)(jnp.ones(8))
     assert seen == [mesh.abstract_mesh]
 
 

@@ -49,12 +49,14 @@ def batched_jit(
       axis_size: The batch size, needed only when no argument is mapped.
       max_traces: How many times the batched function may be traced, at
         least 1.
-      mesh: If given, every call (and ``lower``) runs inside
-        ``jax.set_mesh(mesh)``.
+      mesh: If given, every call (and ``lower``, ``trace``,
+        ``eval_shape``) runs inside ``jax.set_mesh(mesh)``.
 
     Returns:
       A callable taking batched arguments, with the ``trace_count``,
-      ``max_traces``, ``mesh`` and ``lower`` described in :func:`bounded_jit`.
+      ``max_traces``, ``mesh`` and the ``jax.jit`` methods (``lower``,
+      ``trace``, ``eval_shape``, ``clear_cache``) described in
+      :func:`bounded_jit`, which also says which traces count.
 
     Raises:
       TypeError: If ``function`` is not callable, an axis is not an int or
@@ -67,7 +69,9 @@ def batched_jit(
         one array (2**63 - 1) or than the memory of the devices (a CPU
         counts as the host's physical memory); the message names the output
         and the bytes it would need. Intermediate values inside the function
-        are not checked.
+        are not checked. A size error is also JAX's ``JaxRuntimeError``.
+        When an integer argument is a NumPy integer (which tinax 0.2 refused
+        as the wrong type), the error is also a ``TypeError``.
       TraceBudgetExceededError: When a call would trace the batched function
         more than ``max_traces`` times.
 
@@ -81,18 +85,22 @@ def batched_jit(
       [3.0, 3.0, 3.0]
     """
     validation.require_callable(function, "function")
-    checked_in_axes = _require_in_axes(in_axes)
-    checked_out_axes = _require_axis_tree(out_axes, "out_axes")
-    checked_axis_size = validation.require_optional_positive_int(axis_size, "axis_size")
-    if checked_axis_size is not None:
-        # Any batched value holds axis_size elements of at least one byte. The
-        # memory of the devices is checked on the outputs, when the function is
-        # traced: looking it up here would start a JAX backend.
-        require_fits(
-            "axis_size", axis_size, shape=(checked_axis_size,), dtype=np.uint8, devices=None, what="a batched value"
-        )
-    budget_size = validation.require_positive_int(max_traces, "max_traces")
-    checked_mesh = require_mesh(mesh, "mesh")
+    # tinax 0.2 refused NumPy integers as the wrong type, and checked the axes
+    # last (jax.vmap did).
+    integers = [axis_size, max_traces, *jax.tree_util.tree_leaves((in_axes, out_axes))]
+    with validation.reported_as_both(any(validation.is_non_python_int(value) for value in integers)):
+        checked_axis_size = validation.require_optional_positive_int(axis_size, "axis_size")
+        if checked_axis_size is not None:
+            # Any batched value holds axis_size elements of at least one byte. The
+            # memory of the devices is checked on the outputs, when the function is
+            # traced: looking it up here would start a JAX backend.
+            require_fits(
+                "axis_size", axis_size, shape=(checked_axis_size,), dtype=np.uint8, devices=None, what="a batched value"
+            )
+        budget_size = validation.require_positive_int(max_traces, "max_traces")
+        checked_mesh = require_mesh(mesh, "mesh")
+        checked_in_axes = _require_in_axes(in_axes)
+        checked_out_axes = _require_axis_tree(out_axes, "out_axes")
 
     vectorized = jax.vmap(function, in_axes=checked_in_axes, out_axes=checked_out_axes, axis_size=checked_axis_size)
     budget = TraceBudget(function, budget_size, static_argnames=())

@@ -41,8 +41,12 @@ def bounded_jit(
     Args:
       function: The function to compile.
       max_traces: How many times the function may be traced, at least 1.
-        Traces started by ``lower``, by an enclosing transformation and
-        traces that fail with an exception all count.
+        Traces started by ``lower``, ``trace`` or ``eval_shape``, by an
+        enclosing transformation and traces that fail with an exception all
+        count. As in tinax 0.2, a trace in which no argument is traced (all
+        of them static, or none given) does not count, and while
+        ``chex.disable_asserts()`` is in force no trace is refused (they
+        still count); ``chex.clear_trace_counter()`` gives the budget back.
       static_argnames: Names of parameters that are compile-time constants,
         as for ``jax.jit``. A single ``str`` is one name. Each must be a
         parameter that can be passed by keyword, unless ``function`` takes
@@ -57,9 +61,12 @@ def bounded_jit(
 
     Returns:
       A callable with the signature of ``function``. It also has a read-only
-      ``trace_count`` (traces so far), ``max_traces``, ``mesh``, a
-      ``lower(*args, **kwargs)`` method that lowers like ``jax.jit``, and
-      ``__wrapped__`` pointing at ``function``.
+      ``trace_count`` (traces so far), ``max_traces``, ``mesh`` and
+      ``__wrapped__`` pointing at ``function``, and everything a ``jax.jit``
+      function has (tinax 0.2 returned that function itself):
+      ``lower(...)`` (so ``.lower(...).compile()`` and its
+      ``cost_analysis()`` work), ``trace(...)``, ``eval_shape(...)`` and
+      ``clear_cache()``, the first three under ``mesh`` if one is given.
 
     Raises:
       TypeError: If ``function`` is not callable, ``max_traces`` is not an
@@ -68,9 +75,13 @@ def bounded_jit(
       ValueError: If ``max_traces`` is below 1, an argument name is empty,
         repeated, not a parameter that can be passed by keyword, or both
         static and donated, or ``mesh`` has no devices or a Manual axis.
-      TraceBudgetExceededError: When a call (or ``lower``) would trace the
-        function more than ``max_traces`` times. The message names the
-        argument that differs from the previous trace.
+        When ``max_traces`` is a NumPy integer or an argument's names are a
+        single ``str`` (which tinax 0.2 refused as the wrong type), the
+        error is also a ``TypeError``.
+      TraceBudgetExceededError: When a call (or ``lower``, ``trace``,
+        ``eval_shape``) would trace the function more than ``max_traces``
+        times. The message names the argument that differs from the
+        previous trace.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -88,16 +99,19 @@ def bounded_jit(
       tinax...TraceBudgetExceededError: ...
     """
     validation.require_callable(function, "function")
-    budget_size = validation.require_positive_int(max_traces, "max_traces")
-    static = _require_argnames(static_argnames, "static_argnames", function)
-    donated = _require_argnames(donate_argnames, "donate_argnames", function)
-    overlap = [name for name in donated if name in static]
-    if overlap:
-        raise ValueError(
-            validation.expectation_message("donate_argnames", "disjoint from static_argnames", donate_argnames)
-            + f"; both name {', '.join(repr(name) for name in overlap)}"
-        )
-    checked_mesh = require_mesh(mesh, "mesh")
+    # tinax 0.2 refused NumPy integers and a single str of names as the wrong type.
+    widened = validation.is_non_python_int(max_traces) or isinstance(static_argnames, str)
+    with validation.reported_as_both(widened or isinstance(donate_argnames, str)):
+        budget_size = validation.require_positive_int(max_traces, "max_traces")
+        static = _require_argnames(static_argnames, "static_argnames", function)
+        donated = _require_argnames(donate_argnames, "donate_argnames", function)
+        overlap = [name for name in donated if name in static]
+        if overlap:
+            raise ValueError(
+                validation.expectation_message("donate_argnames", "disjoint from static_argnames", donate_argnames)
+                + f"; both name {', '.join(repr(name) for name in overlap)}"
+            )
+        checked_mesh = require_mesh(mesh, "mesh")
 
     budget = TraceBudget(function, budget_size, static)
     # Empty name lists are passed as None: jax.jit refuses even an empty list

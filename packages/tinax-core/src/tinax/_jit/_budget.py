@@ -11,6 +11,7 @@ from typing import Any, NamedTuple, TypeVar
 import jax
 
 from tinax._core.jax_compat import is_tracer
+from tinax._jit._compat02 import chex_asserts_disabled, chex_counter_clears
 
 __all__ = ["TraceBudget", "TraceBudgetExceededError", "function_name"]
 
@@ -170,6 +171,12 @@ def _describe_changes(old: _Record, new: _Record) -> list[str]:
 class TraceBudget:
     """Counts the traces of one wrapped function and refuses those over budget.
 
+    A trace counts when some argument leaf is a tracer, as in tinax 0.2: a
+    trace whose arguments are all static (or that have no leaves at all)
+    costs nothing, and neither does running the function's Python body
+    eagerly (under ``jax.disable_jit``). Where the program uses chex, its
+    switches apply as they did to 0.2's budgets (see ``_compat02``).
+
     Args:
       function: The user's function; its name and signature label messages.
       max_traces: How many traces are allowed.
@@ -187,6 +194,7 @@ class TraceBudget:
         self._lock = threading.Lock()
         self._count = 0
         self._previous: _Record | None = None
+        self._clears = chex_counter_clears()
 
     @property
     def count(self) -> int:
@@ -208,14 +216,22 @@ class TraceBudget:
         return traced
 
     def admit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """Counts one trace with these arguments.
+        """Counts one trace with these arguments, if any of them is traced.
 
         Raises:
-          TraceBudgetExceededError: If the budget is already spent.
+          TraceBudgetExceededError: If the budget is already spent (and chex's
+            assertions are not disabled).
         """
+        if not any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
+            return
         record = self._record(args, kwargs)
+        clears = chex_counter_clears()
+        enforced = not chex_asserts_disabled()
         with self._lock:
-            if self._count >= self.max_traces:
+            if clears != self._clears:
+                self._clears = clears
+                self._count = 0
+            if enforced and self._count >= self.max_traces:
                 raise TraceBudgetExceededError(self._exceeded_message(record))
             self._count += 1
             self._previous = record

@@ -41,7 +41,12 @@ class BudgetedFunction:
 
     Calling it calls the jitted function; with a mesh, the call runs inside
     ``jax.set_mesh(mesh)``. ``trace_count`` and ``max_traces`` report the
-    budget, and ``lower`` lowers the function as ``jax.jit`` would.
+    budget. Everything else a ``jax.jit`` function offers (``lower``,
+    ``trace``, ``eval_shape``, ``clear_cache`` and the rest) is the jitted
+    function's own, as in tinax 0.2, which returned the ``jax.jit`` function
+    itself; with a mesh, ``lower``, ``trace`` and ``eval_shape`` also run
+    under it. Each of them traces the function only where ``jax.jit`` has no
+    matching trace cached, and such a trace counts towards the budget.
     """
 
     # Calls go straight to ``_dispatch``: the property hands back the jitted
@@ -85,21 +90,62 @@ class BudgetedFunction:
         return self._mesh
 
     def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
-        """Lowers the function for these arguments, under the mesh if any.
-
-        Lowering traces the function when no matching trace is cached, and
-        that trace counts towards the budget.
+        """Lowers the function for these arguments, as ``jax.jit(...).lower`` does.
 
         Returns:
-          The ``jax.stages.Lowered`` object from the underlying ``jax.jit``.
+          The ``jax.stages.Lowered`` object, ready for ``compile()``.
 
         Raises:
           TraceBudgetExceededError: If tracing would exceed the budget.
         """
+        return self._staged(self._jitted.lower, args, kwargs)  # type: ignore[no-any-return]
+
+    def trace(self, *args: Any, **kwargs: Any) -> jax.stages.Traced:
+        """Traces the function for these arguments, as ``jax.jit(...).trace`` does.
+
+        Returns:
+          The ``jax.stages.Traced`` object, with its jaxpr and ``lower()``.
+
+        Raises:
+          TraceBudgetExceededError: If tracing would exceed the budget.
+        """
+        return self._staged(self._jitted.trace, args, kwargs)  # type: ignore[no-any-return]
+
+    def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
+        """Returns the shapes and dtypes of the outputs, as ``jax.jit(...).eval_shape`` does.
+
+        Returns:
+          A pytree of ``jax.ShapeDtypeStruct`` in the structure of the outputs.
+
+        Raises:
+          TraceBudgetExceededError: If tracing would exceed the budget.
+        """
+        return self._staged(self._jitted.eval_shape, args, kwargs)
+
+    def clear_cache(self) -> None:
+        """Clears the compiled function's cache, as ``jax.jit(...).clear_cache`` does.
+
+        The budget is not given back: the next call traces again, and that
+        trace counts, as in tinax 0.2.
+        """
+        self._jitted.clear_cache()
+
+    def __getattr__(self, name: str) -> Any:
+        # The rest of the jax.jit function's interface (``_cache_size`` and
+        # the like, which tests use to count compilations) is its own.
+        # Special names are left alone, so copying or pickling an instance
+        # never reaches a half-built one's jitted function.
+        if name.startswith("__") or name == "_jitted":
+            raise AttributeError(name)
+        return getattr(self._jitted, name)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(dir(self._jitted)))
+
+    def _staged(self, stage: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._mesh is None:
-            lowered: jax.stages.Lowered = self._jitted.lower(*args, **kwargs)
-            return lowered
-        return self._under_mesh(self._jitted.lower, args, kwargs)  # type: ignore[no-any-return]
+            return stage(*args, **kwargs)
+        return self._under_mesh(stage, args, kwargs)
 
     def _call_under_mesh(self, *args: Any, **kwargs: Any) -> Any:
         if tracing_in_progress():
