@@ -97,6 +97,21 @@ def test_from_numpy_indivisible_sharding_is_a_value_error(mesh8):
         from_numpy(np.ones(7, np.float32), copy=True, device=NamedSharding(mesh8, PartitionSpec("data")))
 
 
+@pytest.mark.parametrize("copy", [True, False])
+def test_from_numpy_indivisible_sharding_keeps_jaxs_own_error_class(copy):
+    # On a mesh of Auto axes JAX raises its IndivisibleError, a ValueError subclass, which
+    # tinax 0.2 let through; code catching that class keeps working.
+    mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    with pytest.raises(ValueError, match="evenly divide|partitioned") as raw:
+        jax.device_put(np.ones(7, np.float32), sharding)
+    with pytest.raises(ValueError, match="cannot be placed") as caught:
+        from_numpy(np.ones(7, np.float32), copy=copy, device=sharding)
+    assert type(caught.value) is type(raw.value)
+    if type(raw.value) is not ValueError:
+        assert any("array float32[7] (numpy.ndarray) cannot be placed" in note for note in caught.value.__notes__)
+
+
 # to_numpy -------------------------------------------------------------------
 
 
@@ -498,15 +513,44 @@ ODD_DTYPES = [
 
 
 @pytest.mark.parametrize("dtype", ODD_DTYPES, ids=repr)
-def test_safe_astype_dtype_that_is_no_usable_dtype_is_a_type_error(dtype):
-    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype"):
+def test_safe_astype_dtype_that_is_no_usable_dtype_is_a_type_error_and_a_value_error(dtype):
+    # tinax 0.2 raised ValueError for many of these (NumPy's or JAX's own), TypeError for others.
+    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype") as caught:
         safe_astype(jnp.ones(2, jnp.int8), dtype, allow_lossy=True)
+    assert isinstance(caught.value, ValueError)
 
 
 @pytest.mark.parametrize("dtype", ODD_DTYPES, ids=repr)
-def test_one_hot_dtype_that_is_no_usable_dtype_is_a_type_error(dtype):
-    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype"):
+def test_one_hot_dtype_that_is_no_usable_dtype_is_a_type_error_and_a_value_error(dtype):
+    with pytest.raises(TypeError, match=r"^dtype must be a numeric or bool dtype") as caught:
         one_hot(jnp.arange(2), num_classes=2, dtype=dtype)
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize("dtype", [[("a", "f4")], "U3", "S3", "M8[s]", ("f4", -1), ("f4", (2**40, 2**40))], ids=repr)
+@pytest.mark.parametrize("allow_lossy", [False, True])
+def test_safe_astype_dtypes_tinax_02_refused_with_value_error_still_are(dtype, allow_lossy):
+    with pytest.raises(ValueError, match="dtype must be a numeric or bool dtype"):
+        safe_astype(jnp.ones(2, jnp.float32), dtype, allow_lossy=allow_lossy)
+
+
+def test_unencodable_dtype_string_is_still_numpys_unicode_encode_error():
+    # NumPy raises UnicodeEncodeError for a lone surrogate, and tinax 0.2 let it through.
+    for call in (
+        lambda: safe_astype(jnp.ones(2), "\udc80"),
+        lambda: one_hot(jnp.arange(2), num_classes=2, dtype="\udc80"),
+    ):
+        with pytest.raises(UnicodeEncodeError) as caught:
+            call()
+        assert isinstance(caught.value, TypeError)
+        assert str(caught.value).startswith("dtype must be a numeric or bool dtype, got '\\udc80' (str)")
+        assert isinstance(caught.value.__cause__, UnicodeEncodeError)
+        assert caught.value.reason == caught.value.__cause__.reason
+
+
+def test_safe_astype_checks_allow_lossy_before_dtype_as_tinax_02_did():
+    with pytest.raises(TypeError, match="allow_lossy must be a bool"):
+        safe_astype(jnp.ones(2), "float64", allow_lossy=1)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -544,15 +588,40 @@ def test_one_hot_accepts_numpy_indices():
     np.testing.assert_array_equal(one_hot(np.array([1, 0]), num_classes=2), np.eye(2)[[1, 0]])
 
 
-@pytest.mark.parametrize("bad", [[0, 3], [-1, 0]])
-def test_one_hot_refuses_concrete_out_of_range_indices(bad):
-    with pytest.raises(ValueError, match=r"indices must lie in \[0, 2\]"):
-        one_hot(jnp.array(bad), num_classes=3)
+@pytest.mark.parametrize("indices", [[0, 3], [-1, 0], [-1, -1], [2, 2**31 - 1], [[1, -1], [3, 0]]], ids=repr)
+@pytest.mark.parametrize("make", [jnp.array, np.array], ids=["jax", "numpy"])
+def test_one_hot_out_of_range_indices_give_all_zero_rows_as_in_tinax_02(indices, make):
+    # -1 is the usual padding index: its row encodes "no class".
+    expected = np.asarray(jax.nn.one_hot(jnp.array(indices), 3))
+    encoded = one_hot(make(indices), num_classes=3)
+    np.testing.assert_array_equal(encoded, expected)
+    flat = np.asarray(indices).reshape(-1)
+    rows = np.asarray(encoded).reshape(-1, 3)
+    for index, row in zip(flat, rows, strict=True):
+        assert row.tolist() == ([0.0] * 3 if not 0 <= index < 3 else np.eye(3)[index].tolist())
 
 
-def test_one_hot_traced_indices_keep_upstream_behaviour():
-    encoded = jax.jit(lambda i: one_hot(i, num_classes=3))(jnp.array([5]))
-    np.testing.assert_array_equal(encoded, np.zeros((1, 3)))
+def test_one_hot_out_of_range_indices_give_the_same_rows_under_jit():
+    indices = jnp.array([5, -1, 1])
+    encoded = jax.jit(lambda i: one_hot(i, num_classes=3, dtype=jnp.int8))(indices)
+    np.testing.assert_array_equal(encoded, one_hot(indices, num_classes=3, dtype=jnp.int8))
+    np.testing.assert_array_equal(encoded, [[0, 0, 0], [0, 0, 0], [0, 1, 0]])
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: one_hot(np.arange(2), num_classes=0),
+        lambda: one_hot(np.arange(2), num_classes=3, dtype="U3"),
+        lambda: one_hot(jnp.arange(2), num_classes=np.int64(0)),
+        lambda: one_hot(jnp.arange(2), num_classes=np.int64(3), dtype=[("a", "f4")]),
+    ],
+)
+def test_one_hot_value_errors_after_numpy_arguments_are_also_type_errors(call):
+    # tinax 0.2 refused NumPy indices and a NumPy num_classes as the wrong type.
+    with pytest.raises(ValueError, match="must be") as caught:
+        call()
+    assert isinstance(caught.value, TypeError)
 
 
 def test_one_hot_refuses_non_integer_indices():
@@ -605,6 +674,22 @@ def test_stack_batch_argument_contract():
         stack_batch([jnp.ones(2)], axis=False)
     with pytest.raises(ValueError, match=r"axis must be an int in \[-2, 1\], got 2"):
         stack_batch([jnp.ones(2)], axis=2)
+
+
+def test_stack_batch_checks_the_kind_of_axis_before_the_arrays_as_tinax_02_did():
+    with pytest.raises(TypeError, match="axis must be an int"):
+        stack_batch([jnp.ones(2), jnp.ones(2, jnp.int32)], axis=True)
+
+
+@pytest.mark.parametrize(
+    "arrays", [[jnp.ones(2), jnp.ones(2, jnp.int32)], [jnp.ones(2), jnp.ones(3)], [jnp.ones(2)]], ids=repr
+)
+def test_stack_batch_value_errors_with_a_numpy_integer_axis_are_also_type_errors(arrays):
+    # tinax 0.2 refused a NumPy integer axis as the wrong type before comparing the arrays.
+    axis = np.int64(0) if len(arrays) > 1 else np.int64(5)
+    with pytest.raises(ValueError, match="must") as caught:
+        stack_batch(arrays, axis=axis)
+    assert isinstance(caught.value, TypeError)
 
 
 def test_stack_batch_under_jit():

@@ -1,8 +1,7 @@
 """Explicit ownership where arrays cross the NumPy, JAX and DLPack boundary.
 
 Every conversion states its copy or writability policy, and a few operations
-that fail silently upstream (lossy casts, out-of-range one-hot indices, mixed
-batches) raise instead.
+that fail silently upstream (lossy casts, mixed batches) raise instead.
 """
 
 from tinax._array._info import ArrayInfo as ArrayInfo

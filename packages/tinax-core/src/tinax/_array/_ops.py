@@ -12,33 +12,56 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from tinax._core import validation
-from tinax._core.jax_compat import is_tracer
 from tinax._core.shapes import devices_of, is_extended_dtype, require_fits
 
 __all__ = ["is_value_preserving_cast", "one_hot", "safe_astype", "stack_batch"]
 
 
+class _DTypeEncodingError(validation.TypeAndValueError, UnicodeEncodeError):
+    """A dtype string that cannot even be encoded (a lone surrogate, say).
+
+    NumPy raises ``UnicodeEncodeError`` there, which tinax 0.2 let through;
+    this error is that too, besides the ``TypeError`` and ``ValueError``
+    that every other unusable dtype raises.
+    """
+
+    def __init__(self, message: str, cause: UnicodeEncodeError) -> None:
+        UnicodeEncodeError.__init__(self, cause.encoding, cause.object, cause.start, cause.end, cause.reason)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def _require_dtype(value: object, name: str) -> np.dtype[Any]:
-    """Resolves a dtype-like to a NumPy dtype that JAX can hold."""
+    """Resolves a dtype-like to a NumPy dtype that JAX can hold.
+
+    Raises:
+      TypeAndValueError: If the value is no such dtype. It is both: tinax 0.2
+        passed on NumPy's or JAX's ``ValueError`` for many of these (a
+        structured, string or sub-array dtype, a bad sub-array shape) and a
+        ``TypeError`` for others.
+    """
     expected = "a numeric or bool dtype"
     if value is None or isinstance(value, bool):
-        validation.fail_type(name, expected, value)
+        validation.fail_type_and_value(name, expected, value)
     try:
         extended = is_extended_dtype(value)
         dtype: np.dtype[Any] | None = None if extended else np.dtype(value)  # type: ignore[call-overload]
+    except UnicodeEncodeError as error:
+        raise _DTypeEncodingError(validation.expectation_message(name, expected, value), error) from error
     except Exception as error:
-        # Whatever is not a dtype is the wrong kind of object, however NumPy
-        # says so: TypeError for most, ValueError for a bad sub-array shape
-        # such as ("i4", -1) or an object whose .dtype is no dtype,
-        # UnicodeEncodeError for a lone surrogate, or what a broken .dtype
+        # Whatever is not a dtype is refused, however NumPy says so: TypeError
+        # for most, ValueError for a bad sub-array shape such as ("i4", -1) or
+        # an object whose .dtype is no dtype, or what a broken .dtype
         # property raises.
-        raise TypeError(validation.expectation_message(name, expected, value)) from error
+        raise validation.TypeAndValueError(validation.expectation_message(name, expected, value)) from error
     if dtype is None:
-        validation.fail_type(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
+        validation.fail_type_and_value(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
     if dtype.hasobject or dtype.kind in {"U", "S", "M", "m"} or (dtype.kind == "V" and not _is_jax_numeric(dtype)):
-        validation.fail_type(name, expected, value)
+        validation.fail_type_and_value(name, expected, value)
     if not dtype.isnative:
-        validation.fail_type(name, expected + " in native byte order", value)
+        validation.fail_type_and_value(name, expected + " in native byte order", value)
     return dtype
 
 
@@ -157,7 +180,9 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
       TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype,
         ``dtype`` is not a numeric or bool dtype in native byte order
         (anything NumPy cannot read as a dtype included, however NumPy
-        fails on it), or ``allow_lossy`` is not a bool.
+        fails on it), or ``allow_lossy`` is not a bool. The error for an
+        unusable ``dtype`` is also a ``ValueError``, which tinax 0.2 raised
+        for many of them (string, structured and sub-array dtypes).
       ValueError: If the cast is lossy and ``allow_lossy`` is False, or the
         target dtype would silently be narrowed by JAX's configuration.
 
@@ -176,6 +201,7 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
     validation.require_instance(array, "array", jax.Array, "a jax.Array")
     if is_extended_dtype(array.dtype):
         validation.fail_type("array", "an array with a numeric or bool dtype", array)
+    validation.require_bool(allow_lossy, "allow_lossy")
     requested: object = dtype  # DTypeLike leaves None out, but callers of tinax 0.2 pass it.
     if requested is None:
         # As in NumPy's astype (and tinax 0.2), None is the default floating
@@ -185,7 +211,6 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
         target = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
     else:
         target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
-    validation.require_bool(allow_lossy, "allow_lossy")
     source = np.dtype(array.dtype)
     if not allow_lossy and not is_value_preserving_cast(source, target):
         raise ValueError(
@@ -201,10 +226,9 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
 def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = None) -> jax.Array:
     """Encodes integer class indices as one-hot vectors.
 
-    ``jax.nn.one_hot`` turns an out-of-range index into an all-zero row. Here,
-    when the indices are concrete (not traced), any index outside
-    ``[0, num_classes - 1]`` is an error. Traced indices cannot be inspected
-    and keep upstream's behaviour.
+    An index outside ``[0, num_classes - 1]`` gives an all-zero row, as in
+    ``jax.nn.one_hot`` and tinax 0.2, eagerly and under ``jit`` alike. The
+    usual padding index -1 therefore encodes as "no class".
 
     Args:
       indices: Integer class indices (a ``jax.Array`` or ``numpy.ndarray``).
@@ -218,29 +242,29 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
       TypeError: If ``indices`` is not an integer array (bool included),
         ``num_classes`` is a bool or not an int, or ``dtype`` is not a
         numeric or bool dtype in native byte order (as for
-        :func:`safe_astype`).
+        :func:`safe_astype`; that error is also a ``ValueError``).
       ValueError: If ``num_classes`` is below 1 or so large that the result
         could not exist (more bytes than XLA can represent in one array,
         2**63 - 1, or than the memory of the devices it would live on; a CPU
-        counts as the host's physical memory), or concrete indices are out
-        of range.
+        counts as the host's physical memory).
 
     Examples:
       >>> import jax.numpy as jnp
       >>> from tinax.array import one_hot
       >>> one_hot(jnp.array([0, 2]), num_classes=3).tolist()
       [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
-      >>> one_hot(jnp.array([3]), num_classes=3)  # jax.nn.one_hot would give a row of zeros
-      Traceback (most recent call last):
-      ...
-      ValueError: indices must lie in [0, 2] for num_classes=3, got values from 3 to 3
+      >>> one_hot(jnp.array([-1, 3]), num_classes=3).tolist()  # padding: no class
+      [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     """
     if not isinstance(indices, (jax.Array, np.ndarray)):
         validation.fail_type("indices", "an integer jax.Array or numpy.ndarray", indices)
     if is_extended_dtype(indices.dtype) or not jnp.issubdtype(indices.dtype, jnp.integer):
         validation.fail_type("indices", "an array with an integer dtype (not bool or float)", indices)
-    classes = validation.require_positive_int(num_classes, "num_classes")
-    target = None if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    # tinax 0.2 refused NumPy indices and a NumPy integer num_classes as the wrong type.
+    widened = not isinstance(indices, jax.Array) or validation.is_non_python_int(num_classes)
+    with validation.reported_as_both(widened):
+        classes = validation.require_positive_int(num_classes, "num_classes")
+        target = None if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
     require_fits(
         "num_classes",
         num_classes,
@@ -248,12 +272,6 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
         dtype=np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)) if target is None else target,
         devices=lambda: devices_of(indices),
     )
-    if not is_tracer(indices) and indices.size:
-        low, high = int(jnp.min(indices)), int(jnp.max(indices))
-        if low < 0 or high >= classes:
-            raise ValueError(
-                f"indices must lie in [0, {classes - 1}] for num_classes={classes}, got values from {low} to {high}"
-            )
     if target is None:
         return jax.nn.one_hot(indices, classes)
     return jax.nn.one_hot(indices, classes, dtype=target)
@@ -297,17 +315,21 @@ def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
         description="a sequence of jax.Array",
     )
     first = items[0]
-    for index, item in enumerate(items[1:], start=1):
-        if item.dtype != first.dtype:
-            raise ValueError(
-                f"arrays must share one dtype, got arrays[{index}] with dtype {item.dtype} "
-                f"but arrays[0] with dtype {first.dtype}"
-            )
-        if item.shape != first.shape:
-            raise ValueError(
-                f"arrays must share one shape, got arrays[{index}] with shape {item.shape} "
-                f"but arrays[0] with shape {first.shape}"
-            )
     rank = first.ndim
-    batch_axis = validation.require_int(axis, "axis", minimum=-(rank + 1), maximum=rank)
+    axis_text = f"in [{-(rank + 1)}, {rank}]"
+    validation.require_int(axis, "axis", bounds_text=axis_text)  # Its kind first, as tinax 0.2 checked it.
+    # tinax 0.2 refused a NumPy integer axis as the wrong type.
+    with validation.reported_as_both(validation.is_non_python_int(axis)):
+        for index, item in enumerate(items[1:], start=1):
+            if item.dtype != first.dtype:
+                raise ValueError(
+                    f"arrays must share one dtype, got arrays[{index}] with dtype {item.dtype} "
+                    f"but arrays[0] with dtype {first.dtype}"
+                )
+            if item.shape != first.shape:
+                raise ValueError(
+                    f"arrays must share one shape, got arrays[{index}] with shape {item.shape} "
+                    f"but arrays[0] with shape {first.shape}"
+                )
+    batch_axis = validation.require_int(axis, "axis", minimum=-(rank + 1), maximum=rank, bounds_text=axis_text)
     return jnp.stack(items, axis=batch_axis)

@@ -52,8 +52,11 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
       TypeError: If ``array`` is not a ``numpy.ndarray``, has an object dtype,
         ``copy`` is not a bool, or ``device`` is of the wrong kind.
       ValueError: If ``array`` is a masked array with masked elements, or
-        JAX cannot place the data as asked (for example a sharding that
-        does not divide the shape).
+        JAX cannot place the data as asked. Where JAX raises a more specific
+        error, that error comes through with a note naming ``array`` (JAX's
+        ``IndivisibleError``, a ``ValueError``, for a sharding that does not
+        divide the shape); where it raises ``jax.errors.JaxRuntimeError``
+        the ValueError is one too.
 
     Examples:
       >>> import numpy as np
@@ -71,8 +74,28 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     try:
         placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
     except (ValueError, RuntimeError) as error:
-        raise ValueError(f"array {validation.describe(array)} cannot be placed on {placement}: {error}") from error
+        message = f"array {validation.describe(array)} cannot be placed on {placement}: {error}"
+        if _is_specific(error):
+            # JAX's own subclass (IndivisibleError for a sharding that does
+            # not divide the shape), which tinax 0.2 let through: keep it.
+            error.add_note(message)
+            raise
+        if isinstance(error, RuntimeError):
+            raise RuntimeValueError(message) from error
+        raise ValueError(message) from error
     return placed
+
+
+def _is_specific(error: Exception) -> bool:
+    """Returns whether ``error`` is of a subclass that a re-raised builtin type would hide.
+
+    tinax re-raises JAX's failures with a message that names the argument,
+    as a ``TypeError``, ``ValueError`` or :class:`RuntimeValueError` (which
+    is also JAX's ``JaxRuntimeError``). An error of any other class (a
+    subclass that JAX or a DLPack producer raises) keeps its class, so code
+    that catches it keeps working; it gets that message as a note instead.
+    """
+    return type(error) not in {TypeError, ValueError, RuntimeError, BufferError, jax.errors.JaxRuntimeError}
 
 
 def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
@@ -255,8 +278,14 @@ def _import_error(error: Exception, array: object, copy: bool | None) -> Excepti
     """Translates a failure of JAX's importer, keeping the type JAX raised catchable.
 
     Returns:
-      The exception to raise from ``error``, or None to let ``error`` through.
+      The exception to raise from ``error``, or None to let ``error`` through
+      (as it is, or with a note naming the argument where its class is more
+      specific than a builtin's).
     """
+    if _is_specific(error):
+        if isinstance(error, (TypeError, ValueError, RuntimeError, BufferError)):
+            error.add_note(f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}")
+        return None
     if isinstance(error, TypeError):
         return TypeError(f"array {validation.describe(array)} cannot be imported through DLPack: {error}")
     message = f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}: {error}"
