@@ -116,9 +116,25 @@ def test_derive_key_is_deterministic() -> None:
 
 
 @key_kinds
-def test_derive_key_without_coordinates_is_a_value_error(make_key: Callable[[], jax.Array]) -> None:
-    with pytest.raises(ValueError, match=r"^coordinates must be at least one coordinate"):
-        derive_key(make_key())
+def test_derive_key_without_coordinates_returns_the_key_itself_as_in_tinax_02(
+    make_key: Callable[[], jax.Array],
+) -> None:
+    key = make_key()
+    path: tuple[int, ...] = ()
+    assert derive_key(key) is key
+    assert derive_key(key, *path) is key
+
+
+def test_derive_key_without_coordinates_still_checks_the_key() -> None:
+    with pytest.raises(ValueError, match=r"^key must be a single PRNG key"):
+        derive_key(jax.random.split(typed_key(), 2))
+    with pytest.raises(TypeError, match=r"^key must be a single PRNG key"):
+        derive_key(3)  # type: ignore[arg-type]
+
+
+def test_derive_key_without_coordinates_under_jit_is_the_key() -> None:
+    key = typed_key(5)
+    assert_same_key(jax.jit(lambda k: derive_key(k))(key), key)
 
 
 def test_derive_key_accepts_numpy_and_small_unsigned_coordinates() -> None:
@@ -229,6 +245,57 @@ def test_out_of_range_python_coordinates_are_a_value_error(
 ) -> None:
     with pytest.raises(ValueError, match=rf"^{re.escape(name)} must be an int in \[0, 2\*\*32 - 1\], got "):
         derive(typed_key(), value)
+
+
+@coordinate_cases
+@pytest.mark.parametrize("value", [np.int64(-3), np.uint64(2**40), np.int32(-1)])
+def test_out_of_range_numpy_coordinates_are_also_the_type_error_of_tinax_02(
+    name: str, derive: Callable[[jax.Array, object], jax.Array], value: object
+) -> None:
+    # tinax 0.2 refused signed or 64-bit NumPy scalars as the wrong type, whatever their value.
+    with pytest.raises(TypeError, match=rf"^{re.escape(name)} must be an int in \[0, 2\*\*32 - 1\], got ") as caught:
+        derive(typed_key(), value)
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: derive_key(raw_key(), True),
+        lambda: derive_key(raw_key(), 1, "2"),
+        lambda: derive_process_step_key(raw_key(), process_index=True, step=0),
+        lambda: split_key(raw_key(), count=True),
+        lambda: split_key(raw_key(), count=1.5),
+    ],
+)
+def test_a_later_type_error_after_a_raw_key_is_also_the_value_error_of_tinax_02(call: Callable[[], object]) -> None:
+    # tinax 0.2 refused the raw key itself, with a ValueError, before looking further.
+    with pytest.raises(TypeError) as caught:
+        call()
+    assert isinstance(caught.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: derive_key(typed_key(), np.uint64(1), -1),
+        lambda: derive_key(typed_key(), np.int64(1), 2**32),
+        lambda: derive_process_step_key(typed_key(), process_index=np.int64(0), step=-1),
+        lambda: split_key(typed_key(), count=np.int64(-1)),
+    ],
+)
+def test_a_later_value_error_after_a_numpy_integer_is_also_the_type_error_of_tinax_02(
+    call: Callable[[], object],
+) -> None:
+    with pytest.raises(ValueError, match="must be an int") as caught:
+        call()
+    assert isinstance(caught.value, TypeError)
+
+
+def test_a_type_error_after_python_arguments_is_only_a_type_error() -> None:
+    with pytest.raises(TypeError) as caught:
+        derive_key(typed_key(), 1, True)
+    assert not isinstance(caught.value, ValueError)
 
 
 @coordinate_cases

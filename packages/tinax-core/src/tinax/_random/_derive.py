@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 
 from tinax._core import validation
-from tinax._core.keys import require_coordinate, require_key
+from tinax._core.keys import is_key_array, require_coordinate, require_key
 from tinax._core.shapes import devices_of, require_fits
 
 __all__ = ["derive_key", "derive_process_step_key", "split_key"]
@@ -20,23 +22,26 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
     Args:
       key: One PRNG key: a typed key of shape ``()`` (``jax.random.key``) or
         a raw ``uint32`` key (``jax.random.PRNGKey``).
-      *coordinates: At least one coordinate. A Python integer must lie in
-        ``[0, 2**32 - 1]``; an array, concrete or traced under ``jit``, must
-        be an unsigned integer scalar of at most 32 bits. Signed or wider
-        values are refused because ``fold_in`` would silently wrap or
-        truncate them into collisions.
+      *coordinates: The coordinates, possibly none. A Python integer must
+        lie in ``[0, 2**32 - 1]``; an array, concrete or traced under
+        ``jit``, must be an unsigned integer scalar of at most 32 bits.
+        Signed or wider values are refused because ``fold_in`` would
+        silently wrap or truncate them into collisions.
 
     Returns:
-      A key of the same kind as ``key``.
+      A key of the same kind as ``key``. With no coordinates there is nothing
+      to fold in and the result is ``key`` itself, as in tinax 0.2, so that
+      ``derive_key(key, *path)`` works for an empty ``path`` too. Like any
+      key, that one must not be consumed twice: derive from it, or split it.
 
     Raises:
       TypeError: If ``key`` is not an array or is a scalar array that is
         no key, or a coordinate is a bool, not an integer, or an array of the
         wrong dtype or shape.
       ValueError: If ``key`` is an array of a shape no single key has (a
-        batch of keys, for example), no coordinate is given, or a Python
-        coordinate is out of range. Deriving with no coordinate would hand back ``key`` itself,
-        and using it twice would repeat its random numbers.
+        batch of keys, for example), or a coordinate is an integer out of
+        range (for a NumPy integer, which tinax 0.2 refused with a
+        ``TypeError``, the error is both).
 
     Examples:
       >>> import jax
@@ -49,9 +54,8 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
       (True, False)
     """
     checked_key = require_key(key, "key")
-    if not coordinates:
-        validation.fail_value("coordinates", "at least one coordinate, so the derived key differs from key", ())
-    checked = [require_coordinate(value, f"coordinates[{index}]") for index, value in enumerate(coordinates)]
+    with validation.reported_as_both(_widened(checked_key, coordinates)):
+        checked = [require_coordinate(value, f"coordinates[{index}]") for index, value in enumerate(coordinates)]
     return _fold_in_all(checked_key, checked)
 
 
@@ -85,7 +89,8 @@ def derive_process_step_key(
         no key, or a coordinate is a bool, not an integer, or an array of the
         wrong dtype or shape. The message names the keyword.
       ValueError: If ``key`` is an array of a shape no single key has, or a
-        Python coordinate is out of range.
+        coordinate is an integer out of range (both a ``ValueError`` and a
+        ``TypeError`` for a NumPy integer, as for :func:`derive_key`).
 
     Examples:
       >>> import jax
@@ -98,11 +103,12 @@ def derive_process_step_key(
       True
     """
     checked_key = require_key(key, "key")
-    checked = [
-        require_coordinate(process_index, "process_index"),
-        require_coordinate(step, "step"),
-        require_coordinate(stream, "stream"),
-    ]
+    with validation.reported_as_both(_widened(checked_key, (process_index, step, stream))):
+        checked = [
+            require_coordinate(process_index, "process_index"),
+            require_coordinate(step, "step"),
+            require_coordinate(stream, "stream"),
+        ]
     return _fold_in_all(checked_key, checked)
 
 
@@ -142,7 +148,8 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
       (3,)
     """
     checked_key = require_key(key, "key")
-    checked_count = validation.require_non_negative_int(count, "count")
+    with validation.reported_as_both(_widened(checked_key, ())):
+        checked_count = validation.require_non_negative_int(count, "count")
     require_fits(
         "count",
         count,
@@ -153,6 +160,16 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
     )
     keys = jax.random.split(checked_key, checked_count + 1)
     return keys[0], keys[1:]
+
+
+def _widened(key: jax.Array, coordinates: Sequence[object]) -> bool:
+    """Returns whether tinax 0.2 would have refused ``key`` or a coordinate as a widening.
+
+    0.2 took typed keys only (a raw key was a ValueError) and refused NumPy
+    integers that are not unsigned scalars of at most 32 bits (a TypeError).
+    Over-approximating is harmless: it only makes a refusal both types.
+    """
+    return not is_key_array(key) or any(validation.is_non_python_int(value) for value in coordinates)
 
 
 def _fold_in_all(key: jax.Array, coordinates: list[int | jax.Array]) -> jax.Array:
