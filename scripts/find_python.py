@@ -1,8 +1,8 @@
 """Prints the folder of a working interpreter for a Python version, e.g. 3.12.
 
-Hatch's `test-py312` environment only uses interpreters it can find on PATH
-(it never downloads one). CI and contributors put the folder this prints on
-PATH first:
+Hatch's `test-newest` (3.13) and `compat` (3.12) environments only use
+interpreters they can find on PATH (hatch never downloads one here). ./dev, CI
+and contributors put the folder this prints on PATH first:
 
   export PATH="$(python3 scripts/find_python.py 3.12):$PATH"
 

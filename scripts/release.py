@@ -66,9 +66,19 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ROOT / "packages"
 META_NAME = "tinax"
 FAMILY_PREFIX = "tinax-"
-#: Extras that select an accelerator: the meta offers each one itself, with
-#: the JAX build that goes with it, instead of pinning it for every install.
-ACCELERATOR_EXTRAS = {"gpu": "cuda12", "tpu": "tpu"}
+#: The meta's accelerator extras, each as (tinax-core's extra, JAX's extra):
+#: the meta offers each one itself, with the JAX build that goes with it,
+#: instead of pinning it for every install. `gpu` is 0.2's name for CUDA 12.
+ACCELERATOR_EXTRAS = {
+    "gpu": ("gpu", "cuda12"),
+    "cuda12": ("gpu", "cuda12"),
+    "cuda13": ("gpu", "cuda13"),
+    "tpu": ("tpu", "tpu"),
+}
+#: Upper bounds on third-party dependencies, each allowed only with the test
+#: that shows the incompatibility it avoids: {name: test id}. Empty while no
+#: test shows one.
+KNOWN_INCOMPATIBILITIES: dict[str, str] = {}
 CORE_NAME = "tinax-core"
 
 
@@ -138,7 +148,8 @@ def sibling_range(version: Version) -> str:
 
 
 def meta_pin_extras(member: Distribution) -> list[str]:
-    return [extra for extra in member.extras if extra != "all" and extra not in ACCELERATOR_EXTRAS]
+    accelerators = {core_extra for core_extra, _ in ACCELERATOR_EXTRAS.values()}
+    return [extra for extra in member.extras if extra != "all" and extra not in accelerators]
 
 
 def meta_pin(member: Distribution) -> str:
@@ -154,9 +165,9 @@ def meta_accelerator_extras(members: dict[str, Distribution]) -> dict[str, list[
         return {}
     (jax,) = [requirement for requirement in core.requirements if canonicalize_name(requirement.name) == "jax"]
     return {
-        extra: [f"{core.name}[{extra}]=={core.version}", f"jax[{jax_extra}]{jax.specifier}"]
-        for extra, jax_extra in ACCELERATOR_EXTRAS.items()
-        if extra in core.extras
+        extra: [f"{core.name}[{core_extra}]=={core.version}", f"jax[{jax_extra}]{jax.specifier}"]
+        for extra, (core_extra, jax_extra) in ACCELERATOR_EXTRAS.items()
+        if core_extra in core.extras
     }
 
 
@@ -213,8 +224,14 @@ def check(members: dict[str, Distribution], meta: Distribution) -> list[str]:
                     problems.append(
                         f"{member.name}: {requirement} is an exact pin; third-party dependencies are ranges"
                     )
-                if not operators & {">=", ">", "~="} or not operators & {"<", "<="}:
-                    problems.append(f"{member.name}: {requirement} needs both a lower and an upper bound")
+                if not operators & {">=", ">", "~="}:
+                    problems.append(f"{member.name}: {requirement} needs a lower bound")
+                if operators & {"<", "<="} and name not in KNOWN_INCOMPATIBILITIES:
+                    problems.append(
+                        f"{member.name}: {requirement} has an upper bound that no test backs; "
+                        "cap a dependency only with the test that shows the incompatibility "
+                        "(KNOWN_INCOMPATIBILITIES in scripts/release.py)"
+                    )
     return problems
 
 

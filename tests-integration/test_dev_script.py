@@ -6,6 +6,8 @@ import pathlib
 import re
 import subprocess
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -41,3 +43,60 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert re.search(r'^step "tests \(README command\)" \./dev test$', ci, re.MULTILINE)
     assert "hatch==" not in ci
+
+
+def _fake_checkout(tmp_path: pathlib.Path, hatch_status: int) -> pathlib.Path:
+    """A copy of ./dev whose pinned hatch is a stand-in that records its arguments."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    (root / "dev").write_text((ROOT / "dev").read_text(encoding="utf-8"), encoding="utf-8")
+    (root / "scripts" / "find_python.py").write_text(
+        (ROOT / "scripts" / "find_python.py").read_text(encoding="utf-8"), encoding="utf-8"
+    )
+    version = re.search(r'^HATCH_VERSION="(.+)"$', (ROOT / "dev").read_text(encoding="utf-8"), re.MULTILINE)
+    assert version
+    tool = root / ".dev" / f"hatch-{version.group(1)}"
+    (tool / "bin").mkdir(parents=True)
+    (tool / ".installed").touch()
+    hatch = tool / "bin" / "hatch"
+    hatch.write_text(f'#!/bin/sh\necho "$@" >> "{root}/hatch-calls"\nexit {hatch_status}\n', encoding="utf-8")
+    hatch.chmod(0o755)
+    return root
+
+
+def _without_python_312(tmp_path: pathlib.Path) -> dict[str, str]:
+    """An environment whose PATH and pyenv offer no Python 3.12 (the system's python3 stays)."""
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    python3 = subprocess.run(
+        ["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    (bin_folder / "python3").symlink_to(python3)
+    return {"PATH": f"{bin_folder}:/usr/bin:/bin", "PYENV_ROOT": str(tmp_path / "no-pyenv"), "HOME": str(tmp_path)}
+
+
+@pytest.mark.parametrize("suite_status", [0, 1])
+def test_dev_test_without_python_312_says_what_it_skips_and_runs_the_rest(tmp_path, suite_status):
+    environment = _without_python_312(tmp_path)
+    found = subprocess.run(
+        ["python3", str(ROOT / "scripts" / "find_python.py"), "3.12"],
+        capture_output=True,
+        check=False,
+        env=environment,
+    )
+    if found.returncode == 0:
+        pytest.skip("this machine has a Python 3.12 outside pyenv")
+    root = _fake_checkout(tmp_path, suite_status)
+    completed = subprocess.run(
+        ["bash", str(root / "dev"), "test"], capture_output=True, text=True, check=False, env=environment, cwd=root
+    )
+    # The pytest suite ran, the drop-in check did not, and the status is the suite's.
+    assert (root / "hatch-calls").read_text().splitlines() == ["run test:pytest"]
+    assert completed.returncode == suite_status
+    assert "Traceback" not in completed.stderr
+    # One paragraph, said first and last: what was skipped, why, and how to get it.
+    first, *_, last = completed.stderr.strip().splitlines()
+    assert first == last
+    assert "SKIPPING the drop-in check" in first
+    assert "Python 3.12" in first
+    assert "pyenv install 3.12" in first

@@ -2,7 +2,7 @@
 
 These tests build real wheels and install them into fresh venvs (third-party
 packages from the index, tinax wheels by path), so they are the slowest part
-of the suite. They carry the ``distributions`` marker; the Python 3.12 run
+of the suite. They carry the ``distributions`` marker; the newest (Python 3.13) run
 deselects them because the wheels are pure Python and one run proves them.
 """
 

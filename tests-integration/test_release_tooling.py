@@ -168,10 +168,27 @@ def test_a_sibling_range_that_excludes_core_fails_the_check(packages):
 
 def test_exact_third_party_pins_fail_the_check(packages):
     path = packages / "tinax-core" / "pyproject.toml"
-    path.write_text(path.read_text().replace('"jax>=0.10.2,<0.13"', '"jax==0.10.2"'))
+    path.write_text(path.read_text().replace('"jax>=0.10.2"', '"jax==0.10.2"'))
     result = release(packages, "check")
     assert result.returncode == 1
     assert "jax==0.10.2 is an exact pin" in result.stderr
+
+
+def test_a_third_party_upper_bound_without_a_test_naming_it_fails_the_check(packages):
+    path = packages / "tinax-core" / "pyproject.toml"
+    path.write_text(path.read_text().replace('"ml-dtypes>=', '"ml-dtypes<9,>='))
+    result = release(packages, "check")
+    assert result.returncode == 1
+    assert "ml-dtypes" in result.stderr
+    assert "upper bound that no test backs" in result.stderr
+
+
+def test_a_third_party_dependency_without_a_lower_bound_fails_the_check(packages):
+    path = packages / "tinax-core" / "pyproject.toml"
+    path.write_text(path.read_text().replace('"jax>=0.10.2"', '"jax"'))
+    result = release(packages, "check")
+    assert result.returncode == 1
+    assert "jax needs a lower bound" in result.stderr
 
 
 def test_bump_rewrites_the_version_and_every_pin_naming_it(repository):
@@ -222,6 +239,9 @@ def test_the_meta_offers_the_accelerator_extras_with_the_matching_jax_build(pack
     extras = project(packages, "tinax-meta")["optional-dependencies"]
     assert extras["gpu"][0] == f"tinax-core[gpu]=={CORE}"
     assert extras["gpu"][1].startswith("jax[cuda12]")
+    assert extras["cuda12"] == extras["gpu"]
+    assert extras["cuda13"][0] == f"tinax-core[gpu]=={CORE}"
+    assert extras["cuda13"][1].startswith("jax[cuda13]")
     assert extras["tpu"][0] == f"tinax-core[tpu]=={CORE}"
     assert extras["tpu"][1].startswith("jax[tpu]")
     assert not any("gpu" in pin or "tpu" in pin for pin in project(packages, "tinax-meta")["dependencies"])
