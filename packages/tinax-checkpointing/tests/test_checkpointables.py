@@ -321,9 +321,9 @@ def test_a_failed_save_frees_its_destination_without_result_being_called(tmp_pat
     [
         ([("model", 1)], TypeError, "checkpointables must be a mapping with str keys"),
         ({}, ValueError, "at least one checkpointable"),
-        ({"model": None}, ValueError, r"checkpointables\['model'\] must be a value holding something to save"),
-        ({"model": {}}, ValueError, r"checkpointables\['model'\] must be a value holding something to save"),
-        ({"model": {"a": None}}, ValueError, "holding something to save"),
+        ({"model": None}, ValueError, r"checkpointables\['model'\] must be a value that is neither None nor an empty"),
+        ({"model": {}}, ValueError, r"checkpointables\['model'\] must be a value that is neither None nor an empty"),
+        ({"model": ()}, ValueError, r"checkpointables\['model'\] must be a value that is neither None nor an empty"),
         ({"model": object()}, TypeError, r"checkpointables\['model'\] must be a pytree of jax.Array"),
         ({"model": {"w": np.int32(3)}}, TypeError, r"checkpointables\['model'\] must be a pytree of jax.Array"),
         ({"model": {"f": print}}, TypeError, r"checkpointables\['model'\] must be a pytree of jax.Array"),
@@ -528,8 +528,9 @@ def test_an_incomplete_checkpoint_is_a_value_error(saved, tmp_path, how):
     # as a whole is not a checkpoint that committed.
     with pytest.raises(ValueError, match="incomplete checkpoint") as caught:
         load_checkpointables(path, {"model": _targets(_mesh((4, 2)))})
-    # Orbax, and so tinax 0.2, raised a KeyError for a checkpointable it could not find.
-    assert isinstance(caught.value, KeyError) == (how == "checkpointable-removed")
+    # tinax 0.2 let Orbax's KeyError through for a folder it could not load; a
+    # temporary folder's name it refused up front, with a plain ValueError.
+    assert isinstance(caught.value, KeyError) == (how != "renamed-to-temporary")
 
 
 def test_damaged_array_data_is_a_value_error_with_the_cause(saved, tmp_path):
@@ -550,16 +551,6 @@ def test_damaged_array_data_is_a_value_error_with_the_cause(saved, tmp_path):
         ([("model", None)], TypeError, "targets must be a mapping with str keys"),
         ({}, ValueError, "at least one checkpointable"),
         ({"model": None}, ValueError, r"targets\['model'\] must be an explicit restore target"),
-        (
-            {"model": {"weights": jax.ShapeDtypeStruct((16, 8), jnp.float32)}},
-            ValueError,
-            r"targets\['model'\]\['weights'\] must be a jax.ShapeDtypeStruct with a sharding",
-        ),
-        (
-            {"model": {"key": jax.eval_shape(lambda: jax.random.key(0))}},
-            ValueError,
-            r"targets\['model'\]\['key'\] must be a jax.ShapeDtypeStruct with a sharding",
-        ),
     ],
 )
 def test_targets_must_be_explicit(saved, targets, error, match):
@@ -611,11 +602,14 @@ def test_abstract_restore_target_keeps_structure_and_placement():
     assert target["pair"][1].sharding == state["pair"][1].sharding
 
 
-def test_abstract_restore_target_keeps_sharded_abstract_arrays_and_refuses_unsharded_ones():
+def test_abstract_restore_target_keeps_abstract_arrays_with_or_without_a_sharding():
     sharded = jax.ShapeDtypeStruct((8,), jnp.float32, sharding=NamedSharding(_mesh((8, 1)), PartitionSpec("rows")))
-    assert abstract_restore_target({"w": sharded})["w"] is sharded
-    with pytest.raises(ValueError, match=r"state\['key'\] must be a jax.ShapeDtypeStruct with a sharding"):
-        abstract_restore_target({"key": jax.eval_shape(lambda: jax.random.key(0))})
+    unsharded = jax.eval_shape(lambda: {"key": jax.random.key(0), "w": jnp.zeros(3)})
+    target = abstract_restore_target({"sharded": sharded, "unsharded": unsharded})
+    assert target["sharded"] is sharded
+    # As in tinax 0.2: such a target loads where the checkpoint recorded the array.
+    assert target["unsharded"]["key"] is unsharded["key"]
+    assert target["unsharded"]["w"] is unsharded["w"]
 
 
 @pytest.mark.parametrize(

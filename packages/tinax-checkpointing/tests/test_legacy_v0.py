@@ -336,11 +336,18 @@ def test_a_leaf_orbax_cannot_save_is_a_type_error_naming_it(
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("state", [{}, {"nothing": None}, []])
-def test_a_state_without_leaves_is_a_value_error(tmp_path: pathlib.Path, state: object) -> None:
-    with pytest.raises(ValueError, match="state must be a pytree with at least one array, scalar or str leaf"):
+@pytest.mark.parametrize("state", [{}, [], None])
+def test_a_state_that_is_none_or_an_empty_container_is_a_value_error(tmp_path: pathlib.Path, state: object) -> None:
+    with pytest.raises(ValueError, match="state must be a pytree that is neither None nor an empty container"):
         save_legacy_v0_pytree(tmp_path / "checkpoint", state)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("state", [{"nothing": None}, {"a": {}, "b": None}], ids=["none-entry", "empty-entries"])
+def test_a_state_without_leaves_that_is_no_empty_container_round_trips(tmp_path: pathlib.Path, state: object) -> None:
+    # tinax 0.2 (Orbax) saved these; only an empty or None state was refused.
+    save_legacy_v0_pytree(tmp_path / "checkpoint", state)
+    assert load_legacy_v0_pytree(tmp_path / "checkpoint", state) == state
 
 
 def test_loading_a_missing_path_is_file_not_found(tmp_path: pathlib.Path) -> None:
@@ -354,13 +361,15 @@ def test_loading_a_file_is_a_value_error(tmp_path: pathlib.Path) -> None:
         load_legacy_v0_pytree(tmp_path / "file")
 
 
-def test_loading_a_folder_that_is_no_checkpoint_is_a_value_error(tmp_path: pathlib.Path) -> None:
+def test_loading_a_folder_that_is_no_checkpoint_is_a_value_error_and_file_not_found(tmp_path: pathlib.Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="could not be loaded as a legacy V0 pytree checkpoint") as raised:
         load_legacy_v0_pytree(tmp_path / "empty")
     assert raised.value.__cause__ is not None
-    with pytest.raises(ValueError, match="not a complete legacy V0 pytree checkpoint"):
+    assert isinstance(raised.value, FileNotFoundError)  # What tinax 0.2 (Orbax) raised.
+    with pytest.raises(ValueError, match="not a complete legacy V0 pytree checkpoint") as raised:
         load_legacy_v0_pytree(tmp_path / "empty", {"weights": np.zeros(2)})
+    assert isinstance(raised.value, FileNotFoundError)
 
 
 def test_loading_an_iterator_checkpoint_as_a_pytree_is_a_value_error(tmp_path: pathlib.Path) -> None:
@@ -388,19 +397,36 @@ def test_a_target_of_another_structure_is_a_value_error(tmp_path: pathlib.Path, 
 
 @pytest.mark.parametrize(
     "target_leaf",
-    [
-        np.zeros(4, np.float64),
-        jax.ShapeDtypeStruct((4,), jnp.bfloat16),
-        np.zeros(5, np.float32),
-        jax.ShapeDtypeStruct((2, 2), jnp.float32),
-    ],
-    ids=["numpy-float64", "bfloat16-struct", "numpy-longer", "struct-reshaped"],
+    [np.zeros(5, np.float32), jax.ShapeDtypeStruct((2, 2), jnp.float32), jnp.zeros(3, jnp.bfloat16)],
+    ids=["numpy-longer", "struct-reshaped", "array-shorter-and-bfloat16"],
 )
-def test_a_target_leaf_unlike_the_stored_one_is_refused_not_cast(tmp_path: pathlib.Path, target_leaf: object) -> None:
+def test_a_target_leaf_of_another_shape_is_refused(tmp_path: pathlib.Path, target_leaf: object) -> None:
     save_legacy_v0_pytree(tmp_path / "checkpoint", {"weights": np.linspace(0, 1, 4, dtype=np.float32)})
 
-    with pytest.raises(ValueError, match=r"target\['weights'\] must have the stored shape and dtype float32\[4\]"):
+    with pytest.raises(ValueError, match=r"target\['weights'\] must have the stored shape, that of float32\[4\]"):
         load_legacy_v0_pytree(tmp_path / "checkpoint", {"weights": target_leaf})
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.int32])
+@pytest.mark.parametrize("kind", ["struct", "array", "numpy"])
+def test_a_target_leaf_of_another_dtype_loads_the_values_cast_to_it(
+    tmp_path: pathlib.Path, dtype: Any, kind: str
+) -> None:
+    # tinax 0.2 (Orbax) cast the stored values to the target's dtype, as the V1 loader does.
+    stored = np.linspace(0, 3, 4, dtype=np.float32)
+    save_legacy_v0_pytree(tmp_path / "checkpoint", {"weights": stored})
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[1])
+    leaf: Any = {
+        "struct": jax.ShapeDtypeStruct((4,), dtype, sharding=device),
+        "array": jax.device_put(jnp.zeros(4, dtype), device),
+        "numpy": np.zeros(4, dtype),
+    }[kind]
+    restored = load_legacy_v0_pytree(tmp_path / "checkpoint", {"weights": leaf})["weights"]
+    assert restored.dtype == np.dtype(dtype)
+    assert isinstance(restored, np.ndarray) == (kind == "numpy")
+    if kind != "numpy":
+        assert restored.sharding == device
+    np.testing.assert_array_equal(np.asarray(restored), stored.astype(dtype))
 
 
 @pytest.mark.parametrize("leaf", [object(), np.float32(0), np.bool_(False)])

@@ -115,9 +115,10 @@ def _failure_on(path: str, saved: pathlib.Path, tmp_path: pathlib.Path) -> Value
         (TypeError("upstream refused a kind"), "NoHandlerError"),
         (ValueError("upstream refused a value"), "CheckpointKeyError"),
         (KeyError("upstream lacks a key"), "CheckpointKeyError"),
-        (IndexError("upstream ran out of entries"), "CheckpointKeyError"),
+        (IndexError("upstream ran out of entries"), "OutOfRangeStateError"),
+        (FileNotFoundError("upstream found no file"), "MissingCheckpointFileError"),
     ],
-    ids=["TypeError", "ValueError", "KeyError", "IndexError"],
+    ids=["TypeError", "ValueError", "KeyError", "IndexError", "FileNotFoundError"],
 )
 @pytest.mark.parametrize("path", list(PATHS))
 def test_the_same_upstream_failure_gives_the_same_error_on_every_path(
@@ -130,6 +131,8 @@ def test_the_same_upstream_failure_gives_the_same_error_on_every_path(
     assert isinstance(error, ValueError)
     assert isinstance(error, KeyError)
     assert isinstance(error, TypeError) == isinstance(upstream, TypeError)
+    # tinax 0.2 let the upstream error through: the error is also of its class.
+    assert isinstance(error, type(upstream))
     assert type(upstream).__name__ in str(error)
     chain = []
     cause: BaseException | None = error

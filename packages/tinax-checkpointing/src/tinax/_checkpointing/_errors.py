@@ -17,14 +17,19 @@ from __future__ import annotations
 import threading
 
 __all__ = [
+    "BrokenLinkDestinationError",
     "CheckpointExistsError",
     "CheckpointKeyError",
     "CheckpointNotFoundError",
+    "MissingCheckpointFileError",
     "NoHandlerError",
+    "NotAFolderDestinationError",
+    "OutOfRangeStateError",
     "SaveFailedError",
     "TracedValueError",
     "UncreatableDestinationError",
     "UnsupportedLeafError",
+    "UnwritableDestinationError",
     "background_failure",
     "root_cause",
     "root_message",
@@ -44,14 +49,26 @@ class CheckpointNotFoundError(FileNotFoundError, ValueError):
 class UncreatableDestinationError(ValueError, OSError):
     """A checkpoint destination that cannot be created, refused before the save starts.
 
-    0.2 started such a save and failed in ``result()`` with the ``OSError``
-    that creating the folder raised; the error raised now is also of that
-    error's class (``NotADirectoryError``, ``PermissionError``, ...) and
-    carries its ``errno``.
+    0.2 started such a save and failed with the ``OSError`` that creating the
+    folder raised (in ``result()`` for a V1 save, at once for a legacy V0
+    one); the subclasses below are also of that error's class, and every
+    one carries its ``errno``.
     """
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
+
+
+class NotAFolderDestinationError(UncreatableDestinationError, NotADirectoryError):
+    """A checkpoint destination whose way passes through a regular file (0.2 raised NotADirectoryError)."""
+
+
+class UnwritableDestinationError(UncreatableDestinationError, PermissionError):
+    """A checkpoint destination inside a folder that is not writable (0.2 raised PermissionError)."""
+
+
+class BrokenLinkDestinationError(UncreatableDestinationError, FileNotFoundError):
+    """A checkpoint destination whose way passes through a broken link (0.2 raised FileNotFoundError)."""
 
 
 class UnsupportedLeafError(TypeError, ValueError):
@@ -69,6 +86,14 @@ class CheckpointKeyError(ValueError, KeyError):
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
+
+
+class MissingCheckpointFileError(CheckpointKeyError, FileNotFoundError):
+    """A checkpoint folder that lacks a file Orbax needs to read it (0.2 let Orbax's FileNotFoundError through)."""
+
+
+class OutOfRangeStateError(CheckpointKeyError, IndexError):
+    """Stored state that points past what the pipeline holds (0.2 let Grain's IndexError through)."""
 
 
 class NoHandlerError(TypeError, ValueError, KeyError):
@@ -95,7 +120,12 @@ class SaveFailedError(RuntimeError):
 
 
 _failure_classes: dict[type[BaseException], type[SaveFailedError]] = {}
-_destination_classes: dict[type[OSError], type[UncreatableDestinationError]] = {}
+# Which refusal keeps the class of the OSError that probing a destination gave.
+_DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationError]], ...] = (
+    (NotADirectoryError, NotAFolderDestinationError),
+    (PermissionError, UnwritableDestinationError),
+    (FileNotFoundError, BrokenLinkDestinationError),
+)
 _failure_classes_lock = threading.Lock()
 
 
@@ -140,29 +170,18 @@ def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinat
 
     Args:
       message: Why the destination cannot be created, for the reader.
-      error: The ``OSError`` that probing the destination gave. Its class,
+      error: The ``OSError`` that probing the destination gave. Its
         ``errno``, ``strerror`` and ``filename`` carry over.
 
     Returns:
-      An :class:`UncreatableDestinationError` that is also an instance of
-      ``type(error)``.
+      An :class:`UncreatableDestinationError`, of the subclass that is also
+      ``type(error)`` where ``error`` is a ``NotADirectoryError``,
+      ``PermissionError`` or ``FileNotFoundError``.
     """
-    kind = type(error)
-    with _failure_classes_lock:
-        cached = _destination_classes.get(kind)
-        if cached is None:
-            cached = UncreatableDestinationError
-            if kind is not OSError:
-                namespace = {"__module__": __name__, "__str__": BaseException.__str__}
-                try:
-                    cached = type(
-                        f"UncreatableDestinationError[{kind.__name__}]", (UncreatableDestinationError, kind), namespace
-                    )
-                    cached("probe")
-                except TypeError:  # pragma: no cover - every OSError subclass of the standard library combines
-                    cached = UncreatableDestinationError
-            _destination_classes[kind] = cached
-    refused = cached(message)
+    kind = next(
+        (refusal for cause, refusal in _DESTINATION_REFUSALS if isinstance(error, cause)), UncreatableDestinationError
+    )
+    refused = kind(message)
     refused.errno = error.errno
     refused.strerror = error.strerror
     refused.filename = error.filename
@@ -173,10 +192,13 @@ def upstream_failure(message: str, error: BaseException) -> CheckpointKeyError |
     """Builds the error for an operation that Orbax or Grain refused, the same way on every path.
 
     The class follows the deepest cause of ``error``: a ``TypeError`` there
-    means upstream refused a kind, and gives :class:`NoHandlerError`; any
-    other failure gives :class:`CheckpointKeyError`. Both are ``ValueError``
-    and ``KeyError``, so code written against 0.2, which let the upstream
-    error through, still catches them.
+    means upstream refused a kind, and gives :class:`NoHandlerError`; a
+    ``FileNotFoundError`` gives :class:`MissingCheckpointFileError`, an
+    ``IndexError`` :class:`OutOfRangeStateError`, and any other failure
+    :class:`CheckpointKeyError`. Each is a ``ValueError`` and a ``KeyError``,
+    and the last three are also of the class of the root cause that picked
+    them, so code written against 0.2, which let the upstream error
+    through, still catches them.
 
     Args:
       message: What failed, for the reader; the root cause's class and text
@@ -186,7 +208,14 @@ def upstream_failure(message: str, error: BaseException) -> CheckpointKeyError |
     Returns:
       The error to raise (``raise upstream_failure(...) from error``).
     """
-    kind = NoHandlerError if isinstance(root_cause(error), TypeError) else CheckpointKeyError
+    root = root_cause(error)
+    kind: type[CheckpointKeyError | NoHandlerError] = CheckpointKeyError
+    if isinstance(root, TypeError):
+        kind = NoHandlerError
+    elif isinstance(root, FileNotFoundError):
+        kind = MissingCheckpointFileError
+    elif isinstance(root, IndexError):
+        kind = OutOfRangeStateError
     failure = kind(f"{message}: {root_message(error)}")
     failure.__cause__ = error
     return failure

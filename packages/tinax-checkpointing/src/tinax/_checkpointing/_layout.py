@@ -58,9 +58,10 @@ def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
       FileNotFoundError: If nothing exists at ``source`` (also a
         ``ValueError``).
       ValueError: If ``source`` is no folder, an Orbax temporary folder, or
-        lacks a metadata file or checkpointable, or a metadata file is
-        damaged. A missing checkpointable is also a ``KeyError``, as Orbax's
-        error was.
+        lacks a metadata file or checkpointable, or a metadata or state file
+        is damaged. The last two are also a ``KeyError``: tinax 0.2 let
+        Orbax's ``KeyError`` through for an empty folder and for every
+        checkpointable that failed to load.
     """
     if not os.path.lexists(source):
         leftover = source.with_name(source.name + ORBAX_TMP_SUFFIX)
@@ -81,28 +82,28 @@ def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
         )
     missing = [name for name in (CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()]
     if missing:
-        raise ValueError(
+        raise CheckpointKeyError(
             f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so it is no Orbax checkpoint "
             "or the folder was damaged"
         )
     metadata = read_json_object(source, pathlib.PurePath(CHECKPOINT_METADATA))
     handlers = metadata.get("item_handlers") if isinstance(metadata, dict) else None
     if not isinstance(handlers, dict) or not all(isinstance(name, str) for name in handlers):
-        raise ValueError(
+        raise CheckpointKeyError(
             f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} does not list the "
             "checkpointables it holds"
         )
     for name, handler in handlers.items():
         folder = source / name
         if name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name:
-            raise ValueError(
+            raise CheckpointKeyError(
                 f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} lists {name!r}, "
                 "which cannot name a checkpointable folder, so the file was damaged"
             )
         try:
             present = folder.is_dir()
         except OSError as error:  # a name the file system refuses (too long, for one)
-            raise ValueError(
+            raise CheckpointKeyError(
                 f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} lists {name!r}, "
                 f"which this file system cannot look up ({error.strerror}), so the file was damaged"
             ) from error
@@ -114,7 +115,7 @@ def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
             )
         is_pytree = isinstance(handler, str) and handler.endswith(_PYTREE_HANDLER_SUFFIX)
         if is_pytree and not (folder / PYTREE_METADATA).is_file():
-            raise ValueError(
+            raise CheckpointKeyError(
                 f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r} lacks its "
                 f"{PYTREE_METADATA} file"
             )
@@ -139,7 +140,7 @@ def _require_array_metadatas(source: pathlib.Path, relative: pathlib.PurePath, c
         _is_array_metadata(entry.get("array_metadata")) for entry in entries if isinstance(entry, dict)
     )
     if not valid or not all(isinstance(entry, dict) for entry in entries):
-        raise ValueError(
+        raise CheckpointKeyError(
             f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be "
             "used: it does not hold a list of array metadata objects, each with a string param_name, integer "
             "write_shape and chunk_shape lists, and string key implementations"
@@ -175,7 +176,7 @@ def _require_tree_metadata(source: pathlib.Path, relative: pathlib.PurePath, con
             problem = f"entry {keypath!r} has value metadata Orbax cannot restore ({value!r:.200})"
             break
     if problem is not None:
-        raise ValueError(
+        raise CheckpointKeyError(
             f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be "
             f"used: {problem}"
         )
@@ -232,7 +233,9 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
     Every way such a file can be damaged (unreadable, not UTF-8, not JSON,
     nested deeper than the parser recurses, not an object at the top) gives
     the same ``ValueError``, naming the file, with the parser's error as its
-    cause; nothing else escapes.
+    cause; nothing else escapes. It is also a ``KeyError``, as the failed
+    load was in tinax 0.2 (Orbax wrapped every checkpointable's failure in
+    one).
 
     Args:
       source: The checkpoint folder.
@@ -242,7 +245,8 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
       The file's top-level JSON object.
 
     Raises:
-      ValueError: If the file cannot be read or holds no JSON object.
+      ValueError: If the file cannot be read or holds no JSON object. It is
+        also a ``KeyError``.
     """
     file = source / relative
     reason: str
@@ -259,7 +263,7 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
         if isinstance(decoded, dict):
             return decoded
         reason = f"it holds a JSON {type(decoded).__name__}, not an object"
-    raise ValueError(
+    raise CheckpointKeyError(
         f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be used: "
         f"{reason}"
     ) from cause

@@ -12,11 +12,13 @@ Orbax is imported when a load runs, never when this module is imported.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import gc
 import os
 import pathlib
 import warnings
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from tinax._checkpointing._errors import CheckpointKeyError, upstream_failure
@@ -26,7 +28,7 @@ from tinax._checkpointing._quiet import (
     retire_abandoned_work,
     take_abandoned_orbax_task_reports,
 )
-from tinax._checkpointing._targets import require_restore_target, require_target_fits
+from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements
 from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core import validation
 
@@ -38,7 +40,8 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
 
     Every name to load needs a restore target (:func:`abstract_restore_target`
     builds one from live state): arrays load with the target's sharding and
-    dtype and must have the saved shape. Names left out of ``targets`` are not
+    dtype and must have the saved shape. An abstract array without a
+    sharding (``jax.eval_shape``'s) loads where the checkpoint recorded it. Names left out of ``targets`` are not
     loaded, and the folder is checked to be a complete checkpoint before
     anything loads. In a multi-process run every process calls this function
     with the same arguments, in the same order. The checkpointing user guide's
@@ -58,14 +61,14 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
         kind (its error is the cause). The last two are also a ``KeyError``,
         as Orbax's error was, and Orbax's rejection is also a ``ValueError``,
         as on every path that translates Orbax's errors.
-      ValueError: If ``targets`` is empty, a target is None or holds an
-        abstract array without a sharding, the folder is not a complete
-        checkpoint (an unfinished save, a missing metadata file or
-        checkpointable), a name was not saved (the message lists the saved
-        names), an array target's shape or rank differs from the saved one,
-        or the values do not fit the targets otherwise (Orbax's error is the
-        cause). A missing checkpointable, an unsaved name and values that do
-        not fit are also ``KeyError``, as Orbax's errors were.
+      ValueError: If ``targets`` is empty, a target is None, the folder is
+        not a complete checkpoint (an unfinished save, a missing or damaged
+        metadata or state file or checkpointable), a name was not saved (the
+        message lists the saved names), an array target's shape or rank
+        differs from the saved one, an abstract array without a sharding has
+        no recorded placement this process can use, or the values do not fit
+        the targets otherwise (Orbax's error is the cause). All but the
+        first two are also ``KeyError``, as Orbax's errors were.
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
 
@@ -92,12 +95,14 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
         )
     orbax = orbax_v1()
     take_abandoned_orbax_task_reports()
+    placed = {}
     for name, target in named.items():
         stored = stored_tree(orbax, source, name)
         if stored is not None:
             require_target_fits(target, stored, f"targets[{name!r}]", str(source))
+        placed[name] = with_stored_placements(target, stored, f"targets[{name!r}]", str(source))
     try:
-        loaded = orbax.load_checkpointables(source, dict(named))
+        loaded = orbax.load_checkpointables(source, placed)
     except Exception as error:
         retire_abandoned_work(error)
         raise upstream_failure(
@@ -113,18 +118,24 @@ def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
     metadata Orbax cannot read, gives None: the load itself then reports
     whatever is wrong.
 
+    Only this checkpointable's metadata is read, by Orbax's pytree handler.
+    (Orbax's ``metadata(path, checkpointable_name=...)`` reads that of every
+    checkpointable, and logs a warning for each one, such as an iterator,
+    that has none.)
+
     Where array data is damaged, Orbax logs that it cannot read an array's
     metadata and carries on; on Python 3.12.1 the read it gave up leaves a
     wrapper coroutine that ``asyncio.ensure_future`` never closes (a CPython
     bug, fixed in later 3.12 releases). Its warning says nothing the load
     will not report, so it is not shown.
     """
-    if not (source / name / PYTREE_METADATA).is_file():
+    folder = source / name
+    if not (folder / PYTREE_METADATA).is_file():
         return None
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ENSURE_FUTURE_WRAPPER_NEVER_AWAITED, RuntimeWarning)
         try:
-            stored = orbax.metadata(source, checkpointable_name=name).metadata
+            stored = _run(orbax.handlers.PyTreeHandler().metadata(folder))
         except Exception as error:
             retire_abandoned_work(error)
             return None
@@ -132,3 +143,13 @@ def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
             # Orbax gave up reading (it logged why): collect the reads it abandoned while the filter holds.
             gc.collect()
     return stored
+
+
+def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Runs a coroutine to its end from synchronous code, also where this thread already runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinax-metadata") as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -80,7 +80,9 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
         (that error is also the ``KeyError`` or ``ValueError`` Orbax raised
         for it, which tinax 0.2 let through).
       ValueError: If ``checkpointables`` is empty, a name is not valid, two
-        names differ only in case, a value is None or holds nothing to save,
+        names differ only in case, a value is None or an empty container
+        (a value without leaves that is neither, such as optax's
+        ``(EmptyState(), EmptyState())``, saves),
         a leaf holds a value Orbax cannot store (an int outside 64 bits, a
         string or key with a lone surrogate, an empty array), ``path`` is
         named like an Orbax temporary folder (it contains

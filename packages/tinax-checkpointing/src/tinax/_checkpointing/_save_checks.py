@@ -29,7 +29,7 @@ from tinax._checkpointing._upstream_compat import handler_lookup
 from tinax._core import files, validation
 from tinax._core.jax_compat import is_tracer
 
-__all__ = ["exists_error", "require_absent", "require_creatable", "require_saveable_leaves"]
+__all__ = ["exists_error", "is_empty_container", "require_absent", "require_creatable", "require_saveable_leaves"]
 
 # Python ints Orbax saves: it stores them as int64, or as uint64 above 2**63 - 1.
 _MIN_INT = -(2**63)
@@ -113,16 +113,36 @@ def _fail_uncreatable(destination: pathlib.Path, reason: str, error: OSError) ->
     ) from error
 
 
+def is_empty_container(value: object) -> bool:
+    """Whether a pytree without leaves is one Orbax refuses to save: None, or an empty container.
+
+    Orbax's pytree handler refuses a value that has no leaf and is false
+    (``None``, ``{}``, ``()``, an empty ``nnx.State``), and saves a leafless
+    value that is not, such as optax's ``(EmptyState(), EmptyState())``; it
+    did so in tinax 0.2 as well. A value whose truth cannot be told is not
+    taken for empty.
+
+    Args:
+      value: A pytree that holds no leaf.
+    """
+    try:
+        return not value
+    except Exception:
+        return False
+
+
 def require_saveable_leaves(name: str, value: object) -> None:
     """Checks every leaf and key of one checkpointable before anything is written.
 
     Python scalars, strings and arrays are judged here, by kind (TypeError)
     and value (ValueError); any other leaf is put to Orbax's handler lookup.
+    A value without leaves is refused only where Orbax would refuse it
+    (see :func:`is_empty_container`).
     """
     argument = f"checkpointables[{name!r}]"
     flat = jax.tree_util.tree_flatten_with_path(value)[0]
-    if not flat:
-        validation.fail_value(argument, "a value holding something to save", value)
+    if not flat and is_empty_container(value):
+        validation.fail_value(argument, "a value that is neither None nor an empty container", value)
     ask_orbax = False
     for path, leaf in flat:
         where = argument + jax.tree_util.keystr(path)

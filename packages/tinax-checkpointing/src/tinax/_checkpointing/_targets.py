@@ -3,11 +3,13 @@
 A restore target tells Orbax the shape, dtype and placement of every value it
 loads. Targets built from live state keep each array's sharding, so a
 checkpoint written on one mesh loads onto whatever mesh the live state uses.
+An abstract array without a sharding (what ``jax.eval_shape`` gives) loads
+where the checkpoint recorded the saved array, as in tinax 0.2.
 """
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,7 @@ from tinax._checkpointing._errors import CheckpointKeyError, NoHandlerError, Tra
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
 
-__all__ = ["abstract_restore_target", "require_restore_target", "require_target_fits"]
+__all__ = ["abstract_restore_target", "require_restore_target", "require_target_fits", "with_stored_placements"]
 
 # Leaves that Orbax restores by value: the target only names their type.
 _PLAIN_LEAVES = (bool, int, float, complex, bytes, str, np.generic)
@@ -29,9 +31,11 @@ def abstract_restore_target(state: Any) -> Any:
     Works on any pytree and keeps its structure: a ``jax.Array`` (PRNG keys
     included) becomes a ``jax.ShapeDtypeStruct`` with its sharding, a NumPy
     array becomes a placeholder that restores a host array, and Python and NumPy
-    scalars, sharded ``jax.ShapeDtypeStruct`` leaves and Orbax stateful
-    checkpointables are kept. The checkpointing user guide's "Restore targets"
-    section describes each kind of leaf.
+    scalars, ``jax.ShapeDtypeStruct`` leaves and Orbax stateful checkpointables
+    are kept. A ``jax.ShapeDtypeStruct`` without a sharding, such as
+    ``jax.eval_shape`` gives, loads where the checkpoint recorded the saved
+    array. The checkpointing user guide's "Restore targets" section describes
+    each kind of leaf.
 
     Args:
       state: The live state, for example the values that were saved.
@@ -43,7 +47,6 @@ def abstract_restore_target(state: Any) -> Any:
       TypeError: If a leaf is a traced value (the error is also the
         ``AttributeError`` tinax 0.2 raised for one), a NumPy array of
         objects, or of a kind Orbax cannot restore.
-      ValueError: If a leaf is a ``jax.ShapeDtypeStruct`` without a sharding.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -66,8 +69,7 @@ def require_restore_target(target: object, name: str) -> None:
       TypeError: If a leaf is a traced value, or of a kind Orbax has no
         handler for, such as ``object()`` (the error is also the
         ``KeyError`` Orbax raised for it in tinax 0.2).
-      ValueError: If the target is None, or an abstract array in it (a
-        ``jax.ShapeDtypeStruct``, PRNG keys included) has no sharding.
+      ValueError: If the target is None.
     """
     if target is None:
         validation.fail_value(
@@ -79,8 +81,6 @@ def require_restore_target(target: object, name: str) -> None:
         where = name + jax.tree_util.keystr(path)
         if is_tracer(leaf):
             validation.fail_type(where, "a concrete restore target, not a traced value", leaf)
-        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
-            _fail_missing_sharding(where, leaf)
         if not _is_target_leaf(leaf):
             raise NoHandlerError(
                 validation.expectation_message(
@@ -98,7 +98,8 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
     Every array target is checked alike: a ``jax.ShapeDtypeStruct``, a
     ``jax.Array`` and a ``numpy.ndarray`` (Orbax itself would check only the
     first and load the stored shape into the others). Leaves are matched by
-    their key path; leaves without a stored counterpart are left to Orbax,
+    the names along their key path (attributes, keys and indices alike, as
+    Orbax stores them); leaves without a stored counterpart are left to Orbax,
     which reports structure mismatches itself. PRNG key targets are left to
     Orbax too, as their stored shape includes the key data.
 
@@ -113,13 +114,13 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
         rank included. The error is also a ``KeyError``, as Orbax's error
         for an incompatible target was in tinax 0.2.
     """
-    stored_leaves = {jax.tree_util.keystr(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]}
+    stored_leaves = _leaves_by_key(stored)
     for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
         if not isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray)):
             continue
         if jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
             continue
-        counterpart = stored_leaves.get(jax.tree_util.keystr(path))
+        counterpart = stored_leaves.get(_leaf_key(path))
         stored_shape = getattr(counterpart, "shape", None)
         if not isinstance(stored_shape, tuple):
             continue
@@ -128,6 +129,98 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
                 f"{name}{jax.tree_util.keystr(path)} is incompatible with the checkpoint at {source!r}: its shape "
                 f"{tuple(leaf.shape)} is not compatible with the stored shape {stored_shape}"
             )
+
+
+def with_stored_placements(target: Any, stored: object, name: str, source: str) -> Any:
+    """Gives every ``jax.ShapeDtypeStruct`` without a sharding the placement the checkpoint recorded for it.
+
+    tinax 0.2 passed such targets to Orbax, which then read each array's
+    sharding from the checkpoint (and warned that it did). Reading it here
+    from the metadata gives the same placement, silently, and a clear error
+    where there is none to give.
+
+    Args:
+      target: The restore target of one checkpointable.
+      stored: Orbax's metadata tree of that checkpointable, or None where
+        there is none.
+      name: How to refer to the target in messages, e.g. ``"targets['model']"``.
+      source: The checkpoint folder, for messages.
+
+    Returns:
+      ``target`` itself where every abstract array has a sharding, else a
+      copy in which those without one have the recorded sharding.
+
+    Raises:
+      ValueError: If the checkpoint records no sharding for such a leaf (a
+        NumPy array was saved there, or no array), or the recorded one names
+        devices this process does not have (the checkpoint was written on
+        another topology). The error is also a ``KeyError``, as Orbax's
+        failure to load was in tinax 0.2.
+    """
+    flat, structure = jax.tree_util.tree_flatten_with_path(target)
+    if not any(isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None for _, leaf in flat):
+        return target
+    stored_leaves = {} if stored is None else _leaves_by_key(stored)
+    placed = []
+    for path, leaf in flat:
+        if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
+            where = name + jax.tree_util.keystr(path)
+            sharding = _stored_sharding(stored_leaves.get(_leaf_key(path)), where, source, len(leaf.shape))
+            leaf = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
+        placed.append(leaf)
+    return jax.tree_util.tree_unflatten(structure, placed)
+
+
+def _leaves_by_key(stored: object) -> dict[tuple[str, ...], Any]:
+    return {_leaf_key(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(stored)[0]}
+
+
+def _leaf_key(path: tuple[Any, ...]) -> tuple[str, ...]:
+    """A leaf's key path as Orbax's metadata tree spells it.
+
+    Orbax stores every node as a dict or list, so an attribute of a target
+    (an NNX ``Variable``'s ``value``, a field of optax's ``ScaleByAdamState``)
+    is a dict key in the metadata; comparing names alone matches the two.
+    """
+    names = []
+    for entry in path:
+        if isinstance(entry, jax.tree_util.DictKey):
+            names.append(str(entry.key))
+        elif isinstance(entry, jax.tree_util.SequenceKey):
+            names.append(str(entry.idx))
+        elif isinstance(entry, jax.tree_util.GetAttrKey):
+            names.append(entry.name)
+        elif isinstance(entry, jax.tree_util.FlattenedIndexKey):
+            names.append(str(entry.key))
+        else:
+            names.append(str(entry))
+    return tuple(names)
+
+
+def _stored_sharding(stored: object, where: str, source: str, rank: int) -> jax.sharding.Sharding:
+    advice = "give the jax.ShapeDtypeStruct a sharding=..., or use a numpy.ndarray target to load host NumPy"
+    recorded = getattr(stored, "sharding_metadata", None)
+    if recorded is None:
+        raise CheckpointKeyError(
+            f"{where} is a jax.ShapeDtypeStruct without a sharding, and the checkpoint at {source!r} records no "
+            f"placement for it to load onto; {advice}"
+        )
+    try:
+        sharding: jax.sharding.Sharding = recorded.to_jax_sharding()
+    except (ValueError, TypeError, KeyError) as error:
+        raise CheckpointKeyError(
+            f"{where} is a jax.ShapeDtypeStruct without a sharding, and the placement the checkpoint at {source!r} "
+            f"records for it ({recorded}) names devices this process does not have; {advice}"
+        ) from error
+    # A PRNG key array is stored as its key data, which has one more axis
+    # (never split); the key array itself takes the sharding without it.
+    if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > rank:
+        extra = tuple(sharding.spec)[rank:]
+        if all(entry is None for entry in extra):
+            sharding = jax.sharding.NamedSharding(
+                sharding.mesh, jax.sharding.PartitionSpec(*tuple(sharding.spec)[:rank])
+            )
+    return sharding
 
 
 def _is_target_leaf(leaf: object) -> bool:
@@ -146,8 +239,6 @@ def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
     if isinstance(leaf, jax.Array):
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)  # type: ignore[no-untyped-call]
     if isinstance(leaf, jax.ShapeDtypeStruct):
-        if leaf.sharding is None:
-            _fail_missing_sharding(where, leaf)
         return leaf
     if isinstance(leaf, np.ndarray):
         if leaf.dtype.hasobject:
@@ -160,15 +251,6 @@ def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
     return validation.fail_type(
         where,
         "a jax.Array, numpy.ndarray, Python or NumPy scalar, str, bytes or an Orbax stateful checkpointable",
-        leaf,
-    )
-
-
-def _fail_missing_sharding(where: str, leaf: Any) -> NoReturn:
-    validation.fail_value(
-        where,
-        "a jax.ShapeDtypeStruct with a sharding (Orbax would otherwise guess the placement); "
-        "give it sharding=..., or use a numpy.ndarray target to load host NumPy",
         leaf,
     )
 

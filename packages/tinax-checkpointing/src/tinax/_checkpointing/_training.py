@@ -28,6 +28,7 @@ from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._load import load_checkpointables
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
 from tinax._checkpointing._save import save_checkpointables
+from tinax._checkpointing._save_checks import is_empty_container
 from tinax._checkpointing._targets import require_restore_target
 from tinax._core import validation
 
@@ -108,6 +109,11 @@ class TrainingCheckpoint:
       rng: The random state, laid out as its restore target asked.
       auxiliary: The auxiliary state, laid out as its restore target asked.
       iterator: The iterator passed to the load, now at the saved position.
+
+    Raises:
+      TypeError: If ``step`` is not an int (bools are refused) or
+        ``iterator`` is not a ``grain.DatasetIterator``.
+      ValueError: If ``step`` is negative.
     """
 
     step: int
@@ -116,6 +122,11 @@ class TrainingCheckpoint:
     rng: Any
     auxiliary: Any
     iterator: DatasetIterator[Any]
+
+    def __post_init__(self) -> None:
+        # tinax 0.2 checked both fields when a TrainingCheckpoint was built.
+        validation.require_int(self.step, "step", minimum=0)
+        _require_iterator(self.iterator)
 
 
 def save_training_checkpoint(
@@ -148,7 +159,9 @@ def save_training_checkpoint(
         accepted, bools are refused).
       model: The model state, a pytree such as ``nnx.state(model)``.
       optimizer: The optimizer state, a pytree such as
-        ``nnx.state(optimizer)``.
+        ``nnx.state(optimizer)``. State without leaves, such as
+        ``optax.sgd(0.1).init(params)``, saves as it did in tinax 0.2; only
+        None and empty containers are refused, for every part.
       rng: The random state, for example a PRNG key array or an NNX
         ``RngState``.
       auxiliary: Any other state resume needs (metrics, EMA weights, loss
@@ -169,7 +182,7 @@ def save_training_checkpoint(
         :class:`TrainingCheckpointNames`, or a part holds a value Orbax
         cannot save.
       ValueError: If ``step`` is negative or too large, the model,
-        optimizer or random state is None or holds no leaf, a part holds a
+        optimizer or random state is None or an empty container, a part holds a
         value Orbax cannot store (see :func:`save_checkpointables`), ``path``
         is named like an Orbax temporary folder, or Orbax refuses to start
         the save.
@@ -195,8 +208,8 @@ def save_training_checkpoint(
     checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
     parts = {"model": model, "optimizer": optimizer, "rng": rng}
     for argument, value in parts.items():
-        if value is None or not jax.tree_util.tree_leaves(value):
-            validation.fail_value(argument, "state holding at least one array or scalar", value)
+        if not jax.tree_util.tree_leaves(value) and is_empty_container(value):
+            validation.fail_value(argument, "state that is neither None nor an empty container", value)
     _require_iterator(iterator)
     chosen = _require_names(names)
     checkpointables = {

@@ -29,7 +29,7 @@ _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 # Upstream failures that mean "this state does not fit this pipeline or is not
 # an iterator checkpoint"; translated by upstream_failure (a ValueError), with
 # the cause chained.
-_UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+_UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, FileNotFoundError)
 
 
 def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> None:
@@ -42,18 +42,22 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     save is synchronous: when this returns, the checkpoint is committed.
 
     Args:
-      path: The checkpoint directory to create. It must not exist yet; its
-        parent folder must.
+      path: The checkpoint directory to create. It must not exist yet.
+        Missing parent folders are created.
       iterator: The live iterator whose position to save. It is not advanced.
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
         ``iterator`` is not a ``grain.DatasetIterator``.
-      ValueError: If ``path`` is empty, or the iterator's state cannot be
-        taken or written as JSON (the upstream error is chained).
+      ValueError: If ``path`` is empty or named like an Orbax temporary
+        folder, or the iterator's state cannot be taken or written as JSON
+        (the upstream error is chained).
       FileExistsError: If something already exists at ``path``. It is never
         replaced.
-      FileNotFoundError: If the parent folder of ``path`` does not exist.
+      OSError: If the folders of ``path`` cannot be created, for example
+        because the way passes through a regular file
+        (``NotADirectoryError``, as in tinax 0.2). It is also a
+        ``ValueError``.
 
     Examples:
       >>> import grain
@@ -102,9 +106,13 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
         ``iterator`` is not a ``grain.DatasetIterator``.
       FileNotFoundError: If nothing exists at ``path``.
       ValueError: If ``path`` is not a directory or not a complete iterator
-        checkpoint, has no state for this process (for example, it was
-        written by another number of processes), or the stored state does not
-        fit ``iterator``'s pipeline (the upstream error is chained).
+        checkpoint, is named like an unfinished Orbax save, has no state for
+        this process (for example, it was written by another number of
+        processes), or the stored state does not fit ``iterator``'s pipeline
+        (the upstream error is chained). The error is also of the class of
+        the upstream error where tinax 0.2 let that through: an
+        ``IndexError`` for a stored position outside the dataset, a
+        ``FileNotFoundError`` for a missing state file.
 
     Examples:
       >>> import grain

@@ -10,6 +10,7 @@ from typing import Any
 
 from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
+from tinax._checkpointing._save_checks import require_creatable
 from tinax._core import files, validation
 
 __all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
@@ -30,6 +31,10 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
         an unfinished save.
       FileExistsError: If something already exists at ``path``. It is also a
         ``ValueError``.
+      OSError: If the folders cannot be created: the way passes through a
+        regular file (``NotADirectoryError``, as in tinax 0.2) or a broken
+        link, or the nearest existing folder is not writable. It is also a
+        ``ValueError``.
     """
     destination = path.absolute()
     refuse_orbax_temporary_destination(destination)
@@ -39,6 +44,7 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
             "a legacy V0 save's path must not exist yet (its checkpoints are never overwritten)",
             CheckpointExistsError,
         )
+    require_creatable(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
     return destination
 
@@ -53,19 +59,21 @@ def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
       The source as an absolute path.
 
     Raises:
+      ValueError: If ``path`` is named like the temporary folder of an
+        unfinished Orbax save (its name contains ``.orbax-checkpoint-tmp``),
+        whether or not it exists (tinax 0.2 checked the name first), or is
+        not a directory.
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a directory, or is the temporary folder
-        of an unfinished Orbax save (its name contains
-        ``.orbax-checkpoint-tmp``).
     """
-    source = validation.require_existing_path(path, "path").absolute()
-    if not source.is_dir():
-        raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
+    source = path.absolute()
     if is_orbax_temporary_name(source.name):
         raise ValueError(
             f"path {str(source)!r} is an incomplete checkpoint: its name contains Orbax's reserved temporary suffix "
             f"{ORBAX_TMP_SUFFIX!r}, so it is the folder of a save that has not finished"
         )
+    validation.require_existing_path(source, "path")
+    if not source.is_dir():
+        raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
     return source
 
 

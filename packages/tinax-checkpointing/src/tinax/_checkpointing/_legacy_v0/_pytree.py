@@ -24,6 +24,7 @@ from tinax._checkpointing._legacy_v0._paths import (
     require_new_destination,
     save_with_v0,
 )
+from tinax._checkpointing._save_checks import is_empty_container
 from tinax._core import validation
 
 __all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]
@@ -36,6 +37,9 @@ _SAVABLE_LEAVES = (bool, int, float, str, np.number, np.ndarray, jax.Array)
 _LEAF_EXPECTATION = "a jax.Array, a numpy array, a NumPy number, or a Python bool, int, float or str"
 _RESTORABLE_LEAVES = (bool, int, float, str, np.ndarray, jax.Array, jax.ShapeDtypeStruct)
 _TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct, a Python bool, int or float, or a str"
+
+# The file in which Orbax's V0 pytree handler records the tree.
+_PYTREE_METADATA = "_METADATA"
 
 # Upstream failures that mean "this checkpoint or target does not fit"; they
 # are translated by upstream_failure (a ValueError), with the cause chained.
@@ -59,7 +63,9 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
       state: A pytree (dict, list, dataclass pytree, ...) or a single leaf.
         Leaves are ``jax.Array``, NumPy arrays, Python ``bool``, ``int``,
         ``float`` or ``str``, or NumPy number scalars (restored as Python
-        scalars). ``None`` entries are kept.
+        scalars). ``None`` entries and empty containers are kept, so state
+        without any leaf, such as ``optax.sgd(0.1).init(params)``, saves as
+        long as it is not itself empty or None.
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
@@ -67,10 +73,13 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
         names its key path; the error is also a ``ValueError``, as Orbax's
         was).
       ValueError: If ``path`` is empty or named like an Orbax temporary
-        folder, ``state`` has no leaves, or Orbax refuses the state for
-        another reason (the Orbax error is chained).
+        folder, ``state`` is None or an empty container, or Orbax refuses
+        the state for another reason (the Orbax error is chained).
       FileExistsError: If something already exists at ``path``. It is never
         replaced. The error is also a ``ValueError``.
+      OSError: If the folders of ``path`` cannot be created, for example
+        because the way passes through a regular file
+        (``NotADirectoryError``). The error is also a ``ValueError``.
 
     Examples:
       >>> import numpy as np
@@ -105,9 +114,12 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
         checkpoint. A ``jax.ShapeDtypeStruct`` leaf with a sharding restores a
         ``jax.Array`` with that sharding; a NumPy array leaf restores a NumPy
         array; a Python scalar or ``str`` leaf restores the stored scalar or
-        string. Each array leaf's shape and dtype must equal the stored ones:
-        tinax refuses the silent cast or reshape Orbax would otherwise apply.
-        With None, Orbax restores every array on the sharding recorded in the
+        string. An array leaf of another dtype than the stored one restores
+        the values cast to the target's dtype (a ``bfloat16`` target of a
+        ``float32`` checkpoint, for one), as tinax 0.2 and Orbax do. Each
+        array leaf's shape must equal the stored one: tinax refuses the
+        reshape Orbax would otherwise apply silently to a NumPy leaf. With
+        None, Orbax restores every array on the sharding recorded in the
         checkpoint, which only works on the topology that wrote it.
 
     Returns:
@@ -119,14 +131,16 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
         also a ``ValueError``, as Orbax's was).
       FileNotFoundError: If nothing exists at ``path``.
       ValueError: If ``path`` is not a directory or not a complete V0 pytree
-        checkpoint, or ``target`` does not match it in structure, shape or
-        dtype (the Orbax error, if any, is chained).
+        checkpoint, or ``target`` does not match it in structure or shape
+        (the Orbax error, if any, is chained). Where Orbax found a file
+        missing (an empty folder, or one another API wrote), the error is
+        also the ``FileNotFoundError`` tinax 0.2 raised.
 
     Examples:
       >>> import numpy as np
       >>> from tinax.checkpointing.legacy.v0 import load_legacy_v0_pytree, save_legacy_v0_pytree
       >>> save_legacy_v0_pytree("old-run/state", {"w": np.arange(3.0)})
-      >>> restored = load_legacy_v0_pytree("old-run/state", {"w": np.zeros(3)})  # shapes and dtypes must match
+      >>> restored = load_legacy_v0_pytree("old-run/state", {"w": np.zeros(3)})  # shapes must match
       >>> np.asarray(restored["w"]).tolist()
       [0.0, 1.0, 2.0]
     """
@@ -158,8 +172,8 @@ def _import_orbax() -> Any:
 
 def _require_savable_state(state: Any) -> None:
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
-    if not leaves:
-        validation.fail_value("state", "a pytree with at least one array, scalar or str leaf", state)
+    if not leaves and is_empty_container(state):
+        validation.fail_value("state", "a pytree that is neither None nor an empty container", state)
     for key_path, leaf in leaves:
         if not isinstance(leaf, _SAVABLE_LEAVES) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
             raise UnsupportedLeafError(
@@ -179,18 +193,20 @@ def _require_restorable_target(target: Any) -> None:
 
 
 def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, target: Any) -> None:
-    """Refuses target leaves whose shape or dtype differs from the stored one.
+    """Refuses target array leaves whose shape differs from the stored one.
 
-    Orbax V0 casts a stored array to the target's dtype without a word (a
-    float32 checkpoint restored into a bfloat16 target loses precision), and
-    a NumPy target leaf of another shape silently restores the stored shape.
-    Leaves missing on either side are left to Orbax's own structure check.
+    A NumPy target leaf of another shape would silently restore the stored
+    shape. Another dtype is no error: Orbax casts the stored values to the
+    target's dtype, as it did in tinax 0.2. Leaves missing on either side
+    are left to Orbax's own structure check.
     """
     try:
         item_metadata = checkpointer.metadata(source).item_metadata
         stored_tree = getattr(item_metadata, "tree", item_metadata)
         if stored_tree is None:
-            raise ValueError("the checkpoint records no pytree metadata")
+            # Without its metadata file, Orbax fails with FileNotFoundError, as it did in tinax 0.2.
+            kind = ValueError if (source / _PYTREE_METADATA).is_file() else FileNotFoundError
+            raise kind(f"the checkpoint records no pytree metadata ({_PYTREE_METADATA})")
         stored = ocp.tree.to_flat_dict(stored_tree)
         wanted = ocp.tree.to_flat_dict(ocp.tree.serialize_tree(target, keep_empty_nodes=True))
     except _UPSTREAM_MISMATCH_ERRORS as error:
@@ -204,10 +220,10 @@ def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, ta
         # PRNG keys are stored as their raw uint32 data; Orbax checks their implementation itself.
         if jnp.issubdtype(target_dtype, jax.dtypes.extended):
             continue
-        location = "target" + "".join(f"[{part!r}]" for part in key)
         stored_shape = tuple(getattr(entry, "shape", ()))
-        if np.dtype(stored_dtype) != np.dtype(target_dtype) or stored_shape != tuple(np.shape(leaf)):
+        if stored_shape != tuple(np.shape(leaf)):
+            location = "target" + "".join(f"[{part!r}]" for part in key)
             stored_text = f"{np.dtype(stored_dtype)}[{', '.join(str(extent) for extent in stored_shape)}]"
             raise ValueError(
-                f"{location} must have the stored shape and dtype {stored_text}, got {validation.describe(leaf)}"
+                f"{location} must have the stored shape, that of {stored_text}, got {validation.describe(leaf)}"
             )
