@@ -144,3 +144,62 @@ def test_open_regular_file_refuses_missing_paths_and_non_files(tmp_path):
     # Refused before opening: opening a FIFO for reading would block.
     with pytest.raises(ValueError, match="regular data file"), open_regular_file(fifo, kind="data file"):
         pass
+
+
+@contextlib.contextmanager
+def _umask(mask: int) -> Iterator[None]:
+    previous = os.umask(mask)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+@writers
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_a_new_file_gets_the_permissions_the_umask_gives(tmp_path, write, mask):
+    destination = tmp_path / "out.bin"
+    with _umask(mask):
+        with write(destination, overwrite=False) as put:
+            # Already while it is written, not only once it is published.
+            temporary = [path for path in tmp_path.iterdir() if path.name != "out.bin"]
+            assert [path.stat().st_mode & 0o777 for path in temporary] == [0o666 & ~mask]
+            put(b"payload")
+    assert destination.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@writers
+@pytest.mark.parametrize("mask", [0o022, 0o077])
+@pytest.mark.parametrize("existing_mode", [0o644, 0o640, 0o600, 0o664])
+def test_overwriting_keeps_the_replaced_files_permissions(tmp_path, write, mask, existing_mode):
+    destination = tmp_path / "out.bin"
+    destination.write_bytes(b"old")
+    destination.chmod(existing_mode)
+    with _umask(mask):
+        with write(destination, overwrite=True) as put:
+            put(b"new")
+    assert destination.read_bytes() == b"new"
+    assert destination.stat().st_mode & 0o777 == existing_mode
+
+
+@writers
+def test_replacing_something_that_is_not_a_regular_file_uses_the_umask(tmp_path, write):
+    (tmp_path / "target").write_bytes(b"x")
+    (tmp_path / "target").chmod(0o600)
+    destination = tmp_path / "link"
+    destination.symlink_to(tmp_path / "target")
+    with _umask(0o022):
+        with write(destination, overwrite=True) as put:
+            put(b"new")
+    # The link itself is replaced by a file; what it pointed to is untouched.
+    assert not destination.is_symlink()
+    assert (tmp_path / "target").read_bytes() == b"x"
+    assert destination.stat().st_mode & 0o777 == 0o600
+
+
+def test_reading_the_umask_leaves_it_as_it_was():
+    from tinax._core.files import _current_umask
+
+    with _umask(0o027):
+        assert _current_umask() == 0o027
+        assert os.umask(0o027) == 0o027

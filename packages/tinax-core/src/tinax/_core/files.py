@@ -12,6 +12,11 @@ process id and the process's start time), so the next write to the same
 destination removes the temporary files of writers that are no longer
 running, and never those of a live one. Where that cannot be told for sure
 (no ``/proc``, another machine or container), nothing is removed.
+
+A published file has the permissions an ordinary ``open()`` would give it
+(``0o666`` less the process's umask), and a file that replaces another keeps
+the replaced file's permissions. The temporary file gets them before any byte
+is written, so the destination never appears with other permissions.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pathlib
 import re
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
@@ -149,10 +155,58 @@ def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int,
     stem = _temporary_stem(destination.name)
     _remove_leftovers_of_dead_writers(directory, stem)
     owner = _this_writer()
+    mode = _published_mode(destination, overwrite=overwrite)
     descriptor, temporary_name = tempfile.mkstemp(
         prefix=f".{stem}.tinax-{owner.host}-{owner.pid}-{owner.start}.", suffix=".tmp", dir=directory
     )
+    try:
+        # mkstemp makes the file 0o600; readers other than the owner (a serving
+        # process, a colleague) expect what open() would have made.
+        os.fchmod(descriptor, mode)
+    except BaseException:
+        os.close(descriptor)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary_name)
+        raise
     return descriptor, pathlib.Path(temporary_name)
+
+
+def _published_mode(destination: pathlib.Path, *, overwrite: bool) -> int:
+    """The permissions of the file about to be published at ``destination``."""
+    if overwrite:
+        try:
+            replaced = os.stat(destination)
+        except OSError:
+            pass
+        else:
+            if stat.S_ISREG(replaced.st_mode):
+                return stat.S_IMODE(replaced.st_mode)
+    return 0o666 & ~_current_umask()
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _current_umask() -> int:
+    """The process's umask, read without changing it where the system allows.
+
+    Linux reports it in ``/proc/self/status``. Elsewhere it is read the only
+    portable way, by setting and restoring it, under a lock so that two tinax
+    writers never race; code outside tinax that creates files at that instant
+    could see a umask of 0o077 for that moment, which only makes its files
+    stricter.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        umask = os.umask(0o077)
+        os.umask(umask)
+    return umask
 
 
 #: Destination names longer than this are shortened in temporary names (a

@@ -21,6 +21,7 @@ import contextlib
 import hashlib
 import os
 import pathlib
+import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -166,6 +167,10 @@ def save_sharded_safetensors(
     index = encode_index(weight_map, total_size)
 
     def publish() -> None:
+        if replaced is not None:
+            # The new files replace the old set, so they keep its permissions
+            # (the replaced index's), as a replaced single file keeps its own.
+            _give_mode_of(file_path, [destination for destination, _, _ in files])
         # The index is the commit point: until it is replaced, the old index
         # still names old files only, all untouched.
         _write_bytes(file_path, index, overwrite=overwrite)
@@ -173,6 +178,15 @@ def save_sharded_safetensors(
             _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
 
     _as_leader(publish, str(file_path))
+
+
+def _give_mode_of(model: pathlib.Path, paths: list[pathlib.Path]) -> None:
+    try:
+        mode = stat.S_IMODE(os.stat(model).st_mode)
+    except FileNotFoundError:  # Replaced meanwhile: the new files keep what the umask gave.
+        return
+    for path in paths:
+        os.chmod(path, mode)
 
 
 def _replaced_index(index_path: pathlib.Path) -> bytes | None:
