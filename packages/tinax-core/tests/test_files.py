@@ -159,12 +159,11 @@ def _umask(mask: int) -> Iterator[None]:
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
 def test_a_new_file_gets_the_permissions_the_umask_gives(tmp_path, write, mask):
     destination = tmp_path / "out.bin"
-    with _umask(mask):
-        with write(destination, overwrite=False) as put:
-            # Already while it is written, not only once it is published.
-            temporary = [path for path in tmp_path.iterdir() if path.name != "out.bin"]
-            assert [path.stat().st_mode & 0o777 for path in temporary] == [0o666 & ~mask]
-            put(b"payload")
+    with _umask(mask), write(destination, overwrite=False) as put:
+        # Already while it is written, not only once it is published.
+        temporary = [path for path in tmp_path.iterdir() if path.name != "out.bin"]
+        assert [path.stat().st_mode & 0o777 for path in temporary] == [0o666 & ~mask]
+        put(b"payload")
     assert destination.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
@@ -175,9 +174,8 @@ def test_overwriting_keeps_the_replaced_files_permissions(tmp_path, write, mask,
     destination = tmp_path / "out.bin"
     destination.write_bytes(b"old")
     destination.chmod(existing_mode)
-    with _umask(mask):
-        with write(destination, overwrite=True) as put:
-            put(b"new")
+    with _umask(mask), write(destination, overwrite=True) as put:
+        put(b"new")
     assert destination.read_bytes() == b"new"
     assert destination.stat().st_mode & 0o777 == existing_mode
 
@@ -188,9 +186,8 @@ def test_replacing_something_that_is_not_a_regular_file_uses_the_umask(tmp_path,
     (tmp_path / "target").chmod(0o600)
     destination = tmp_path / "link"
     destination.symlink_to(tmp_path / "target")
-    with _umask(0o022):
-        with write(destination, overwrite=True) as put:
-            put(b"new")
+    with _umask(0o022), write(destination, overwrite=True) as put:
+        put(b"new")
     # The link itself is replaced by a file; what it pointed to is untouched.
     assert not destination.is_symlink()
     assert (tmp_path / "target").read_bytes() == b"x"
