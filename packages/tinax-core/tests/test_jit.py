@@ -110,6 +110,22 @@ def test_exceeded_budget_is_caught_as_an_assertion_error(wrap):
     assert wrapped.trace_count == 1
 
 
+@pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
+def test_a_budget_of_zero_traces_refuses_the_first_traced_call_as_in_tinax_02(wrap):
+    # 0.2 accepted max_traces=0: only calls that trace nothing (no traced argument) could run.
+    wrapped = wrap(scale, max_traces=0)
+    with pytest.raises(TraceBudgetExceededError):
+        wrapped(jnp.ones((2, 2)))
+
+
+def test_a_budget_of_zero_traces_lets_calls_with_only_static_arguments_run():
+    def ramp(n):
+        return jnp.arange(3) * n
+
+    wrapped = bounded_jit(ramp, max_traces=0, static_argnames=["n"])
+    np.testing.assert_array_equal(wrapped(n=2), [0, 2, 4])
+
+
 def test_importing_tinax_jit_starts_no_backend_and_no_integration():
     effects = import_side_effects("tinax.jit")
     assert effects["backends_initialized"] is False
@@ -128,21 +144,21 @@ def test_non_callable_function_not_allowed(wrap):
 @pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
 @pytest.mark.parametrize("value", [True, False, np.bool_(True)])
 def test_bool_max_traces_not_allowed(wrap, value):
-    with pytest.raises(TypeError, match=r"max_traces must be an int >= 1, got (np\.)?(True|False)_? \(bool\)"):
+    with pytest.raises(TypeError, match=r"max_traces must be an int >= 0, got (np\.)?(True|False)_? \(bool\)"):
         wrap(scale, max_traces=value)
 
 
 @pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
 @pytest.mark.parametrize("value", [1.0, "2", None])
 def test_non_int_max_traces_not_allowed(wrap, value):
-    with pytest.raises(TypeError, match="max_traces must be an int >= 1"):
+    with pytest.raises(TypeError, match="max_traces must be an int >= 0"):
         wrap(scale, max_traces=value)
 
 
 @pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
-@pytest.mark.parametrize("value", [0, -1])
-def test_non_positive_max_traces_not_allowed(wrap, value):
-    with pytest.raises(ValueError, match=rf"max_traces must be an int >= 1, got {value} \(int\)"):
+@pytest.mark.parametrize("value", [-1, -2])
+def test_negative_max_traces_not_allowed(wrap, value):
+    with pytest.raises(ValueError, match=rf"max_traces must be an int >= 0, got {value} \(int\)"):
         wrap(scale, max_traces=value)
 
 
@@ -238,7 +254,7 @@ def test_argnames_not_checked_when_signature_cannot_be_inspected():
         {"static_argnames": "x", "donate_argnames": "x"},
         {"static_argnames": "x", "donate_argnames": ["x"]},
         {"static_argnames": "x", "mesh": jax.sharding.Mesh(np.empty((0,), dtype=object), ("data",))},
-        {"max_traces": np.int64(0)},
+        {"max_traces": np.int64(-1)},
         {"max_traces": np.int64(1), "static_argnames": [""]},
     ],
     ids=repr,
@@ -261,7 +277,7 @@ def test_value_errors_after_python_arguments_are_only_value_errors():
     "arguments",
     [
         {"axis_size": np.int64(0)},
-        {"axis_size": np.int64(2), "max_traces": 0},
+        {"axis_size": np.int64(2), "max_traces": -1},
         {"max_traces": np.int64(1), "mesh": jax.sharding.Mesh(np.empty((0,), dtype=object), ("data",))},
     ],
     ids=repr,

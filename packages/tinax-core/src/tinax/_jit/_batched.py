@@ -48,7 +48,7 @@ def batched_jit(
         a pytree prefix of the output with int or None leaves.
       axis_size: The batch size, needed only when no argument is mapped.
       max_traces: How many times the batched function may be traced, at
-        least 1.
+        least 0.
       mesh: If given, every call (and ``lower``, ``trace``,
         ``eval_shape``) runs inside ``jax.set_mesh(mesh)``.
 
@@ -97,7 +97,7 @@ def batched_jit(
             require_fits(
                 "axis_size", axis_size, shape=(checked_axis_size,), dtype=np.uint8, devices=None, what="a batched value"
             )
-        budget_size = validation.require_positive_int(max_traces, "max_traces")
+        budget_size = validation.require_non_negative_int(max_traces, "max_traces")
         checked_mesh = require_mesh(mesh, "mesh")
         checked_in_axes = _require_in_axes(in_axes)
         checked_out_axes = _require_axis_tree(out_axes, "out_axes")

@@ -40,7 +40,8 @@ def bounded_jit(
 
     Args:
       function: The function to compile.
-      max_traces: How many times the function may be traced, at least 1.
+      max_traces: How many times the function may be traced, at least 0
+        (0 lets only calls that trace nothing run, as in tinax 0.2).
         Traces started by ``lower``, ``trace`` or ``eval_shape``, by an
         enclosing transformation and traces that fail with an exception all
         count. As in tinax 0.2, a trace in which no argument is traced (all
@@ -102,7 +103,7 @@ def bounded_jit(
     # tinax 0.2 refused NumPy integers and a single str of names as the wrong type.
     widened = validation.is_non_python_int(max_traces) or isinstance(static_argnames, str)
     with validation.reported_as_both(widened or isinstance(donate_argnames, str)):
-        budget_size = validation.require_positive_int(max_traces, "max_traces")
+        budget_size = validation.require_non_negative_int(max_traces, "max_traces")
         static = _require_argnames(static_argnames, "static_argnames", function)
         donated = _require_argnames(donate_argnames, "donate_argnames", function)
         overlap = [name for name in donated if name in static]
