@@ -215,11 +215,10 @@ def _stored_sharding(stored: object, where: str, source: str, rank: int) -> jax.
     # A PRNG key array is stored as its key data, which has one more axis
     # (never split); the key array itself takes the sharding without it.
     if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > rank:
-        extra = tuple(sharding.spec)[rank:]
-        if all(entry is None for entry in extra):
-            sharding = jax.sharding.NamedSharding(
-                sharding.mesh, jax.sharding.PartitionSpec(*tuple(sharding.spec)[:rank])
-            )
+        entries = tuple(sharding.spec)
+        if all(entry is None for entry in entries[rank:]):
+            spec = jax.sharding.PartitionSpec(*entries[:rank])  # type: ignore[no-untyped-call]
+            sharding = jax.sharding.NamedSharding(sharding.mesh, spec)
     return sharding
 
 
