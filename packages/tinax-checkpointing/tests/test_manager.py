@@ -148,7 +148,15 @@ def test_latest_step_ignores_torn_and_temporary_folders_and_stray_names(tmp_path
         "8.orbax-checkpoint-tmp",
         "9.orbax-checkpoint-tmp-1234",
     }
-    assert sorted(entry.name for entry in root.iterdir()) == ["010", "2", "4", "best", "notes.txt"]
+    # The manager's lock file is its own, like the metric file, and stays.
+    assert sorted(entry.name for entry in root.iterdir()) == [
+        "010",
+        "2",
+        "4",
+        "best",
+        "notes.txt",
+        manager_module.LOCK_FILE,
+    ]
     assert fresh.scan(cleanup=False).torn == ()
     # The next save goes after the newest committed step.
     _save(fresh, 5)

@@ -116,7 +116,8 @@ def test_both_processes_agree_on_the_committed_steps(tmp_path):
         assert result["committed"] == [6, 8]
         assert result["latest"] == 8
         assert result["scan"] == [[6, 8]]
-    assert sorted(entry.name for entry in (tmp_path / "run").iterdir()) == ["6", "8"]
+    # Only process 0 locks the root while it writes: one lock file, next to the steps.
+    assert sorted(entry.name for entry in (tmp_path / "run").iterdir()) == ["6", "8", "tinax-manager.lock"]
 
 
 def test_a_process_that_sees_other_steps_makes_both_fail(tmp_path):

@@ -16,6 +16,17 @@ The guarantees, and why they are kept here rather than by the caller:
   by renaming it to a temporary name first, so a crash at any moment leaves
   every kept step whole and never leaves a half-deleted folder that looks
   committed.
+- A step is only ever a real folder of the root: a step name that is a
+  symbolic link, or a folder that holds one, is never committed, counted or
+  deleted through, so retention cannot reach outside the root or delete what
+  a kept step still needs.
+- The completeness verdict of a step is kept only while nothing in its folder
+  changed (every entry's inode, size and times), so a step damaged after its
+  commit stops counting at the next scan.
+- One manager writes into a root at a time: from the start of a save until
+  its retention has run (and during a cleanup), process 0 holds an advisory
+  lock on the root's lock file, and a second manager that would write
+  meanwhile is refused with :class:`SaveInFlightError` instead of racing.
 - In a multi-process run, process 0's view of the folder decides and every
   other process checks that it sees the same; a difference is an error on
   every process, never a silent divergence.
@@ -32,12 +43,15 @@ import os
 import pathlib
 import shutil
 import signal
+import stat
+import sys
 import threading
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
-from tinax._checkpointing._errors import CheckpointNotFoundError
+from tinax._checkpointing._errors import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
 from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (
@@ -53,6 +67,11 @@ if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
     from grain import DatasetIterator
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows has no advisory locks; the root is then not locked
+    fcntl = None  # type: ignore[assignment]
+
 __all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager", "scan_root"]
 
 # The largest step a training checkpoint stores.
@@ -60,6 +79,10 @@ _MAX_STEP = 2**64 - 1
 # The caller-supplied metric of each step, kept next to the step folders (never
 # inside a checkpoint, whose format stays save_training_checkpoint's).
 METRICS_FILE = "tinax-step-metrics.json"
+# The file whose advisory lock process 0 holds while its manager writes into the
+# root. It is created once and never deleted (deleting a lock file races with
+# the next process that opens it), and it holds no bytes.
+LOCK_FILE = "tinax-manager.lock"
 # A step being deleted is first renamed to this name, which every scan takes for
 # an unfinished save: a crash during the removal never leaves a folder that
 # still looks committed.
@@ -69,7 +92,12 @@ _BEST_MODES = ("min", "max")
 
 
 class SaveInFlightError(RuntimeError):
-    """A save was refused because the manager's previous save has not finished."""
+    """A save or cleanup was refused because a save into the root has not finished.
+
+    Either the manager's own previous save (when it was built with
+    ``save_in_flight="refuse"``), or the save or retention of another manager
+    writing into the same root.
+    """
 
 
 class StepDisagreementError(RuntimeError):
@@ -107,9 +135,12 @@ class TrainingCheckpointManager:
     the newest ``keep_last`` steps, the steps divisible by ``keep_every`` and
     the ``keep_best`` best by metric, and deletes the other older steps, so a
     complete checkpoint always survives. Every process constructs the manager
-    alike and calls its methods in the same order; only process 0 deletes. The
-    checkpointing user guide's "How the manager commits and keeps steps"
-    section gives the rules.
+    alike and calls its methods in the same order; only process 0 deletes.
+    One job writes into a root: while a save of this manager is in flight, a
+    save or cleanup of another manager on the same root is refused (reading,
+    as :meth:`latest_committed_step` and :meth:`restore` do, is always
+    allowed). The checkpointing user guide's "How the manager commits and
+    keeps steps" section gives the rules.
 
     Args:
       root: The folder holding one subfolder per step.
@@ -136,7 +167,11 @@ class TrainingCheckpointManager:
       ValueError: If a count is not positive, ``best_mode`` is not ``"min"``
         or ``"max"``, ``best_mode`` is given without ``keep_best`` or the
         other way round, ``save_in_flight`` is not ``"wait"`` or
-        ``"refuse"``, or ``root`` exists but is not a folder.
+        ``"refuse"``, ``root`` exists but is not a folder, or ``create`` is
+        True and ``root`` cannot be created. The last is also the
+        ``OSError`` the file system gave: a ``NotADirectoryError`` when a
+        regular file lies on the way, a ``PermissionError`` when a parent is
+        not writable.
       FileNotFoundError: If ``root`` does not exist and ``create`` is False.
         It is also a ``ValueError``.
 
@@ -192,7 +227,12 @@ class TrainingCheckpointManager:
                 raise CheckpointNotFoundError(
                     f"root must name an existing folder when create=False, got {str(folder)!r} which does not exist"
                 )
-            folder.mkdir(parents=True, exist_ok=True)
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise uncreatable_destination(
+                    f"root {str(folder)!r} cannot be created as a folder: {error.strerror or error}", error
+                ) from error
         elif not folder.is_dir():
             validation.fail_value("root", "a folder", str(folder))
         self._root = folder
@@ -205,9 +245,12 @@ class TrainingCheckpointManager:
         self._guard_active = False
         # True while a guard is active in a multi-process run: should_save then exchanges the flag.
         self._exchange_preemption = False
-        # Step folders already found complete, by name, with the (inode, mtime) they had then:
-        # committed checkpoints are immutable, so they are checked once, not at every scan.
-        self._complete: dict[str, tuple[int, int]] = {}
+        # Step folders already found complete, by name, with the signature of their whole tree then
+        # (see _step_signature): a committed checkpoint is checked again only once something in it changed.
+        self._complete: dict[str, bytes] = {}
+        # Process 0's lock on the root's lock file, held from the start of a save until its retention has
+        # run; None while this manager does not write. A process that is not process 0 never locks.
+        self._lock: _RootLock | None = None
 
     @property
     def root(self) -> pathlib.Path:
@@ -238,13 +281,16 @@ class TrainingCheckpointManager:
         With ``cleanup=True``, torn step folders and temporary folders are
         removed (by process 0 in a multi-process run), after any save of this
         manager still in flight has finished, so that its own temporary folder
-        is never taken for a leftover. Unrelated names are reported but never
-        removed: the manager cannot know that they are its own.
+        is never taken for a leftover. A torn entry that is a symbolic link is
+        removed as a link; what it points to is never touched. Unrelated names
+        are reported but never removed: the manager cannot know that they are
+        its own.
 
         Args:
           cleanup: Whether to remove the torn and temporary entries found.
-            Only while no other program writes into the root: its save in
-            progress would look like a leftover.
+            Refused while another manager writes into the root; a program
+            that writes there without a manager must not run meanwhile, since
+            its save in progress would look like a leftover.
 
         Returns:
           A :class:`CheckpointScan`. Its ``committed`` steps are process 0's
@@ -256,19 +302,24 @@ class TrainingCheckpointManager:
             other committed steps than process 0. Every process raises it.
           RuntimeError: If ``cleanup`` is True and the save in flight failed
             (the save's error, as :meth:`wait` raises it).
+          SaveInFlightError: If ``cleanup`` is True and another manager is
+            writing into the root. It is a ``RuntimeError``.
         """
         remove = validation.require_bool(cleanup, "cleanup")
-        if remove:
-            self.wait()
-        found = self._agreed_scan()
-        removed: list[pathlib.Path] = []
-        if remove and _is_process_zero():
-            for entry in (*found.torn, *found.temporary):
-                _remove(entry)
-                removed.append(entry)
+        if not remove:
+            return self._agreed_scan()
+        self.wait()
+        self._lock_root("clean up")
+        try:
+            found = self._agreed_scan()
+            removed: list[pathlib.Path] = []
+            if _is_process_zero():
+                for entry in (*found.torn, *found.temporary):
+                    _remove(entry)
+                    removed.append(entry)
             _barrier("tinax-manager-cleanup")
-        elif remove:
-            _barrier("tinax-manager-cleanup")
+        finally:
+            self._unlock_root()
         return dataclasses.replace(found, removed=tuple(removed))
 
     def committed_steps(self) -> tuple[int, ...]:
@@ -365,9 +416,16 @@ class TrainingCheckpointManager:
           ValueError: If ``step`` is not newer than the newest saved or
             committed step, ``metric`` is missing, given without
             ``keep_best``, or not finite, or the save refuses a value.
+            Nothing under the root has changed then.
+          FileExistsError: If ``<root>/<step>`` exists without being a
+            committed step (a torn folder, or a name that is no folder of
+            its own; :meth:`scan` with ``cleanup=True`` removes it). It is
+            also a ``ValueError``.
           SaveInFlightError: If the previous save has not finished and the
             manager was built with ``save_in_flight="refuse"`` (after a
-            SIGTERM it waits instead). It is a ``RuntimeError``.
+            SIGTERM it waits instead), or another manager is writing into
+            the root (whatever ``save_in_flight`` says). It is a
+            ``RuntimeError``.
           RuntimeError: If the previous save failed in the background (its
             error, with the cause chained).
           StepDisagreementError: In a multi-process run, if the processes see
@@ -383,14 +441,12 @@ class TrainingCheckpointManager:
                 "and this manager was built with save_in_flight='refuse'; call wait() or save later"
             )
         self.wait()
-        newest = max(self._newest, self.latest_committed_step() or -1)
-        if checked <= newest:
-            validation.fail_value("step", f"a step newer than the newest saved or committed step {newest}", checked)
-        if value is not None and _is_process_zero():
-            self._record_metric(checked, value)
-        response = save_training_checkpoint(
-            self._root / str(checked), checked, model, optimizer, rng, auxiliary, iterator, names=self._names
-        )
+        self._lock_root(f"save step {checked}")
+        try:
+            response = self._start_save(checked, value, model, optimizer, rng, auxiliary, iterator)
+        except BaseException:
+            self._unlock_root()
+            raise
         self._newest = checked
         self._in_flight = (checked, response)
         if self._preemption_requested:
@@ -410,10 +466,13 @@ class TrainingCheckpointManager:
             return
         _, response = self._in_flight
         try:
-            response.result()
+            try:
+                response.result()
+            finally:
+                self._in_flight = None
+            self._apply_retention()
         finally:
-            self._in_flight = None
-        self._apply_retention()
+            self._unlock_root()
 
     def retained_steps(self) -> tuple[int, ...]:
         """The committed steps after every finished save's retention: :meth:`wait`, then :meth:`committed_steps`."""
@@ -514,6 +573,65 @@ class TrainingCheckpointManager:
 
     # ------------------------------------------------------------------
     # Internals.
+
+    def _start_save(
+        self,
+        step: int,
+        value: float | None,
+        model: Any,
+        optimizer: Any,
+        rng: Any,
+        auxiliary: Any,
+        iterator: DatasetIterator[Any],
+    ) -> ocp.AsyncResponse[None]:
+        """Refuses a step that is not new, then records its metric and starts its save; the root is locked."""
+        latest = self.latest_committed_step()
+        newest = max(self._newest, -1 if latest is None else latest)
+        if step <= newest:
+            validation.fail_value("step", f"a step newer than the newest saved or committed step {newest}", step)
+        destination = self._root / str(step)
+        if os.path.lexists(destination):
+            raise CheckpointExistsError(
+                f"cannot save step {step}: {str(destination)!r} already exists without being a committed step (a "
+                "torn folder, or a name that is no folder of its own); scan(cleanup=True) removes it"
+            )
+        metrics: dict[int, float] | None = None
+        existed = False
+        if value is not None and _is_process_zero():
+            metrics = self._read_metrics()
+            existed = os.path.lexists(self._root / METRICS_FILE)
+            self._write_metrics({**metrics, step: value})
+        try:
+            return save_training_checkpoint(
+                destination, step, model, optimizer, rng, auxiliary, iterator, names=self._names
+            )
+        except BaseException:
+            # The save was refused before it started: the metric file returns to what it was.
+            if metrics is not None and existed:
+                self._write_metrics(metrics)
+            elif metrics is not None:
+                (self._root / METRICS_FILE).unlink(missing_ok=True)
+            raise
+
+    def _lock_root(self, action: str) -> None:
+        """Makes this manager the root's one writer until :meth:`_unlock_root`, or refuses on every process."""
+        lock, refused = _RootLock.acquire(self._root) if _is_process_zero() else (None, False)
+        if _process_count() > 1:
+            refused = _any_process(refused)
+        if refused:
+            if lock is not None:
+                lock.release()
+            raise SaveInFlightError(
+                f"cannot {action} under {str(self._root)!r}: another TrainingCheckpointManager is writing into this "
+                "root (a save of it is in flight, or its retention or cleanup is running). One root takes the saves "
+                "of one job: give each job its own root, or start this one once the other has finished"
+            )
+        self._lock = lock
+
+    def _unlock_root(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def _require_metric(self, metric: object) -> float | None:
         if self._keep_best is None:
@@ -634,17 +752,85 @@ def _finished(response: Any) -> bool:
 
 
 def _remove(entry: pathlib.Path) -> None:
-    if entry.is_dir() and not entry.is_symlink():
-        shutil.rmtree(entry)
-    else:
+    """Removes one entry of the root: a real folder with its tree, anything else (a link included) by its name."""
+    try:
+        is_folder = stat.S_ISDIR(os.lstat(entry).st_mode)
+    except FileNotFoundError:
+        return
+    if not is_folder:
         entry.unlink(missing_ok=True)
+        return
+
+    def skip_vanished(function: Callable[..., Any], path: str, error: BaseException) -> None:
+        # An entry removed meanwhile by someone else is as good as removed.
+        if not isinstance(error, FileNotFoundError):
+            raise error
+
+    # rmtree never follows a link inside the folder: it removes the link.
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(entry, onexc=skip_vanished)
+    else:
+        shutil.rmtree(entry, onerror=lambda function, path, info: skip_vanished(function, path, info[1]))
 
 
 def _delete_step(folder: pathlib.Path) -> None:
+    """Deletes a committed step folder: renamed to a temporary name first, then removed.
+
+    Only a real folder is deleted; a name that has become anything else (a
+    link, or nothing) since the scan is left alone, so a deletion never
+    reaches through a link.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return
+    except FileNotFoundError:
+        return
     # The rename is atomic: from here on every scan takes the folder for an unfinished save.
     doomed = folder.with_name(folder.name + _DELETING_SUFFIX)
-    os.replace(folder, doomed)
-    shutil.rmtree(doomed)
+    _remove(doomed)  # A leftover of an interrupted deletion of the same name would block the rename.
+    try:
+        os.replace(folder, doomed)
+    except FileNotFoundError:
+        return
+    _remove(doomed)
+
+
+class _RootLock:
+    """An advisory lock (``flock``) on the root's lock file, held by process 0 of the manager that writes."""
+
+    def __init__(self, descriptor: int) -> None:
+        # Closing the descriptor releases the lock; a manager dropped while it holds one releases it too.
+        self._finalizer = weakref.finalize(self, os.close, descriptor)
+
+    @classmethod
+    def acquire(cls, root: pathlib.Path) -> tuple[_RootLock | None, bool]:
+        """Tries to lock the root without waiting.
+
+        Returns:
+          The lock, or None where the file system offers none (no ``fcntl``,
+          a lock file that cannot be created, or ``flock`` unsupported): the
+          root is then written unlocked, as before locks existed. The flag
+          is True when another holder has the lock.
+        """
+        if fcntl is None:  # pragma: no cover - Windows
+            return None, False
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            descriptor = os.open(root / LOCK_FILE, flags, 0o666)
+        except OSError:
+            return None, False
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(descriptor)
+            return None, True
+        except OSError:  # ENOLCK, EINVAL, ...: this file system has no such locks.
+            os.close(descriptor)
+            return None, False
+        return cls(descriptor), False
+
+    def release(self) -> None:
+        self._finalizer()
 
 
 def _process_count() -> int:
@@ -664,6 +850,15 @@ def _barrier(name: str) -> None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+def _any_process(flag: bool) -> bool:
+    """Whether ``flag`` is True on any process, known to every process (one small collective)."""
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    flags = multihost_utils.process_allgather(np.array([flag], dtype=np.uint8))
+    return bool(np.asarray(flags).any())
 
 
 def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
@@ -697,16 +892,22 @@ def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
     )
 
 
-def scan_root(root: pathlib.Path, known_complete: dict[str, tuple[int, int]] | None = None) -> CheckpointScan:
+def scan_root(root: pathlib.Path, known_complete: dict[str, bytes] | None = None) -> CheckpointScan:
     """Sorts the entries of a root of step folders as one process sees them; nothing is removed.
 
-    This is the manager's own local scan, also used by ``tinax inspect``.
+    This is the manager's own local scan, also used by ``tinax inspect``. A
+    step is committed only if its name is a real folder of the root (no
+    symbolic link, and its real path is ``<root>/<step>``) whose tree holds
+    no link, and the folder passes the completeness check; any other
+    step-named entry is torn.
 
     Args:
       root: The root folder.
       known_complete: Step folder names found complete before, with the
-        inode and modification time they had then; a folder that still has
-        them is not checked again. Updated in place. None checks every
+        signature of their tree then (every entry's kind, inode, size and
+        modification and change times); a folder whose tree still has it is
+        not checked again, and a folder where anything was added, removed,
+        renamed or rewritten since is. Updated in place. None checks every
         folder.
 
     Returns:
@@ -714,6 +915,7 @@ def scan_root(root: pathlib.Path, known_complete: dict[str, tuple[int, int]] | N
       (no entries removed).
     """
     cache = {} if known_complete is None else known_complete
+    real_root = os.path.realpath(root)
     committed: list[int] = []
     torn: list[pathlib.Path] = []
     temporary: list[pathlib.Path] = []
@@ -725,18 +927,60 @@ def scan_root(root: pathlib.Path, known_complete: dict[str, tuple[int, int]] | N
             continue
         step = _step_of(name)
         if step is None:
-            if name != METRICS_FILE:
+            if name not in (METRICS_FILE, LOCK_FILE):
                 unrelated.append(entry)
             continue
         try:
-            status = entry.stat()
-            identity = (status.st_ino, status.st_mtime_ns)
-            if cache.get(name) != identity:
+            signature = _step_signature(entry, real_root)
+            if cache.get(name) != signature:
+                cache.pop(name, None)
                 require_complete_checkpoint(entry)
-                cache[name] = identity
+                # The signature taken before the check: a change during the check is seen at the next scan.
+                cache[name] = signature
         except (OSError, ValueError):
             cache.pop(name, None)
             torn.append(entry)
         else:
             committed.append(step)
+    for name in set(cache) - {str(step) for step in committed}:
+        del cache[name]
     return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
+
+
+def _step_signature(folder: pathlib.Path, real_root: str) -> bytes:
+    """A digest of everything in a step folder that its completeness depends on; it changes with any change.
+
+    Every entry of the tree contributes its relative path, kind, inode, size
+    and modification and change times, so a file removed, added, renamed or
+    rewritten anywhere below (not only at the top, whose folder times a change
+    deeper down leaves alone) gives another digest.
+
+    Raises:
+      ValueError: If ``folder`` is not a real folder of the root (a link, a
+        file, or a folder whose real path is elsewhere), or its tree holds a
+        symbolic link: such a step would depend on, or delete through, what
+        lies outside its own folder.
+      OSError: If the tree cannot be read.
+    """
+    status = os.lstat(folder)
+    if not stat.S_ISDIR(status.st_mode) or os.path.realpath(folder) != os.path.join(real_root, folder.name):
+        raise ValueError(f"step {str(folder)!r} is not a folder of its own under the root")
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(f"{status.st_ino} {status.st_mtime_ns} {status.st_ctime_ns}\n".encode())
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        with os.scandir(current) as listing:
+            entries = sorted(listing, key=lambda entry: entry.name)
+        for entry in entries:
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                raise ValueError(f"step {str(folder)!r} holds a symbolic link, {entry.path!r}")
+            relative = os.path.relpath(entry.path, folder)
+            digest.update(os.fsencode(relative))
+            digest.update(
+                f"\0{info.st_mode} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}\n".encode()
+            )
+            if stat.S_ISDIR(info.st_mode):
+                pending.append(pathlib.Path(entry.path))
+    return digest.digest()
