@@ -1,4 +1,4 @@
-"""MkDocs hook: links inside the repository files that the site includes.
+"""MkDocs hook: the repository files the site includes, and the inventories it links through.
 
 The migration guide, the changelogs and the contributing guide are included
 from their places in the repository: a page whose whole text is the line
@@ -8,13 +8,24 @@ page of the site becomes a link to that page, and a link to any other file of
 the repository becomes its text followed by the path, since the site does not
 carry that file. A link to a path that does not exist is left alone, so the
 strict build still reports it.
+
+mkdocs.yml lists an inventory for each project the API reference links to
+(Python, NumPy, JAX, Grain, Orbax) as ``inventory:NAME``, with the project's
+documentation root as ``base_url``. A build cannot download them, so this hook
+builds each from the installed package (docs/inventories.py) into build/ and
+points mkdocstrings at that file, before mkdocstrings reads the list.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
+import sys
 from typing import Any
+
+from mkdocs.config.defaults import MkDocsConfig
+from mkdocs.plugins import event_priority
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Repository file -> the page that renders it.
@@ -33,6 +44,9 @@ PAGES = {
         )
     },
 }
+# Where the built inventories are kept between builds (git-ignored).
+INVENTORIES = ROOT / "build" / "docs-inventories"
+_INVENTORY_SCHEME = "inventory:"
 _INCLUDE = re.compile(r'--8<-- "([^"]+)"')
 _LINK = re.compile(r"(?<!!)\[([^\]]+)\]\(([^)\s#]*)(#[^)\s]*)?\)")
 
@@ -64,3 +78,27 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     source = match.group(1)
     text = (ROOT / source).read_text(encoding="utf-8")
     return _rewrite(text, source, page.file.src_uri)
+
+
+def _inventories() -> Any:
+    """docs/inventories.py, which mkdocs does not put on the import path."""
+    name = "tinax_docs_inventories"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "inventories.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@event_priority(100)  # Before mkdocstrings reads the inventories (its on_config).
+def on_config(config: MkDocsConfig, **_: Any) -> MkDocsConfig:
+    """Builds each ``inventory:NAME`` inventory and gives mkdocstrings its file."""
+    handler = config.plugins["mkdocstrings"].config.handlers.get("python", {})
+    for inventory in handler.get("inventories", []):
+        if isinstance(inventory, dict) and str(inventory.get("url", "")).startswith(_INVENTORY_SCHEME):
+            project = inventory["url"].removeprefix(_INVENTORY_SCHEME)
+            inventory["url"] = _inventories().write(project, INVENTORIES).as_uri()
+    return config
