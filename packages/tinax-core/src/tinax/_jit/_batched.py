@@ -63,10 +63,10 @@ def batched_jit(
         None (bools are refused), ``axis_size`` or ``max_traces`` is not an
         int, or ``mesh`` is not a ``jax.sharding.Mesh``.
       ValueError: If ``axis_size`` or ``max_traces`` is below 1, or ``mesh``
-        has no devices or a Manual axis. Also when ``axis_size`` is 2**63 or more
-        (no batched value of that size is representable), or when a trace
+        has no devices or a Manual axis. Also when ``axis_size`` is ``2**63`` or
+        more (no batched value of that size is representable), or when a trace
         finds a batched output needing more bytes than XLA can represent in
-        one array (2**63 - 1) or than the memory of the devices (a CPU
+        one array (``2**63 - 1``) or than the memory of the devices (a CPU
         counts as the host's physical memory); the message names the output
         and the bytes it would need. Intermediate values inside the function
         are not checked. A size error is also JAX's ``JaxRuntimeError``.
