@@ -33,6 +33,7 @@ from tinax._checkpointing._training import (
     load_training_checkpoint,
     save_training_checkpoint,
 )
+from tinax._core._command._versions import distribution_version as _distribution_version
 
 # A single-file public module (see the README's monorepo section for why) that
 # still has one public submodule, ``legacy``: its folder lives under the
@@ -53,3 +54,6 @@ __all__ = [
     "save_training_checkpoint",
     "validate_checkpointable_name",
 ]
+
+#: The version of the installed tinax-checkpointing distribution, which ships this module.
+__version__: str = _distribution_version("tinax-checkpointing", __file__)

@@ -12,6 +12,7 @@ from tinax._array._ops import stack_batch as stack_batch
 from tinax._array._ownership import from_dlpack as from_dlpack
 from tinax._array._ownership import from_numpy as from_numpy
 from tinax._array._ownership import to_numpy as to_numpy
+from tinax._core._command._versions import distribution_version as _distribution_version
 
 __all__ = [
     "ArrayInfo",
@@ -23,3 +24,6 @@ __all__ = [
     "stack_batch",
     "to_numpy",
 ]
+
+#: The version of the installed tinax-core distribution, which ships this module.
+__version__: str = _distribution_version("tinax-core", __file__)

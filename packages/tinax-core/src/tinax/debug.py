@@ -7,6 +7,7 @@ the results and their side effects are complete, and
 Callbacks observe a computation; they never change its values.
 """
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._debug._nonfinite import observe_nonfinite as observe_nonfinite
 from tinax._debug._profiling import profile_call as profile_call
 from tinax._debug._visualization import visualize_array_sharding as visualize_array_sharding
@@ -16,3 +17,6 @@ __all__ = [
     "profile_call",
     "visualize_array_sharding",
 ]
+
+#: The version of the installed tinax-core distribution, which ships this module.
+__version__: str = _distribution_version("tinax-core", __file__)

@@ -11,6 +11,7 @@ stay with the application.
 
 import sys as _sys
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._device import _validation
 from tinax._device._detect import GpuInfo as GpuInfo
 from tinax._device._detect import TpuInfo as TpuInfo
@@ -37,3 +38,6 @@ __all__ = [
     "gpus",
     "tpus",
 ]
+
+#: The version of the installed tinax-core distribution, which ships this module.
+__version__: str = _distribution_version("tinax-core", __file__)

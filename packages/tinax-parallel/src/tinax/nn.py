@@ -8,6 +8,7 @@ need the ``nnx`` extra of ``tinax-parallel`` and import flax only when they
 are called.
 """
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._nn._graph import clone_graph as clone_graph
 from tinax._nn._graph import restore_graph as restore_graph
 from tinax._nn._graph import snapshot_graph as snapshot_graph
@@ -17,3 +18,6 @@ __all__ = [
     "restore_graph",
     "snapshot_graph",
 ]
+
+#: The version of the installed tinax-parallel distribution, which ships this module.
+__version__: str = _distribution_version("tinax-parallel", __file__)

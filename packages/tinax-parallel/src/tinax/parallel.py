@@ -6,6 +6,7 @@ process-local construction is never a hidden gather. The Flax NNX helpers need
 the ``nnx`` extra and import flax only when they are called.
 """
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._parallel._mesh import layout, make_mesh
 from tinax._parallel._nnx import abstract_sharded_state, eager_sharded_init, state_shardings
 from tinax._parallel._payload import addressable_indices, addressable_payload_nbytes, logical_payload_nbytes
@@ -26,3 +27,6 @@ __all__ = [
     "shard_mapped",
     "state_shardings",
 ]
+
+#: The version of the installed tinax-parallel distribution, which ships this module.
+__version__: str = _distribution_version("tinax-parallel", __file__)

@@ -13,6 +13,7 @@ never imported, and importing this module imports neither safetensors nor
 msgpack.
 """
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._weights._header import SafetensorsInfo, TensorInfo
 from tinax._weights._manifest import TensorManifest, TensorRule
 from tinax._weights._msgpack import load_msgpack, save_msgpack
@@ -35,3 +36,6 @@ __all__ = [
     "save_safetensors",
     "save_sharded_safetensors",
 ]
+
+#: The version of the installed tinax-weights distribution, which ships this module.
+__version__: str = _distribution_version("tinax-weights", __file__)

@@ -32,3 +32,5 @@ __all__ = [
     "save_training_checkpoint",
     "validate_checkpointable_name",
 ]
+
+__version__: str
