@@ -10,6 +10,7 @@ processes live exactly as long as an ``open_multiprocessing_iterator`` block.
 grain, pyarrow and array-record are imported only when a function runs.
 """
 
+from tinax._core._command._versions import distribution_version as _distribution_version
 from tinax._data._array_record import read_array_record, write_array_record
 from tinax._data._parquet import read_parquet_record, write_parquet_record
 from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
@@ -30,3 +31,6 @@ __all__ = [
     "write_array_record",
     "write_parquet_record",
 ]
+
+#: The version of the installed tinax-data distribution, which ships this module.
+__version__: str = _distribution_version("tinax-data", __file__)
