@@ -13,6 +13,9 @@ and answers each with one JSON line on stdout:
   test's own manager does the same, and answers with every outcome.
 - ``{"op": "exit"}`` waits for the last save and ends.
 
+:class:`RivalProcess` is the test's side: it starts the script and sends
+the commands.
+
 Each answer is ``{"outcome": ...}``: ``"ok"`` (with ``"value"``), or the
 refusal the manager documents for a racing writer (``"in-flight"`` for
 SaveInFlightError, ``"not-newer"`` for a step another writer overtook), or
@@ -25,8 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 
@@ -88,8 +94,8 @@ def save_step(manager: Any, step: int, metric: float) -> int:
     return step
 
 
-def race(manager: Any, seed: int, attempts: int) -> list[dict[str, Any]]:
-    """Seeded saves, waits and cleanups, one after the other, each outcome recorded."""
+def race(manager: Any, seed: int, attempts: int, after: Callable[[], None] | None = None) -> list[dict[str, Any]]:
+    """Seeded saves, waits and cleanups, one after the other, each outcome recorded; ``after`` runs after each."""
     rng = random.Random(seed)
     outcomes = []
     newest = -1
@@ -107,6 +113,8 @@ def race(manager: Any, seed: int, attempts: int) -> list[dict[str, Any]]:
         else:
             result = attempt(cleanup, manager)
         outcomes.append({"action": action, **result})
+        if after is not None:
+            after()
         time.sleep(rng.uniform(0.0, 0.05))
     return outcomes
 
@@ -136,6 +144,56 @@ def serve(root: str) -> None:
         else:
             answer = {"outcome": "unexpected", "type": "command", "message": op}
         print(json.dumps(answer), flush=True)
+
+
+class RivalProcess:
+    """The test's handle on a rival manager in a child process, one command at a time."""
+
+    def __init__(self, root: Path, environment: dict[str, str], timeout: float) -> None:
+        self._timeout = timeout
+        self._errors = (root.parent / f"{root.name}-rival-stderr.txt").open("w")
+        self.child = subprocess.Popen(
+            [sys.executable, __file__, "--root", str(root)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            text=True,
+            env=environment,
+        )
+        ready = self.read()
+        assert ready == {"outcome": "ok", "value": "ready"}, ready
+
+    def send(self, command: dict[str, Any]) -> None:
+        assert self.child.stdin is not None
+        self.child.stdin.write(json.dumps(command) + "\n")
+        self.child.stdin.flush()
+
+    def read(self) -> dict[str, Any]:
+        assert self.child.stdout is not None
+        line = self.child.stdout.readline()
+        assert line, f"the rival ended: {Path(self._errors.name).read_text()}"
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
+        self.send(command)
+        return self.read()
+
+    def close(self) -> dict[str, Any] | None:
+        """Asks the rival to wait for its last save and end; returns that answer (None if it had ended)."""
+        answer = None
+        try:
+            if self.child.poll() is None:
+                answer = self.ask({"op": "exit"})
+            self.child.wait(self._timeout)
+        finally:
+            if self.child.poll() is None:
+                self.child.kill()
+                self.child.wait()
+            for stream in (self.child.stdin, self.child.stdout, self._errors):
+                if stream is not None:
+                    stream.close()
+        return answer
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +33,6 @@ from tinax.checkpointing import (
 )
 from tinax_testing import TEST_DEVICE_COUNT, cpu_child_environment
 
-RIVAL = Path(__file__).with_name("manager_rival.py")
 CHILD_SECONDS = 180  # Bounds a wait that only a hung child would make endless.
 DELETING = ".orbax-checkpoint-tmp-tinax-deleting"
 
@@ -349,58 +347,15 @@ def test_a_manager_dropped_with_a_save_in_flight_no_longer_holds_the_root(tmp_pa
     assert second.committed_steps() == (1, 2)
 
 
-class _Rival:
-    """A second manager on the same root in a child process (manager_rival.py), one command at a time."""
-
-    def __init__(self, root: Path) -> None:
-        self._errors = (root.parent / f"{root.name}-rival-stderr.txt").open("w")
-        self.child = subprocess.Popen(
-            [sys.executable, str(RIVAL), "--root", str(root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._errors,
-            text=True,
-            env=cpu_child_environment(TEST_DEVICE_COUNT),
-        )
-        assert self.read() == {"outcome": "ok", "value": "ready"}
-
-    def send(self, command: dict[str, Any]) -> None:
-        assert self.child.stdin is not None
-        self.child.stdin.write(json.dumps(command) + "\n")
-        self.child.stdin.flush()
-
-    def read(self) -> dict[str, Any]:
-        assert self.child.stdout is not None
-        line = self.child.stdout.readline()
-        assert line, f"the rival ended: {Path(self._errors.name).read_text()}"
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def ask(self, command: dict[str, Any]) -> dict[str, Any]:
-        self.send(command)
-        return self.read()
-
-    def close(self) -> dict[str, Any] | None:
-        answer = None
-        try:
-            if self.child.poll() is None:
-                answer = self.ask({"op": "exit"})
-            self.child.wait(CHILD_SECONDS)
-        finally:
-            if self.child.poll() is None:
-                self.child.kill()
-                self.child.wait()
-            for stream in (self.child.stdin, self.child.stdout, self._errors):
-                if stream is not None:
-                    stream.close()
-        return answer
+def _start_rival(root: Path) -> Any:
+    return _rival_module().RivalProcess(root, cpu_child_environment(TEST_DEVICE_COUNT), CHILD_SECONDS)
 
 
 def test_a_manager_in_another_process_is_refused_while_this_one_writes_and_the_other_way_round(tmp_path):
     root = tmp_path / "run"
     options = _rival_module().manager_options()
     manager = TrainingCheckpointManager(root, **options)
-    rival = _Rival(root)
+    rival = _start_rival(root)
     try:
         _save(manager, 1, metric=1.0)  # held in flight until wait()
         assert rival.ask({"op": "save", "step": 2, "metric": 0.5})["outcome"] == "in-flight"

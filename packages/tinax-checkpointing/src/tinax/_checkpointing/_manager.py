@@ -67,10 +67,8 @@ if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
     from grain import DatasetIterator
 
-try:
+if sys.platform != "win32":
     import fcntl
-except ImportError:  # pragma: no cover - Windows has no advisory locks; the root is then not locked
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager", "scan_root"]
 
@@ -812,7 +810,7 @@ class _RootLock:
           root is then written unlocked, as before locks existed. The flag
           is True when another holder has the lock.
         """
-        if fcntl is None:  # pragma: no cover - Windows
+        if sys.platform == "win32":  # pragma: no cover - no flock: the root is written unlocked
             return None, False
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
         try:
