@@ -413,8 +413,9 @@ class TrainingCheckpointManager:
             number.
           ValueError: If ``step`` is not newer than the newest saved or
             committed step, ``metric`` is missing, given without
-            ``keep_best``, or not finite, or the save refuses a value.
-            Nothing under the root has changed then.
+            ``keep_best``, or not finite, or the save refuses a value. A
+            refused save leaves the root as it was (the retention of the
+            previous save, which runs first, aside).
           FileExistsError: If ``<root>/<step>`` exists without being a
             committed step (a torn folder, or a name that is no folder of
             its own; :meth:`scan` with ``cleanup=True`` removes it). It is
@@ -673,11 +674,6 @@ class TrainingCheckpointManager:
         encoded = json.dumps({str(step): metrics[step] for step in sorted(metrics)}).encode("utf-8")
         with atomic_write(self._root / METRICS_FILE, overwrite=True) as handle:
             handle.write(encoded)
-
-    def _record_metric(self, step: int, value: float) -> None:
-        metrics = self._read_metrics()
-        metrics[step] = value
-        self._write_metrics(metrics)
 
     def _kept(self, committed: tuple[int, ...], metrics: dict[int, float]) -> set[int]:
         kept = set(committed[-self._keep_last :])
