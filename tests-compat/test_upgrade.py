@@ -128,7 +128,7 @@ def _assert_every_installed_file_is_the_wheels(python: Path, cwd: Path) -> None:
     """Checks each installed tinax distribution's files against the hashes in its RECORD (``tinax info``)."""
     completed = _run([str(python), "-m", "tinax._core._command", "info", "--json"], cwd=cwd)
     report = json.loads(completed.stdout)
-    rows = {row["name"]: row for row in report["tables"]["tinax distributions"]["rows"]}
+    rows = {row["name"]: row for row in report["tables"]["tinax_distributions"]["rows"]}
     assert sorted(rows) == sorted(["tinax", *(folder.name for folder in MEMBER_FOLDERS)]), rows
     assert all(row["status"] == "ok" for row in rows.values()), rows
     assert report["ok"], report["problems"]

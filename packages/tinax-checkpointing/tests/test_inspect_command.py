@@ -58,7 +58,7 @@ def test_a_training_checkpoint_shows_its_step_parts_and_arrays(root):
     assert document["kind"] == "orbax-checkpoint"
     summary = document["summary"]
     assert summary["complete"] is True
-    assert summary["training checkpoint"] is True
+    assert summary["training_checkpoint"] is True
     assert summary["step"] == 5
     assert summary["parts"] == ["auxiliary", "iterator", "model", "optimizer", "rng"]
     arrays = {(row["part"], row["name"]): row for row in document["tables"]["arrays"]["rows"]}
@@ -110,6 +110,8 @@ def test_an_incomplete_checkpoint_exits_1_and_says_why(root, tmp_path):
     document = result.json()
     assert document["summary"]["complete"] is False
     assert document["ok"] is False
+    # The check ran and found the problem: no error, the same keys as any document.
+    assert document["error"] is None
     (problem,) = document["problems"]
     assert "checkpointable 'optimizer', listed in its metadata, is missing" in problem
     text = run_tinax("inspect", str(copy))
@@ -129,7 +131,7 @@ def test_a_checkpoint_that_is_not_a_training_checkpoint_has_no_step(tmp_path):
     path = tmp_path / "plain"
     save_checkpointables(path, {"weights": {"w": np.ones((2, 3), np.int32)}}).result()
     document = run_tinax("inspect", str(path), "--json").json()
-    assert document["summary"]["training checkpoint"] is False
+    assert document["summary"]["training_checkpoint"] is False
     assert "step" not in document["summary"]
     assert document["tables"]["arrays"]["rows"] == [
         {"part": "weights", "name": "w", "type": "numpy", "dtype": "int32", "shape": [2, 3], "sharding": None}
@@ -141,8 +143,8 @@ def test_a_root_lists_committed_steps_and_the_latest(root):
     assert result.code == 0, result.stderr
     document = result.json()
     assert document["kind"] == "checkpoint-root"
-    assert document["summary"]["committed steps"] == [3, 5]
-    assert document["summary"]["latest committed step"] == 5
+    assert document["summary"]["committed_steps"] == [3, 5]
+    assert document["summary"]["latest_committed_step"] == 5
     assert "latest committed step: 5" in run_tinax("inspect", str(root)).stdout
 
 
@@ -155,8 +157,8 @@ def test_a_root_with_torn_and_temporary_folders_exits_1(root, tmp_path):
     result = run_tinax("inspect", str(copy), "--json")
     assert result.code == 1
     document = result.json()
-    assert document["summary"]["committed steps"] == [3]
-    assert document["summary"]["latest committed step"] == 3
+    assert document["summary"]["committed_steps"] == [3]
+    assert document["summary"]["latest_committed_step"] == 3
     states = {row["name"]: row["state"] for row in document["tables"]["entries"]["rows"]}
     assert states == {"3": "committed", "5": "torn", "8.orbax-checkpoint-tmp": "temporary", "notes.txt": "unrelated"}
     assert document["problems"] == [

@@ -6,21 +6,24 @@ single-distribution tinax 0.2 is installed next to the 0.3 members, no
 and the upgrade guard refuses them), so this module still answers:
 ``tinax info`` checks every tinax distribution against its RECORD with the
 integrity module loaded by its file path (a path 0.2 never installed, which
-needs only the standard library), and every subcommand ends with a one-line
-message naming the repairs and exit code 1. It imports only the standard
-library and the guard.
+needs only the standard library), ``--version`` lists every tinax
+distribution, and every subcommand ends with a one-line message naming the
+repairs and exit code 1; with ``--json``, the error document of the
+command's schema (the report module, loaded the same way) is printed. It
+imports only the standard library and the guard.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from types import ModuleType
 
 __all__ = ["console"]
 
-_INTEGRITY = os.path.join("tinax", "_core", "_command", "_integrity.py")
+_COMMAND = os.path.join("tinax", "_core", "_command")
 
 
 def console() -> None:
@@ -36,31 +39,48 @@ def console() -> None:
 
 
 def _mixed(arguments: list[str], marker: str) -> int:
+    integrity = _load("_integrity")
     repair = "python -m pip install -U tinax"
-    if "info" in arguments:
-        integrity = _load_integrity()
-        if integrity is not None:
-            for distribution in integrity.tinax_distributions():
+    distributions = [] if integrity is None else integrity.tinax_distributions()
+    problems = []
+    as_json = any(len(argument) > 3 and "--json".startswith(argument) for argument in arguments)
+    if integrity is not None:
+        # With the tool that installed tinax-core, which may not be pip.
+        core = [item for item in distributions if (item.metadata["Name"] or "").lower() == "tinax-core"]
+        repair = integrity.install_command(["-U", "tinax"], core[0] if core else None)
+        if "--version" in arguments and not as_json:
+            print(", ".join(f"{item.metadata['Name']} {item.version}" for item in distributions))
+        if "info" in arguments:
+            for distribution in distributions:
                 check = integrity.check_distribution(distribution)
                 status = "ok" if not check.problems else f"{len(check.problems)} problems"
-                print(f"{check.name} {check.version}: {status}")
+                if not as_json:
+                    print(f"{check.name} {check.version}: {status}")
                 for problem in check.problems:
                     fix = integrity.repair_command(distribution)
-                    print(f"  {problem}; repair: {fix}")
-    print(
-        f"tinax: this environment mixes the single-distribution tinax 0.2 (it installed {marker}) with the tinax 0.3 "
+                    problems.append(f"{check.name} {check.version}: {problem}; repair: {fix}")
+                    if not as_json:
+                        print(f"  {problem}; repair: {fix}")
+    message = (
+        f"this environment mixes the single-distribution tinax 0.2 (it installed {marker}) with the tinax 0.3 "
         f"distributions, so no tinax module can be imported; repair: {repair} (or uninstall the 0.3 distributions "
-        "to keep 0.2 alone)",
-        file=sys.stderr,
+        "to keep 0.2 alone)"
     )
+    print(f"tinax: {message}", file=sys.stderr)
+    report = _load("_report") if as_json else None
+    if report is not None:
+        command = next((argument for argument in arguments if argument in ("info", "inspect")), None)
+        document = report.error_document(command, error_type="mixed_install", message=message, exit_code=1)
+        document["problems"] = problems
+        print(json.dumps(document, indent=2))
     return 1
 
 
-def _load_integrity() -> ModuleType | None:
-    """Loads the integrity module from its file, without importing the ``tinax`` namespace."""
+def _load(name: str) -> ModuleType | None:
+    """Loads a standard-library-only module of the command from its file, without importing the ``tinax`` namespace."""
     folder = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(folder, _INTEGRITY)
-    spec = importlib.util.spec_from_file_location("_tinax_integrity_standalone", path)
+    path = os.path.join(folder, _COMMAND, f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_tinax_command_standalone{name}", path)
     if spec is None or spec.loader is None or not os.path.isfile(path):
         return None
     module = importlib.util.module_from_spec(spec)

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 
@@ -89,9 +90,9 @@ def test_info_lists_distributions_libraries_and_platform():
     document = run_tinax("info", "--json").json()
     assert document["command"] == "info"
     assert document["ok"] is True
-    names = [row["name"] for row in document["tables"]["tinax distributions"]["rows"]]
+    names = [row["name"] for row in document["tables"]["tinax_distributions"]["rows"]]
     assert "tinax-core" in names
-    assert all(row["status"] == "ok" for row in document["tables"]["tinax distributions"]["rows"])
+    assert all(row["status"] == "ok" for row in document["tables"]["tinax_distributions"]["rows"])
     packages = {row["name"] for row in document["tables"]["packages"]["rows"]}
     assert {"jax", "jaxlib", "numpy", "ml_dtypes"} <= packages
     assert "devices" not in document["tables"]
@@ -105,7 +106,7 @@ def test_json_flag_works_before_and_after_the_subcommand():
 
 def test_info_devices_starts_jax_and_lists_them():
     document = run_tinax("info", "--devices", "--json").json()
-    assert document["summary"]["process count"] == 1
+    assert document["summary"]["process_count"] == 1
     devices = document["tables"]["devices"]["rows"]
     assert devices
     assert {row["platform"] for row in devices} == {"cpu"}
@@ -117,7 +118,9 @@ def _record_line(root: pathlib.Path, relative: str) -> str:
     return f"{relative},sha256={digest},{len(data)}"
 
 
-def _fake_distribution(root: pathlib.Path, *, classifiers: tuple[str, ...] = ()) -> pathlib.Path:
+def _fake_distribution(
+    root: pathlib.Path, *, classifiers: tuple[str, ...] = (), installer: str | None = None
+) -> pathlib.Path:
     """Installs, by hand as an installer would, a distribution 'tinax-fake' with a RECORD into ``root``."""
     package = root / "tinax_fake_payload"
     package.mkdir()
@@ -129,6 +132,10 @@ def _fake_distribution(root: pathlib.Path, *, classifiers: tuple[str, ...] = ())
     (info / "METADATA").write_text("\n".join([*fields, *(f"Classifier: {item}" for item in classifiers)]) + "\n")
     lines = [_record_line(root, name) for name in ("tinax_fake_payload/__init__.py", "tinax_fake_payload/data.txt")]
     lines += [_record_line(root, "tinax_fake-0.3.0.dist-info/METADATA"), "tinax_fake-0.3.0.dist-info/RECORD,,"]
+    if installer is not None:
+        # What pip and uv write: the tool's name, on one line.
+        (info / "INSTALLER").write_text(f"{installer}\n")
+        lines.append(_record_line(root, "tinax_fake-0.3.0.dist-info/INSTALLER"))
     (info / "RECORD").write_text("\n".join(lines) + "\n")
     return info
 
@@ -142,7 +149,7 @@ def _info_with(root: pathlib.Path) -> tuple[int, dict[str, object], str]:
 
 
 def _row(document: dict[str, object], name: str) -> dict[str, object]:
-    (row,) = [row for row in document["tables"]["tinax distributions"]["rows"] if row["name"] == name]  # type: ignore[index]
+    (row,) = [row for row in document["tables"]["tinax_distributions"]["rows"] if row["name"] == name]  # type: ignore[index]
     return row  # type: ignore[no-any-return]
 
 
@@ -153,7 +160,7 @@ def test_integrity_check_passes_an_intact_distribution(tmp_path):
     assert _row(document, "tinax-fake") == {
         "name": "tinax-fake",
         "version": "0.3.0",
-        "files checked": 3,
+        "files_checked": 3,
         "status": "ok",
         "repair": None,
     }
@@ -168,6 +175,29 @@ def test_integrity_check_reports_a_hand_edited_file_with_the_repair(tmp_path):
     assert _row(document, "tinax-fake")["repair"] == repair
     assert document["problems"] == [
         f"tinax-fake 0.3.0: tinax_fake_payload/__init__.py differs from the installed file (its hash changed); "
+        f"repair: {repair}"
+    ]
+    assert repair in text
+
+
+@pytest.mark.parametrize(
+    ("installer", "repair"),
+    [
+        ("pip", "python -m pip install --force-reinstall --no-deps tinax-fake==0.3.0"),
+        (None, "python -m pip install --force-reinstall --no-deps tinax-fake==0.3.0"),
+        ("uv", f"uv pip install --python {shlex.quote(sys.executable)} --reinstall --no-deps tinax-fake==0.3.0"),
+    ],
+    ids=["pip", "unknown", "uv"],
+)
+def test_the_repair_uses_the_tool_that_installed_the_distribution(tmp_path, installer, repair):
+    # uv's environments have no pip: a repair saying `python -m pip` fails there.
+    _fake_distribution(tmp_path, installer=installer)
+    (tmp_path / "tinax_fake_payload" / "data.txt").write_text("changed\n")
+    code, document, text = _info_with(tmp_path)
+    assert code == 1
+    assert _row(document, "tinax-fake")["repair"] == repair
+    assert document["problems"] == [
+        f"tinax-fake 0.3.0: tinax_fake_payload/data.txt differs from the installed file (its hash changed); "
         f"repair: {repair}"
     ]
     assert repair in text
@@ -244,7 +274,7 @@ def test_schema_check_finds_violations():
         "$.ok: expected boolean, got str",
         "$: unexpected key 'extra'",
     ]
-    assert SCHEMA["properties"]["command"]["enum"] == ["info", "inspect"]
+    assert SCHEMA["properties"]["command"]["enum"] == ["info", "inspect", "version", None]
 
 
 def test_an_inspector_failing_unexpectedly_is_still_one_line(tmp_path):

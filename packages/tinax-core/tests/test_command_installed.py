@@ -8,8 +8,10 @@ the standard library, which this also shows.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pathlib
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -33,7 +35,6 @@ VERSION = (
     if (ROOT / "packages" / "tinax-core" / "pyproject.toml").is_file()
     else ""
 )
-REPAIR = f"python -m pip install --force-reinstall --no-deps tinax-core=={VERSION}"
 
 
 def _uv(*arguments: str) -> None:
@@ -51,9 +52,14 @@ def venv(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def _tinax(venv: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return _run(venv, str(venv / "bin" / "tinax"), *arguments)
+
+
+def _run(venv: pathlib.Path, *command: str) -> subprocess.CompletedProcess[str]:
+    """Runs ``command`` in ``venv``, with nothing of the test's own environment on the path."""
     environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     return subprocess.run(
-        [str(venv / "bin" / "tinax"), *arguments],
+        list(command),
         capture_output=True,
         text=True,
         check=False,
@@ -65,6 +71,33 @@ def _tinax(venv: pathlib.Path, *arguments: str) -> subprocess.CompletedProcess[s
 def _site_packages(venv: pathlib.Path) -> pathlib.Path:
     (folder,) = venv.glob("lib/python*/site-packages")
     return folder
+
+
+def _interpreter(venv: pathlib.Path) -> str:
+    """The console script's interpreter (its shebang), which a uv repair names: uv's venvs have no pip."""
+    first = (venv / "bin" / "tinax").read_text().splitlines()[0]
+    return shlex.quote(first.removeprefix("#!"))
+
+
+def _repair(venv: pathlib.Path) -> str:
+    return f"uv pip install --python {_interpreter(venv)} --reinstall --no-deps tinax-core=={VERSION}"
+
+
+def test_version_and_schema_come_from_the_installed_wheel(venv):
+    assert (_site_packages(venv) / f"tinax_core-{VERSION}.dist-info" / "INSTALLER").read_text().strip() == "uv"
+    version = _tinax(venv, "--version")
+    assert version.returncode == 0, version.stderr
+    assert version.stdout == f"tinax-core {VERSION}\n"
+    module = _run(venv, str(venv / "bin" / "python"), "-m", "tinax", "--version")
+    assert (module.returncode, module.stdout) == (0, version.stdout)
+    # A public module's __version__, read from the dist-info beside it, without importlib.metadata's import cost.
+    code = "import sys, tinax.device as m; print(m.__version__, 'importlib.metadata' in sys.modules)"
+    probe = _run(venv, str(venv / "bin" / "python"), "-c", code)
+    assert (probe.returncode, probe.stdout) == (0, f"{VERSION} False\n"), probe.stderr
+    schema = _tinax(venv, "--schema")
+    assert schema.returncode == 0
+    assert (_site_packages(venv) / "tinax" / "_core" / "_command" / "schema.json").read_text() == schema.stdout
+    assert json.loads(schema.stdout)["$id"] == json.loads(_tinax(venv, "info", "--json").stdout)["schema"]
 
 
 def test_the_console_script_checks_a_real_install_and_reports_damage(venv, tmp_path):
@@ -80,7 +113,7 @@ def test_the_console_script_checks_a_real_install_and_reports_damage(venv, tmp_p
     assert edited.returncode == 1
     assert (
         f"tinax-core {VERSION}: tinax/_core/files.py differs from the installed file (its hash changed); "
-        f"repair: {REPAIR}" in (edited.stdout)
+        f"repair: {_repair(venv)}" in (edited.stdout)
     )
 
     # A RECORD file deleted.
@@ -99,7 +132,7 @@ def test_a_kind_whose_distribution_is_absent_names_it(venv, tmp_path):
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"tinax inspect: {str(path)!r} is a safetensors file; install tinax-weights to inspect it "
-        "(python -m pip install tinax-weights)"
+        f"(uv pip install --python {_interpreter(venv)} tinax-weights)"
     ]
 
 
@@ -113,12 +146,21 @@ def test_an_environment_mixing_tinax_02_still_answers_with_the_repair(venv, tmp_
     assert f"tinax-core {VERSION}: ok" in info.stdout.splitlines()
     (line,) = info.stderr.strip().splitlines()
     assert "mixes the single-distribution tinax 0.2" in line
-    assert "repair: python -m pip install -U tinax" in line
+    assert f"repair: uv pip install --python {_interpreter(venv)} -U tinax" in line
+    # With --json, one error document of the schema, the integrity check's findings in its problems.
+    document = json.loads(_tinax(venv, "info", "--json").stdout)
+    assert document["ok"] is False
+    assert document["error"]["type"] == "mixed_install"
+    assert document["error"]["message"] == line.removeprefix("tinax: ")
+    assert document["problems"] == []
+    versions = _tinax(venv, "--version")
+    assert versions.returncode == 1
+    assert versions.stdout == f"tinax-core {VERSION}\n"
     # The integrity check still runs, and still finds hand edits.
     module = _site_packages(venv) / "tinax" / "_core" / "files.py"
     module.write_text(module.read_text() + "\n# edited by hand\n")
     info = _tinax(venv, "info")
-    assert "  tinax/_core/files.py differs from the installed file (its hash changed); repair: " + REPAIR in (
+    assert "  tinax/_core/files.py differs from the installed file (its hash changed); repair: " + _repair(venv) in (
         info.stdout.splitlines()
     )
     inspect = _tinax(venv, "inspect", str(tmp_path))

@@ -34,13 +34,13 @@ def test_parquet_shows_schema_rows_header_and_checksums(parquet):
     assert document["kind"] == "parquet"
     assert summary["format"] == "tinax records"
     assert summary["records"] == 5
-    assert summary["row groups"] == len(document["tables"]["row groups"]["rows"]) >= 1
-    assert summary["footer checksum"] == "verified"
-    assert summary["source id"].startswith("tinax-records:")
+    assert summary["row_groups"] == len(document["tables"]["row_groups"]["rows"]) >= 1
+    assert summary["footer_checksum"] == "verified"
+    assert summary["source_id"].startswith("tinax-records:")
     schema = {row["column"]: row for row in document["tables"]["schema"]["rows"]}
     assert set(schema) == {"image", "label"}
-    assert "float" in schema["image"]["arrow type"]
-    assert schema["image"]["tinax field"] == "a numpy.ndarray of dtype float32 with 2 dimensions"
+    assert "float" in schema["image"]["arrow_type"]
+    assert schema["image"]["tinax_field"] == "a numpy.ndarray of dtype float32 with 2 dimensions"
     assert schema["image"]["value"] == "numpy.ndarray float32, shape (2, 2)"
     assert schema["label"]["value"] == "int"
     assert "whatever mapping= says" in summary["values"]
@@ -91,11 +91,21 @@ def test_tinax_fields_show_the_headers_dtype_and_the_stored_shape(tmp_path):
 
 def test_head_prints_the_first_records(parquet):
     document = run_tinax("inspect", str(parquet), "--head", "2", "--json").json()
+    # The records' values, as JSON: arrays with their dtype and shape.
     assert document["tables"]["records"]["rows"] == [
-        {"index": 0, "record": "{'image': float32[2, 2], 'label': 0}"},
-        {"index": 1, "record": "{'image': float32[2, 2], 'label': 1}"},
+        {
+            "index": index,
+            "record": {
+                "image": {"type": "ndarray", "dtype": "float32", "shape": [2, 2], "values": [[float(index)] * 2] * 2},
+                "label": index,
+            },
+        }
+        for index in range(2)
     ]
-    assert "verified" in document["summary"]["row group checksums"]
+    assert "verified" in document["summary"]["row_group_checksums"]
+    # The text form keeps one short line per record.
+    text = run_tinax("inspect", str(parquet), "--head", "2").stdout.splitlines()
+    assert "      1  {'image': float32[2, 2], 'label': 1}" in text
 
 
 def test_a_plain_parquet_file_is_described_without_a_header(tmp_path):
@@ -104,16 +114,16 @@ def test_a_plain_parquet_file_is_described_without_a_header(tmp_path):
     document = run_tinax("inspect", str(path), "--json", "--head", "1").json()
     assert document["summary"]["format"].startswith("plain Parquet")
     assert document["summary"]["records"] == 3
-    assert document["tables"]["row groups"]["rows"] == [
-        {"row group": 0, "first record": 0, "records": 2},
-        {"row group": 1, "first record": 2, "records": 1},
+    assert document["tables"]["row_groups"]["rows"] == [
+        {"row_group": 0, "first_record": 0, "records": 2},
+        {"row_group": 1, "first_record": 2, "records": 1},
     ]
     assert document["tables"]["schema"]["rows"] == [
-        {"column": "text", "arrow type": "string", "python mapping": "str", "numpy mapping": "str"},
-        {"column": "score", "arrow type": "double", "python mapping": "float", "numpy mapping": "float"},
+        {"column": "text", "arrow_type": "string", "python_mapping": "str", "numpy_mapping": "str"},
+        {"column": "score", "arrow_type": "double", "python_mapping": "float", "numpy_mapping": "float"},
     ]
     assert document["summary"]["values"].startswith("as read_parquet_record(path, mapping=...) gives them")
-    assert document["tables"]["records"]["rows"] == [{"index": 0, "record": "{'text': 'a', 'score': 1.0}"}]
+    assert document["tables"]["records"]["rows"] == [{"index": 0, "record": {"text": "a", "score": 1.0}}]
 
 
 def test_a_damaged_footer_exits_1_with_the_readers_message(parquet):
@@ -128,6 +138,15 @@ def test_a_damaged_footer_exits_1_with_the_readers_message(parquet):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(f"tinax inspect: {str(parquet)!r} is not a readable")
     assert result.stdout == ""
+    # With --json: the same line and exit code, and one document saying why.
+    as_json = run_tinax("inspect", str(parquet), "--json")
+    assert as_json.code == 1
+    assert as_json.stderr == result.stderr
+    document = as_json.json()
+    assert document["ok"] is False
+    assert document["kind"] == "parquet"
+    assert document["error"]["type"] == "unreadable"
+    assert f"tinax inspect: {document['error']['message']}" == line
 
 
 def test_array_record_shows_records_and_schema(tmp_path):
@@ -141,7 +160,15 @@ def test_array_record_shows_records_and_schema(tmp_path):
     assert document["summary"]["records"] == 5
     assert document["summary"]["format"] == "tinax records"
     assert [row["field"] for row in document["tables"]["schema"]["rows"]] == ["image", "label"]
-    assert document["tables"]["records"]["rows"] == [{"index": 0, "record": "{'image': float32[2, 2], 'label': 0}"}]
+    assert document["tables"]["records"]["rows"] == [
+        {
+            "index": 0,
+            "record": {
+                "image": {"type": "ndarray", "dtype": "float32", "shape": [2, 2], "values": [[0.0, 0.0], [0.0, 0.0]]},
+                "label": 0,
+            },
+        }
+    ]
     path.write_bytes(path.read_bytes()[:100])
     damaged = run_tinax("inspect", str(path))
     assert damaged.code == 1
@@ -265,5 +292,5 @@ def test_value_descriptions_say_what_the_reader_gives(tmp_path, mapping):
         for row in range(2):
             _assert_is(rows[row][field.name], description, field.type, mapping)
     document = run_tinax("inspect", str(path), "--json").json()
-    shown = {row["column"]: row[f"{mapping} mapping"] for row in document["tables"]["schema"]["rows"]}
+    shown = {row["column"]: row[f"{mapping}_mapping"] for row in document["tables"]["schema"]["rows"]}
     assert shown == {field.name: value_description(field.type, mapping) for field in file_schema}

@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+from importlib import metadata
 
+import jax
 import numpy as np
 import pytest
 
-from tinax.weights import save_msgpack, save_safetensors
+from tinax._core._command._integrity import install_command
+from tinax.weights import load_sharded_safetensors, save_msgpack, save_safetensors
 from tinax_testing import run_tinax
 
 GIB = 1 << 30
@@ -52,7 +55,7 @@ def test_safetensors_lists_tensors_and_metadata(model):
 def test_names_filters_tensors(model):
     document = run_tinax("inspect", str(model), "--names", "encoder.*", "--json").json()
     assert [row["name"] for row in document["tables"]["tensors"]["rows"]] == ["encoder.bias", "encoder.weight"]
-    assert document["summary"]["matching tensors"] == 2
+    assert document["summary"]["matching_tensors"] == 2
     assert document["summary"]["tensors"] == 3
 
 
@@ -79,7 +82,7 @@ def test_a_one_gib_file_is_inspected_from_its_header_alone(tmp_path):
         handle.truncate(8 + len(header) + GIB)
     assert path.stat().st_size > GIB
     document = run_tinax("inspect", str(path), "--json").json()
-    assert document["summary"]["total tensor bytes"] == GIB
+    assert document["summary"]["total_tensor_bytes"] == GIB
     # The header reader's own count (plus the detection's), not a timing.
     assert document["bytes_read"] < MIB
 
@@ -107,6 +110,48 @@ def test_a_multi_file_index_lists_each_tensor_with_its_file(tmp_path):
     text = run_tinax("inspect", str(index), "--names", "b").stdout
     assert "model-00002-of-00002.safetensors" in text
     assert "model-00001-of-00002.safetensors" not in text
+
+
+def test_an_index_whose_metadata_comes_first_is_recognised_as_the_loader_reads_it(tmp_path):
+    # Hugging Face writes "metadata" before "weight_map"; here the metadata
+    # block (about 6 KB) pushes the key past detection's first 4 KiB read.
+    _write_index(tmp_path)
+    index = tmp_path / "model.safetensors.index.json"
+    weight_map = json.loads(index.read_text())["weight_map"]
+    notes = {f"note_{number}": "x" * 100 for number in range(60)}
+    index.write_text(json.dumps({"metadata": {"total_size": 36, **notes}, "weight_map": weight_map}, indent=2))
+    assert index.read_bytes().index(b'"weight_map"') > 6000
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    loaded = load_sharded_safetensors(index, shardings=lambda name, info: device, max_bytes=1 << 20)
+    result = run_tinax("inspect", str(index), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["kind"] == "safetensors-index"
+    assert [row["name"] for row in document["tables"]["tensors"]["rows"]] == sorted(loaded.tensors)
+    # The index is read whole by the inspector and up to the key by detection.
+    assert document["bytes_read"] > index.stat().st_size + 6000
+
+
+def test_damaged_files_print_an_error_document_with_json(tmp_path, model):
+    data = model.read_bytes()
+    model.write_bytes(data[:-10])
+    text = run_tinax("inspect", str(model))
+    result = run_tinax("inspect", str(model), "--json")
+    assert result.code == text.code == 1
+    assert result.stderr == text.stderr
+    document = result.json()
+    assert document["ok"] is False
+    assert document["kind"] == "safetensors"
+    assert document["path"] == str(model)
+    assert document["error"]["type"] == "unreadable"
+    assert document["error"]["exception"] == "MalformedSafetensorsError"  # a ValueError
+    assert f"tinax inspect: {document['error']['message']}\n" == text.stderr
+    (tmp_path / "sharded").mkdir()
+    index = _write_index(tmp_path / "sharded")
+    (tmp_path / "sharded" / "model-00002-of-00002.safetensors").unlink()
+    document = run_tinax("inspect", str(index), "--json").json()
+    assert document["error"]["type"] == "unreadable"
+    assert document["kind"] == "safetensors-index"
 
 
 def test_an_index_naming_a_missing_file_exits_1(tmp_path):
@@ -160,9 +205,11 @@ def test_a_checkpoint_folder_names_the_distribution_to_install(tmp_path):
     result = run_tinax("inspect", str(folder))
     assert result.code == 1
     if importlib.util.find_spec("tinax.checkpointing") is None:
+        # With the tool that installed tinax-core: `python -m pip` fails in an environment uv made.
+        install = install_command(["tinax-checkpointing"], metadata.distribution("tinax-core"))
         assert result.stderr.strip().splitlines() == [
             f"tinax inspect: {str(folder)!r} is an Orbax checkpoint folder; install tinax-checkpointing to inspect it "
-            "(python -m pip install tinax-checkpointing)"
+            f"({install})"
         ]
     else:
         assert "incomplete checkpoint" in result.stdout

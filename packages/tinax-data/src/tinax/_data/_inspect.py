@@ -17,7 +17,7 @@ import pathlib
 from typing import Any
 
 from tinax._core._command._counting import process_bytes_read
-from tinax._core._command._report import InspectOptions, Report
+from tinax._core._command._report import InspectOptions, Report, Shown
 from tinax._data._array_record import ArrayRecordSource
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
 from tinax._data._parquet_source import ParquetRecordSource
@@ -148,7 +148,11 @@ def _add_head(report: Report, source: Any, options: InspectOptions) -> None:
     count = min(options.head, len(source))
     if not count:
         return
-    rows = [{"index": index, "record": _shown_record(source[index])} for index in range(count)]
+    # The text form shows each record in one short line; the JSON form holds its values.
+    rows = []
+    for index in range(count):
+        record = source[index]
+        rows.append({"index": index, "record": Shown(_shown_record(record), record)})
     report.add_table("records", ("index", "record"), rows)
 
 

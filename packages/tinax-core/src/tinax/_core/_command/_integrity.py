@@ -16,10 +16,19 @@ import dataclasses
 import hashlib
 import pathlib
 import re
-from collections.abc import Iterable
+import shlex
+import sys
+from collections.abc import Iterable, Sequence
 from importlib import metadata
 
-__all__ = ["DistributionCheck", "check_distribution", "repair_command", "tinax_distributions"]
+__all__ = [
+    "DistributionCheck",
+    "check_distribution",
+    "install_command",
+    "installer",
+    "repair_command",
+    "tinax_distributions",
+]
 
 _TINAX_NAME = re.compile(r"^tinax(?:[-_.].+)?$", re.IGNORECASE)
 _CHUNK = 1 << 20
@@ -60,8 +69,42 @@ def _normalized(name: str) -> str:
 PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
 
 
+def installer(distribution: metadata.Distribution | None) -> str | None:
+    """Returns the tool that installed ``distribution`` (its ``INSTALLER`` file, lowercased), or None if unknown."""
+    if distribution is None:
+        return None
+    try:
+        text = distribution.read_text("INSTALLER")
+    except OSError:
+        return None
+    name = (text or "").strip().lower()
+    return name or None
+
+
+def install_command(
+    arguments: Sequence[str], distribution: metadata.Distribution | None, *, reinstall: bool = False
+) -> str:
+    """Returns the install command, for this interpreter, of the tool that installed ``distribution``.
+
+    A distribution that uv installed gets ``uv pip install --python
+    INTERPRETER``: uv's environment has no pip, and naming the interpreter
+    finds it wherever the command runs. Any other (pip, or an installer
+    that did not say) gets ``python -m pip install``.
+
+    Args:
+      arguments: What follows ``install`` (requirements, and options every installer takes).
+      distribution: The installed distribution whose installer to use, or None for pip.
+      reinstall: Whether to reinstall what is already installed (each installer spells it its own way).
+    """
+    if installer(distribution) == "uv":
+        prefix = f"uv pip install --python {shlex.quote(sys.executable)}" + (" --reinstall" if reinstall else "")
+    else:
+        prefix = "python -m pip install" + (" --force-reinstall" if reinstall else "")
+    return " ".join([prefix, *arguments])
+
+
 def repair_command(distribution: metadata.Distribution) -> str:
-    """Returns the command that reinstalls exactly this distribution's files.
+    """Returns the command that reinstalls exactly this distribution's files, with the tool that installed it.
 
     A distribution marked private (the test harness of a source checkout) is
     on no package index, so the repair names the checkout instead of an index.
@@ -69,7 +112,7 @@ def repair_command(distribution: metadata.Distribution) -> str:
     name = distribution.metadata["Name"] or "?"
     if PRIVATE_CLASSIFIER in (distribution.metadata.get_all("Classifier") or []):
         return f"reinstall {name} from the source checkout it was built from (it is never published to an index)"
-    return f"python -m pip install --force-reinstall --no-deps {name}=={distribution.version}"
+    return install_command(["--no-deps", f"{name}=={distribution.version}"], distribution, reinstall=True)
 
 
 def check_distribution(distribution: metadata.Distribution) -> DistributionCheck:

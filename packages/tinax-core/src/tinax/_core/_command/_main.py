@@ -4,21 +4,25 @@ Exit codes: 0 when the command succeeded and found nothing wrong, 1 when a
 check found a problem (a damaged install or file, an incomplete checkpoint, a
 kind no installed distribution reads), 2 for usage errors (bad arguments, a
 path that does not exist). An error is one line on stderr; ``--debug`` adds
-the traceback.
+the traceback. With ``--json``, stdout always holds exactly one document of
+the published schema (``schema.json``), on an error too: it then has
+``ok: false`` and ``error`` set, and the exit code is the same as without
+``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
 import traceback
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from tinax._core._command._registry import KINDS, detect_kind, find_inspector
-from tinax._core._command._report import InspectOptions, Report
+from tinax._core._command._report import InspectOptions, Report, error_document, schema_text
 
 __all__ = ["main"]
 
@@ -26,20 +30,73 @@ EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_USAGE = 2
 
-
-class _UsageError(Exception):
-    """An error in what the caller asked for (exit code 2)."""
+_COMMANDS = ("info", "inspect")
 
 
-class _ProblemError(Exception):
-    """A problem found in what the command looked at (exit code 1)."""
+class _CommandError(Exception):
+    """Why the command could not run: an ``error.type`` of the schema and the exit code."""
+
+    def __init__(self, message: str, error_type: str, code: int, *, program: str | None = None) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.code = code
+        # The parser that refused the arguments (``tinax`` or ``tinax inspect``), which starts the line.
+        self.program = program
+
+
+@dataclasses.dataclass
+class _Context:
+    """What is known of the run when it fails: the subcommand, the PATH, the kind told from it."""
+
+    command: str | None = None
+    path: str | None = None
+    kind: str | None = None
+    json: bool = False
+    debug: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (and exit code 2)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        message = f"error: {' '.join(message.split())} (see {self.prog} --help)"
+        raise _CommandError(message, "usage", EXIT_USAGE, program=self.prog)
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: every installed tinax distribution with its version, on one line (or as a document)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, *, as_json: bool, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        # Told from the arguments before parsing: --json may come after --version.
+        self.as_json = as_json
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
+        from tinax._core._command._integrity import tinax_distributions
+
+        report = Report("version", "versions")
+        rows = [
+            {"name": distribution.metadata["Name"] or "?", "version": distribution.version}
+            for distribution in tinax_distributions()
+        ]
+        report.add_table("tinax distributions", ("name", "version"), rows)
+        if self.as_json:
+            text = _json_text(report.to_json())
+        else:
+            text = ", ".join(f"{row['name']} {row['version']}" for row in rows) or "no tinax distribution is installed"
+        print(text)
+        parser.exit(EXIT_OK)
+
+
+class _SchemaAction(argparse.Action):
+    """``--schema``: the published JSON Schema of every ``--json`` document."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
+        print(schema_text(), end="")
+        parser.exit(EXIT_OK)
 
 
 def _common_options(default: object) -> _Parser:
@@ -47,18 +104,28 @@ def _common_options(default: object) -> _Parser:
     # not reset a flag given before it, hence SUPPRESS there.
     common = _Parser(add_help=False)
     common.add_argument(
-        "--json", action="store_true", default=default, help="print one JSON document (schema: see the README)"
+        "--json",
+        action="store_true",
+        default=default,
+        help="print one JSON document, on errors too (its JSON Schema: tinax --schema)",
     )
     common.add_argument("--debug", action="store_true", default=default, help="print the traceback of an error")
     return common
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="tinax",
         description="Describe the tinax installation, or inspect a file that tinax reads, without loading payloads.",
         parents=[_common_options(False)],
     )
+    parser.add_argument(
+        "--version",
+        action=_VersionAction,
+        as_json=as_json,
+        help="print every installed tinax distribution's version and exit",
+    )
+    parser.add_argument("--schema", action=_SchemaAction, help="print the JSON Schema of the --json documents and exit")
     common = _common_options(argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     info = commands.add_parser(
@@ -107,57 +174,98 @@ def _positive(text: str) -> int:
     return value
 
 
+def _wants_json(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` asks for JSON, told before parsing (argparse accepts ``--js`` for ``--json``)."""
+    for argument in argv:
+        if argument == "--":
+            return False
+        if len(argument) > 3 and "--json".startswith(argument):
+            return True
+    return False
+
+
+def _context(argv: Sequence[str]) -> _Context:
+    """What the arguments say before they are parsed: the subcommand and whether JSON and tracebacks are wanted."""
+    command = next((argument for argument in argv if argument in _COMMANDS), None)
+    debug = any(len(argument) > 3 and "--debug".startswith(argument) for argument in argv)
+    return _Context(command=command, json=_wants_json(argv), debug=debug)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command with ``argv`` (default: the process's arguments) and returns its exit code."""
-    parser = _parser()
-    arguments = parser.parse_args(argv)
+    arguments_given = list(sys.argv[1:] if argv is None else argv)
+    context = _context(arguments_given)
     try:
-        report = _run(arguments)
-    except _UsageError as error:
-        return _fail(arguments, f"tinax {arguments.command}: error: {error}", EXIT_USAGE)
-    except _ProblemError as error:
-        return _fail(arguments, f"tinax {arguments.command}: {error}", EXIT_PROBLEM)
-    except (OSError, ValueError, TypeError, RuntimeError, ImportError) as error:
-        return _fail(arguments, f"tinax {arguments.command}: {_one_line(error)}", EXIT_PROBLEM)
+        arguments = _parser(as_json=context.json).parse_args(arguments_given)
+        context.json = arguments.json
+        context.debug = arguments.debug
+        report = _run(arguments, context)
+        output = _json_text(report.to_json()) if context.json else report.to_text()
+    except _CommandError as failure:
+        return _fail(context, str(failure), failure.error_type, failure.code, failure)
+    except ImportError as error:
+        return _fail(context, _one_line(error), "missing_dependency", EXIT_PROBLEM, error)
+    except (OSError, ValueError, TypeError, RuntimeError) as error:
+        return _fail(context, _one_line(error), "unreadable", EXIT_PROBLEM, error)
     except Exception as error:  # a reader's unexpected failure is still one line, not a traceback
-        name = type(error).__name__
-        message = f"tinax {arguments.command}: unexpected {name}: {_one_line(error)} (--debug shows where)"
-        return _fail(arguments, message, EXIT_PROBLEM)
-    if arguments.json:
-        print(json.dumps(report.to_json(), indent=2, sort_keys=False))
-    else:
-        print(report.to_text())
+        message = f"unexpected {type(error).__name__}: {_one_line(error)} (--debug shows where)"
+        return _fail(context, message, "unexpected", EXIT_PROBLEM, error)
+    print(output)
     return EXIT_OK if report.ok else EXIT_PROBLEM
 
 
-def _run(arguments: argparse.Namespace) -> Report:
+def _json_text(document: dict[str, Any]) -> str:
+    """The document as strict JSON (no NaN), keys in the schema's order."""
+    return json.dumps(document, indent=2, allow_nan=False)
+
+
+def _run(arguments: argparse.Namespace, context: _Context) -> Report:
     if arguments.command == "info":
         from tinax._core._command._info import environment_report
 
         return environment_report(devices=arguments.devices)
-    return _inspect(arguments)
+    return _inspect(arguments, context)
 
 
-def _inspect(arguments: argparse.Namespace) -> Report:
+def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
     path = pathlib.Path(arguments.path)
+    context.path = arguments.path
     if not path.exists():
-        raise _UsageError(f"PATH {str(path)!r} does not exist")
+        raise _CommandError(f"error: PATH {str(path)!r} does not exist", "usage", EXIT_USAGE)
     detected = detect_kind(path)
     if detected.kind is None:
         known = ", ".join(description for description, _ in KINDS.values())
-        raise _ProblemError(f"cannot tell what {str(path)!r} is from its content; tinax inspects: {known}")
+        raise _CommandError(
+            f"cannot tell what {str(path)!r} is from its content; tinax inspects: {known}", "unknown_kind", EXIT_PROBLEM
+        )
+    context.kind = detected.kind
     description, distribution = KINDS[detected.kind]
     inspector = find_inspector(detected.kind)
     if inspector is None:
-        raise _ProblemError(
+        raise _CommandError(
             f"{str(path)!r} is {_article(description)} {description}; install {distribution} to inspect it "
-            f"(python -m pip install {distribution})"
+            f"({_install(distribution)})",
+            "missing_inspector",
+            EXIT_PROBLEM,
         )
     options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
     report: Report = inspector(path, options)
     if report.bytes_read is not None:
         report.bytes_read += detected.bytes_read
     return report
+
+
+def _install(distribution: str) -> str:
+    """The command that installs ``distribution`` next to tinax-core, with the tool that installed tinax-core."""
+    from importlib import metadata
+
+    from tinax._core._command._integrity import install_command
+
+    try:
+        core: metadata.Distribution | None = metadata.distribution("tinax-core")
+    except metadata.PackageNotFoundError:
+        core = None
+    return install_command([distribution], core)
 
 
 def _article(noun: str) -> str:
@@ -169,10 +277,30 @@ def _one_line(error: BaseException) -> str:
     return text or type(error).__name__
 
 
-def _fail(arguments: argparse.Namespace, message: str, code: int) -> int:
-    if arguments.debug:
+def _fail(context: _Context, message: str, error_type: str, code: int, error: BaseException) -> int:
+    """Reports a failure: one line on stderr (after the traceback, with ``--debug``), and its document with ``--json``.
+
+    Returns:
+      ``code``, the exit code.
+    """
+    if context.debug and error_type != "usage":
         traceback.print_exc()
-    print(" ".join(message.split()), file=sys.stderr)
+    message = " ".join(message.split())
+    prefix = "tinax" if context.command is None else f"tinax {context.command}"
+    if isinstance(error, _CommandError) and error.program is not None:
+        prefix = error.program
+    print(f"{prefix}: {message}", file=sys.stderr)
+    if context.json:
+        document = error_document(
+            context.command,
+            error_type=error_type,
+            message=message.removeprefix("error: "),
+            exit_code=code,
+            exception=None if isinstance(error, _CommandError) else error,
+            kind=context.kind,
+            path=context.path,
+        )
+        print(_json_text(document))
     return code
 
 

@@ -1,8 +1,12 @@
 """Which kind of file or folder a path holds, and which installed distribution inspects it.
 
 The kind is told from the content (magic bytes, the shape of a JSON or
-msgpack document, the files a folder holds), never from the name, reading at
-most :data:`SNIFF_BYTES` from each end of a file. Each distribution
+msgpack document, the files a folder holds), never from the name, reading
+:data:`SNIFF_BYTES` from the start of a file and 4 bytes from its end. A JSON
+object whose ``"weight_map"`` key is not in those first bytes (a Hugging
+Face index whose ``metadata`` block comes first) is read on until the key
+is found, up to :data:`INDEX_MAX_BYTES`, the largest index the loader reads.
+Each distribution
 registers one callable per kind it reads in the ``tinax.inspectors``
 entry-point group::
 
@@ -17,6 +21,7 @@ another, and a kind whose distribution is absent gets a message naming it.
 
 from __future__ import annotations
 
+import io
 import os
 import pathlib
 import stat
@@ -24,12 +29,15 @@ from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-__all__ = ["GROUP", "KINDS", "SNIFF_BYTES", "Detected", "detect_kind", "find_inspector"]
+__all__ = ["GROUP", "INDEX_MAX_BYTES", "KINDS", "SNIFF_BYTES", "Detected", "detect_kind", "find_inspector"]
 
 #: The entry-point group every distribution registers its inspectors in.
 GROUP = "tinax.inspectors"
-#: The most bytes detection reads from the start (and from the end) of a file.
+#: The bytes detection reads from the start of a file (and 4 from its end) for every kind.
 SNIFF_BYTES = 4096
+#: The most bytes detection reads of a JSON object to find ``"weight_map"``: tinax-weights' bound on an index.
+INDEX_MAX_BYTES = 100_000_000
+_SCAN_CHUNK = 1 << 20
 
 #: Every kind the command knows, with its description and the distribution that inspects it.
 KINDS: dict[str, tuple[str, str]] = {
@@ -47,6 +55,7 @@ _PARQUET_MAGIC = b"PAR1"
 _RIEGELI_SIGNATURE = b"\x83\xafp\xd1\r\x88J?"
 _ORBAX_TEMPORARY = ".orbax-checkpoint-tmp"
 _ORBAX_MARKERS = ("_CHECKPOINT_METADATA", "orbax.checkpoint")
+_WEIGHT_MAP = b'"weight_map"'
 
 
 class Detected:
@@ -80,7 +89,34 @@ def detect_kind(path: pathlib.Path) -> Detected:
             handle.seek(size - len(_PARQUET_MAGIC))
             end = handle.read(len(_PARQUET_MAGIC))
             read += len(end)
-    return Detected(_file_kind(start, end, size), read)
+        kind = _file_kind(start, end, size)
+        if kind is None and start.lstrip().startswith(b"{") and size > len(start):
+            found, scanned = _weight_map_further_on(handle, start, size)
+            read += scanned
+            kind = "safetensors-index" if found else None
+    return Detected(kind, read)
+
+
+def _weight_map_further_on(handle: io.RawIOBase, start: bytes, size: int) -> tuple[bool, int]:
+    """Reads a JSON object on from ``start`` until ``"weight_map"`` shows, or the file or the index bound ends.
+
+    Returns:
+      Whether the key was found, and how many bytes were read.
+    """
+    handle.seek(len(start))
+    # The key may straddle two reads.
+    carried = start[-(len(_WEIGHT_MAP) - 1) :]
+    read = 0
+    limit = min(size, INDEX_MAX_BYTES) - len(start)
+    while read < limit:
+        chunk = handle.read(min(_SCAN_CHUNK, limit - read))
+        if not chunk:
+            break
+        read += len(chunk)
+        if _WEIGHT_MAP in carried + chunk:
+            return True, read
+        carried = chunk[-(len(_WEIGHT_MAP) - 1) :]
+    return False, read
 
 
 def _folder_kind(path: pathlib.Path) -> str | None:

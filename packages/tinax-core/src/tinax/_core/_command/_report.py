@@ -1,58 +1,69 @@
-"""What every subcommand produces, as aligned text or as JSON of one documented schema.
+"""What every subcommand produces, as aligned text or as JSON of one published schema.
 
 A :class:`Report` is a kind, a path, an ok flag with the problems found, a
 flat summary of named values and named tables. The text form prints the
 summary as aligned ``name: value`` lines and each table as aligned columns;
-``--json`` prints :meth:`Report.to_json`, which :data:`SCHEMA` describes.
+``--json`` prints :meth:`Report.to_json`, which the JSON Schema in
+``schema.json`` (shipped next to this module, loaded as :data:`SCHEMA`)
+describes. A command that fails prints :func:`error_document` instead: the
+same keys, with ``error`` set.
+
+Summary names, table names and column names are display labels
+(``"files checked"``); the JSON form writes each as snake_case
+(``files_checked``). Values are converted to JSON by :func:`json_value`,
+which the schema's ``value`` definition documents.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import datetime
 import json
+import math
+import pathlib
+import re
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "InspectOptions", "Report", "Table", "schema_problems"]
+__all__ = [
+    "SCHEMA",
+    "SCHEMA_ID",
+    "SCHEMA_VERSION",
+    "ERROR_TYPES",
+    "InspectOptions",
+    "Report",
+    "Shown",
+    "Table",
+    "error_document",
+    "json_key",
+    "json_value",
+    "schema_problems",
+    "schema_text",
+]
 
+#: The name of the JSON Schema file, shipped next to this module.
+SCHEMA_FILE = "schema.json"
+
+
+def schema_text() -> str:
+    """Returns the published JSON Schema of the command's output, as shipped in tinax-core.
+
+    Read by its path next to this module, so that it can be read where the
+    ``tinax`` namespace cannot be imported (see ``_tinax_command``).
+    """
+    return pathlib.Path(__file__).with_name(SCHEMA_FILE).read_text(encoding="utf-8")
+
+
+#: The JSON Schema (draft 2020-12) of every ``tinax ... --json`` document.
+SCHEMA: dict[str, Any] = json.loads(schema_text())
+#: The schema's ``$id``, which every document carries as its ``schema``.
+SCHEMA_ID: str = SCHEMA["$id"]
 #: Raised when the JSON output changes incompatibly (a field removed or retyped).
-SCHEMA_VERSION = 1
-
-# A table cell: a scalar, or a list of ints (a shape).
-_CELL: dict[str, Any] = {
-    "type": ["string", "integer", "number", "boolean", "null", "array"],
-    "items": {"type": "integer"},
-}
-_VALUE: dict[str, Any] = {"type": ["string", "integer", "number", "boolean", "null", "array", "object"]}
-
-#: The JSON Schema (draft 2020-12 subset) of every ``tinax ... --json`` document.
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "required": ["schema_version", "command", "kind", "path", "ok", "problems", "summary", "tables", "bytes_read"],
-    "additionalProperties": False,
-    "properties": {
-        "schema_version": {"type": "integer", "enum": [SCHEMA_VERSION]},
-        "command": {"type": "string", "enum": ["info", "inspect"]},
-        "kind": {"type": "string"},
-        "path": {"type": ["string", "null"]},
-        "ok": {"type": "boolean"},
-        "problems": {"type": "array", "items": {"type": "string"}},
-        "summary": {"type": "object", "additionalProperties": _VALUE},
-        "tables": {
-            "type": "object",
-            "additionalProperties": {
-                "type": "object",
-                "required": ["columns", "rows"],
-                "additionalProperties": False,
-                "properties": {
-                    "columns": {"type": "array", "items": {"type": "string"}},
-                    "rows": {"type": "array", "items": {"type": "object", "additionalProperties": _CELL}},
-                },
-            },
-        },
-        "bytes_read": {"type": ["integer", "null"]},
-    },
-}
+SCHEMA_VERSION: int = SCHEMA["properties"]["schema_version"]["const"]
+#: The kinds of error a document's ``error.type`` names.
+ERROR_TYPES: tuple[str, ...] = tuple(SCHEMA["$defs"]["error"]["properties"]["type"]["enum"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +83,19 @@ class InspectOptions:
 
 
 @dataclasses.dataclass(frozen=True)
+class Shown:
+    """A value shown one way in the text form and as its data in the JSON form.
+
+    Attributes:
+      text: What the text form prints (a short summary, say).
+      data: What the JSON form holds, converted by :func:`json_value`.
+    """
+
+    text: str
+    data: Any
+
+
+@dataclasses.dataclass(frozen=True)
 class Table:
     """A named table: column names and one mapping per row."""
 
@@ -85,9 +109,9 @@ class Report:
     """The result of one subcommand.
 
     Attributes:
-      command: ``"info"`` or ``"inspect"``.
+      command: ``"info"``, ``"inspect"`` or ``"version"``.
       kind: What was inspected (``"safetensors"``, ``"orbax-checkpoint"``,
-        ...), or ``"environment"`` for ``info``.
+        ...), ``"environment"`` for ``info`` or ``"versions"`` for ``--version``.
       path: The inspected path, or None.
       problems: What a check found wrong; the command exits 1 if any.
       summary: Named values, in display order.
@@ -113,21 +137,24 @@ class Report:
         self.tables.append(Table(name, tuple(columns), tuple(rows)))
 
     def to_json(self) -> dict[str, Any]:
-        """Returns the document :data:`SCHEMA` describes."""
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "command": self.command,
-            "kind": self.kind,
-            "path": self.path,
-            "ok": self.ok,
-            "problems": list(self.problems),
-            "summary": dict(self.summary),
-            "tables": {
-                table.name: {"columns": list(table.columns), "rows": [dict(row) for row in table.rows]}
+        """Returns the document :data:`SCHEMA` describes, with snake_case names and JSON values."""
+        document = _document(self.command, self.kind, self.path)
+        document["ok"] = self.ok
+        document["problems"] = list(self.problems)
+        document["summary"] = _named({name: json_value(value) for name, value in self.summary.items()})
+        document["tables"] = _named(
+            {
+                table.name: {
+                    "columns": [json_key(column) for column in table.columns],
+                    "rows": [
+                        _named({column: json_value(value) for column, value in row.items()}) for row in table.rows
+                    ],
+                }
                 for table in self.tables
-            },
-            "bytes_read": self.bytes_read,
-        }
+            }
+        )
+        document["bytes_read"] = self.bytes_read
+        return document
 
     def to_text(self) -> str:
         """Returns the human-readable form: aligned summary lines, then each table, then the problems."""
@@ -151,7 +178,151 @@ class Report:
         return "\n".join(lines)
 
 
+def _document(command: str | None, kind: str | None, path: str | None) -> dict[str, Any]:
+    """Every key of a document, in the schema's order, with the values of a command that did nothing."""
+    return {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "kind": kind,
+        "path": path,
+        "ok": False,
+        "error": None,
+        "problems": [],
+        "summary": {},
+        "tables": {},
+        "bytes_read": None,
+    }
+
+
+def error_document(
+    command: str | None,
+    *,
+    error_type: str,
+    message: str,
+    exit_code: int,
+    exception: BaseException | None = None,
+    kind: str | None = None,
+    path: str | None = None,
+) -> dict[str, Any]:
+    """Returns the document of a command that failed: ``ok`` false and ``error`` set, nothing else found.
+
+    Args:
+      command: The subcommand, or None if the arguments named none.
+      error_type: One of :data:`ERROR_TYPES`.
+      message: The error's one line, without the ``tinax COMMAND:`` prefix.
+      exit_code: The exit code the command returns (1 or 2).
+      exception: The exception behind the error, if any; its class name is recorded.
+      kind: The kind of PATH, if it was told before the failure.
+      path: The PATH given, if any.
+
+    Raises:
+      ValueError: If ``error_type`` is not one of :data:`ERROR_TYPES`.
+    """
+    if error_type not in ERROR_TYPES:
+        raise ValueError(f"error_type must be one of {ERROR_TYPES}, got {error_type!r}")
+    document = _document(command, kind, path)
+    document["error"] = {
+        "type": error_type,
+        "message": message,
+        "exception": None if exception is None else type(exception).__name__,
+        "exit_code": exit_code,
+    }
+    return document
+
+
+_NOT_A_KEY_CHARACTER = re.compile(r"[^a-z0-9]+")
+
+
+def json_key(label: str) -> str:
+    """Returns the snake_case JSON name of a display label: ``"files checked"`` becomes ``"files_checked"``."""
+    return _NOT_A_KEY_CHARACTER.sub("_", label.lower()).strip("_")
+
+
+def _named(values: Mapping[str, Any]) -> dict[str, Any]:
+    named: dict[str, Any] = {}
+    for label, value in values.items():
+        key = json_key(label)
+        if key in named or not key:
+            raise ValueError(f"the label {label!r} gives the JSON name {key!r}, which is empty or already taken")
+        named[key] = value
+    return named
+
+
+_NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def _non_finite_name(value: float) -> str:
+    return "NaN" if math.isnan(value) else _NON_FINITE[value]
+
+
+def json_value(value: Any) -> Any:
+    """Converts a value to JSON data by the conventions the schema's ``value`` definition documents.
+
+    Summary values and table cells are usually JSON data already (numbers,
+    strings, lists of ints); the records shown by ``--head`` hold arrays,
+    bytes and dates, which become tagged objects. A :class:`Shown` gives its
+    ``data``. NumPy is never imported here: its types are recognised only
+    when a reader has imported it.
+    """
+    if isinstance(value, Shown):
+        return json_value(value.data)
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)  # an IntEnum, say, as its number
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"type": "float", "value": _non_finite_name(value)}
+    if isinstance(value, complex):
+        return {"type": "complex", "real": json_value(value.real), "imag": json_value(value.imag)}
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"type": "bytes", "base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if isinstance(value, Mapping):
+        return {str(key): json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_value(item) for item in value]
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        return {
+            "type": "ndarray",
+            "dtype": str(value.dtype),
+            "shape": [int(extent) for extent in value.shape],
+            "values": _element(value.tolist()),
+        }
+    if numpy is not None and isinstance(value, numpy.generic):
+        return json_value(value.item())
+    if isinstance(value, (datetime.date, datetime.time)):
+        return {"type": _class_name(value), "value": value.isoformat()}
+    return {"type": _class_name(value), "value": str(value)}
+
+
+def _element(value: Any) -> Any:
+    """An array element (or nested list of them) from ``ndarray.tolist()``, in the compact array form."""
+    if isinstance(value, list):
+        return [_element(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return _non_finite_name(value)
+    if isinstance(value, complex):
+        return [_element(value.real), _element(value.imag)]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime.date, datetime.time)):
+        return value.isoformat()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json_value(value)
+
+
+def _class_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
 def _cell(value: Any) -> str:
+    if isinstance(value, Shown):
+        return value.text
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -183,38 +354,77 @@ def _aligned(table: Table) -> list[str]:
 
 
 def schema_problems(document: object, schema: Mapping[str, Any] = SCHEMA, where: str = "$") -> list[str]:
-    """Checks ``document`` against the JSON Schema subset :data:`SCHEMA` uses.
+    """Checks ``document`` against the JSON Schema subset that :data:`SCHEMA` uses.
 
-    Covers ``type``, ``enum``, ``required``, ``properties``,
-    ``additionalProperties`` and ``items``: enough for :data:`SCHEMA`, so that
-    tests and scripts can check output without a JSON Schema library.
+    Covers ``type``, ``enum``, ``const``, ``required``, ``properties``,
+    ``additionalProperties``, ``propertyNames``, ``items``, ``pattern``,
+    ``minimum``, ``anyOf`` and ``$ref`` to the schema's own ``$defs``:
+    enough for :data:`SCHEMA`, so that tests and scripts can check output
+    without a JSON Schema library.
+
+    Args:
+      document: The parsed JSON document.
+      schema: The schema, or the part of :data:`SCHEMA` that applies at ``where``.
+      where: The JSON path of ``document``, for the messages.
 
     Returns:
       One line per violation; empty if the document conforms.
     """
-    problems: list[str] = []
+    return _problems(document, schema, where, schema if "$defs" in schema else SCHEMA)
+
+
+def _problems(document: object, schema: Mapping[str, Any], where: str, root: Mapping[str, Any]) -> list[str]:
+    if "$ref" in schema:
+        reference = schema["$ref"]
+        if not reference.startswith("#/$defs/"):
+            raise ValueError(f"schema_problems follows only references to #/$defs/, got {reference!r}")
+        return _problems(document, root["$defs"][reference.removeprefix("#/$defs/")], where, root)
+    if "anyOf" in schema:
+        options = [_problems(document, option, where, root) for option in schema["anyOf"]]
+        if all(options):
+            # Report the option the document's type matched, rather than one it could never be.
+            mismatch = f"{where}: expected "
+            return min(options, key=lambda found: (found[0].startswith(mismatch), len(found)))
     types = schema.get("type")
     if types is not None:
         allowed = [types] if isinstance(types, str) else list(types)
         if not any(_is_type(document, name) for name in allowed):
             return [f"{where}: expected {' or '.join(allowed)}, got {type(document).__name__}"]
-    if "enum" in schema and document not in schema["enum"]:
+    problems: list[str] = []
+    if "const" in schema and not _same(document, schema["const"]):
+        problems.append(f"{where}: {document!r} is not {schema['const']!r}")
+    if "enum" in schema and not any(_same(document, item) for item in schema["enum"]):
         problems.append(f"{where}: {document!r} is not one of {schema['enum']}")
+    if "pattern" in schema and isinstance(document, str) and re.search(schema["pattern"], document) is None:
+        problems.append(f"{where}: {document!r} does not match {schema['pattern']!r}")
+    number = isinstance(document, (int, float)) and not isinstance(document, bool)
+    if "minimum" in schema and number and document < schema["minimum"]:
+        problems.append(f"{where}: {document!r} is less than {schema['minimum']!r}")
     if isinstance(document, dict):
         problems.extend(f"{where}: lacks {key!r}" for key in schema.get("required", ()) if key not in document)
         properties = schema.get("properties", {})
         extra = schema.get("additionalProperties", True)
+        names = schema.get("propertyNames")
         for key, value in document.items():
+            if names is not None:
+                problems.extend(_problems(key, names, f"{where}[key {key!r}]", root))
             if key in properties:
-                problems.extend(schema_problems(value, properties[key], f"{where}.{key}"))
+                problems.extend(_problems(value, properties[key], f"{where}.{key}", root))
             elif extra is False:
                 problems.append(f"{where}: unexpected key {key!r}")
             elif isinstance(extra, Mapping):
-                problems.extend(schema_problems(value, extra, f"{where}.{key}"))
+                problems.extend(_problems(value, extra, f"{where}.{key}", root))
     if isinstance(document, list) and "items" in schema:
         for index, item in enumerate(document):
-            problems.extend(schema_problems(item, schema["items"], f"{where}[{index}]"))
+            problems.extend(_problems(item, schema["items"], f"{where}[{index}]", root))
     return problems
+
+
+def _same(value: object, expected: object) -> bool:
+    """JSON equality: a bool is not a number, and 1 equals 1.0."""
+    if isinstance(value, bool) or isinstance(expected, bool):
+        return type(value) is type(expected) and value == expected
+    return value == expected
 
 
 def _is_type(value: object, name: str) -> bool:
