@@ -15,10 +15,10 @@ For each distribution it:
      [tool.tinax.isolation] forbidden list) is installed;
   4. asserts that its own modules import from the venv and the modules of the
      members it does not depend on do not import at all;
-  5. adds the wheel of the test harness (every unpublished member, marked
-     `[tool.tinax] published = false`: tinax-testing) and runs the
-     distribution's own tests against the installed wheels. The harness comes
-     after steps 3 and 4, so those see only what the distribution brings.
+  5. builds the distribution's sdist and runs the tests it ships, from the
+     extracted sdist alone, against the installed wheels. The sdist carries
+     its own copy of the unpublished test harness (tinax-testing), which its
+     pytest settings put on the path, so nothing from the checkout is used.
 
 With --core-floors it runs the same check for every member whose tinax-core
 range admits a tinax-core release older than the current one (one with a tag
@@ -34,9 +34,9 @@ import email.parser
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import tomllib
 import zipfile
@@ -73,11 +73,6 @@ def _members(published: bool) -> dict[str, pathlib.Path]:
 def members() -> dict[str, pathlib.Path]:
     """The published members: each is checked alone."""
     return _members(published=True)
-
-
-def test_support() -> dict[str, pathlib.Path]:
-    """The unpublished members (the test harness): installed next to a member only for its test run."""
-    return _members(published=False)
 
 
 def public_modules(folder: pathlib.Path) -> list[str]:
@@ -127,9 +122,8 @@ def check_distribution(
     name: str,
     folders: dict[str, pathlib.Path],
     wheels: dict[str, pathlib.Path],
-    support: dict[str, pathlib.Path] | None = None,
 ) -> None:
-    """Checks ``name`` alone; ``support`` holds the wheels of the test harness for its test run."""
+    """Checks ``name`` alone, then runs the tests of its sdist against its installed wheels."""
     folder = folders[name]
     config = tomllib.loads((folder / "pyproject.toml").read_text())
     forbidden = [
@@ -193,47 +187,25 @@ def check_distribution(
         if report["importable_foreign"]:
             raise SystemExit(f"isolation: modules of other members import: {report['importable_foreign']}")
         print(f"isolation: {', '.join(own)} import from the wheel; {', '.join(foreign) or 'no other member'} absent")
-        install_test_support(python, installed_members, wheels, support or {})
         environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
         environment["PATH"] = f"{venv / 'bin'}{os.pathsep}{environment.get('PATH', '')}"
         environment["UV_COMPILE_BYTECODE"] = "1"
-        tests = shutil.copytree(folder / "tests", pathlib.Path(scratch) / "tests")
-        shutil.copy(folder / "pyproject.toml", pathlib.Path(scratch) / "pyproject.toml")
-        result = subprocess.run([python, "-m", "pytest", str(tests), "-q"], cwd=scratch, env=environment, check=False)
+        sdist_root = extracted_sdist(folder, pathlib.Path(scratch) / "sdist")
+        result = subprocess.run([python, "-m", "pytest", "-q"], cwd=sdist_root, env=environment, check=False)
         if result.returncode == 5:
             raise SystemExit(f"isolation: {name} collected no tests")
         if result.returncode != 0:
             raise SystemExit(f"isolation: {name}'s tests failed against its installed wheel")
 
 
-def install_test_support(
-    python: str, installed_members: list[str], wheels: dict[str, pathlib.Path], support: dict[str, pathlib.Path]
-) -> None:
-    """Adds the test harness's wheels and their third-party requirements, for the test run only."""
-    if not support:
-        return
-    everything = {**wheels, **support}
-    needed = [member for name in support for member in closure(name, everything) if member not in installed_members]
-    third_party = sorted(
-        {
-            str(requirement)
-            for member in needed
-            for requirement in wheel_requirements(everything[member])
-            if not str(canonicalize_name(requirement.name)).startswith("tinax-")
-        }
-    )
-    if third_party:
-        uv("pip", "install", "--quiet", "--python", python, *third_party)
-    uv(
-        "pip",
-        "install",
-        "--quiet",
-        "--python",
-        python,
-        "--no-deps",
-        *(str(everything[m]) for m in dict.fromkeys(needed)),
-    )
-    uv("pip", "check", "--python", python)
+def extracted_sdist(folder: pathlib.Path, output: pathlib.Path) -> pathlib.Path:
+    """Builds the sdist of the member in ``folder`` and extracts it; returns its root folder."""
+    uv("build", "--sdist", "--quiet", "--out-dir", str(output), str(folder))
+    (sdist,) = output.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        archive.extractall(output, filter="data")
+    (root,) = [entry for entry in output.iterdir() if entry.is_dir()]
+    return root
 
 
 CORE = "tinax-core"
@@ -274,7 +246,6 @@ def check_core_floors(folders: dict[str, pathlib.Path]) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="isolation-floors-") as output:
         scratch = pathlib.Path(output)
         wheels = build_wheels(folders, scratch / "current")
-        support = build_wheels(test_support(), scratch / "support")
         for tag in sorted({tag for _, tag in targets.values()}):
             archive = subprocess.run(
                 ["git", "-C", str(ROOT), "archive", tag, str(folders[CORE].relative_to(ROOT))],
@@ -290,7 +261,7 @@ def check_core_floors(folders: dict[str, pathlib.Path]) -> list[str]:
                 if member_tag != tag:
                     continue
                 print(f"\n== {name} against tinax-core {version}, built from {tag} ==", flush=True)
-                check_distribution(name, {**folders, CORE: old_folder}, {**wheels, CORE: old_wheels[CORE]}, support)
+                check_distribution(name, {**folders, CORE: old_folder}, {**wheels, CORE: old_wheels[CORE]})
     return sorted(targets)
 
 
@@ -318,9 +289,8 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown distributions {unknown}; members are {sorted(folders)}")
     with tempfile.TemporaryDirectory(prefix="isolation-wheels-") as output:
         wheels = build_wheels(folders, pathlib.Path(output))
-        support = build_wheels(test_support(), pathlib.Path(output) / "support")
         for name in names:
-            check_distribution(name, folders, wheels, support)
+            check_distribution(name, folders, wheels)
     print(f"\nisolation: passed for {', '.join(names)}")
     return 0
 

@@ -2,9 +2,13 @@
 
 Forced CPU devices, import probes, the multi-process runner, the command
 runner and the training proofs' scaffolding live here, in an unpublished workspace member, so that no runtime
-wheel carries test code. Test environments and the isolation check install it
-next to the distribution under test.
+wheel carries test code. Test environments install it next to the
+distributions under test; each member's sdist carries a copy of it (under
+tests/_harness), which its pytest settings put on the path.
 """
+
+import importlib.metadata as _metadata
+import os as _os
 
 from tinax_testing.command import Completed, run_tinax
 from tinax_testing.devices import TEST_DEVICE_COUNT, force_cpu_devices
@@ -18,6 +22,23 @@ from tinax_testing.processes import (
 )
 from tinax_testing.signatures import parameter_summary
 from tinax_testing.training import array_digest, float32_bits, regression_records, sharded_mlp_class, stack_rows
+
+
+def _share_with_child_processes() -> None:
+    # A copy found through pytest's `pythonpath` (an sdist's tests) is on this
+    # process's sys.path only; the Python processes that the tests start must
+    # import it too. An installed harness needs nothing, and its folder
+    # (site-packages) must not leak into other interpreters the tests start.
+    try:
+        _metadata.distribution("tinax-testing")
+    except _metadata.PackageNotFoundError:
+        folder = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+        entries = [entry for entry in _os.environ.get("PYTHONPATH", "").split(_os.pathsep) if entry]
+        if folder not in entries:
+            _os.environ["PYTHONPATH"] = _os.pathsep.join([folder, *entries])
+
+
+_share_with_child_processes()
 
 __all__ = [
     "OPTIONAL_INTEGRATIONS",
