@@ -41,6 +41,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tinax._core import dtypes, validation
+from tinax._core.logs import Operation, get_logger
 from tinax._weights._header import numpy_shape_problem
 from tinax._weights._paths import MissingFilePathError, open_file_to_read, write_file_atomically
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
@@ -57,6 +58,7 @@ CHUNKED_ARRAY_MARKER = "__msgpack_chunked_array__"
 #: Arrays larger than this are chunked, exactly at flax's threshold, so that
 #: the files stay byte-identical to flax's.
 _MAX_CHUNK_BYTES = 2**30
+_logger = get_logger("weights")
 
 #: How much the reader asks the file for at a time.
 _READ_SIZE = 1 << 20
@@ -121,6 +123,9 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         are chunked as flax chunks them.
       overwrite: Whether an existing file at ``path`` may be replaced.
 
+    When it succeeds, the save logs one INFO line to the ``tinax.weights``
+    logger with the bytes written and the seconds it took.
+
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` not a bool, ``state``
         not a mapping, or a leaf of a kind the format cannot carry: an array
@@ -152,8 +157,11 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     destination = validation.require_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
     tree = _checked_state(state, "state", frozenset())
+    operation = Operation(_logger, "saved", "a state dict to", destination)
     with write_file_atomically(destination, overwrite=overwrite) as handle:
         _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
+        written = handle.tell()
+    operation.done(nbytes=written)
 
 
 def _checked_state(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
@@ -435,6 +443,9 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       C-contiguous; also where ``target`` holds a ``jax.Array``), NumPy
       scalars and Python values as leaves.
 
+    When it succeeds, the load logs one INFO line to the ``tinax.weights``
+    logger with the bytes read and the seconds it took.
+
     Raises:
       TypeError: If ``path`` is not a path, ``max_bytes`` is not an int (a
         bool included), or ``target`` is not a mapping or holds a leaf of
@@ -470,6 +481,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     source = validation.require_path(path, "path")
     limit = validation.require_positive_int(max_bytes, "max_bytes")
     expected = _target_structure(target, "target")
+    operation = Operation(_logger, "loaded", "a state dict from", source)
     with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
         if size > limit:
             raise ValueError(
@@ -482,6 +494,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     if problems:
         listed = "\n".join(f"  - {problem}" for problem in problems)
         raise ValueError(f"{str(source)!r} does not match target:\n{listed}")
+    operation.done(nbytes=size)
     return restored
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._core.host import require_host_array
+from tinax._core.logs import Operation, get_logger
 from tinax._weights import _dtypes
 from tinax._weights._header import (
     LENGTH_FIELD_BYTES,
@@ -52,6 +53,7 @@ __all__ = ["LoadedSafetensors", "inspect_safetensors", "load_safetensors", "save
 # most this size, so saving them never holds a second full copy in memory.
 _CONVERSION_PIECE_BYTES = 16 * 1024 * 1024
 _MAX_CLOSE_MATCHES = 3
+_logger = get_logger("weights")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,6 +199,9 @@ def load_safetensors(
         runs through a regular file or a loop of symbolic links, or a name
         is too long (then also a ValueError).
 
+    When it succeeds, the load logs one INFO line to the ``tinax.weights``
+    logger with the bytes read and the seconds it took.
+
     Examples:
       >>> import numpy as np
       >>> from tinax.weights import load_safetensors, save_safetensors
@@ -210,6 +215,7 @@ def load_safetensors(
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = require_names(names)
     source = str(file_path)
+    operation = Operation(_logger, "loaded", "", file_path)
     with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
@@ -232,6 +238,8 @@ def load_safetensors(
             name: _read_tensor(handle, header.payload_start, name, available[name], source)
             for name in sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
         }
+    operation.what = f"{len(selected)} {_tensors(len(selected))} from"
+    operation.done(nbytes=total)
     return LoadedSafetensors(tensors={name: loaded[name] for name in selected}, info=header.info)
 
 
@@ -272,6 +280,9 @@ def save_safetensors(
       max_metadata_bytes: Largest accepted size of ``metadata`` as compact
         UTF-8 JSON. The default, 0, accepts no metadata: pass a limit to
         store any.
+
+    When it succeeds, the save logs one INFO line to the ``tinax.weights``
+    logger with the bytes written and the seconds it took.
 
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
@@ -320,10 +331,16 @@ def save_safetensors(
         [(name, dtype_text, array.shape) for name, dtype_text, array in planned], stored_metadata
     )
     by_name = {name: array for name, _, array in planned}
+    operation = Operation(_logger, "saved", f"{len(entries)} {_tensors(len(entries))} to", file_path)
     with write_file_atomically(file_path, overwrite=overwrite) as handle:
         handle.write(header)
         for name, *_ in entries:
             _write_little_endian_c_order(handle, by_name[name])
+    operation.done(nbytes=len(header) + (entries[-1][4] if entries else 0))
+
+
+def _tensors(count: int) -> str:
+    return "tensor" if count == 1 else "tensors"
 
 
 def plan_file(

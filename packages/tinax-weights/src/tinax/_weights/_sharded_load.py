@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinax._core import validation
+from tinax._core.logs import Operation, get_logger
+from tinax._core.progress import Progress, Reporter, require_progress
 from tinax._weights import _dtypes
 from tinax._weights._header import TensorInfo
 from tinax._weights._index import OpenTensor, open_checkpoint
@@ -38,6 +40,9 @@ BATCHED_PLACEMENT_BYTES = 256 * 1024
 #: time. Host staging memory thus stays within the larger of one shard and
 #: this constant.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
+# The most bytes one read takes, so that progress moves within a large shard.
+_READ_CHUNK_BYTES = 16 * 1024 * 1024
+_logger = get_logger("weights")
 
 ShardingChoice = Mapping[str, "Sharding"] | Callable[[str, TensorInfo], "Sharding"]
 
@@ -83,6 +88,7 @@ def load_sharded_safetensors(
     max_bytes: int,
     names: Iterable[str] | None = None,
     max_metadata_bytes: int = 0,
+    progress: Progress = None,
 ) -> LoadedShardedSafetensors:
     """Loads safetensors tensors as global ``jax.Array`` s with the given shardings.
 
@@ -119,6 +125,15 @@ def load_sharded_safetensors(
         loads the keys of a ``shardings`` mapping, or every tensor of the
         checkpoint for a callable.
       max_metadata_bytes: As for :func:`load_safetensors`, for every file.
+      progress: None; a callable ``progress(done, total)`` called with the
+        payload bytes this process has read and will read in all (first
+        ``(0, total)``, last ``(total, total)``, at most about a thousand
+        calls); or ``"bar"`` to show a bar on standard error with tqdm or
+        rich, whichever is installed. An exception the callable raises
+        aborts the load.
+
+    When it succeeds, the load logs one INFO line to the ``tinax.weights``
+    logger with the bytes this process read and the seconds it took.
 
     Returns:
       The arrays, their descriptions and the bytes this process read.
@@ -126,7 +141,8 @@ def load_sharded_safetensors(
     Raises:
       TypeError: If an argument has the wrong kind (``shardings`` neither a
         mapping nor a callable, a sharding that is not a
-        ``jax.sharding.Sharding``, ``max_bytes`` not an int), or a tensor's
+        ``jax.sharding.Sharding``, ``max_bytes`` not an int, ``progress``
+        neither None, ``"bar"`` nor callable), or a tensor's
         dtype has no exact JAX type here: packed sub-byte types, and 64-bit
         types while ``jax_enable_x64`` is off (JAX would narrow them).
       ValueError: If ``max_bytes`` is negative, a name repeats, is not in
@@ -134,7 +150,10 @@ def load_sharded_safetensors(
         shardings for tensors not loaded, a sharding does not divide its
         tensor's shape, the plan reads more than ``max_bytes``, the
         checkpoint is malformed (see :func:`load_safetensors`), or an index
-        maps a tensor to two files or to a file that lacks it.
+        maps a tensor to two files or to a file that lacks it; or
+        ``progress`` is a str other than ``"bar"``.
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
+        installed; nothing is read then.
       FileNotFoundError: If ``path`` does not exist, or a file the index
         names does not (then also a ValueError naming the index).
 
@@ -153,6 +172,7 @@ def load_sharded_safetensors(
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = require_names(names)
+    reporting = require_progress(progress, needed_by="tinax.weights.load_sharded_safetensors")
     if isinstance(shardings, Mapping):
         given = validation.require_str_mapping(shardings, "shardings")
         choose: Callable[[str, TensorInfo], object] = lambda name, _: given[name]  # noqa: E731
@@ -163,6 +183,7 @@ def load_sharded_safetensors(
             "shardings", "a mapping of names to shardings, or a callable (name, TensorInfo)", shardings
         )
 
+    operation = Operation(_logger, "loaded", "", file_path)
     with contextlib.ExitStack() as stack:
         available, source = open_checkpoint(stack, file_path, max_metadata_bytes=metadata_limit)
         if requested is None:
@@ -186,11 +207,23 @@ def load_sharded_safetensors(
                 "select fewer tensors with names=, shard them further or raise max_bytes"
             )
         arena = _Arena(max((_staging_nbytes(plan) for plan in plans), default=0))
-        arrays = {plan.name: _load(plan, arena) for plan in plans}
+        with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
+            arrays = {plan.name: _load(plan, arena, reporter) for plan in plans}
         bytes_read = sum(plan.counter[0] for plan in plans)
+    operation.what = f"{len(plans)} {'tensor' if len(plans) == 1 else 'tensors'} from"
+    operation.done(nbytes=bytes_read, detail=_whose())
     return LoadedShardedSafetensors(
         arrays=arrays, tensors={name: available[name].info for name in selected}, bytes_read=bytes_read
     )
+
+
+def _whose() -> str:
+    """Says what the logged bytes count: this process's shards where there are several processes."""
+    import jax
+
+    if jax.process_count() > 1:
+        return f"the shards of process {jax.process_index()} of {jax.process_count()}"
+    return ""
 
 
 def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], object], source: str) -> _Plan:
@@ -286,13 +319,13 @@ def _staging_nbytes(plan: _Plan) -> int:
     return sum(math.prod(stop - start for start, stop in box) * plan.dtype.itemsize + _ALIGNMENT for box in plan.shards)
 
 
-def _load(plan: _Plan, arena: _Arena) -> jax.Array:
+def _load(plan: _Plan, arena: _Arena, reporter: Reporter) -> jax.Array:
     """Reads and places the shards of one tensor."""
     import jax
 
     info = plan.tensor.info
     arena.reset()
-    staged = _read_boxes(plan, arena) if _staged_together(plan) else {}
+    staged = _read_boxes(plan, arena, reporter) if _staged_together(plan) else {}
     if staged:
         # Staged shards (tiny tensors, column blocks of one box) go in one
         # batched transfer: its fixed cost dominates tiny tensors, and JAX
@@ -313,7 +346,7 @@ def _load(plan: _Plan, arena: _Arena) -> jax.Array:
     pieces = []
     for box, devices in plan.shards.items():
         buffer = _aligned_buffer(tuple(stop - start for start, stop in box), plan.dtype)
-        _read_into(plan, box, buffer)
+        _read_into(plan, box, buffer, reporter)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
         pieces.extend(jax.device_put(first, device) for device in devices[1:])
@@ -331,7 +364,7 @@ def _aligned_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[
     return raw[start : start + nbytes].view(dtype).reshape(shape)
 
 
-def _read_boxes(plan: _Plan, arena: _Arena) -> dict[Box, np.ndarray[Any, Any]]:
+def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.ndarray[Any, Any]]:
     """Reads every local shard of a tensor at once, each into its own region of ``arena``.
 
     Where the shards tile a box (column blocks of the same rows, say) and each
@@ -343,10 +376,10 @@ def _read_boxes(plan: _Plan, arena: _Arena) -> dict[Box, np.ndarray[Any, Any]]:
     if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
         buffers = {box: arena.take(tuple(stop - start for start, stop in box), plan.dtype) for box in boxes}
         for box, buffer in buffers.items():
-            _read_into(plan, box, buffer)
+            _read_into(plan, box, buffer, reporter)
         return buffers
     whole = arena.take(tuple(stop - start for start, stop in union), plan.dtype)
-    _read_into(plan, union, whole)
+    _read_into(plan, union, whole, reporter)
     # Views: each transfer copies its block out of the box.
     return {
         box: whole[tuple(slice(start - low, stop - low) for (start, stop), (low, _) in zip(box, union, strict=True))]
@@ -368,7 +401,7 @@ def _union_box(boxes: list[Box]) -> Box | None:
     return bounds
 
 
-def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any]) -> None:
+def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any], reporter: Reporter) -> None:
     """Fills the C-contiguous ``buffer`` with one box of the tensor, run by run, counting the bytes read."""
     tensor = plan.tensor
     info = tensor.info
@@ -377,10 +410,14 @@ def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any]) -> None:
     flat = buffer.reshape(-1).view(np.uint8).data
     size = runs.run_nbytes
     for position, offset in enumerate(runs.offsets.tolist()):
-        read_payload(
-            tensor.handle, flat[position * size : (position + 1) * size], start + offset, name=plan.name,
-            source=tensor.source,
-        )  # fmt: skip
-        plan.counter[0] += size
+        # A long run is read in pieces, so that progress moves within it.
+        for piece in range(0, size, _READ_CHUNK_BYTES):
+            length = min(_READ_CHUNK_BYTES, size - piece)
+            read_payload(
+                tensor.handle, flat[position * size + piece : position * size + piece + length],
+                start + offset + piece, name=plan.name, source=tensor.source,
+            )  # fmt: skip
+            plan.counter[0] += length
+            reporter.advance(length)
     if _dtypes.is_big_endian_in_memory(buffer.dtype):
         buffer.byteswap(inplace=True)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import pathlib
 import stat
@@ -28,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tinax._core import validation
+from tinax._core.logs import Operation, get_logger
+from tinax._core.progress import Progress, Reporter, require_progress
 from tinax._weights import _dtypes
 from tinax._weights._index import encode_index, indexed_file_names, part_file_names
 from tinax._weights._paths import (
@@ -45,7 +48,10 @@ __all__ = ["save_sharded_safetensors"]
 
 # The longest temporary file name process 0 can hand to the others.
 _MAX_NAME_BYTES = 1024
+# The most bytes one write call takes, so that progress moves within a large shard.
+_WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 _Entry = tuple[str, str, tuple[int, ...], int, int]
+_logger = get_logger("weights")
 
 
 def save_sharded_safetensors(
@@ -56,6 +62,7 @@ def save_sharded_safetensors(
     metadata: Mapping[str, str] | None = None,
     max_metadata_bytes: int = 0,
     max_file_bytes: int | None = None,
+    progress: Progress = None,
 ) -> None:
     """Writes global ``jax.Array`` s to safetensors without gathering any of them.
 
@@ -97,17 +104,30 @@ def save_sharded_safetensors(
         does not use, the index is replaced last, and only then are the old
         files it named removed. A crash leaves the old checkpoint or the
         new one, at worst with files that no index names.
+      progress: None; a callable ``progress(done, total)`` called with the
+        payload bytes this process has written and will write in all
+        (first ``(0, total)``, last ``(total, total)``, at most about a
+        thousand calls); or ``"bar"`` to show a bar on standard error with
+        tqdm or rich, whichever is installed. An exception the callable
+        raises aborts the export, which then publishes nothing new.
+
+    When it succeeds, the export logs one INFO line to the
+    ``tinax.weights`` logger with the bytes this process wrote and the
+    seconds it took.
 
     Raises:
       TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
         ``arrays`` is not a mapping of str to ``jax.Array`` (a NumPy array is
         refused: use :func:`save_safetensors`), an array is being traced or
         has a dtype safetensors cannot store exactly, ``metadata`` is not a
-        str-to-str mapping, or a size limit is not an int.
+        str-to-str mapping, a size limit is not an int, or ``progress`` is
+        neither None, ``"bar"`` nor callable.
       ValueError: If a name is empty or reserved, an array was deleted, the
         metadata exceeds ``max_metadata_bytes``, ``max_file_bytes`` is not
-        positive, the index name has the wrong ending, or ``path`` is a
-        symbolic link.
+        positive, the index name has the wrong ending, ``path`` is a
+        symbolic link, or ``progress`` is a str other than ``"bar"``.
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
+        installed; nothing is written then.
       FileExistsError: If a destination file exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
         can exist at ``path``: it runs through a regular file (then also a
@@ -138,6 +158,7 @@ def save_sharded_safetensors(
     stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata")
     if not stored_metadata:
         stored_metadata = None
+    reporting = require_progress(progress, needed_by="tinax.weights.save_sharded_safetensors")
     described: list[tuple[str, str, tuple[int, ...]]] = []
     for name, value in given.items():
         require_tensor_name(name)
@@ -145,9 +166,13 @@ def save_sharded_safetensors(
     if stored_metadata is not None:
         require_storable_metadata(stored_metadata, metadata_limit)
 
+    operation = Operation(_logger, "exported", f"{len(described)} {_tensors(len(described))} to", file_path)
     if file_limit is None:
         entries, header = plan_file(described, stored_metadata)
-        _write_file(file_path, header, entries, given, overwrite=overwrite)
+        total = _owned_nbytes(entries, given)
+        with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
+            _write_file(file_path, header, entries, given, reporter, overwrite=overwrite)
+        operation.done(nbytes=total, detail=_whose())
         return
 
     groups = _split(described, file_limit)
@@ -160,9 +185,11 @@ def save_sharded_safetensors(
     for destination, _, _ in files:
         require_writable_destination(destination, overwrite=overwrite)
     weight_map: dict[str, str] = {}
-    for destination, entries, header in files:
-        _write_file(destination, header, entries, given, overwrite=overwrite)
-        weight_map.update((name, destination.name) for name, *_ in entries)
+    total = sum(_owned_nbytes(entries, given) for _, entries, _ in files)
+    with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
+        for destination, entries, header in files:
+            _write_file(destination, header, entries, given, reporter, overwrite=overwrite)
+            weight_map.update((name, destination.name) for name, *_ in entries)
     total_size = sum(end - start for _, entries, _ in files for *_, start, end in entries)
     index = encode_index(weight_map, total_size)
 
@@ -178,6 +205,33 @@ def save_sharded_safetensors(
             _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
 
     _as_leader(publish, str(file_path))
+    operation.done(nbytes=total, detail=_whose(f"{len(files)} files and their index"))
+
+
+def _tensors(count: int) -> str:
+    return "tensor" if count == 1 else "tensors"
+
+
+def _whose(files: str = "") -> str:
+    """Says what the logged bytes count: this process's shards where there are several processes."""
+    import jax
+
+    parts = [files] if files else []
+    if jax.process_count() > 1:
+        parts.append(f"the shards of process {jax.process_index()} of {jax.process_count()}")
+    return ", ".join(parts)
+
+
+def _owned_nbytes(entries: list[_Entry], arrays: Mapping[str, Any]) -> int:
+    """The payload bytes this process writes into one file: those of the shards it owns (replica 0)."""
+    total = 0
+    for name, _, shape, _, _ in entries:
+        array = arrays[name]
+        itemsize = np.dtype(array.dtype).itemsize
+        for shard in array.addressable_shards:
+            if shard.replica_id == 0:
+                total += math.prod(stop - start for start, stop in box_of_index(shard.index, shape)) * itemsize
+    return total
 
 
 def _give_mode_of(model: pathlib.Path, paths: list[pathlib.Path]) -> None:
@@ -263,7 +317,13 @@ def _split(
 
 
 def _write_file(
-    destination: pathlib.Path, header: bytes, entries: list[_Entry], arrays: Mapping[str, Any], *, overwrite: bool
+    destination: pathlib.Path,
+    header: bytes,
+    entries: list[_Entry],
+    arrays: Mapping[str, Any],
+    reporter: Reporter,
+    *,
+    overwrite: bool,
 ) -> None:
     import jax
 
@@ -272,13 +332,13 @@ def _write_file(
         with path_to_write_atomically(destination, overwrite=overwrite) as temporary:
             _write_header(temporary, header, size)
             # Publishing flushes the file.
-            _write_owned_shards(temporary, len(header), entries, arrays, flush=False)
+            _write_owned_shards(temporary, len(header), entries, arrays, reporter, flush=False)
         return
 
     require_writable_destination(destination, overwrite=overwrite)
     stack = contextlib.ExitStack()
     try:
-        _write_file_together(stack, destination, header, size, entries, arrays, overwrite=overwrite)
+        _write_file_together(stack, destination, header, size, entries, arrays, reporter, overwrite=overwrite)
     except BaseException as error:
         # In process 0, this removes the temporary file; the stack is empty by
         # now if it was published.
@@ -293,6 +353,7 @@ def _write_file_together(
     size: int,
     entries: list[_Entry],
     arrays: Mapping[str, Any],
+    reporter: Reporter,
     *,
     overwrite: bool,
 ) -> None:
@@ -317,7 +378,7 @@ def _write_file_together(
     # Every process writes its part; none goes on before all reported.
     own_error: BaseException | None = None
     try:
-        _write_owned_shards(destination.parent / name, len(header), entries, arrays, flush=True)
+        _write_owned_shards(destination.parent / name, len(header), entries, arrays, reporter, flush=True)
     except Exception as error:
         own_error = error
     failed = _failed_processes(own_error is None)
@@ -378,7 +439,13 @@ def _write_header(path: pathlib.Path, header: bytes, size: int) -> None:
 
 
 def _write_owned_shards(
-    path: pathlib.Path, payload_start: int, entries: list[_Entry], arrays: Mapping[str, Any], *, flush: bool
+    path: pathlib.Path,
+    payload_start: int,
+    entries: list[_Entry],
+    arrays: Mapping[str, Any],
+    reporter: Reporter,
+    *,
+    flush: bool,
 ) -> None:
     descriptor = os.open(path, os.O_WRONLY)
     try:
@@ -396,7 +463,12 @@ def _write_owned_shards(
                 flat = data.reshape(-1).view(np.uint8).data
                 size = runs.run_nbytes
                 for position, offset in enumerate(runs.offsets.tolist()):
-                    _write_at(descriptor, flat[position * size : (position + 1) * size], payload_start + start + offset)
+                    # A long run is written in pieces, so that progress moves within it.
+                    for piece in range(0, size, _WRITE_CHUNK_BYTES):
+                        length = min(_WRITE_CHUNK_BYTES, size - piece)
+                        low = position * size + piece
+                        _write_at(descriptor, flat[low : low + length], payload_start + start + offset + piece)
+                        reporter.advance(length)
                 del data, flat
         if flush:
             # On a network file system, another process's flush need not cover these writes.
