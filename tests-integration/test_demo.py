@@ -47,7 +47,9 @@ def test_demo_trains_resumes_bit_identically_and_exports(tmp_path):
     assert (output / "weights" / "model.safetensors").is_file()
     # Saved every 6 steps; the last two and every multiple of the resume step are kept.
     assert rows["retained steps"] == "12, 18, 24"
-    assert sorted(entry.name for entry in (output / "checkpoints").iterdir()) == ["12", "18", "24"]
+    # Next to the steps, only the manager's lock file (held while a save and its retention run).
+    checkpoints = sorted(entry.name for entry in (output / "checkpoints").iterdir())
+    assert checkpoints == ["12", "18", "24", "tinax-manager.lock"]
 
     refused = run_demo("--steps", "24", "--output", str(output), cwd=tmp_path)
     assert refused.returncode == 2
