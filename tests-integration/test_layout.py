@@ -163,3 +163,16 @@ def test_the_readme_lists_every_module_of_every_member_once():
         for folder in [*MEMBERS, *HARNESS]
     }
     assert listed == on_disk
+
+
+@pytest.mark.parametrize("folder", [*MEMBERS, ROOT / "packages" / "tinax-meta"], ids=lambda path: path.name)
+def test_every_published_distribution_has_project_urls_and_the_ecosystem_classifiers(folder):
+    project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert {"Homepage", "Documentation", "Source", "Issues", "Changelog"} <= set(project["urls"])
+    assert project["urls"]["Changelog"].endswith(f"/packages/{folder.name}/CHANGELOG.md")
+    assert {
+        "Intended Audience :: Science/Research",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+        "Typing :: Typed",
+        "Programming Language :: Python :: 3.13",
+    } <= set(project["classifiers"])
