@@ -333,7 +333,7 @@ def test_a_save_in_flight_at_exit_is_finished_where_python_allows(tmp_path):
 
 
 @pytest.mark.skipif(_THREADS_START_DURING_SHUTDOWN, reason="this Python finishes the save instead")
-def test_a_save_in_flight_at_exit_is_reported_where_python_forbids_finishing_it(tmp_path):
+def test_a_save_in_flight_at_exit_is_finished_or_reported_where_python_forbids_new_threads(tmp_path):
     # Orbax's own threads then hold the exit for minutes, waiting for work
     # that can no longer start: the child is stopped once it has reported.
     path = tmp_path / "checkpoint"
@@ -359,7 +359,8 @@ def test_a_save_in_flight_at_exit_is_reported_where_python_forbids_finishing_it(
     try:
         while "tinax.checkpointing" not in report:
             line = lines.get(timeout=SAFETY_SECONDS).decode(errors="replace")
-            assert line, "the child exited without reporting the lost save"
+            if not line:
+                break
             report = line
     finally:
         if child.poll() is None:
@@ -368,6 +369,13 @@ def test_a_save_in_flight_at_exit_is_reported_where_python_forbids_finishing_it(
         reader.join(SAFETY_SECONDS)
         assert child.stderr is not None
         child.stderr.close()
+    if not report:
+        # Some Pythons and Orbax versions still finish the save during
+        # shutdown (3.13 with Orbax 0.12.8): then it must be whole and exact.
+        assert child.returncode == 0
+        loaded = load_checkpointables(path, {"model": {"weights": np.ndarray}})
+        np.testing.assert_array_equal(loaded["model"]["weights"], np.arange(1 << 20, dtype=np.float32))
+        return
     assert str(path) in report
     assert "still in flight when the interpreter exited" in report
     assert "nothing is committed there" in report
