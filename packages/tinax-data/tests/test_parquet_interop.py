@@ -336,23 +336,27 @@ def test_tinax_reads_its_files_back_exactly_after_the_format_change(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["parquet", "array_record"])
-def test_writers_replace_a_file_only_when_asked(tmp_path, kind):
+def test_writers_replace_a_file_unless_overwrite_is_false(tmp_path, kind):
     write = write_parquet_record if kind == "parquet" else write_array_record
     read = read_parquet_record if kind == "parquet" else read_array_record
     path = tmp_path / f"data.{kind}"
     write(path, [{"a": 1}])
+    # As in tinax 0.2, the default replaces the file.
+    write(path, [{"a": 2}])
+    assert [row["a"] for row in read(path)] == [2]
     with pytest.raises(FileExistsError):
-        write(path, [{"a": 2}])
-    assert [row["a"] for row in read(path)] == [1]
+        write(path, [{"a": 3}], overwrite=False)
+    assert [row["a"] for row in read(path)] == [2]
     write(path, [{"a": 2}, {"a": 3}], overwrite=True)
     assert [row["a"] for row in read(path)] == [2, 3]
-    # The plain-table (and JSON) fallback honours it too.
-    write(path, [{"a": [1, 2]}], overwrite=True)
-    assert [row["a"] for row in read(path)] == [[1, 2]]
+    # Files in the tinax format (a 2-d array, which tinax 0.2 could not write) honour it too.
+    write(path, [{"a": np.zeros((1, 2))}])
+    assert read(path)[0]["a"].shape == (1, 2)
+    with pytest.raises(FileExistsError):
+        write(path, [{"a": np.ones((1, 2))}], overwrite=False)
+    assert read(path)[0]["a"].tolist() == [[0.0, 0.0]]
     with pytest.raises(TypeError, match="overwrite must be a bool"):
         write(path, [{"a": 1}], overwrite=1)
-    with pytest.raises(FileExistsError):
-        write(tmp_path / f"data.{kind}", [{"a": 4}], overwrite=False)
 
 
 # ---------------------------------------------------------------------------
@@ -434,7 +438,8 @@ def _window_file(tmp_path, monkeypatch, count: int = 96, group_rows: int = 8) ->
 
     monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", group_rows)
     path = tmp_path / "window.parquet"
-    write_parquet_record(path, [{"id": index, "x": np.full(2, index, np.float32)} for index in range(count)])
+    # 2-d arrays: records pyarrow cannot convert, written in the tinax format in row groups of group_rows.
+    write_parquet_record(path, [{"id": index, "x": np.full((1, 2), index, np.float32)} for index in range(count)])
     return read_parquet_record(path)
 
 
@@ -618,13 +623,13 @@ def test_pipelines_over_other_sources_keep_grains_read_options():
 
 def test_cached_row_groups_are_held_by_the_system_allocator(tmp_path):
     path = tmp_path / "cached.parquet"
-    records = [{"id": index, "x": np.full(4096, index, dtype=np.float32)} for index in range(64)]
+    records = [{"id": index, "x": np.full((1, 4096), index, dtype=np.float32)} for index in range(64)]
     write_parquet_record(path, records)
     source = _source(read_parquet_record(path))
     system = pa.system_memory_pool()
     system_before = system.bytes_allocated()
     for index in range(64):
-        assert source[index]["x"][0] == index
+        assert source[index]["x"][0, 0] == index
     # pyarrow's default allocator keeps freed memory for reuse; the cache's
     # long-lived row groups are copied out of it, so evicted ones go back.
     assert system.bytes_allocated() - system_before >= source._cached_bytes > 64 * 4096 * 4

@@ -147,7 +147,8 @@ def test_a_shuffled_pipeline_reads_every_record_once(tmp_path, container):
     assert sorted(order) == list(range(40))
     assert order != list(range(40))
     assert [record["id"] for record in dataset.shuffle(seed=3)] == order
-    assert all(record["x"].tolist() == [record["id"]] * 2 for record in shuffled)
+    # 1-d arrays are lists in Parquet, as tinax 0.2 wrote and read them; arrays in ArrayRecord.
+    assert all(np.asarray(record["x"]).tolist() == [record["id"]] * 2 for record in shuffled)
     # Grain's read threads index the source concurrently.
     threaded = list(shuffled.to_iter_dataset(grain.ReadOptions(num_threads=8, prefetch_buffer_size=16)))
     assert [record["id"] for record in threaded] == order
@@ -274,22 +275,13 @@ def test_a_jax_array_is_written_as_tinax_02_wrote_it(tmp_path, container):
 )
 def test_records_that_disagree_with_the_first_are_written_as_tinax_02_wrote_them(tmp_path, container, second):
     records = [{"id": 0, "x": np.zeros(3, np.float32)}, second, {"id": 2, "x": np.zeros(3, np.float32)}]
-    if container.name == "parquet" and list(second) == ["x", "id"]:
-        # Parquet keeps records[0]'s column order anyway, so these still fit
-        # the format, and their arrays come back exactly.
-        container.write(tmp_path / "d.parquet", records)
-        _assert_same_records(
-            list(container.read(tmp_path / "d.parquet")), [records[0], {"id": 1, "x": second["x"]}, records[2]]
-        )
-        (tmp_path / "d.parquet").unlink()
-    else:
-        _assert_written_as_02_wrote_them(tmp_path, container, records)
+    _assert_written_as_02_wrote_them(tmp_path, container, records)
     # Without arrays, which tinax 0.2's JSON could not hold, ArrayRecord takes them too.
     plain = [{key: value for key, value in record.items() if key != "x"} for record in records]
     _assert_written_as_02_wrote_them(tmp_path, container, plain)
 
 
-def test_a_late_record_outside_the_format_turns_a_streamed_array_record_file_into_json(tmp_path):
+def test_streamed_json_records_are_written_as_tinax_02_wrote_them_whatever_comes_later(tmp_path):
     _array_record_container()
     path = tmp_path / "d.array_record"
 
@@ -306,6 +298,160 @@ def test_a_late_record_outside_the_format_turns_a_streamed_array_record_file_int
     assert list(dataset) == expected
     assert not hasattr(_source(dataset), "source_id"), "JSON records have no content identity"
     assert sorted(os.listdir(tmp_path)) == ["d.array_record"], "no temporary file is left"
+
+
+def _streamed(first: dict[str, Any], later: Any) -> Iterator[Any]:
+    yield first
+    yield dict(first)
+    yield later
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        pytest.param({"x": np.zeros(2, np.float64)}, id="other-dtype"),
+        pytest.param({"x": np.zeros((2, 1), np.float32)}, id="other-ndim"),
+        pytest.param({"y": np.zeros(2, np.float32)}, id="other-field"),
+        pytest.param({"x": [1.0, 2.0]}, id="list"),
+        pytest.param(3, id="not-a-mapping"),
+    ],
+)
+def test_a_late_record_outside_the_format_of_array_records_gives_0_2s_type_error(tmp_path, later):
+    # tinax 0.2 refused these records at records[0] already: JSON cannot hold an array.
+    _array_record_container()
+    path = tmp_path / "d.array_record"
+    with pytest.raises(TypeError, match=r"records\[2\]") as caught:
+        write_array_record(path, _streamed({"x": np.zeros(2, np.float32)}, later))
+    if isinstance(caught.value, ValueError):
+        assert "once records[0] is not JSON (Object of type ndarray is not JSON serializable)" in str(caught.value)
+        assert caught.value.__cause__ is not None
+    assert os.listdir(tmp_path) == []
+
+
+def test_records_that_neither_json_nor_the_format_hold_give_jsons_error(tmp_path):
+    _array_record_container()
+    with pytest.raises(TypeError, match="Object of type float32 is not JSON serializable") as caught:
+        write_array_record(tmp_path / "d.array_record", [{"x": np.float32(1)}])
+    assert any("does not fit the tinax record format either" in note for note in caught.value.__notes__)
+    circular: dict[str, Any] = {}
+    circular["self"] = circular
+    with pytest.raises(ValueError, match="Circular reference"):  # What json.dumps (and so tinax 0.2) raised.
+        write_array_record(tmp_path / "d.array_record", [circular])
+    assert os.listdir(tmp_path) == []
+
+
+def _json_records_as_0_2_wrote_them(path: Any, records: list[Any], group_size: int) -> None:
+    """tinax 0.2's ArrayRecord writer: one json.dumps record each, array-record's group_size option."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+
+    writer = ArrayRecordWriter(str(path), f"group_size:{group_size}")
+    for record in records:
+        writer.write(json.dumps(record).encode("utf-8"))
+    writer.close()
+
+
+@pytest.mark.parametrize("group_size", [1, 3])
+def test_records_0_2_could_write_are_the_array_record_bytes_0_2_wrote(tmp_path, group_size):
+    _array_record_container()
+    records = [
+        {"id": 0, "name": "héllo 日本語", "score": 0.5, "flag": True, "nothing": None},
+        {"id": 1, "name": "", "score": math.nan, "flag": False, "nothing": None},
+        {"id": 2, "tags": ["a", [1, 2.5]], "nested": {"x": -0.0}, 3: "a non-str key", "big": 2**70},
+        {},
+        [4, "not a mapping"],
+    ]
+    ours, theirs = tmp_path / "ours.array_record", tmp_path / "theirs.array_record"
+    write_array_record(ours, iter(records), group_size=group_size)
+    _json_records_as_0_2_wrote_them(theirs, records, group_size)
+    assert ours.read_bytes() == theirs.read_bytes()
+    # So 0.2's reader, and grain's own source with json.loads, read what we read.
+    expected = [json.loads(json.dumps(record)) for record in records]
+    source = grain.sources.ArrayRecordDataSource(str(ours))
+    read_by_grain = [json.loads(source[index]) for index in range(len(source))]
+    read_by_us = list(read_array_record(ours))
+    assert repr(read_by_grain) == repr(read_by_us) == repr(expected)
+
+
+def test_no_records_are_an_empty_array_record_file_as_0_2_wrote_it(tmp_path):
+    _array_record_container()
+    write_array_record(tmp_path / "ours.array_record", [])
+    _json_records_as_0_2_wrote_them(tmp_path / "theirs.array_record", [], 1)
+    assert (tmp_path / "ours.array_record").read_bytes() == (tmp_path / "theirs.array_record").read_bytes()
+
+
+def test_arrays_and_bytes_which_0_2_could_not_write_to_array_record_read_back_exactly(tmp_path):
+    _array_record_container()
+    records = [{"x": np.arange(3, dtype=np.float32) + index, "raw": bytes([index])} for index in range(3)]
+    write_array_record(tmp_path / "d.array_record", records)
+    _assert_same_records(list(read_array_record(tmp_path / "d.array_record")), records)
+
+
+def _rows_0_2_read(path: Any) -> list[dict[str, Any]]:
+    """What tinax 0.2's Parquet reader gave for a file."""
+    return pq.read_table(str(path)).to_pylist()
+
+
+def test_parquet_records_0_2_could_write_are_its_plain_table_and_read_as_0_2_read_them(tmp_path):
+    records = [
+        {
+            "id": index,
+            "x": np.arange(3, dtype=np.float32) + index,
+            "tokens": np.arange(index, dtype=np.int64),
+            "half": np.linspace(0, 1, 2, dtype=np.float16),
+            "scalar": np.float32(index / 2),
+            "raw": bytes([index]),
+            "tags": ["a"] * index,
+            "text": f"r{index}",
+        }
+        for index in range(4)
+    ]
+    path = tmp_path / "d.parquet"
+    write_parquet_record(path, records)
+    table = pq.read_table(path)
+    # tinax 0.2's table, column for column, with no tinax metadata.
+    assert table.schema.remove_metadata() == pa.Table.from_pylist(records).schema.remove_metadata()
+    assert not (table.schema.metadata or {}).keys() & {b"tinax.records", b"tinax.records.checksums"}
+    rows = list(read_parquet_record(path))
+    assert repr(rows) == repr(_rows_0_2_read(path)) == repr(pa.Table.from_pylist(records).to_pylist())
+    # Arrays read as lists of Python numbers, as in 0.2.
+    assert rows[1]["x"] == [1.0, 2.0, 3.0]
+    assert type(rows[1]["x"][0]) is float
+    # The numpy mapping gives them back as arrays of the stored type.
+    exact = read_parquet_record(path, mapping="numpy")[1]["x"]
+    assert exact.dtype == np.float32
+    assert exact.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_parquet_arrays_0_2_could_not_write_read_back_exactly(tmp_path):
+    # 2-d, 0-d, bfloat16, complex and big-endian arrays: pyarrow refused them in 0.2.
+    records = [
+        {
+            "image": np.full((2, 2), index, np.uint8),
+            "scalar": np.asarray(index, np.float64),
+            "brain": np.asarray([index], ml_dtypes.bfloat16),
+            "waves": np.asarray([index * 1j], np.complex64),
+            "swapped": np.asarray([index], ">f4"),
+        }
+        for index in range(3)
+    ]
+    for name in records[0]:
+        only = [{name: record[name]} for record in records]
+        with pytest.raises((pa.ArrowException, ValueError, TypeError)):
+            pa.Table.from_pylist(only)
+        path = tmp_path / f"{name}.parquet"
+        write_parquet_record(path, only)
+        _assert_same_records(list(read_parquet_record(path)), only)
+
+
+def test_parquet_records_neither_pyarrow_nor_the_format_take_give_pyarrows_error(tmp_path):
+    # A 2-d array and a list in one field: 0.2's ArrowInvalid, with a note on why the format refused too.
+    records = [{"x": np.zeros((2, 2))}, {"x": [1.0]}]
+    with pytest.raises(pa.ArrowInvalid) as caught:
+        write_parquet_record(tmp_path / "d.parquet", records)
+    assert any("do not fit the tinax record format either" in note for note in caught.value.__notes__)
+    with pytest.raises(OverflowError):  # pyarrow converts the columns in order: "n" first.
+        write_parquet_record(tmp_path / "d.parquet", [{"n": 2**64, "x": np.zeros((2, 2))}])
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_parquet_field_that_records_0_lacks_is_refused_instead_of_dropped(tmp_path):
@@ -382,16 +528,42 @@ def test_a_failing_generator_leaves_nothing_behind(tmp_path):
 
 
 # ---------------------------------------------------------------------------
-# Files: never replaced, clear errors on missing and malformed ones
+# Files: replaced as in 0.2 unless told not to, clear errors on missing and malformed ones
 
 
-def test_writers_refuse_an_existing_file_and_leave_it_as_it_was(tmp_path, container):
+def test_writers_replace_an_existing_file_by_default_as_0_2_did(tmp_path, container):
+    path = tmp_path / f"d{container.suffix}"
+    path.write_bytes(b"the old file")
+    container.write(path, [{"a": 1}])
+    assert list(container.read(path)) == [{"a": 1}]
+    # Re-running a data script writes the file again.
+    container.write(path, [{"a": 2}])
+    assert list(container.read(path)) == [{"a": 2}]
+    assert os.listdir(tmp_path) == [path.name]
+
+
+def test_writers_with_overwrite_false_refuse_an_existing_file_and_leave_it_as_it_was(tmp_path, container):
     path = tmp_path / f"d{container.suffix}"
     path.write_bytes(b"the old file")
     with pytest.raises(FileExistsError):
-        container.write(path, [{"a": 1}])
+        container.write(path, [{"a": 1}], overwrite=False)
     assert path.read_bytes() == b"the old file"
     assert os.listdir(tmp_path) == [path.name]
+
+
+def test_writers_write_through_a_symbolic_link_as_0_2_did(tmp_path, container):
+    target = tmp_path / f"target{container.suffix}"
+    target.write_bytes(b"the old file")
+    link = tmp_path / f"link{container.suffix}"
+    link.symlink_to(target)
+    container.write(link, [{"a": 1}])
+    assert link.is_symlink()
+    assert list(container.read(target)) == [{"a": 1}]
+    dangling = tmp_path / f"dangling{container.suffix}"
+    dangling.symlink_to(tmp_path / f"created{container.suffix}")
+    container.write(dangling, [{"a": 2}])
+    assert dangling.is_symlink()
+    assert list(container.read(tmp_path / f"created{container.suffix}")) == [{"a": 2}]
 
 
 def test_a_failed_write_leaves_no_file_behind(tmp_path, container):
@@ -416,6 +588,57 @@ def test_a_missing_folder_or_a_folder_path_is_an_os_error_of_0_2s_kind(tmp_path,
     assert os.listdir(tmp_path / "folder") == []
 
 
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_destination_under_a_regular_file_is_a_not_a_directory_error_as_in_0_2(tmp_path, container, depth):
+    regular = tmp_path / "regular"
+    regular.write_bytes(b"x")
+    destination = regular / "f" if depth == 1 else regular / "sub" / "f"
+    # tinax 0.2's Parquet writer let pyarrow's NotADirectoryError through; its
+    # ArrayRecord writer, array-record's RuntimeError.
+    with pytest.raises(NotADirectoryError, match="regular file") as caught:
+        container.write(destination, [{"a": 1}])
+    if container.name == "array_record":
+        assert isinstance(caught.value, RuntimeError)
+    assert sorted(os.listdir(tmp_path)) == ["regular"]
+
+
+def test_an_empty_path_is_a_value_error_and_0_2s_file_not_found_error(tmp_path, container, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="path must be a non-empty path") as caught:
+        container.read("")
+    assert isinstance(caught.value, FileNotFoundError)
+    with pytest.raises(ValueError, match="path must be a non-empty path") as caught:
+        container.write("", [{"a": 1}])
+    # What 0.2's writers let through: pyarrow's FileNotFoundError, array-record's RuntimeError.
+    assert isinstance(caught.value, RuntimeError if container.name == "array_record" else FileNotFoundError)
+    assert os.listdir(tmp_path) == []
+
+
+def test_array_record_file_system_failures_stay_runtime_errors_as_in_0_2(tmp_path):
+    _array_record_container()
+    name_too_long = tmp_path / ("n" * (os.pathconf(tmp_path, "PC_NAME_MAX") + 1))
+    with pytest.raises(OSError, match="too long") as caught:
+        write_array_record(name_too_long, [{"a": 1}])
+    assert isinstance(caught.value, RuntimeError)
+    assert caught.value.__cause__ is not None
+    assert os.listdir(tmp_path) == []
+    if os.geteuid() != 0:  # root writes anywhere
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0o500)
+        with pytest.raises(PermissionError) as caught:
+            write_array_record(locked / "d.array_record", [{"a": 1}])
+        assert isinstance(caught.value, RuntimeError)
+    # A generator's own OSError is not the writer's: it passes unchanged.
+
+    def failing() -> Iterator[dict[str, int]]:
+        yield {"a": 1}
+        raise FileNotFoundError("the input shard is gone")
+
+    with pytest.raises(FileNotFoundError, match="the input shard is gone") as caught:
+        write_array_record(tmp_path / "d.array_record", failing())
+    assert not isinstance(caught.value, RuntimeError)
+
+
 def test_a_missing_path_or_a_folder_gives_file_not_found(tmp_path, container):
     with pytest.raises(FileNotFoundError, match=r"No .* file at '.*nothing'"):
         container.read(tmp_path / "nothing")
@@ -424,8 +647,14 @@ def test_a_missing_path_or_a_folder_gives_file_not_found(tmp_path, container):
 
 
 def _valid_file(tmp_path, container: Container) -> Any:
+    # A 0-d array: neither pyarrow nor JSON takes it (tinax 0.2 could not write it), so the file is in the
+    # tinax format in both containers.
     path = tmp_path / f"valid{container.suffix}"
-    container.write(path, [{"id": index, "x": np.arange(index, dtype=np.float32)} for index in range(200)])
+    records = [
+        {"id": index, "x": np.arange(index, dtype=np.float32), "h": np.asarray(index, np.float16)}
+        for index in range(200)
+    ]
+    container.write(path, records)
     return path
 
 
@@ -673,7 +902,8 @@ def test_parquet_row_group_damage_fails_at_read_time_with_value_error(tmp_path):
 
 
 def test_source_id_follows_the_content_not_the_path_or_time(tmp_path, container):
-    records = [{"id": index, "x": np.arange(3, dtype=np.float32) + index} for index in range(10)]
+    # 2-d arrays: records tinax 0.2 could not write, in the tinax format in both containers.
+    records = [{"id": index, "x": np.arange(3, dtype=np.float32).reshape(1, 3) + index} for index in range(10)]
     container.write(tmp_path / f"a{container.suffix}", records)
     source = _source(container.read(tmp_path / f"a{container.suffix}"))
     assert source.source_id.startswith("tinax-records:")
@@ -685,7 +915,7 @@ def test_source_id_follows_the_content_not_the_path_or_time(tmp_path, container)
     assert _source(container.read(copied / f"renamed{container.suffix}")).source_id == source.source_id
     # One value changed, same sizes everywhere: another identity.
     changed = [dict(record) for record in records]
-    changed[7] = {"id": 7, "x": np.arange(3, dtype=np.float32) + 70}
+    changed[7] = {"id": 7, "x": np.arange(3, dtype=np.float32).reshape(1, 3) + 70}
     container.write(tmp_path / f"b{container.suffix}", changed)
     assert _source(container.read(tmp_path / f"b{container.suffix}")).source_id != source.source_id
     reordered = records[1:] + records[:1]
@@ -695,7 +925,7 @@ def test_source_id_follows_the_content_not_the_path_or_time(tmp_path, container)
 
 def test_source_repr_names_the_file_and_its_records(tmp_path, container):
     path = tmp_path / f"d{container.suffix}"
-    container.write(path, [{"id": 1, "x": np.zeros(2)}])
+    container.write(path, [{"id": 1, "x": np.zeros((1, 2))}])
     text = repr(_source(container.read(path)))
     assert str(path) in text
     assert "records=1" in text
@@ -705,7 +935,7 @@ def test_source_repr_names_the_file_and_its_records(tmp_path, container):
 
 def test_sources_pickle_without_open_files_and_reopen_lazily(tmp_path, container):
     path = tmp_path / f"d{container.suffix}"
-    records = [{"id": index, "x": np.arange(index, dtype=np.int16)} for index in range(30)]
+    records = [{"id": index, "x": np.arange(index, dtype=np.int16).reshape(1, index)} for index in range(30)]
     container.write(path, records)
     source = _source(container.read(path))
     assert source[4]["id"] == 4  # Opened and read: the file handle must not travel.
@@ -731,12 +961,12 @@ def test_a_file_replaced_after_pickling_is_detected(tmp_path, container):
 def test_parquet_reads_only_the_row_groups_it_needs_within_its_budget(tmp_path):
     path = tmp_path / "large.parquet"
     # 64 KiB per record: about 16 records per 1 MiB row group.
-    records = [{"id": index, "x": np.full(16384, index, dtype=np.float32)} for index in range(64)]
+    records = [{"id": index, "x": np.full((1, 16384), index, dtype=np.float32)} for index in range(64)]
     write_parquet_record(path, records)
     assert pq.ParquetFile(path).metadata.num_row_groups == 4
     source = _source(read_parquet_record(path))
     assert len(source._cache) == 0  # Opening reads the footer only.
-    assert source[40]["x"][0] == 40
+    assert source[40]["x"][0, 0] == 40
     assert list(source._cache) == [2]
     small = _source(read_parquet_record(path, cache_bytes=3 << 20))
     for index in (0, 20, 63, 41, 40):
@@ -771,7 +1001,7 @@ _WORKER_SCRIPT = textwrap.dedent(
 
 
     def to_plain(record):
-        return {"id": record["id"], "x": record["x"].tolist()}
+        return {"id": record["id"], "x": [float(value) for value in record["x"]]}
 
 
     def main():
@@ -846,7 +1076,7 @@ def test_signatures_match_the_kept_api():
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("records", "POSITIONAL_OR_KEYWORD", None),
         ("group_size", "KEYWORD_ONLY", 1),
-        ("overwrite", "KEYWORD_ONLY", False),
+        ("overwrite", "KEYWORD_ONLY", True),
     ]
     assert parameter_summary(read_array_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
@@ -855,7 +1085,7 @@ def test_signatures_match_the_kept_api():
     assert parameter_summary(write_parquet_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("records", "POSITIONAL_OR_KEYWORD", None),
-        ("overwrite", "KEYWORD_ONLY", False),
+        ("overwrite", "KEYWORD_ONLY", True),
     ]
     assert parameter_summary(read_parquet_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
@@ -884,9 +1114,12 @@ def test_training_batches_tell_record_files_apart_by_content(tmp_path, container
             batch_fn=_ids,
         )
 
-    container.write(tmp_path / f"a{container.suffix}", [{"id": index} for index in range(12)])
+    # 2-d arrays: records tinax 0.2 could not write, in the tinax format, which names its content.
+    container.write(tmp_path / f"a{container.suffix}", [{"id": index, "x": np.zeros((1, 1))} for index in range(12)])
     shutil.copy(tmp_path / f"a{container.suffix}", tmp_path / f"copy{container.suffix}")
-    container.write(tmp_path / f"b{container.suffix}", [{"id": index + 100} for index in range(12)])
+    container.write(
+        tmp_path / f"b{container.suffix}", [{"id": index + 100, "x": np.zeros((1, 1))} for index in range(12)]
+    )
     iterator = iter(batches(tmp_path / f"a{container.suffix}"))
     first = next(iterator)
     state = iterator.get_state()
@@ -909,8 +1142,11 @@ def test_record_sources_refuse_bools_and_other_non_int_indices(tmp_path, contain
     path = tmp_path / f"rows{container.suffix}"
     container.write(path, [{"id": value} for value in range(3)])
     source = _source(container.read(path))
-    with pytest.raises(TypeError, match="index must be an int"):
+    with pytest.raises(TypeError, match="index must be an int") as caught:
         source[index]
+    if container.name == "array_record":
+        # tinax 0.2 let array-record's AttributeError through (it asked the index for __index__).
+        assert isinstance(caught.value, AttributeError)
     # NumPy integers are ints and still read.
     assert source[np.int64(1)] == {"id": 1}
     assert source[np.uint8(2)] == {"id": 2}
@@ -1321,7 +1557,7 @@ def test_reader_datasets_behave_as_grains_own_and_pickle(tmp_path, container):
     assert ids(dataset.slice(slice(-3, None))) == [6, 7, 8]
     assert ids(dataset.seed(3).shuffle()) == ids(plain.seed(3).shuffle())
     assert ids(dataset.shuffle(seed=5)) == ids(plain.shuffle(seed=5))
-    assert list(dataset.map(lambda row: row["x"].sum())) == [2 * value + 1 for value in range(9)]
+    assert list(dataset.map(lambda row: np.sum(row["x"]))) == [2 * value + 1 for value in range(9)]
     assert ids(dataset.to_iter_dataset()) == list(range(9))
     assert [ids(batch) for batch in dataset.batch(4, batch_fn=list)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
     # A sliced or transformed dataset reads with ints as grain always did.

@@ -1,9 +1,11 @@
 """Records, splits and deterministic, process-aware Grain pipelines.
 
-ArrayRecord and Parquet files hold records in one versioned, pickle-free
-format and read back as random-access ``grain.MapDataset`` objects; records
-that do not fit it, and files tinax 0.2 or other tools wrote, are written and
-read as tinax 0.2 did. Splits and the training and evaluation pipelines give
+ArrayRecord and Parquet files read back as random-access
+``grain.MapDataset`` objects. Records tinax 0.2 could write are written as
+0.2 wrote them (JSON in ArrayRecord files, a plain Arrow table in Parquet
+files) and read as 0.2 read them; records it could not (NumPy arrays in
+ArrayRecord files, arrays Arrow cannot convert in Parquet files) are written
+in one versioned, pickle-free format that reads back exactly. Splits and the training and evaluation pipelines give
 tinax 0.2's parts and batches for the same arguments, and the pipelines'
 iterators carry states that refuse to restore into another pipeline. Worker
 processes live exactly as long as an ``open_multiprocessing_iterator`` block.

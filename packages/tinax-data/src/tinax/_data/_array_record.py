@@ -1,19 +1,21 @@
 """Records in ArrayRecord files, read back as random-access Grain datasets.
 
+:func:`write_array_record` writes every input tinax 0.2 could write as 0.2
+wrote it: one ArrayRecord record per record, holding
+``json.dumps(record)`` encoded as UTF-8, so tinax 0.2's reader, grain's
+``ArrayRecordDataSource`` with ``json.loads``, and any other JSON reader
+read such a file as before. Whether the records are JSON is decided by the
+first one: records whose first record ``json.dumps`` refuses (it holds NumPy
+arrays or bytes, which 0.2 could not write) are written in the tinax record
+format instead, if they all fit it.
+
 A file in the tinax record format holds one ArrayRecord record per tinax
 record, encoded as ``tinax._data._record_codec`` describes, followed by one
 last record: the line ``tinax-records`` (with its newline) and the JSON
 header. The header goes last because the records are streamed and checked as
-they come, and only the end knows their count and digest.
-
-Records that do not fit the format (lists, nested mappings, fields missing
-from some records, ints and floats mixed in one field, ints beyond 64 bits,
-...) are written as tinax 0.2 wrote every file: one ArrayRecord record per
-record, holding ``json.dumps(record)``. Such files, tinax 0.2's included,
-read back through ``json.loads``, as 0.2 read them. The writer streams, so it
-learns that records do not fit only when it meets the first such record; it
-then rewrites the records it has written so far as JSON, reading them back
-from its own temporary file, and goes on in JSON.
+they come, and only the end knows their count and digest. JSON never starts
+with that line, so the reader tells the two kinds of file apart by the last
+record alone.
 
 Why not grain's ``ArrayRecordDataSource``: it gives raw bytes and knows no
 header, so it can neither decode tinax records nor tell a changed file from
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from tinax._core import validation
 from tinax._core.files import atomic_path
 from tinax._core.optional import import_optional
+from tinax._data._paths import DestinationErrors, EmptyPathError, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
 from tinax._data._record_source import RecordFileSource
 
@@ -56,8 +59,6 @@ _HEADER_MAGIC = b"tinax-records\n"
 # size is the one Grain's own ArrayRecord source uses.
 _READER_OPTIONS = "readahead_buffer_size:0"
 _FILE_READER_BUFFER_SIZE = 32768
-# Records read back per call when a write switches to JSON.
-_REWRITE_CHUNK = 256
 
 
 class ArrayRecordWriteError(OSError, RuntimeError):
@@ -72,8 +73,38 @@ class _FolderMissingError(FileNotFoundError, ArrayRecordWriteError):
     """The folder of the destination does not exist."""
 
 
+class _FolderIsFileError(NotADirectoryError, ArrayRecordWriteError):
+    """A part of the destination's folder is a regular file."""
+
+
 class _DestinationIsFolderError(IsADirectoryError, ArrayRecordWriteError):
     """The destination is a folder."""
+
+
+class _UnwritableError(PermissionError, ArrayRecordWriteError):
+    """The file system does not let this process write there."""
+
+
+class _EmptyDestinationError(EmptyPathError, ArrayRecordWriteError):
+    """The destination path is empty (array-record could not open it in tinax 0.2)."""
+
+
+class _OutsideTheFormatError(validation.TypeAndValueError):
+    """A record after the first does not fit the tinax format that the first record chose.
+
+    A ValueError, as tinax reports a bad value, and a TypeError, which is what
+    tinax 0.2 raised for these records: their first record was already not
+    JSON.
+    """
+
+
+_DESTINATION_ERRORS = DestinationErrors(_FolderMissingError, _FolderIsFileError, _DestinationIsFolderError)
+_WRITE_ERRORS: tuple[tuple[type[OSError], type[ArrayRecordWriteError]], ...] = (
+    (FileNotFoundError, _FolderMissingError),
+    (NotADirectoryError, _FolderIsFileError),
+    (IsADirectoryError, _DestinationIsFolderError),
+    (PermissionError, _UnwritableError),
+)
 
 
 class _NotJsonError(json.JSONDecodeError):
@@ -89,6 +120,15 @@ class _NotJsonError(json.JSONDecodeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.args[0], self.doc, self.pos))
+
+
+class _IndexTypeError(TypeError, AttributeError):
+    """A record index is not an int.
+
+    A TypeError, as tinax reports the wrong kind of index, and an
+    AttributeError, which is what tinax 0.2 let through from array-record
+    (it asked the index for ``__index__``).
+    """
 
 
 class UnreadableArrayRecordError(ValueError, RuntimeError):
@@ -111,45 +151,52 @@ def write_array_record(
     records: Iterable[Mapping[str, Any]],
     *,
     group_size: int = 1,
-    overwrite: bool = False,
+    overwrite: bool = True,
 ) -> None:
     """Writes records to an ArrayRecord file, atomically.
 
-    The records are checked and written one at a time, so ``records`` may be
-    a generator over more data than fits in memory. Records that fit the
-    tinax record format (see the package README: the same fields in every
-    record, each holding the same kind of plain value or NumPy array, bytes
-    and arrays included) are written in it and read back exactly. Any other
-    records tinax 0.2 accepted, that is anything ``json.dumps`` takes (lists,
-    nested mappings, fields missing from some records, ints beyond 64 bits,
-    ...), are written as JSON, one record each, as 0.2 wrote them, and read
-    back as ``json.loads`` gives them (a tuple as a list, a non-str key as a
-    str, ...).
+    The records are written one at a time, so ``records`` may be a generator
+    over more data than fits in memory. Records that ``json.dumps`` takes
+    (everything tinax 0.2 could write) are written as 0.2 wrote them: each
+    record is the UTF-8 of ``json.dumps(record)``, so 0.2 and any JSON reader
+    read the file as before, and :func:`read_array_record` gives back what
+    ``json.loads`` gives (a tuple as a list, a non-str key as a str, ...).
+    Records whose first record holds NumPy arrays or bytes, which JSON cannot
+    hold, are written in the tinax record format if they all fit it (see the
+    package README: the same fields in every record, each holding the same
+    kind of plain value or NumPy array) and read back exactly.
 
     The file appears at ``path`` only once every record has been written and
     flushed to disk; if any record is refused, the file that was there (if
     any) is left as it was.
 
     Args:
-      path: Where to write the file. Its folder must exist.
+      path: Where to write the file. Its folder must exist. A symbolic link
+        there is followed: the file it points to is replaced, as tinax 0.2
+        wrote through it.
       records: An iterable of records (a ``str``, ``bytes`` or mapping, whose
         items would be characters, ints or keys, is refused).
       group_size: Records per ArrayRecord chunk. 1 (the default) gives the
         fastest random access; larger groups compress better but each read
         decompresses the whole group.
-      overwrite: Whether a file already at ``path`` may be replaced. The
-        default refuses it.
+      overwrite: Whether a file already at ``path`` is replaced. The default
+        replaces it, as tinax 0.2 did; False refuses it.
 
     Raises:
       TypeError: If ``path`` is not a path, ``group_size`` is not an int (or
-        is a bool), ``overwrite`` is not a bool, ``records`` is not an iterable of records, or the records
-        are outside the tinax format and one is not JSON-serializable (the
-        ``json`` error, as tinax 0.2 let it through).
+        is a bool), ``overwrite`` is not a bool, ``records`` is not an
+        iterable of records, or a record is not JSON-serializable (the
+        ``json`` error, as tinax 0.2 let it through) and its records are
+        not in the tinax format either (for a record after the first, an
+        error that is also a ValueError).
       ValueError: If ``group_size`` is below 1 (or above array-record's
-        limit).
-      ArrayRecordWriteError: If the folder of ``path`` does not exist (also a
-        FileNotFoundError), ``path`` is a folder (also an IsADirectoryError),
-        or array-record fails to write; a RuntimeError, as in tinax 0.2.
+        limit), or a JSON record is circular (``json``'s error).
+      ArrayRecordWriteError: If ``path`` is empty (also a
+        FileNotFoundError), its folder does not exist (also a
+        FileNotFoundError), a part of its folder is a regular file (also a
+        NotADirectoryError), ``path`` is a folder (also an
+        IsADirectoryError), or the file system or array-record fails to
+        write; a RuntimeError, as in tinax 0.2.
       FileExistsError: If a file already exists at ``path`` and ``overwrite``
         is False.
       ImportError: If array-record is not installed.
@@ -161,19 +208,49 @@ def write_array_record(
       >>> len(read_array_record("rows.array_record"))
       3
     """
-    destination = validation.require_path(path, "path")
-    group_size = validation.require_positive_int(group_size, "group_size")
-    validation.require_bool(overwrite, "overwrite")
-    if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
-        validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
+    # After a NumPy integer group_size, which tinax 0.2 refused with TypeError, a later refusal is both types.
+    with validation.reported_as_both(validation.is_non_python_int(group_size)):
+        destination = require_record_path(path, "path", empty_error=_EmptyDestinationError)
+        group_size = validation.require_positive_int(group_size, "group_size")
+        validation.require_bool(overwrite, "overwrite")
+        if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
+            validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
     module = _array_record_module("write_array_record")
-    if not destination.parent.is_dir():
-        raise _FolderMissingError(f"the folder of {str(destination)!r} does not exist")
-    if destination.is_dir():
-        raise _DestinationIsFolderError(f"{str(destination)!r} is a folder, not a file")
+    with _reported_as_write_errors(destination):
+        destination = writable_destination(destination, _DESTINATION_ERRORS)
     options = f"group_size:{group_size}"
-    with atomic_path(destination, overwrite=overwrite) as temporary:
+    with _published(destination, overwrite=overwrite) as temporary:
         _write_records(module, temporary, options, iter(records), destination)
+
+
+@contextlib.contextmanager
+def _reported_as_write_errors(destination: pathlib.Path) -> Iterator[None]:
+    """Raises the file-system failures of the block as ArrayRecordWriteError, the RuntimeError of tinax 0.2."""
+    try:
+        yield
+    except OSError as error:
+        if isinstance(error, (RuntimeError, FileExistsError)):
+            raise
+        kind = next((kind for base, kind in _WRITE_ERRORS if isinstance(error, base)), ArrayRecordWriteError)
+        if error.errno is None:
+            raise kind(f"writing {str(destination)!r} failed: {error}") from error
+        raise kind(error.errno, f"writing {str(destination)!r} failed: {error.strerror}", error.filename) from error
+
+
+@contextlib.contextmanager
+def _published(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
+    """``atomic_path``, whose own file-system failures are ArrayRecordWriteError; the block's errors pass unchanged."""
+    manager = atomic_path(destination, overwrite=overwrite)
+    with _reported_as_write_errors(destination):
+        temporary = manager.__enter__()
+    try:
+        yield temporary
+    except BaseException as error:
+        # Removes the temporary file and gives the error back.
+        manager.__exit__(type(error), error, error.__traceback__)
+        raise
+    with _reported_as_write_errors(destination):
+        manager.__exit__(None, None, None)
 
 
 def _open_writer(module: Any, path: pathlib.Path, options: str, destination: pathlib.Path) -> Any:
@@ -201,61 +278,77 @@ def _writing(module: Any, path: pathlib.Path, options: str, destination: pathlib
         raise ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}") from error
 
 
+_NO_RECORD = object()
+
+
 def _write_records(
     module: Any, temporary: pathlib.Path, options: str, records: Iterator[Any], destination: pathlib.Path
 ) -> None:
-    schema: RecordSchema | None = None
-    digest = hashlib.sha256()
-    count = 0
-    outside: list[Any] = []  # The first record outside the format, once met.
     with _writing(module, temporary, options, destination) as writer:
-        for index, record in enumerate(records):
-            try:
-                if schema is None:
-                    schema = RecordSchema.from_first_record(record)
-                data = b"".join(schema.encode_parts(schema.checked_values(record, index)))
-                # The format gives every record the fields in records[0]'s
-                # order; JSON keeps each record's own order, as tinax 0.2 did.
-                if tuple(record) != schema.names:
-                    raise ValueError("the record's fields come in another order")
-            except (TypeError, ValueError):
-                outside.append(record)
-                break
-            digest.update(data)
+        first = next(records, _NO_RECORD)
+        if first is _NO_RECORD:
+            return  # A file without records, as tinax 0.2 wrote it.
+        try:
+            data = _json_record(first)
+        except (TypeError, ValueError) as error:
+            refused = error
+        else:
+            # What tinax 0.2 could write, written as it wrote it.
             _write_record(writer, data, destination)
-            count += 1
-        if not outside:
-            header = RecordHeader(schema if schema is not None else RecordSchema(()), count, digest.hexdigest())
-            _write_record(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
+            for record in records:
+                _write_record(writer, _json_record(record), destination)
             return
-    # From the first record outside the format on, the whole file is JSON: the
-    # records written so far go first, read back from the file just closed.
-    with (
-        atomic_path(temporary, overwrite=True) as rewritten,
-        _writing(module, rewritten, options, destination) as writer,
-    ):
-        if schema is not None and count:
-            for written in _read_back(module, temporary, schema, count):
-                _write_record(writer, _json_record(written), destination)
-        for record in outside:
-            _write_record(writer, _json_record(record), destination)
-        for record in records:
-            _write_record(writer, _json_record(record), destination)
+        _write_tinax_records(writer, first, records, refused, destination)
 
 
-def _read_back(module: Any, path: pathlib.Path, schema: RecordSchema, count: int) -> Iterator[dict[str, Any]]:
-    reader = module.ArrayRecordReader(str(path), _READER_OPTIONS, file_reader_buffer_size=_FILE_READER_BUFFER_SIZE)
+def _write_tinax_records(
+    writer: Any, first: Any, rest: Iterator[Any], refused: Exception, destination: pathlib.Path
+) -> None:
+    """Writes records whose first one is not JSON in the tinax format, or raises what tinax 0.2 raised."""
     try:
-        for start in range(0, count, _REWRITE_CHUNK):
-            for data in reader.read(list(range(start, min(start + _REWRITE_CHUNK, count)))):
-                yield schema.decode(data)
-    finally:
-        reader.close()
+        schema = RecordSchema.from_first_record(first)
+        data = _tinax_record(schema, first, 0)
+    except (TypeError, ValueError) as error:
+        # Neither JSON nor the tinax format: json's error, as tinax 0.2 raised it.
+        refused.add_note(f"records[0] does not fit the tinax record format either: {error}")
+        raise refused from None
+    digest = hashlib.sha256(data)
+    _write_record(writer, data, destination)
+    count = 1
+    for index, record in enumerate(rest, start=1):
+        try:
+            data = _tinax_record(schema, record, index)
+        except TypeError:
+            raise
+        except ValueError as error:
+            raise _OutsideTheFormatError(
+                f"{error}; records must all fit the tinax record format once records[0] is not JSON ({refused})"
+            ) from error
+        digest.update(data)
+        _write_record(writer, data, destination)
+        count += 1
+    header = RecordHeader(schema, count, digest.hexdigest())
+    _write_record(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
+
+
+def _tinax_record(schema: RecordSchema, record: Any, index: int) -> bytes:
+    """The encoding of one record in the tinax format.
+
+    Raises:
+      TypeError: If the record is not a mapping with str keys, or a value is
+        of no supported kind.
+      ValueError: If the record does not agree with the schema.
+    """
+    data = b"".join(schema.encode_parts(schema.checked_values(record, index)))
+    if tuple(record) != schema.names:
+        raise ValueError(
+            f"records[{index}] must have the fields of records[0] in its order {list(schema.names)}, got {list(record)}"
+        )
+    return data
 
 
 def _json_record(record: Any) -> bytes:
-    # json.dumps with its defaults, as tinax 0.2 encoded records; its TypeError
-    # for a value JSON cannot hold propagates as it did from 0.2.
+    # json.dumps with its defaults, as tinax 0.2 encoded records.
     return json.dumps(record).encode("utf-8")
 
 
@@ -274,9 +367,10 @@ def read_array_record(
     A file :func:`write_array_record` wrote in the tinax record format reads
     back exactly as written. Any other file's records are given by
     ``decode`` when it is given; without it they are read as JSON records
-    (tinax 0.2's format, and the JSON fallback's) through ``json.loads``, as
-    tinax 0.2 read them, and a record that is not JSON raises a ValueError
-    naming the path and suggesting ``decode``. Only the last record is read on open. Records are read
+    (what :func:`write_array_record` writes for records JSON can hold, as
+    tinax 0.2 wrote every file) through ``json.loads``, as tinax 0.2 read
+    them, and a record that is not JSON raises a ValueError naming the path
+    and suggesting ``decode``. Only the last record is read on open. Records are read
     and decoded when they are indexed, so the dataset supports ``len``,
     indexing, ``shuffle`` and every other ``MapDataset`` transformation, and
     it can be sent to Grain's multiprocessing workers (each reopens the file
@@ -299,7 +393,8 @@ def read_array_record(
     Raises:
       TypeError: If ``path`` is not a path, or ``decode`` is neither None nor
         callable.
-      FileNotFoundError: If no file exists at ``path`` (a folder included).
+      FileNotFoundError: If no file exists at ``path`` (a folder included),
+        or ``path`` is empty (also a ValueError).
       UnreadableArrayRecordError: If ``path`` is not an ArrayRecord file, or
         holds a tinax header that is malformed or from a newer format
         version (a ValueError, and the RuntimeError tinax 0.2 raised); the
@@ -314,7 +409,7 @@ def read_array_record(
       >>> dataset[2]["x"].tolist(), dataset[2]["label"]
       ([2.0, 3.0], 2)
     """
-    file = validation.require_path(path, "path")
+    file = require_record_path(path, "path")
     if decode is not None:
         validation.require_callable(decode, "decode")
     _array_record_module("read_array_record")
@@ -330,6 +425,10 @@ class _LastRecord(NamedTuple):
 
     header_bytes: bytes | None
     total: int
+    #: For JSON records: the SHA-256 of the file's size and last record, so
+    #: that a file replaced by another one of as many records is told apart.
+    #: None in the tinax format, whose header says more.
+    fingerprint: str | None = None
 
 
 class ArrayRecordSource(RecordFileSource[_LastRecord]):
@@ -408,12 +507,20 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         if not last.startswith(_HEADER_MAGIC):
             # No tinax header: records of JSON, as tinax 0.2 wrote them (a JSON
             # text never starts with the header's line).
-            return reader, _LastRecord(None, total)
+            size = os.stat(self._path).st_size
+            fingerprint = hashlib.sha256(size.to_bytes(8, "little") + last).hexdigest()
+            return reader, _LastRecord(None, total, fingerprint)
         header_bytes = last[len(_HEADER_MAGIC) :]
         header = self._parse_header(header_bytes)
         if header.count != total - 1:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {total - 1}")
         return reader, _LastRecord(header_bytes, total)
+
+    def _position(self, index: int) -> int:
+        try:
+            return super()._position(index)
+        except TypeError as error:
+            raise _IndexTypeError(str(error)) from error
 
     def __getitem__(self, index: int) -> Any:
         position = self._position(index)

@@ -1,8 +1,18 @@
 """Records in Parquet files, read back as random-access Grain datasets.
 
-:func:`write_parquet_record` writes the tinax record format when the records
-fit it (see ``tinax._data._record_codec``) as Arrow-native columns: plain
-values as ``null``, ``bool``, ``int64``, ``double``, ``large_string`` and
+:func:`write_parquet_record` writes every input tinax 0.2 could write as 0.2
+wrote it: a plain Arrow table built by ``pyarrow.Table.from_pylist``, whose
+types pyarrow infers (a 1-d NumPy array becomes a list column). Such files,
+and any other Parquet file (other tools' included), read under the caller's
+mapping (``tinax._data._arrow_values``): pyarrow's ``to_pylist`` rows by
+default, as 0.2 read them, so 0.2 and 0.3 read the same rows from the files
+either wrote.
+
+Records pyarrow cannot convert (arrays of two or more dimensions, 0-d
+arrays, ``ml_dtypes`` and complex elements, big-endian arrays) are written
+in the tinax record format when they fit it (see
+``tinax._data._record_codec``), as Arrow-native columns: plain values as
+``null``, ``bool``, ``int64``, ``double``, ``large_string`` and
 ``large_binary`` columns; an array field as a ``fixed_shape_tensor`` column
 when every record's array has one shape (a plain column for 0-d arrays), or
 as ``large_list`` nested once per dimension when extents vary. Elements
@@ -14,15 +24,7 @@ keeps the layout of earlier 0.3 files, ``struct<shape: list<int64>, data:
 large_binary>``, which also still reads. The file's key-value metadata holds
 the JSON header of ``tinax._data._record_codec`` under ``tinax.records`` and
 the checksums under ``tinax.records.checksums``. Other Parquet readers see
-numbers; tinax reads the arrays back exactly.
-
-Records that do not fit the format (lists, nested mappings, NumPy scalars,
-fields missing from some records, a field that is an int in one record and a
-float in another, ...) are written as tinax 0.2 wrote every file: a plain
-Arrow table built by ``pyarrow.Table.from_pylist``, whose types pyarrow
-infers. Such files, and any other Parquet file (tinax 0.2's and other tools'
-included), read under the caller's mapping (``tinax._data._arrow_values``):
-pyarrow's ``to_pylist`` rows by default, as 0.2 read them.
+numbers; tinax reads the arrays back exactly, whatever the mapping.
 
 Row groups of the tinax format hold about 1 MiB of data (at most 4096
 records, at least one). The reader, ``tinax._data._parquet_source``, opens
@@ -53,6 +55,7 @@ import numpy as np
 from tinax._core import validation
 from tinax._core.files import atomic_path, atomic_write
 from tinax._data._arrow_values import MAPPINGS
+from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
@@ -216,43 +219,55 @@ def _is_native_array_type(field: FieldSpec, arrow_type: pa.DataType) -> bool:
 
 
 def write_parquet_record(
-    path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], *, overwrite: bool = False
+    path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]], *, overwrite: bool = True
 ) -> None:
-    """Writes records to a Parquet file of Arrow-native columns, atomically.
+    """Writes records to a Parquet file, atomically.
 
-    Records in the tinax record format (the same fields in every record, each
-    holding one kind of plain value or NumPy array) become native Arrow columns
-    that read back exactly; any other records tinax 0.2 accepted are written as
-    a plain Arrow table, as 0.2 wrote them. The file appears at ``path`` only
-    once every record is written and flushed; a refused record leaves the file
-    that was there as it was. The data user guide's "Writing Parquet files"
-    section gives the column types.
+    Records that tinax 0.2 could write (those ``pyarrow.Table.from_pylist``
+    takes: plain values, lists, nested mappings, 1-d NumPy arrays of the
+    dtypes Arrow has, ...) are written as 0.2 wrote them, a plain Arrow
+    table whose column types pyarrow infers, so 0.2, other tools and
+    :func:`read_parquet_record` read the same rows from it (a NumPy array
+    as a list of Python numbers). Records pyarrow cannot convert but that
+    fit the tinax record format (the same fields in every record, each
+    holding one kind of plain value or NumPy array: arrays of two or more
+    dimensions, 0-d arrays, ``bfloat16`` and the other ``ml_dtypes``,
+    complex numbers, big-endian arrays, ...) are written in that format, as
+    native Arrow columns that read back exactly. The file appears at
+    ``path`` only once every record is written and flushed; a refused record
+    leaves the file that was there as it was. The data user guide's
+    "Writing Parquet files" section gives the column types.
 
     Args:
-      path: Where to write the file. Its folder must exist.
+      path: Where to write the file. Its folder must exist. A symbolic link
+        there is followed: the file it points to is replaced, as tinax 0.2
+        wrote through it.
       records: A non-empty, finite sequence (a list or tuple, or any
         ``collections.abc.Sequence``) of mappings of field names to values.
-      overwrite: Whether a file already at ``path`` may be replaced. The
-        default refuses it.
+      overwrite: Whether a file already at ``path`` is replaced. The default
+        replaces it, as tinax 0.2 did; False refuses it.
 
     Raises:
       TypeError: If ``path`` is not a path, ``records`` is not a sequence (a
         generator or another one-shot iterable included), a record is not
-        a mapping, or ``overwrite`` is not a bool; or, for records outside
-        the tinax format, pyarrow cannot convert a value (the pyarrow error,
-        as tinax 0.2 let it through).
+        a mapping, or ``overwrite`` is not a bool; or pyarrow cannot
+        convert a value and the records are outside the tinax format (the
+        pyarrow error, as tinax 0.2 let it through).
       ValueError: If ``records`` is empty, ``records[0]`` has no fields (a
         Parquet row needs a column), or a record has a field that
-        ``records[0]`` lacks and the records are outside the tinax format
-        (tinax 0.2 silently dropped such fields); or pyarrow refuses the
-        values (``pyarrow.ArrowInvalid``, such as a bool and an int in one
-        field).
-      OverflowError: If, outside the tinax format, an int does not fit in 64
-        bits (pyarrow's error, as in tinax 0.2).
-      FileNotFoundError: If the folder of ``path`` does not exist.
+        ``records[0]`` lacks (tinax 0.2 silently dropped such fields); or
+        pyarrow refuses the values (``pyarrow.ArrowInvalid``, such as a bool
+        and an int in one field) and the records are outside the tinax
+        format.
+      OverflowError: If an int does not fit in 64 bits (pyarrow's error, as
+        in tinax 0.2).
+      FileNotFoundError: If ``path`` is empty (also a ValueError) or its
+        folder does not exist.
+      NotADirectoryError: If a part of the folder of ``path`` is a regular
+        file.
+      IsADirectoryError: If ``path`` is a folder.
       FileExistsError: If a file already exists at ``path`` and
         ``overwrite`` is False.
-      IsADirectoryError: If ``path`` is a folder.
       OSError: If the file system refuses the write.
 
     Examples:
@@ -263,20 +278,33 @@ def write_parquet_record(
       >>> pq.read_table("rows.parquet").column("text").to_pylist()  # plain Arrow columns for other tools
       ['a', 'b']
     """
-    destination = validation.require_path(path, "path")
+    import pyarrow as pa
+
+    destination = require_record_path(path, "path")
     _require_records(records)
     validation.require_bool(overwrite, "overwrite")
-    if destination.is_dir():
-        # The OS error tinax 0.2 gave for a folder, checked before the no-clobber refusal.
-        raise IsADirectoryError(f"path must be a file to create, got the folder {str(destination)!r}")
+    # tinax 0.2's conversion first: what it converts is written as 0.2 wrote it.
     try:
-        _write_tinax_records(destination, records, overwrite=overwrite)
-    except _OutsideTheFormatError:
-        _write_plain_table(destination, records, overwrite=overwrite)
+        table = pa.Table.from_pylist([dict(record) for record in records])
+    except Exception as error:  # pyarrow's ArrowInvalid, ArrowTypeError, OverflowError, ...
+        refused = error
+    else:
+        destination = writable_destination(destination, DestinationErrors())
+        _require_columns(records)
+        _write_plain_table(destination, table, overwrite=overwrite)
+        return
+    try:
+        schema = _tinax_schema(records)
+    except _OutsideTheFormatError as outside:
+        # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
+        refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
+        raise refused from None
+    destination = writable_destination(destination, DestinationErrors())
+    _write_tinax_records(destination, schema, records, overwrite=overwrite)
 
 
 class _OutsideTheFormatError(Exception):
-    """The records do not fit the tinax format; they are written as a plain table instead."""
+    """The records do not fit the tinax format (the reason is the cause)."""
 
 
 def _require_records(records: object) -> None:
@@ -291,6 +319,46 @@ def _require_records(records: object) -> None:
             validation.fail_type(f"records[{index}]", "a mapping of field names to values", record)
     if len(records) == 0:
         validation.fail_value("records", expected, records)
+
+
+def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
+    """Refuses records that a plain table would silently lose, as tinax 0.2 lost them.
+
+    Raises:
+      ValueError: If ``records[0]`` has no fields (the file would hold no
+        rows at all), or a record has a field ``records[0]`` lacks (pyarrow
+        takes the columns from ``records[0]`` and drops it).
+    """
+    if not records[0]:
+        validation.fail_value(
+            "records[0]", "a mapping with at least one field (a Parquet row needs a column)", records[0]
+        )
+    # A field only some records lack is a null in those records, which the file can say.
+    columns = set(records[0])
+    for index, record in enumerate(records):
+        extra = [key for key in record if key not in columns]
+        if extra:
+            raise ValueError(
+                f"records[{index}] must have only fields that records[0] has, got the extra field {extra[0]!r}: "
+                f"a Parquet file has the columns of records[0], {list(records[0])}, and would lose it"
+            )
+
+
+def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> RecordSchema:
+    """The schema of records in the tinax format, every record checked against it.
+
+    Raises:
+      _OutsideTheFormatError: If a record does not fit the format.
+    """
+    try:
+        schema = RecordSchema.from_first_record(records[0])
+        for index, record in enumerate(records):
+            schema.checked_values(record, index)
+    except (TypeError, ValueError) as error:
+        raise _OutsideTheFormatError from error
+    if not schema.fields:
+        raise _OutsideTheFormatError from ValueError("records[0] has no fields")
+    return schema
 
 
 def _fixed_shapes(
@@ -331,21 +399,13 @@ def _fixed_shapes(
     return layouts
 
 
-def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool) -> None:
+def _write_tinax_records(
+    destination: pathlib.Path, schema: RecordSchema, records: Sequence[Mapping[str, Any]], *, overwrite: bool
+) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     count = len(records)
-    try:
-        schema = RecordSchema.from_first_record(records[0])
-    except (TypeError, ValueError) as error:
-        raise _OutsideTheFormatError from error
-    if not schema.fields:
-        # A Parquet file counts its rows by its columns' values: without a
-        # column, the rows would read back as none at all (as in tinax 0.2).
-        validation.fail_value(
-            "records[0]", "a mapping with at least one field (a Parquet row needs a column)", records[0]
-        )
     arrow_schema = _native_arrow_schema(schema, _fixed_shapes(schema, records))
     digest = hashlib.sha256()
     with atomic_path(destination, overwrite=overwrite) as temporary:
@@ -358,10 +418,7 @@ def _write_tinax_records(destination: pathlib.Path, records: Sequence[Mapping[st
             pending: list[list[Any]] = []
             pending_bytes = 0
             for index in range(count):
-                try:
-                    values = schema.checked_values(records[index], index)
-                except (TypeError, ValueError) as error:
-                    raise _OutsideTheFormatError from error
+                values = schema.checked_values(records[index], index)
                 for part in schema.encode_parts(values):
                     digest.update(part)
                 pending.append(values)
@@ -537,24 +594,9 @@ def _is_digest(value: object) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
-def _write_plain_table(destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool) -> None:
-    import pyarrow as pa
+def _write_plain_table(destination: pathlib.Path, table: pa.Table, *, overwrite: bool) -> None:
     import pyarrow.parquet as pq
 
-    # pyarrow takes the columns from records[0] and would drop any other field
-    # without a word, as tinax 0.2 did; a field only some records lack is a
-    # null in those records, which the file can say.
-    columns = set(records[0])
-    for index, record in enumerate(records):
-        extra = [key for key in record if key not in columns]
-        if extra:
-            raise ValueError(
-                f"records[{index}] must have only fields that records[0] has, got the extra field {extra[0]!r}: "
-                f"a Parquet file has the columns of records[0], {list(records[0])}, and would lose it"
-            )
-    # pyarrow's own errors (ArrowInvalid, ArrowTypeError, OverflowError, ...)
-    # propagate unchanged, as they did from tinax 0.2.
-    table = pa.Table.from_pylist([dict(record) for record in records])
     with atomic_write(destination, overwrite=overwrite) as handle:
         # Page checksums, which pyarrow verifies when reading through tinax.
         pq.write_table(table, handle, write_page_checksum=True)
@@ -677,7 +719,8 @@ def read_parquet_record(
     Raises:
       TypeError: If ``path`` is not a path, ``mapping`` is not a str or
         ``cache_bytes`` not an int.
-      FileNotFoundError: If no file exists at ``path`` (a folder included).
+      FileNotFoundError: If no file exists at ``path`` (a folder included),
+        or ``path`` is empty (also a ValueError).
       ValueError: If ``path`` is not a Parquet file (a
         ``pyarrow.ArrowInvalid``, as tinax 0.2 raised), or carries the tinax
         metadata but contradicts it (truncated, columns that do not match,
@@ -692,7 +735,7 @@ def read_parquet_record(
       >>> len(dataset), dataset[1]
       (2, {'text': 'b', 'label': 1})
     """
-    file = validation.require_path(path, "path")
+    file = require_record_path(path, "path")
     mapping = validation.require_str(mapping, "mapping")
     if mapping not in MAPPINGS:
         validation.fail_value("mapping", f"one of {list(MAPPINGS)}", mapping)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import hashlib
 import os
 import pathlib
 import threading
@@ -171,6 +172,11 @@ class _Footer(NamedTuple):
     group_ends: tuple[int, ...]
     #: The byte range and SHA-256 of every row group (tinax format only).
     group_checks: tuple[tuple[int, int, str], ...] | None
+    #: The SHA-256 of the raw footer of a file outside the tinax format, whose
+    #: statistics and sizes change with its content: a file replaced by
+    #: another one of as many rows is told apart. None in the tinax format,
+    #: whose header and checksums say more.
+    footer_sha256: str | None = None
 
 
 class ParquetRecordSource(RecordFileSource[_Footer]):
@@ -298,7 +304,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
             if self._mapping == "numpy":
                 require_mappable(arrow_schema, repr(str(self._path)))
-            return parquet_file, _Footer(None, group_ends, None)
+            try:
+                with open(self._path, "rb") as handle:
+                    footer, _ = _read_raw_footer(handle, "the file")
+            except ValueError as error:
+                raise self._unreadable(str(error)) from error
+            return parquet_file, _Footer(None, group_ends, None, hashlib.sha256(footer).hexdigest())
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
