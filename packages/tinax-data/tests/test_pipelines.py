@@ -655,12 +655,37 @@ def test_tampered_worker_states_are_refused_by_field(change, error, message):
 # Hardening: counts beyond what grain can represent
 
 
-@pytest.mark.parametrize("num_epochs", [2**62, 2**63, 2**100, np.int64(2**62), np.uint64(2**64 - 1)])
-def test_epoch_counts_grain_cannot_count_are_a_value_error_naming_the_limit(num_epochs):
+@pytest.mark.parametrize("num_epochs", [2**62, 2**63, 2**80, 2**100, np.int64(2**62), np.uint64(2**64 - 1)])
+def test_epoch_counts_grain_cannot_count_are_a_value_error_and_0_2s_overflow_error(num_epochs):
     # 20 rows in batches of 4: 5 batches per epoch.
     limit = (sys.maxsize - 1) // 5
-    with pytest.raises(ValueError, match=rf"num_epochs must be at most {limit} for 5 batches per epoch"):
+    with pytest.raises(ValueError, match=rf"num_epochs must be at most {limit} for 5 batches per epoch") as caught:
         _training(num_epochs=num_epochs)
+    # tinax 0.2 built the dataset, and its len() raised OverflowError.
+    assert isinstance(caught.value, OverflowError)
+    # tinax 0.2 refused a NumPy integer with TypeError.
+    assert isinstance(caught.value, TypeError) is not isinstance(num_epochs, int)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error"),
+    [
+        ({"batch_size": np.int64(4), "num_epochs": 0}, ValueError),
+        ({"seed": np.int64(1), "shuffle": 1}, TypeError),
+        ({"shard_options": ShardOptions(np.int64(0), 1, drop_remainder=False)}, ValueError),
+        ({"num_epochs": np.int64(2), "dataset": grain.MapDataset.source(list(range(3)))}, ValueError),
+    ],
+)
+def test_after_a_numpy_integer_refusals_are_also_0_2s_type_error(overrides, error):
+    # tinax 0.2 refused the NumPy integer with TypeError before checking the rest.
+    with pytest.raises(error) as caught:
+        _training(**overrides)
+    assert isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match="finite") as caught:
+        evaluation_batches(
+            _dataset().repeat(), shard_options=ShardOptions(0, 1), batch_size=np.int64(4), batch_fn=_stack
+        )
+    assert isinstance(caught.value, TypeError)
 
 
 def test_the_largest_epoch_count_grain_can_count_still_builds_and_reads():

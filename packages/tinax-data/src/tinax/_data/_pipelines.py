@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from tinax._core.validation import (
     fail_type,
     fail_value,
+    is_non_python_int,
+    reported_as_both,
     require_bool,
     require_callable,
     require_instance,
@@ -44,6 +46,7 @@ __all__ = [
     "STATE_FORMAT",
     "STATE_GRAIN_KEY",
     "BatchTransform",
+    "TooManyBatchesError",
     "evaluation_batches",
     "check_state",
     "find_pipeline_description",
@@ -57,6 +60,26 @@ BatchT = TypeVar("BatchT")
 BatchTransform: TypeAlias = Callable[[Sequence[T]], BatchT]
 """Turns the records of one batch (a sequence of up to ``batch_size`` records)
 into the batch the pipeline yields, for example by stacking arrays."""
+
+
+class TooManyBatchesError(ValueError, OverflowError):
+    """``num_epochs`` asks for more batches than grain can count.
+
+    A ValueError, as tinax reports a bad argument value, and an
+    OverflowError, which is what ``len()`` of the dataset raised in tinax 0.2,
+    where grain's index-sized length overflowed.
+    """
+
+
+class _TooManyBatchesAfterWideningError(TooManyBatchesError, TypeError):
+    """:class:`TooManyBatchesError` for a NumPy integer argument, which tinax 0.2 refused with TypeError."""
+
+
+def _widened(shard_options: object, *values: object) -> bool:
+    """Whether an argument (or a shard field) is a NumPy integer, which 0.3 accepts and tinax 0.2 refused."""
+    fields = (getattr(shard_options, "shard_index", None), getattr(shard_options, "shard_count", None))
+    return any(is_non_python_int(value) for value in (*fields, *values))
+
 
 #: Key of the pipeline description in an iterator state.
 STATE_DESCRIPTION_KEY = "tinax_pipeline"
@@ -147,7 +170,9 @@ def training_batches(
       ValueError: If ``shard_options.drop_remainder`` is not True,
         ``num_epochs`` or ``batch_size`` is below 1, ``num_epochs`` times the
         batches of one epoch reaches ``sys.maxsize`` (more batches than grain
-        can count; the message gives the largest ``num_epochs``), ``dataset`` is infinite
+        can count, a :class:`TooManyBatchesError`, also the OverflowError
+        tinax 0.2 raised on ``len()``; the message gives the largest
+        ``num_epochs``), ``dataset`` is infinite
         (not one finite epoch), it holds fewer rows than one global batch,
         ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
         batched (grain refuses to batch after a ``filter``); or
@@ -167,41 +192,45 @@ def training_batches(
       >>> list(batches)  # rows 8 and 9 do not fill a batch
       [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    _require_dataset(dataset)
     # The checks run in tinax 0.2's order, so that a call with several bad
-    # arguments fails with the same exception type.
-    shard = _shard_options_fields(shard_options)
-    if not shard["drop_remainder"]:
-        fail_value(
-            "shard_options.drop_remainder",
-            "True for training, so that every process runs the same number of steps",
-            shard["drop_remainder"],
-        )
-    batch_size = require_positive_int(batch_size, "batch_size")
-    seed = require_int(seed, "seed")
-    require_bool(shuffle, "shuffle")
-    num_epochs = require_optional_positive_int(num_epochs, "num_epochs")
-    require_callable(batch_fn, "batch_fn")
-    total = _require_finite(dataset)
-    global_batch = shard["shard_count"] * batch_size
-    usable = total // global_batch * global_batch
-    if usable == 0:
-        raise ValueError(
-            f"dataset must hold at least one complete global batch of {global_batch} rows "
-            f"({shard['shard_count']} shards of batch_size {batch_size}), got {total} rows"
-        )
+    # arguments fails with the same exception type; after an argument 0.2
+    # refused and 0.3 accepts (a NumPy integer), a later refusal is both types.
+    widened = _widened(shard_options, batch_size, seed, num_epochs)
+    with reported_as_both(widened):
+        _require_dataset(dataset)
+        shard = _shard_options_fields(shard_options)
+        if not shard["drop_remainder"]:
+            fail_value(
+                "shard_options.drop_remainder",
+                "True for training, so that every process runs the same number of steps",
+                shard["drop_remainder"],
+            )
+        batch_size = require_positive_int(batch_size, "batch_size")
+        seed = require_int(seed, "seed")
+        require_bool(shuffle, "shuffle")
+        num_epochs = require_optional_positive_int(num_epochs, "num_epochs")
+        require_callable(batch_fn, "batch_fn")
+        total = _require_finite(dataset)
+        global_batch = shard["shard_count"] * batch_size
+        usable = total // global_batch * global_batch
+        if usable == 0:
+            raise ValueError(
+                f"dataset must hold at least one complete global batch of {global_batch} rows "
+                f"({shard['shard_count']} shards of batch_size {batch_size}), got {total} rows"
+            )
 
-    per_shard = usable // shard["shard_count"]
-    start = shard["shard_index"] * per_shard
-    # grain's lengths are index-sized ints, and it reserves sys.maxsize for an
-    # endless repeat: more batches than that overflow inside grain.
-    epoch_batches = per_shard // batch_size
-    if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
-        limit = (sys.maxsize - 1) // epoch_batches
-        raise ValueError(
-            f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
-            f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
-        )
+        per_shard = usable // shard["shard_count"]
+        start = shard["shard_index"] * per_shard
+        # grain's lengths are index-sized ints, and it reserves sys.maxsize for an
+        # endless repeat: more batches than that overflow inside grain.
+        epoch_batches = per_shard // batch_size
+        if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
+            limit = (sys.maxsize - 1) // epoch_batches
+            error_type = _TooManyBatchesAfterWideningError if widened else TooManyBatchesError
+            raise error_type(
+                f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
+                f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
+            )
     blocks = None
     if shuffle_window is not None:
         shuffle_window = require_positive_int(shuffle_window, "shuffle_window")
@@ -294,17 +323,18 @@ def evaluation_batches(
       >>> list(evaluation_batches(dataset, shard_options=one_process, batch_size=4, batch_fn=collate))
       [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
     """
-    _require_dataset(dataset)
-    shard = _shard_options_fields(shard_options)
-    if shard["drop_remainder"]:
-        fail_value(
-            "shard_options.drop_remainder",
-            "False for evaluation, which never drops rows",
-            shard["drop_remainder"],
-        )
-    batch_size = require_positive_int(batch_size, "batch_size")
-    require_callable(batch_fn, "batch_fn")
-    total = _require_finite(dataset)
+    with reported_as_both(_widened(shard_options, batch_size)):
+        _require_dataset(dataset)
+        shard = _shard_options_fields(shard_options)
+        if shard["drop_remainder"]:
+            fail_value(
+                "shard_options.drop_remainder",
+                "False for evaluation, which never drops rows",
+                shard["drop_remainder"],
+            )
+        batch_size = require_positive_int(batch_size, "batch_size")
+        require_callable(batch_fn, "batch_fn")
+        total = _require_finite(dataset)
 
     index, count = shard["shard_index"], shard["shard_count"]
     base, extra = divmod(total, count)
