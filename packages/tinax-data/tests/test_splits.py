@@ -250,6 +250,24 @@ def test_split_random_rejects_ratios_outside_the_open_interval(ratio):
         split_random(_dataset(_rows(10)), ratio, seed=0)
 
 
+def test_split_random_refuses_an_int_beyond_the_float_range_with_value_error_as_in_02():
+    with pytest.raises(ValueError, match="train_ratio must be a float strictly between 0 and 1"):
+        split_random(_dataset(_rows(10)), 2**2000, seed=0)
+
+
+def test_after_a_numpy_ratio_or_seed_refusals_are_also_0_2s_type_error():
+    # tinax 0.2 refused a NumPy float32 ratio and a NumPy integer seed with TypeError before anything else.
+    with pytest.raises(ValueError, match="train_ratio must be a float strictly between 0 and 1") as caught:
+        split_random(_dataset(_rows(10)), np.float32(1.5), seed=0)
+    assert isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match="at least two rows") as caught:
+        split_random(_dataset(_rows(1)), 0.5, seed=np.int64(0))
+    assert isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match="Seed must be an integer between 0") as caught:  # grain refuses it
+        split_random(_dataset(_rows(10)), 0.5, seed=np.int64(-1))
+    assert isinstance(caught.value, TypeError)
+
+
 @pytest.mark.parametrize("ratio", [True, "0.5", None, np.int64(0)])
 def test_split_random_rejects_ratios_that_are_not_numbers(ratio):
     with pytest.raises(TypeError, match="train_ratio must be a float strictly between 0 and 1"):

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinax._core.validation import describe, fail_type, fail_value, require_bool, require_int, require_str
+from tinax._core.validation import (
+    describe,
+    fail_type,
+    fail_value,
+    is_non_python_int,
+    reported_as_both,
+    require_bool,
+    require_int,
+    require_str,
+)
 from tinax._data._sources import find_source_id
 
 if TYPE_CHECKING:
@@ -302,20 +311,23 @@ def split_random(
       >>> len(train), len(test), sorted(row["x"] for part in (train, test) for row in part) == list(range(10))
       (8, 2, True)
     """
-    _require_map_dataset(dataset)
-    ratio = _require_ratio(train_ratio)
-    seed = require_int(seed, "seed")
-    if drop_column is not None:
-        drop_column = require_str(drop_column, "drop_column", allow_empty=True)
-    total = len(dataset)
-    if total < 2:
-        fail_value("dataset", "a grain.MapDataset of at least two rows to split", dataset)
+    # After an argument tinax 0.2 refused with TypeError and 0.3 accepts (a
+    # NumPy float ratio, a NumPy integer seed), a later refusal is both types.
+    with reported_as_both(_is_numpy_non_python_float(train_ratio) or is_non_python_int(seed)):
+        _require_map_dataset(dataset)
+        ratio = _require_ratio(train_ratio)
+        seed = require_int(seed, "seed")
+        if drop_column is not None:
+            drop_column = require_str(drop_column, "drop_column", allow_empty=True)
+        total = len(dataset)
+        if total < 2:
+            fail_value("dataset", "a grain.MapDataset of at least two rows to split", dataset)
+        # grain checks the seed's range when it builds the shuffle.
+        shuffled = dataset.shuffle(seed=seed)
 
     first_count = min(max(round(ratio * total), 1), total - 1)
-    # grain checks the seed's range when it builds the shuffle.
     from tinax._data._datasets import SlicedMapDataset
 
-    shuffled = dataset.shuffle(seed=seed)
     parent_id = find_source_id(dataset)
     parts = []
     for name, bounds in (("train", slice(0, first_count)), ("test", slice(first_count, total))):
@@ -331,11 +343,16 @@ def split_random(
     return parts[0], parts[1]
 
 
+def _is_numpy_non_python_float(value: object) -> bool:
+    """Whether a value is a NumPy float that is not a Python float (numpy.float64 is one, which 0.2 took)."""
+    return isinstance(value, np.floating) and type(value) is not np.float64
+
+
 def _require_ratio(train_ratio: object) -> float:
     expected = "a float strictly between 0 and 1"
     if isinstance(train_ratio, bool) or not isinstance(train_ratio, (int, float, np.floating)):
         fail_type("train_ratio", expected, train_ratio)
-    ratio = float(train_ratio)
-    if not 0.0 < ratio < 1.0:  # NaN fails this too; so does every int.
+    # Compared before the conversion, which overflows for an int beyond the float range.
+    if not 0 < train_ratio < 1:  # NaN fails this too; so does every int.
         fail_value("train_ratio", expected, train_ratio)
-    return ratio
+    return float(train_ratio)
