@@ -102,6 +102,21 @@ def test_unparsed_flags_are_a_clear_error_and_stay_unparsed(unparsed_flags):
     assert not flags.FLAGS.is_parsed()
 
 
+def test_after_a_numpy_worker_count_refusals_are_also_0_2s_type_error(unparsed_flags):
+    # tinax 0.2 refused a NumPy integer num_workers with TypeError before anything else.
+    with pytest.raises(RuntimeError, match="needs absl flags to be parsed") as caught:  # noqa: SIM117
+        with open_multiprocessing_iterator(_pipeline().to_iter_dataset(), num_workers=np.int64(2)):
+            pass
+    assert isinstance(caught.value, TypeError)
+    with pytest.raises(ValueError, match="per_worker_buffer_size must be an int >= 1") as caught:  # noqa: SIM117
+        with open_multiprocessing_iterator(
+            _pipeline().to_iter_dataset(), num_workers=np.int64(0), per_worker_buffer_size=0
+        ):
+            pass
+    assert isinstance(caught.value, TypeError)
+    assert not flags.FLAGS.is_parsed()
+
+
 def test_zero_workers_need_no_parsed_flags_and_still_go_through_mp_prefetch(unparsed_flags, monkeypatch):
     # As in tinax 0.2: only worker processes read the flags, and the options
     # reach grain's mp_prefetch (which leaves the dataset as it is for 0 workers).

@@ -8,7 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tinax._core.validation import (
+    fail_type_and_value,
     fail_value,
+    is_non_python_int,
+    reported_as_both,
     require_bool,
     require_callable,
     require_instance,
@@ -23,6 +26,10 @@ if TYPE_CHECKING:
 __all__ = ["open_multiprocessing_iterator"]
 
 T = TypeVar("T")
+
+
+class _FlagsNotParsedAfterWideningError(RuntimeError, TypeError):
+    """absl flags are not parsed, and ``num_workers`` is a NumPy integer, which tinax 0.2 refused with TypeError."""
 
 
 @contextlib.contextmanager
@@ -96,17 +103,21 @@ def open_multiprocessing_iterator(
 
     from tinax._data._pipeline_datasets import CheckedIterator
 
-    require_instance(
-        dataset, "dataset", grain.IterDataset, "a grain.IterDataset (call .to_iter_dataset() on a MapDataset)"
-    )
-    num_workers = require_non_negative_int(num_workers, "num_workers")
-    per_worker_buffer_size = require_positive_int(per_worker_buffer_size, "per_worker_buffer_size")
-    if worker_init_fn is not None:
-        require_callable(worker_init_fn, "worker_init_fn")
-    require_bool(sequential_slice, "sequential_slice")
+    # After an argument tinax 0.2 refused with TypeError and 0.3 accepts (a
+    # NumPy integer), a later refusal is also a TypeError.
+    widened = is_non_python_int(num_workers) or is_non_python_int(per_worker_buffer_size)
+    with reported_as_both(widened):
+        require_instance(
+            dataset, "dataset", grain.IterDataset, "a grain.IterDataset (call .to_iter_dataset() on a MapDataset)"
+        )
+        num_workers = require_non_negative_int(num_workers, "num_workers")
+        per_worker_buffer_size = require_positive_int(per_worker_buffer_size, "per_worker_buffer_size")
+        if worker_init_fn is not None:
+            require_callable(worker_init_fn, "worker_init_fn")
+        require_bool(sequential_slice, "sequential_slice")
     # Only worker processes read the flags; an in-process iterator never needs them.
     if num_workers > 0 and not flags.FLAGS.is_parsed():
-        raise RuntimeError(
+        raise (_FlagsNotParsedAfterWideningError if widened else RuntimeError)(
             "open_multiprocessing_iterator needs absl flags to be parsed before grain starts worker processes, "
             "and tinax never parses or changes global flags: run the program with absl.app.run(main), or call "
             "absl.flags.FLAGS(sys.argv) (or absl.flags.FLAGS.mark_as_parsed()) before opening the iterator"
@@ -122,7 +133,7 @@ def open_multiprocessing_iterator(
     else:
         description = find_pipeline_description(dataset)
         if description is not None and sequential_slice and num_workers > 1:
-            fail_value(
+            (fail_type_and_value if widened else fail_value)(
                 "sequential_slice",
                 "False for a tinax pipeline: grain's sequential slicing cuts the source under the pipeline's "
                 "shard, repeat and batch steps, which keep the uncut length, so workers would repeat rows",
