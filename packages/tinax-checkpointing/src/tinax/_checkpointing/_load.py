@@ -18,7 +18,7 @@ import gc
 import os
 import pathlib
 import warnings
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 from tinax._checkpointing._errors import CheckpointKeyError, upstream_failure
@@ -31,8 +31,11 @@ from tinax._checkpointing._quiet import (
 from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements
 from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core import validation
+from tinax._core.logs import Operation, get_logger, tree_nbytes
 
-__all__ = ["load_checkpointables", "stored_tree"]
+__all__ = ["load_checkpointables", "loaded_nbytes", "restore_checkpointables", "stored_tree"]
+
+_logger = get_logger("checkpointing")
 
 
 def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,6 +49,11 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
     anything loads. In a multi-process run every process calls this function
     with the same arguments, in the same order. The checkpointing user guide's
     "Restore targets" section gives the rules.
+
+    When it succeeds, the load logs one INFO line to the
+    ``tinax.checkpointing`` logger with the bytes of the loaded
+    checkpointables' folders and the seconds it took. Orbax reports no
+    progress while it reads, so this function takes no progress argument.
 
     Args:
       path: The checkpoint folder written by :func:`save_checkpointables`.
@@ -81,6 +89,23 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
       >>> restored["params"]["w"].tolist()
       [0.0, 1.0, 2.0]
     """
+    operation = Operation(_logger, "loaded", "", "")
+    loaded = restore_checkpointables(path, targets)
+    operation.what = f"checkpointables {sorted(loaded)} from"
+    operation.target = str(validation.require_path(path, "path").absolute())
+    operation.done(nbytes=loaded_nbytes(operation, operation.target, loaded))
+    return loaded
+
+
+def loaded_nbytes(operation: Operation, source: str | os.PathLike[str], names: Iterable[str]) -> int | None:
+    """The bytes of the folders of the checkpointables loaded, counted only if ``operation`` logs."""
+    if not operation.enabled:
+        return None
+    return sum(tree_nbytes(pathlib.Path(source) / name) for name in names)
+
+
+def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
+    """Does what :func:`load_checkpointables` documents, without its log line."""
     source = validation.require_path(path, "path").absolute()
     named = validation.require_str_mapping(targets, "targets")
     if not named:

@@ -14,7 +14,9 @@ Orbax is imported when a save runs, never when this module is imported.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -30,11 +32,14 @@ from tinax._checkpointing._save_checks import exists_error, require_absent, requ
 from tinax._checkpointing._settle import settle_failed_save
 from tinax._checkpointing._upstream_compat import current_operation_id, orbax_v1
 from tinax._core import validation
+from tinax._core.logs import Operation, get_logger, tree_nbytes
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
 
-__all__ = ["save_checkpointables"]
+__all__ = ["save_checkpointables", "start_save"]
+
+_logger = get_logger("checkpointing")
 
 # Starts of saves, one at a time, so that the Orbax operation id read right
 # after a start is that save's.
@@ -73,6 +78,12 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
       ``TimeoutError`` if ``timeout`` seconds pass first (the save goes on).
       ``on_complete`` registers a callback for a successful save.
 
+    Once the checkpoint is committed, the save logs one INFO line to the
+    ``tinax.checkpointing`` logger with the bytes of the checkpoint folder,
+    the seconds from the call to the commit, and how long the call itself
+    blocked. Orbax reports no progress while it writes, so this function
+    takes no progress argument.
+
     Raises:
       TypeError: If ``path`` is not a path, ``checkpointables`` is not a
         mapping with ``str`` keys, or a value is something Orbax cannot save,
@@ -108,6 +119,25 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
       >>> pathlib.Path("run/step-1").is_dir()
       True
     """
+    return start_save(path, checkpointables)
+
+
+def start_save(
+    path: str | os.PathLike[str], checkpointables: Mapping[str, Any], *, description: str | None = None
+) -> ocp.AsyncResponse[None]:
+    """Does what :func:`save_checkpointables` documents, naming what it saved as ``description`` in its log line.
+
+    Args:
+      path: As for :func:`save_checkpointables`.
+      checkpointables: As for :func:`save_checkpointables`.
+      description: What was saved, with the word that leads to the path,
+        such as ``"training checkpoint of step 7 to"``; None names the
+        checkpointables.
+
+    Returns:
+      As :func:`save_checkpointables` returns.
+    """
+    started = Operation(_logger, "saved", "", "")
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
     destination = validation.require_path(path, "path").absolute()
     refuse_orbax_temporary_destination(destination)
@@ -120,6 +150,8 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     for name, value in named.items():
         require_saveable_leaves(name, value)
     orbax = orbax_v1()
+    started.what = f"checkpointables {sorted(named)} to" if description is None else description
+    started.target = str(destination)
 
     claim = os.path.normcase(os.path.realpath(destination))
     with _saves_in_flight_lock:
@@ -153,7 +185,31 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     # Imported here: the response inherits Orbax's protocol, and Orbax is imported only when a save runs.
     from tinax._checkpointing._response import SaveResponse
 
-    return SaveResponse(response, destination, sorted(named), lambda: _release(claim), operation_id)
+    logged = _LoggedOnCommit(response, started, destination)
+    return SaveResponse(logged, destination, sorted(named), lambda: _release(claim), operation_id)
+
+
+class _LoggedOnCommit:
+    """Orbax's response of a save, which logs the save's line once the checkpoint is committed.
+
+    The response's watcher thread calls :meth:`result`, so the line is
+    logged before anyone waiting on the save is released.
+    """
+
+    def __init__(self, inner: Any, operation: Operation, destination: pathlib.Path) -> None:
+        self._inner = inner
+        self._operation = operation
+        self._destination = destination
+        self._blocked = operation.seconds()
+
+    def result(self, timeout: float | None = None) -> Any:
+        outcome = self._inner.result(timeout)
+        # A log line must never turn a committed save into a failed one.
+        with contextlib.suppress(Exception):
+            nbytes = tree_nbytes(self._destination) if self._operation.enabled else None
+            blocked = f"the call returned after {self._blocked:.3f} s, the rest was written in the background"
+            self._operation.done(nbytes=nbytes, detail=blocked)
+        return outcome
 
 
 def _release(claim: str) -> None:

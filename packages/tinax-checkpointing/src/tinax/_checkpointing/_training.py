@@ -25,12 +25,13 @@ import numpy as np
 
 from tinax._checkpointing._errors import CheckpointKeyError
 from tinax._checkpointing._layout import require_complete_checkpoint
-from tinax._checkpointing._load import load_checkpointables
+from tinax._checkpointing._load import loaded_nbytes, restore_checkpointables
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
-from tinax._checkpointing._save import save_checkpointables
+from tinax._checkpointing._save import start_save
 from tinax._checkpointing._save_checks import is_empty_container
 from tinax._checkpointing._targets import require_restore_target
 from tinax._core import validation
+from tinax._core.logs import Operation, get_logger
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
@@ -56,6 +57,7 @@ _MAX_STEP = 2**64 - 1
 SEPARATE_STEP_CHECKPOINTABLE = "step"
 _SEPARATE_STEP_DTYPE = np.int64
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
+_logger = get_logger("checkpointing")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,6 +173,9 @@ def save_training_checkpoint(
       names: The checkpointable name of each part; the defaults of
         :class:`TrainingCheckpointNames` when None.
 
+    Once the checkpoint is committed, the save logs one INFO line to the
+    ``tinax.checkpointing`` logger, as :func:`save_checkpointables` does.
+
     Returns:
       The Orbax ``AsyncResponse`` of :func:`save_checkpointables`. Its
       ``result()`` waits for the save and raises ``RuntimeError`` (with the
@@ -220,7 +225,7 @@ def save_training_checkpoint(
         chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary, STEP_KEY: int(checked_step)},
         chosen.iterator: iterator,
     }
-    return save_checkpointables(path, checkpointables)
+    return start_save(path, checkpointables, description=f"training checkpoint of step {checked_step} to")
 
 
 def load_training_checkpoint(
@@ -249,7 +254,9 @@ def load_training_checkpoint(
     Before anything loads, the folder is checked to be a complete checkpoint
     that holds every part under ``names``. The states load first and the
     iterator last, so a load that fails on a state leaves the iterator where
-    it was.
+    it was. When it succeeds, the load logs one INFO line to the
+    ``tinax.checkpointing`` logger with the bytes of the parts' folders and
+    the seconds it took.
 
     Args:
       path: The checkpoint folder.
@@ -301,6 +308,7 @@ def load_training_checkpoint(
       >>> restored.step, next(fresh)  # the iterator continues after the saved position
       (1, 1)
     """
+    operation = Operation(_logger, "loaded", "", "")
     source = validation.require_path(path, "path")
     targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}
     for argument, target in targets.items():
@@ -328,6 +336,9 @@ def load_training_checkpoint(
     # The iterator is moved only once every state has loaded, so a failed load
     # leaves it where it was.
     _load(source, chosen, {chosen.iterator: iterator})
+    operation.what = f"training checkpoint of step {step} from"
+    operation.target = str(source.absolute())
+    operation.done(nbytes=loaded_nbytes(operation, source, [*state_targets, chosen.iterator]))
     return TrainingCheckpoint(
         step=step,
         model=states[chosen.model],
@@ -372,7 +383,7 @@ def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool
 
 def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[str, Any]) -> dict[str, Any]:
     try:
-        return load_checkpointables(source, targets)
+        return restore_checkpointables(source, targets)
     except (TypeError, ValueError) as error:
         raise type(error)(f"could not load the training checkpoint at {str(source)!r} with {names}: {error}") from error
 
