@@ -137,7 +137,7 @@ def start_save(
     Returns:
       As :func:`save_checkpointables` returns.
     """
-    started = Operation(_logger, "saved", "", "")
+    operation = Operation(_logger, "saved", "", "")
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
     destination = validation.require_path(path, "path").absolute()
     refuse_orbax_temporary_destination(destination)
@@ -150,8 +150,8 @@ def start_save(
     for name, value in named.items():
         require_saveable_leaves(name, value)
     orbax = orbax_v1()
-    started.what = f"checkpointables {sorted(named)} to" if description is None else description
-    started.target = str(destination)
+    operation.what = f"checkpointables {sorted(named)} to" if description is None else description
+    operation.target = str(destination)
 
     claim = os.path.normcase(os.path.realpath(destination))
     with _saves_in_flight_lock:
@@ -185,7 +185,7 @@ def start_save(
     # Imported here: the response inherits Orbax's protocol, and Orbax is imported only when a save runs.
     from tinax._checkpointing._response import SaveResponse
 
-    logged = _LoggedOnCommit(response, started, destination)
+    logged = _LoggedOnCommit(response, operation, destination)
     return SaveResponse(logged, destination, sorted(named), lambda: _release(claim), operation_id)
 
 
