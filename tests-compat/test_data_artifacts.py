@@ -40,11 +40,9 @@ import gen_data as gen  # noqa: E402
 #: arrays back as lists). "refused": we raise ValueError where 0.2 wrote a file
 #: that silently lost data.
 WRITE_DEVIATIONS = {
-    # Our record format stores NumPy arrays exactly (dtype and shape); 0.2's
-    # Parquet gave lists of Python scalars, and its ArrayRecord JSON refused them.
-    "parquet/numpy_1d": "exact",
-    "parquet/numpy_bool": "exact",
-    "parquet/numpy_float16": "exact",
+    # Our record format stores NumPy arrays exactly (dtype and shape) where 0.2
+    # refused them: 2-d arrays in Parquet, every array in ArrayRecord's JSON.
+    # (1-d arrays in Parquet are written and read as 0.2 did: lists.)
     "parquet/numpy_2d": "exact",
     "array_record/numpy_1d": "exact",
     "array_record/numpy_bool": "exact",
@@ -177,23 +175,11 @@ def test_records_02_accepted_are_accepted_and_read_back_as_02_or_exactly(data02,
     assert not found, "\n".join(found)
 
 
-#: Writes over an existing file: the one deliberate difference of the writers.
-REFUSED_REPLACEMENTS = {"parquet/replaced", "array_record/replaced"}
-
-
 def test_generators_groups_and_replaced_files_behave_as_in_02(data02, tmp_path):
     results = _load(data02 / "records" / "records.json")
     for key, write in gen.record_extra_writes(data, tmp_path).items():
         theirs = results["written"][key]
         written = gen.outcome(write)
-        if key in REFUSED_REPLACEMENTS:
-            # 0.2 replaced an existing file without a word; 0.3 refuses and
-            # leaves it (MIGRATION.md, tinax.data: writers refuse an existing file).
-            assert "file" in theirs, key
-            assert "builtins.FileExistsError" in written["error"], key
-            kept = tmp_path / theirs["file"]
-            assert [dict(record) for record in _reader(key)(kept)] == [{"a": 1}], key
-            continue
         if "error" in written:
             assert "write_error" in theirs, key
             assert theirs["write_error"][0] in written["error"], key
