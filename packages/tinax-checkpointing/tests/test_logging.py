@@ -107,3 +107,29 @@ def test_a_refused_save_or_load_logs_nothing(tmp_path, caplog):
 
 def test_importing_tinax_checkpointing_imports_no_bar_library():
     assert import_side_effects("tinax.checkpointing", watched=("tqdm", "rich"))["integrations"] == []
+
+
+def test_retention_logs_one_info_line_per_deleted_step_with_its_bytes(tmp_path, caplog):
+    from tinax.checkpointing import TrainingCheckpointManager
+
+    manager = TrainingCheckpointManager(
+        tmp_path / "run",
+        save_interval_steps=1,
+        keep_last=1,
+        keep_every=None,
+        keep_best=None,
+        best_mode=None,
+        save_in_flight="wait",
+        create=True,
+    )
+    model, optimizer, key = _training_state()
+    manager.save(1, model, optimizer, key, None, _iterator())
+    manager.wait()
+    step_bytes = tree_nbytes(tmp_path / "run" / "1")
+    caplog.set_level(logging.INFO, logger="tinax")
+    manager.save(2, model, optimizer, key, None, _iterator())
+    manager.wait()
+    deleted = [record for record in _only_info(caplog) if record.tinax_action == "deleted"]
+    assert len(deleted) == 1
+    _assert_logged(deleted[0], "deleted step 1 (retention) at", tmp_path / "run" / "1", step_bytes)
+    assert not (tmp_path / "run" / "1").exists()

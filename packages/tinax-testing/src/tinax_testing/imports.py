@@ -27,6 +27,9 @@ OPTIONAL_INTEGRATIONS = (
     "array_record",
     "msgpack",
     "tensorstore",
+    # Progress bars: imported only when a caller asks for one.
+    "tqdm",
+    "rich",
 )
 
 _PROBE = textwrap.dedent(

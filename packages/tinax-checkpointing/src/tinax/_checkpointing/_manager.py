@@ -62,6 +62,7 @@ from tinax._checkpointing._training import (
 )
 from tinax._core import validation
 from tinax._core.files import atomic_write
+from tinax._core.logs import Operation, get_logger, tree_nbytes
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
@@ -87,6 +88,8 @@ LOCK_FILE = "tinax-manager.lock"
 _DELETING_SUFFIX = ORBAX_TMP_SUFFIX + "-tinax-deleting"
 _SAVE_IN_FLIGHT_CHOICES = ("wait", "refuse")
 _BEST_MODES = ("min", "max")
+
+_logger = get_logger("checkpointing")
 
 
 class SaveInFlightError(RuntimeError):
@@ -695,7 +698,12 @@ class TrainingCheckpointManager:
             newest = committed[-1]
             doomed = [step for step in committed if step not in kept and step < newest]
             for step in doomed:
-                _delete_step(self._root / str(step))
+                folder = self._root / str(step)
+                operation = Operation(_logger, "deleted", f"step {step} (retention) at", folder)
+                # Counted before the folder goes, and only when the line is shown.
+                nbytes = tree_nbytes(folder) if operation.enabled else None
+                if _delete_step(folder):
+                    operation.done(nbytes=nbytes)
             if self._keep_best is not None:
                 remaining = {step: value for step, value in metrics.items() if step in kept or step > newest}
                 if remaining != metrics:
@@ -767,26 +775,27 @@ def _remove(entry: pathlib.Path) -> None:
         shutil.rmtree(entry, onerror=lambda function, path, info: skip_vanished(function, path, info[1]))
 
 
-def _delete_step(folder: pathlib.Path) -> None:
+def _delete_step(folder: pathlib.Path) -> bool:
     """Deletes a committed step folder: renamed to a temporary name first, then removed.
 
     Only a real folder is deleted; a name that has become anything else (a
     link, or nothing) since the scan is left alone, so a deletion never
-    reaches through a link.
+    reaches through a link. Returns whether this call deleted the folder.
     """
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
-            return
+            return False
     except FileNotFoundError:
-        return
+        return False
     # The rename is atomic: from here on every scan takes the folder for an unfinished save.
     doomed = folder.with_name(folder.name + _DELETING_SUFFIX)
     _remove(doomed)  # A leftover of an interrupted deletion of the same name would block the rename.
     try:
         os.replace(folder, doomed)
     except FileNotFoundError:
-        return
+        return False
     _remove(doomed)
+    return True
 
 
 class _RootLock:
