@@ -198,11 +198,41 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
         return _sized_getter(column, decode=False)
     if types.is_dictionary(arrow_type):
         assert isinstance(column, pa.DictionaryArray)
-        valid = _validity(column)
-        indices = column.indices.fill_null(0).to_numpy(zero_copy_only=False)
-        dictionary = column.dictionary.to_pylist()
-        return _none_where_null(valid, lambda row: dictionary[indices[row]])
+        return _dictionary_getter(column)
     return None
+
+
+def _dictionary_getter(column: pa.DictionaryArray) -> Getter:
+    """Rows of a dictionary-encoded column: each row's index looked up in the dictionary.
+
+    pyarrow's Parquet reader does not check the indices it decodes into a
+    dictionary array, so a damaged data page can give indices outside the
+    dictionary (or negative ones, which a Python list would silently read
+    from its end). Such a row is a ValueError when it is read; the reader
+    names the file and the record.
+    """
+    valid = _validity(column)
+    indices = np.asarray(column.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    dictionary = column.dictionary.to_pylist()
+    size = len(dictionary)
+    outside = (indices < 0) | (indices >= size)
+    if valid is not None:
+        outside &= valid  # A missing value's index is never looked up.
+    if not outside.any():
+        # array.array indexes to Python ints quickly and stores 8 bytes a row.
+        lookup = array.array("q", indices.tobytes())
+        return _none_where_null(valid, lambda row: dictionary[lookup[row]])
+
+    def get(row: int) -> Any:
+        index = int(indices[row])
+        if outside[row]:
+            raise ValueError(
+                f"row {row} holds the dictionary index {index}, outside its dictionary of {size} values: "
+                "the data page is damaged"
+            )
+        return dictionary[index]
+
+    return _none_where_null(valid, get)
 
 
 class ArrayColumn:

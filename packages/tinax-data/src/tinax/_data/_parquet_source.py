@@ -293,6 +293,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             raise CorruptParquetError(
                 f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
+        negative = next((index for index, rows in enumerate(group_rows) if rows < 0), None)
+        if negative is not None:
+            raise UnreadableParquetError(
+                f"{str(self._path)!r} is not a readable Parquet file: its footer gives row group {negative} "
+                f"{group_rows[negative]} rows, a negative count: the footer is damaged"
+            )
         self._column_names = tuple(arrow_schema.names)
         group_ends = tuple(int(end) for end in np.cumsum(group_rows, dtype=np.int64))
         header_bytes = key_values.get(METADATA_KEY)
@@ -381,6 +387,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             try:
                 found = group.records(positions[chosen] - offset)
             except ValueError as error:
+                # Read again one by one, so the message names the record that failed.
+                for position in positions[chosen].tolist():
+                    try:
+                        group.record(position - offset)
+                    except ValueError as record_error:
+                        raise ValueError(
+                            f"{str(self._path)!r}: record {position} is malformed ({record_error})"
+                        ) from record_error
                 raise ValueError(
                     f"{str(self._path)!r}: a record of row group {group_index} is malformed ({error})"
                 ) from error
@@ -466,8 +480,13 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             column = table.column(0)
             if not _needs_getter(column.type):
                 # Scalars: pyarrow's own conversion gives the same values, faster.
-                values.extend(column.to_pylist())
-                continue
+                try:
+                    values.extend(column.to_pylist())
+                    continue
+                except pa.ArrowException:
+                    # A damaged value pyarrow refuses (a dictionary index outside
+                    # its dictionary): read again row by row, naming the record.
+                    pass
             for row in range(table.num_rows):
                 try:
                     values.append(getter[1](row))
