@@ -17,6 +17,7 @@ written by ``tinax.checkpointing.legacy.v0`` only, never from here.
 
 import pathlib as _pathlib
 
+from tinax._checkpointing._abstract import abstract_checkpointables
 from tinax._checkpointing._load import load_checkpointables
 from tinax._checkpointing._manager import (
     CheckpointScan,
@@ -47,6 +48,7 @@ __all__ = [
     "TrainingCheckpoint",
     "TrainingCheckpointManager",
     "TrainingCheckpointNames",
+    "abstract_checkpointables",
     "abstract_restore_target",
     "load_checkpointables",
     "load_training_checkpoint",

@@ -3,28 +3,24 @@
 Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
 ``tinax._core._command._registry``). A checkpoint is checked by the loader's
 own completeness check, :func:`~tinax._checkpointing._layout.require_complete_checkpoint`,
-and its arrays are described from Orbax's metadata
-(:func:`~tinax._checkpointing._load.stored_tree`), never from array data;
-the one value read is a training checkpoint's step (a single scalar, through
-Orbax's partial load). A root is scanned by the manager's own scan,
-:func:`~tinax._checkpointing._manager.scan_root`, without cleanup.
+and its arrays are described from its metadata files alone
+(:func:`~tinax._checkpointing._abstract.stored_leaves`), never from array
+data and without starting a JAX backend; the one value read is a training
+checkpoint's step (a single scalar, through TensorStore). A root is scanned
+by the manager's own scan, :func:`~tinax._checkpointing._manager.scan_root`,
+without cleanup.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import logging
 import pathlib
-import warnings
-from collections.abc import Iterator
 from typing import Any
 
-from tinax._checkpointing._layout import CHECKPOINT_METADATA, require_complete_checkpoint
-from tinax._checkpointing._load import stored_tree
+from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leaves
+from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
-from tinax._checkpointing._quiet import retire_abandoned_work
 from tinax._checkpointing._training import SEPARATE_STEP_CHECKPOINTABLE, STEP_KEY, TrainingCheckpointNames
 from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core._command._counting import process_bytes_read
@@ -33,20 +29,8 @@ from tinax._core._command._report import InspectOptions, Report
 __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
 
 _PARTS = tuple(TrainingCheckpointNames().__dict__.values())
-
-
-@contextlib.contextmanager
-def _orbax_quiet() -> Iterator[None]:
-    """Keeps Orbax's informational logging (absl) off the command's output while metadata is read."""
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        logger.setLevel(level)
+# The type column of the arrays table, by Orbax's value type.
+_TYPE_NAMES = {"jax.Array": "array", "np.ndarray": "numpy", "scalar": "scalar", "string": "string"}
 
 
 def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
@@ -55,12 +39,12 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     A problem with the folder is reported, not raised, so that ``--json``
     still describes it; the command then exits 1.
     """
-    orbax = orbax_v1()  # imported before counting starts
-    import jax  # noqa: F401  (likewise)
+    # Imported before counting starts (the completeness check uses Orbax's registry); neither starts a backend.
+    orbax_v1()
+    import tensorstore  # noqa: F401
 
     start = process_bytes_read()
     report = Report("inspect", "orbax-checkpoint", str(path))
-    # Orbax takes absolute paths only.
     path = path.absolute()
     try:
         names = sorted(require_complete_checkpoint(path))
@@ -75,18 +59,21 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     handlers = _handlers(path)
     training = all(part in names for part in _PARTS)
     report.summary["training checkpoint"] = training
-    with _orbax_quiet():
-        if training:
-            report.summary["step"] = _step(orbax, path, names)
-        part_rows = []
-        array_rows: list[dict[str, Any]] = []
-        for name in names:
-            tree = stored_tree(orbax, path, name)
-            leaves = _leaf_rows(name, tree, options) if tree is not None else []
-            part_rows.append(
-                {"name": name, "handler": handlers.get(name), "leaves": None if tree is None else len(leaves)}
-            )
-            array_rows.extend(leaves)
+    if training:
+        report.summary["step"] = _step(path, names)
+    part_rows = []
+    array_rows: list[dict[str, Any]] = []
+    for name in names:
+        leaves = None
+        if (path / name / PYTREE_METADATA).is_file():
+            try:
+                leaves = _leaf_rows(name, stored_leaves(path, name), options)
+            except ValueError as error:
+                report.problems.append(" ".join(str(error).split()))
+        part_rows.append(
+            {"name": name, "handler": handlers.get(name), "leaves": None if leaves is None else len(leaves)}
+        )
+        array_rows.extend(leaves or [])
     report.summary["parts"] = names
     report.add_table("parts", ("name", "handler", "leaves"), part_rows)
     report.add_table("arrays", ("part", "name", "type", "dtype", "shape", "sharding"), array_rows)
@@ -107,63 +94,39 @@ def _handlers(path: pathlib.Path) -> dict[str, str]:
     return {name: str(handler).rsplit(".", 1)[-1] for name, handler in handlers.items()}
 
 
-def _step(orbax: Any, path: pathlib.Path, names: list[str]) -> int | None:
+def _step(path: pathlib.Path, names: list[str]) -> int | None:
     """Reads only the step scalar, from its own part (an early 0.3 layout) or from the auxiliary part."""
-    import numpy as np
-
-    target: dict[str, Any]
     if SEPARATE_STEP_CHECKPOINTABLE in names and SEPARATE_STEP_CHECKPOINTABLE not in _PARTS:
-        part, target = SEPARATE_STEP_CHECKPOINTABLE, {STEP_KEY: np.zeros((), np.int64)}
+        part = SEPARATE_STEP_CHECKPOINTABLE
     else:
         # tinax 0.2's layout: the auxiliary part is {"state": auxiliary, "step": step}.
-        part, target = TrainingCheckpointNames().auxiliary, {STEP_KEY: 0}
-    options = orbax.options.PyTreeOptions(loading=orbax.options.PyTreeOptions.Loading(partial_load=True))
+        part = TrainingCheckpointNames().auxiliary
+    value = read_scalar(path, part, (STEP_KEY,))
     try:
-        with orbax.Context(pytree_options=options):
-            loaded = orbax.load_checkpointables(path, {part: target})
-    except Exception as error:  # Orbax raises many kinds; the step is then reported unknown.
-        retire_abandoned_work(error)
+        step = int(value)
+    except (TypeError, ValueError, OverflowError):
         return None
-    value = loaded.get(part, {}).get(STEP_KEY) if isinstance(loaded.get(part), dict) else None
-    return int(value) if value is not None and int(value) >= 0 else None
+    return step if step >= 0 and step == value else None
 
 
-def _leaf_rows(part: str, tree: Any, options: InspectOptions) -> list[dict[str, Any]]:
-    import jax
-
+def _leaf_rows(part: str, leaves: list[StoredLeaf], options: InspectOptions) -> list[dict[str, Any]]:
     rows = []
-    for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = jax.tree_util.keystr(key_path, simple=True, separator="/") if key_path else ""
-        if options.names is not None and not fnmatch.fnmatchcase(f"{part}/{name}".rstrip("/"), options.names):
+    for leaf in leaves:
+        if leaf.empty:
             continue
-        shape = getattr(leaf, "shape", None)
-        dtype = getattr(leaf, "dtype", None)
-        sharding = getattr(leaf, "sharding_metadata", None)
+        if options.names is not None and not fnmatch.fnmatchcase(f"{part}/{leaf.name}".rstrip("/"), options.names):
+            continue
         rows.append(
             {
                 "part": part,
-                "name": name,
-                "type": type(leaf).__name__.removesuffix("Metadata").lower() or type(leaf).__name__,
-                "dtype": None if dtype is None else str(dtype),
-                "shape": None if shape is None else list(shape),
-                "sharding": None if sharding is None else _sharding_text(sharding),
+                "name": leaf.name,
+                "type": _TYPE_NAMES.get(leaf.value_type, leaf.value_type),
+                "dtype": None if leaf.dtype is None else str(leaf.dtype),
+                "shape": None if leaf.shape is None else list(leaf.shape),
+                "sharding": None if leaf.sharding is None else leaf.sharding.text(),
             }
         )
     return rows
-
-
-def _sharding_text(sharding: Any) -> str:
-    """Orbax's saved sharding in one short line (its own repr lists every device of a mesh)."""
-    names = getattr(sharding, "axis_names", None)
-    shape = getattr(sharding, "shape", None)
-    spec = getattr(sharding, "partition_spec", None)
-    if names is not None and shape is not None and spec is not None:
-        mesh = ", ".join(f"{name}={int(size)}" for name, size in zip(names, list(shape), strict=False))
-        return f"NamedSharding(mesh=({mesh}), spec={tuple(spec)})"
-    device = getattr(sharding, "device_str", None)
-    if device is not None:
-        return f"SingleDeviceSharding({device})"
-    return " ".join(str(sharding).split())
 
 
 def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Report:

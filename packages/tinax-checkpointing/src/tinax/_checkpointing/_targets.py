@@ -9,6 +9,7 @@ where the checkpoint recorded the saved array, as in tinax 0.2.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -19,7 +20,13 @@ from tinax._checkpointing._errors import CheckpointKeyError, NoHandlerError, Tra
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
 
-__all__ = ["abstract_restore_target", "require_restore_target", "require_target_fits", "with_stored_placements"]
+__all__ = [
+    "abstract_restore_target",
+    "require_placeable",
+    "require_restore_target",
+    "require_target_fits",
+    "with_stored_placements",
+]
 
 # Leaves that Orbax restores by value: the target only names their type.
 _PLAIN_LEAVES = (bool, int, float, complex, bytes, str, np.generic)
@@ -109,15 +116,22 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
       name: How to refer to the target in messages, e.g. ``"targets['model']"``.
       source: The checkpoint folder, for messages.
 
+    Every array target's placement is checked too (see
+    :func:`require_placeable`), so a topology that cannot hold an array is
+    refused before Orbax reads anything.
+
     Raises:
       ValueError: If an array target's shape differs from the stored one,
-        rank included. The error is also a ``KeyError``, as Orbax's error
-        for an incompatible target was in tinax 0.2.
+        rank included, or its sharding cannot hold it. The error is also a
+        ``KeyError``, as Orbax's error for an incompatible target was in
+        tinax 0.2.
     """
     stored_leaves = _leaves_by_key(stored)
     for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
         if not isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray)):
             continue
+        if not isinstance(leaf, np.ndarray) and leaf.sharding is not None:
+            require_placeable(tuple(leaf.shape), leaf.sharding, name + jax.tree_util.keystr(path), source)
         if jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
             continue
         counterpart = stored_leaves.get(_leaf_key(path))
@@ -166,9 +180,95 @@ def with_stored_placements(target: Any, stored: object, name: str, source: str) 
         if isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None:
             where = name + jax.tree_util.keystr(path)
             sharding = _stored_sharding(stored_leaves.get(_leaf_key(path)), where, source, len(leaf.shape))
+            require_placeable(tuple(leaf.shape), sharding, where, source)
             leaf = jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
         placed.append(leaf)
     return jax.tree_util.tree_unflatten(structure, placed)
+
+
+def require_placeable(shape: tuple[int, ...], sharding: jax.sharding.Sharding, where: str, source: str) -> None:
+    """Checks, before anything loads, that an array of ``shape`` can be laid out as ``sharding`` in this process.
+
+    Orbax finds out only while it reads (an uneven split fails in the middle
+    of the reads it has started; an array none of whose devices belongs to
+    this process fails after reading nothing useful), so the topology is
+    checked first: every dimension a ``NamedSharding`` splits must be a
+    multiple of the number of parts its mesh axes cut it into, a sharding
+    over an abstract mesh needs a mesh set with ``jax.set_mesh``, and at
+    least one device of the sharding must belong to this process.
+
+    Args:
+      shape: The array's shape (a PRNG key array's, without its key data).
+      sharding: Where the target puts it.
+      where: The target leaf, for messages, such as ``"targets['model']['w']"``.
+      source: The checkpoint folder, for messages.
+
+    Raises:
+      ValueError: If the sharding cannot hold the array here. The message
+        names the leaf, the shape and the mesh or device; the error is also a
+        ``KeyError``, as Orbax's failure to load was in tinax 0.2.
+    """
+    problem = _placement_problem(shape, sharding)
+    if problem is not None:
+        raise CheckpointKeyError(
+            f"{where} cannot hold the array of shape {shape} stored at {source!r} on {_placement_text(sharding)}: "
+            f"{problem}. Nothing was read"
+        )
+
+
+def _placement_problem(shape: tuple[int, ...], sharding: jax.sharding.Sharding) -> str | None:
+    mesh = getattr(sharding, "mesh", None)
+    if isinstance(mesh, jax.sharding.AbstractMesh) and jax.sharding.get_mesh().empty:
+        return (
+            "an abstract mesh names no devices, and no mesh is set; load inside `with jax.set_mesh(mesh):`, or give "
+            "the target a sharding over a concrete jax.sharding.Mesh"
+        )
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        spec = tuple(sharding.spec)
+        if len(spec) > len(shape):
+            return (
+                f"its partition spec {sharding.spec} has {len(spec)} entries, more than the array's {len(shape)} "
+                "dimensions"
+            )
+        sizes = dict(sharding.mesh.shape)
+        for dimension, entry in enumerate(spec):
+            if entry is None or entry is jax.sharding.PartitionSpec.UNCONSTRAINED:
+                continue
+            axes = entry if isinstance(entry, tuple) else (entry,)
+            parts = math.prod(sizes[axis] for axis in axes)
+            if shape[dimension] % parts:
+                named = " x ".join(f"{axis!r} (size {sizes[axis]})" for axis in axes)
+                cut = f"mesh axes {named} split" if len(axes) > 1 else f"mesh axis {named} splits"
+                return (
+                    f"{cut} dimension {dimension} of size {shape[dimension]} into {parts} parts, which do not divide "
+                    "it; choose a mesh or partition spec whose parts divide every split dimension"
+                )
+    else:
+        try:
+            sharding.shard_shape(shape)
+        except (ValueError, TypeError) as error:
+            return str(error)
+    if isinstance(mesh, jax.sharding.AbstractMesh):
+        return None
+    if not sharding.addressable_devices:
+        return (
+            f"none of its devices belongs to this process (process {jax.process_index()}); every process restores "
+            "only the parts of an array on its own devices, so each array needs at least one of them"
+        )
+    return None
+
+
+def _placement_text(sharding: jax.sharding.Sharding) -> str:
+    mesh = getattr(sharding, "mesh", None)
+    if isinstance(mesh, jax.sharding.AbstractMesh):
+        return f"abstract mesh {mesh}"
+    if isinstance(mesh, jax.sharding.Mesh):
+        processes = sorted({device.process_index for device in mesh.devices.flat})
+        return f"mesh {mesh} (devices of process{'es' if len(processes) > 1 else ''} {processes})"
+    devices = sorted(sharding.device_set, key=lambda device: device.id)
+    if len(devices) == 1:
+        return f"device {devices[0]} (of process {devices[0].process_index})"
+    return f"{type(sharding).__name__} over {len(devices)} devices"
 
 
 def _leaves_by_key(stored: object) -> dict[tuple[str, ...], Any]:

@@ -1,0 +1,427 @@
+"""A checkpoint's abstract state, read from its metadata files alone, with no JAX backend started.
+
+Orbax's own metadata readers start a JAX backend: its handlers ask JAX for
+the devices when they are built. Describing a checkpoint needs no device, and
+a job that plans its restore (on which mesh, with which shardings) may not
+have picked its devices yet, so this module reads what Orbax wrote itself:
+
+* the pytree's ``_METADATA`` file: every leaf's key path and kind;
+* each array's Zarr metadata (its shape and dtype), through TensorStore, from
+  the checkpoint's OCDBT store or its per-array folders;
+* the ``_sharding`` file: the sharding each ``jax.Array`` was saved with;
+* the per-process ``array_metadatas`` files: which arrays are PRNG keys, and
+  of which implementation.
+
+No array data is read. :func:`abstract_checkpointables` turns the records
+into abstract arrays; ``tinax inspect`` lists them as rows.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tinax._checkpointing._errors import CheckpointKeyError
+from tinax._checkpointing._layout import PYTREE_METADATA, read_json_object, require_complete_checkpoint
+from tinax._core import validation
+
+__all__ = [
+    "StoredLeaf",
+    "StoredSharding",
+    "abstract_checkpointables",
+    "read_scalar",
+    "stored_leaves",
+]
+
+# Orbax's value types (the ``value_type`` of a ``_METADATA`` entry).
+JAX_ARRAY = "jax.Array"
+NUMPY_ARRAY = "np.ndarray"
+SCALAR = "scalar"
+STRING = "string"
+# Orbax's key kinds in ``_METADATA`` (checked against Orbax by the layout tests).
+_SEQUENCE_KEY = 1
+# What Orbax records for a node without leaves, and the value that stands for it.
+_EMPTY_VALUES: dict[str, Any] = {"None": None, "Dict": {}, "List": [], "Tuple": (), "NamedTuple": ()}
+_SHARDING_FILE = "_sharding"
+_ARRAY_METADATAS = "array_metadatas"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSharding:
+    """The sharding a ``jax.Array`` was saved with, as Orbax recorded it.
+
+    Attributes:
+      kind: Orbax's sharding type, such as ``"NamedSharding"`` or
+        ``"SingleDeviceSharding"``.
+      axis_names: The mesh's axis names (a ``NamedSharding`` only).
+      axis_sizes: The mesh's axis sizes (a ``NamedSharding`` only).
+      axis_types: The mesh's axis type names, such as ``"Explicit"``; None
+        where the checkpoint records none (Orbax before 0.12 did not).
+      spec: The partition spec's entries: None, an axis name, or a tuple of
+        axis names.
+      device: The device a ``SingleDeviceSharding`` named, such as ``"cpu:5"``.
+    """
+
+    kind: str
+    axis_names: tuple[str, ...] = ()
+    axis_sizes: tuple[int, ...] = ()
+    axis_types: tuple[str, ...] | None = None
+    spec: tuple[str | tuple[str, ...] | None, ...] = ()
+    device: str | None = None
+
+    def text(self) -> str:
+        """One short line: the mesh's axes and the spec, or the device (a mesh's devices are not listed)."""
+        if self.kind == "NamedSharding":
+            mesh = ", ".join(f"{name}={size}" for name, size in zip(self.axis_names, self.axis_sizes, strict=True))
+            return f"NamedSharding(mesh=({mesh}), spec={self.spec})"
+        if self.device is not None:
+            return f"{self.kind}({self.device})"
+        return self.kind
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredLeaf:
+    """One entry of a saved pytree, as its metadata files describe it.
+
+    Attributes:
+      keys: The key path, as Orbax stores it (every key a string).
+      sequence: For each key, whether it indexes a sequence (else a mapping).
+      value_type: Orbax's value type: ``"jax.Array"``, ``"np.ndarray"``,
+        ``"scalar"``, ``"string"``, one of the empty nodes (``"None"``,
+        ``"Dict"``, ...), or that of another handler.
+      shape: The array's shape (a PRNG key array's without its key data);
+        None for leaves without one.
+      dtype: The array's dtype (a PRNG key array's key dtype); None for
+        leaves without one.
+      sharding: The recorded sharding of a ``jax.Array``, or None.
+      key_impl: The PRNG implementation of a key array, such as
+        ``"threefry2x32"``; None for other leaves.
+    """
+
+    keys: tuple[str, ...]
+    sequence: tuple[bool, ...]
+    value_type: str
+    shape: tuple[int, ...] | None = None
+    dtype: Any = None
+    sharding: StoredSharding | None = None
+    key_impl: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The key path joined with ``/``, as ``tinax inspect`` lists it."""
+        return "/".join(self.keys)
+
+    @property
+    def empty(self) -> bool:
+        """Whether this entry is a node without leaves (None or an empty container)."""
+        return self.value_type in _EMPTY_VALUES
+
+
+def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Reads the structure, shapes, dtypes and saved shardings of a checkpoint, without any device.
+
+    Only metadata files are read, never array data, and no JAX backend is
+    started: a job can plan its restore (which mesh, which shardings) before
+    it picks its devices, and a tool can describe a checkpoint on a machine
+    without the devices it was written on. Each saved pytree comes back as
+    nested dicts and lists, keyed as it was stored, with these leaves:
+
+    * a ``jax.Array`` becomes a ``jax.ShapeDtypeStruct`` of its shape and
+      dtype (a PRNG key array keeps its key dtype). Its sharding is the saved
+      ``NamedSharding``'s partition spec over a ``jax.sharding.AbstractMesh``
+      of the saved axis names, sizes and axis types; an array saved on a
+      single device gets no sharding.
+    * a NumPy array becomes the read-only placeholder that
+      :func:`abstract_restore_target` gives a NumPy array (its shape and dtype,
+      no data); it restores a host array.
+    * a scalar becomes a zero of its Python type (``0``, ``0.0``, ``False``,
+      ...), a string becomes ``""``, and None and empty containers stay as
+      they were stored.
+
+    To restore onto a mesh of your choosing, give every abstract array a
+    sharding over that mesh, for example the saved spec:
+    ``jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, leaf.sharding.spec))``.
+    The abstract shardings themselves restore inside ``jax.set_mesh(mesh)``.
+
+    Args:
+      path: The checkpoint folder.
+      names: The checkpointables to read; all of its pytree checkpointables
+        when None (those of other kinds, such as a data iterator, have no
+        abstract form and are left out).
+
+    Returns:
+      A dict of abstract pytrees, by checkpointable name.
+
+    Raises:
+      TypeError: If ``path`` is not a path or ``names`` is not a sequence of
+        ``str``.
+      ValueError: If the folder is not a complete checkpoint, a name was not
+        saved or is no pytree, or the metadata of an array cannot be read.
+        All but the first are also a ``KeyError``, as the loader's are.
+      FileNotFoundError: If nothing exists at ``path``. It is also a
+        ``ValueError``.
+
+    Examples:
+      >>> import jax.numpy as jnp
+      >>> from tinax.checkpointing import abstract_checkpointables, save_checkpointables
+      >>> save_checkpointables("run/abstract", {"params": {"w": jnp.zeros((2, 3))}}).result()
+      >>> abstract = abstract_checkpointables("run/abstract")  # starts no JAX backend
+      >>> abstract["params"]["w"].shape, str(abstract["params"]["w"].dtype)
+      ((2, 3), 'float32')
+    """
+    source = validation.require_path(path, "path").absolute()
+    wanted = None
+    if names is not None:
+        wanted = validation.require_sequence(
+            names, "names", item_check=validation.require_str, description="a sequence of str"
+        )
+    saved = require_complete_checkpoint(source)
+    pytrees = sorted(name for name in saved if (source / name / PYTREE_METADATA).is_file())
+    if wanted is None:
+        wanted = tuple(pytrees)
+    unknown = sorted(name for name in wanted if name not in saved)
+    if unknown:
+        raise CheckpointKeyError(
+            f"names lists checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
+        )
+    opaque = sorted(name for name in wanted if name not in pytrees)
+    if opaque:
+        raise CheckpointKeyError(
+            f"names lists checkpointables {opaque} of {str(source)!r} that are no pytrees (a data iterator's "
+            f"state, for one), so they have no abstract form; its pytrees are {pytrees}"
+        )
+    return {name: _nest(stored_leaves(source, name), _abstract_leaf) for name in wanted}
+
+
+def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
+    """Every entry of a saved pytree, in the order Orbax recorded them, from its metadata files alone.
+
+    Args:
+      source: A complete checkpoint folder, as an absolute path (check it with
+        ``require_complete_checkpoint`` first).
+      name: A pytree checkpointable of it.
+
+    Returns:
+      One record per entry, empty nodes included.
+
+    Raises:
+      ValueError: If the metadata of an array cannot be read (also a
+        ``KeyError``).
+    """
+    folder = source / name
+    metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA))
+    tree = metadata.get("tree_metadata")
+    entries = tree.values() if isinstance(tree, dict) else ()
+    shardings = _stored_shardings(source, name)
+    key_impls = _key_impls(source, name)
+    layout = _Layout(
+        folder, use_ocdbt=metadata.get("use_ocdbt", True) is not False, use_zarr3=bool(metadata.get("use_zarr3"))
+    )
+    leaves = []
+    for entry in entries:
+        key_levels = entry["key_metadata"]
+        keys = tuple(str(level["key"]) for level in key_levels)
+        sequence = tuple(level["key_type"] == _SEQUENCE_KEY for level in key_levels)
+        value_type = str(entry["value_metadata"]["value_type"])
+        leaves.append(StoredLeaf(keys, sequence, value_type))
+    with_data = [index for index, leaf in enumerate(leaves) if leaf.value_type in (JAX_ARRAY, NUMPY_ARRAY, SCALAR)]
+    described = layout.describe([".".join(leaves[index].keys) for index in with_data], source, name)
+    for index, (shape, dtype) in zip(with_data, described, strict=True):
+        leaf = leaves[index]
+        param = ".".join(leaf.keys)
+        key_impl = key_impls.get(param) if leaf.value_type == JAX_ARRAY else None
+        if key_impl is not None:
+            shape, dtype = _key_array(shape, key_impl)
+        sharding = shardings.get(param) if leaf.value_type == JAX_ARRAY else None
+        leaves[index] = dataclasses.replace(leaf, shape=shape, dtype=dtype, sharding=sharding, key_impl=key_impl)
+    return leaves
+
+
+def read_scalar(source: pathlib.Path, name: str, keys: tuple[str, ...]) -> Any:
+    """Reads one saved scalar's value through TensorStore, with no JAX backend; None where it cannot be read."""
+    folder = source / name
+    try:
+        metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA))
+        layout = _Layout(
+            folder, use_ocdbt=metadata.get("use_ocdbt", True) is not False, use_zarr3=bool(metadata.get("use_zarr3"))
+        )
+        store = layout.open(".".join(keys)).result()
+        return np.asarray(store.read().result())[()]
+    except Exception:  # a missing or damaged value: the caller reports it as unknown
+        return None
+
+
+class _Layout:
+    """Where Orbax put a pytree's arrays: one OCDBT store or a folder per array, Zarr 3 or 2."""
+
+    def __init__(self, folder: pathlib.Path, *, use_ocdbt: bool, use_zarr3: bool) -> None:
+        import tensorstore
+
+        self._folder = folder
+        self._use_ocdbt = use_ocdbt
+        self._driver = "zarr3" if use_zarr3 else "zarr"
+        self._context = tensorstore.Context()
+
+    def open(self, param: str) -> Any:
+        import tensorstore
+
+        if self._use_ocdbt:
+            kvstore = {"driver": "ocdbt", "base": {"driver": "file", "path": f"{self._folder}/"}, "path": param}
+        else:
+            kvstore = {"driver": "file", "path": f"{self._folder / param}/"}
+        spec = {"driver": self._driver, "kvstore": kvstore}
+        return tensorstore.open(spec, open=True, read=True, context=self._context)
+
+    def describe(
+        self, params: list[str], source: pathlib.Path, name: str
+    ) -> list[tuple[tuple[int, ...], np.dtype[Any]]]:
+        """The shape and dtype of each array, all opened at once."""
+        pending = [self.open(param) for param in params]
+        described = []
+        for param, opening in zip(params, pending, strict=True):
+            try:
+                store = opening.result()
+            except Exception as error:  # TensorStore's own error kinds: a missing or damaged array
+                raise CheckpointKeyError(
+                    f"path {str(source)!r} is an incomplete checkpoint: the metadata of array {param!r} of "
+                    f"checkpointable {name!r} cannot be read ({error})"
+                ) from error
+            described.append((tuple(int(size) for size in store.shape), np.dtype(store.dtype.numpy_dtype)))
+        return described
+
+
+def _stored_shardings(source: pathlib.Path, name: str) -> dict[str, StoredSharding]:
+    """The ``_sharding`` file's records, by parameter name (the file's keys are base64 of them)."""
+    import base64
+    import binascii
+
+    if not (source / name / _SHARDING_FILE).is_file():
+        return {}
+    records = read_json_object(source, pathlib.PurePath(name, _SHARDING_FILE))
+    shardings = {}
+    for encoded, text in records.items():
+        try:
+            param = base64.urlsafe_b64decode(encoded.encode()).decode("utf-8")
+            record = json.loads(text)
+        except (binascii.Error, UnicodeDecodeError, ValueError, TypeError, AttributeError):
+            continue  # an entry that names no parameter; Orbax would not find it either
+        if isinstance(record, dict):
+            shardings[param] = _sharding_of(record)
+    return shardings
+
+
+def _sharding_of(record: dict[str, Any]) -> StoredSharding:
+    kind = str(record.get("sharding_type"))
+    if kind != "NamedSharding":
+        device = record.get("device_str")
+        return StoredSharding(kind, device=None if device is None else str(device))
+    types = record.get("axis_types")
+    return StoredSharding(
+        kind,
+        axis_names=tuple(str(axis) for axis in record.get("axis_names", ())),
+        axis_sizes=tuple(int(size) for size in record.get("shape", ())),
+        axis_types=None if not types else tuple(str(kind).rsplit(".", 1)[-1] for kind in types),
+        spec=tuple(_spec_entry(entry) for entry in record.get("partition_spec", ())),
+    )
+
+
+def _spec_entry(entry: object) -> str | tuple[str, ...] | None:
+    if entry is None:
+        return None
+    if isinstance(entry, list):
+        return tuple(str(axis) for axis in entry)
+    return str(entry)
+
+
+def _key_impls(source: pathlib.Path, name: str) -> dict[str, str]:
+    """Which arrays are PRNG keys, from every process's array metadata file (a process lists the arrays it wrote)."""
+    folder = source / name / _ARRAY_METADATAS
+    impls: dict[str, str] = {}
+    if not folder.is_dir():
+        return impls
+    for file in sorted(folder.iterdir()):
+        content = read_json_object(source, file.relative_to(source))
+        for entry in content.get("array_metadatas", []):
+            array = entry.get("array_metadata") if isinstance(entry, dict) else None
+            extra = array.get("ext_metadata") if isinstance(array, dict) else None
+            impl = extra.get("random_key_impl") if isinstance(extra, dict) else None
+            if isinstance(impl, str) and impl:
+                impls[str(array["param_name"])] = impl
+    return impls
+
+
+def _key_array(data_shape: tuple[int, ...], impl: str) -> tuple[tuple[int, ...], Any]:
+    """The shape and key dtype of a PRNG key array whose key data has ``data_shape`` (traced, no backend)."""
+    import jax
+
+    key = jax.eval_shape(lambda: jax.random.key(0, impl=impl))
+    trailing = len(jax.eval_shape(jax.random.key_data, key).shape)
+    return data_shape[: len(data_shape) - trailing], key.dtype
+
+
+def _abstract_leaf(leaf: StoredLeaf) -> Any:
+    import jax
+
+    if leaf.value_type == JAX_ARRAY:
+        assert leaf.shape is not None
+        sharding = _abstract_sharding(leaf.sharding, len(leaf.shape))
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)  # type: ignore[no-untyped-call]
+    if leaf.value_type == NUMPY_ARRAY:
+        assert leaf.shape is not None
+        return np.broadcast_to(np.zeros((), dtype=leaf.dtype), leaf.shape)
+    if leaf.value_type == SCALAR:
+        return np.zeros((), dtype=leaf.dtype).item()
+    if leaf.value_type == STRING:
+        return ""
+    if leaf.empty:
+        return copy.copy(_EMPTY_VALUES[leaf.value_type])
+    raise CheckpointKeyError(
+        f"the entry {leaf.name!r} was saved by an Orbax handler of value type {leaf.value_type!r}, which has no "
+        "abstract form here"
+    )
+
+
+def _abstract_sharding(stored: StoredSharding | None, rank: int) -> Any:
+    """The saved ``NamedSharding`` over an abstract mesh of its axes; None for any other saved sharding."""
+    if stored is None or stored.kind != "NamedSharding":
+        return None
+    from jax.sharding import AbstractMesh, AxisType, NamedSharding, PartitionSpec
+
+    types = None if stored.axis_types is None else tuple(AxisType[kind] for kind in stored.axis_types)
+    mesh = AbstractMesh(stored.axis_sizes, stored.axis_names, axis_types=types)
+    # A key array's key data had one more axis (never split), which the key array drops.
+    spec = stored.spec[:rank] if all(entry is None for entry in stored.spec[rank:]) else stored.spec
+    return NamedSharding(mesh, PartitionSpec(*spec))  # type: ignore[no-untyped-call]
+
+
+def _nest(leaves: list[StoredLeaf], convert: Any) -> Any:
+    """Nested dicts and lists, keyed as stored, holding ``convert(leaf)`` for every entry."""
+    if len(leaves) == 1 and not leaves[0].keys:
+        return convert(leaves[0])
+    root: dict[str, Any] = {}
+    sequences: set[int] = set()
+    for leaf in leaves:
+        node = root
+        for depth, key in enumerate(leaf.keys):
+            if leaf.sequence[depth]:
+                sequences.add(id(node))
+            if depth == len(leaf.keys) - 1:
+                node[key] = convert(leaf)
+            else:
+                node = node.setdefault(key, {})
+    return _lists(root, sequences)
+
+
+def _lists(node: Any, sequences: set[int]) -> Any:
+    if not isinstance(node, dict) or type(node) is not dict:
+        return node
+    if id(node) in sequences:
+        return [_lists(node[key], sequences) for key in sorted(node, key=int)]
+    return {key: _lists(value, sequences) for key, value in node.items()}
