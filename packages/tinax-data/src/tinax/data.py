@@ -16,6 +16,7 @@ from tinax._core._command._versions import distribution_version as _distribution
 from tinax._data._array_record import read_array_record, write_array_record
 from tinax._data._parquet import read_parquet_record, write_parquet_record
 from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
+from tinax._data._redeal import redeal_state
 from tinax._data._sources import InMemorySource
 from tinax._data._splits import split_by_column, split_random
 from tinax._data._workers import open_multiprocessing_iterator
@@ -27,6 +28,7 @@ __all__ = [
     "open_multiprocessing_iterator",
     "read_array_record",
     "read_parquet_record",
+    "redeal_state",
     "split_by_column",
     "split_random",
     "training_batches",

@@ -8,6 +8,12 @@ default seeds, which depend on how far a random transformation sits above a
 tinax 0.2, which returned that chain). Their iterator's state is grain's plus
 the pipeline description, checked on restore.
 
+A training pipeline's iterator can also restore a re-dealt state (see
+``redeal_state``): it then reads from :class:`RedealtMapDataset`, the same
+batches except for the re-dealt rest of one epoch. That dataset is built for
+the iterator alone; the pipeline itself, and so every default seed, stays the
+plain chain.
+
 This module imports grain, so the pipeline functions import it when they run
 (importing ``tinax.data`` imports no grain); the classes pickle by reference
 to this module, which the worker processes import.
@@ -25,13 +31,14 @@ import grain
 import numpy as np
 
 from tinax._core.validation import fail_type
+from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch
 from tinax._data._grain_compat import (
     get_next_index,
     iterator_length,
     read_many,
     set_next_index,
 )
-from tinax._data._pipelines import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state
+from tinax._data._pipelines import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset
@@ -41,6 +48,8 @@ __all__ = [
     "CheckedIterDataset",
     "CheckedIterator",
     "CheckedMapDataset",
+    "EpochRows",
+    "RedealtMapDataset",
     "WindowShuffleMapDataset",
 ]
 
@@ -63,11 +72,13 @@ class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
         description: Mapping[str, Any],
         *,
         default_read_options: grain.ReadOptions | None = None,
+        epoch_rows: EpochRows | None = None,
     ) -> None:
         super().__init__(list(replaced.parents))
         self._replaced = replaced
         self._description = dict(description)
         self._default_read_options = default_read_options
+        self._epoch_rows = epoch_rows
 
     @property
     def pipeline_description(self) -> dict[str, Any]:
@@ -93,7 +104,10 @@ class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
         if read_options is None:
             read_options = self._default_read_options
         replaced = self._replaced.to_iter_dataset(read_options, allow_nones=allow_nones)
-        return CheckedIterDataset(replaced, self._description)
+        recipe = None
+        if self._epoch_rows is not None:
+            recipe = _RedealRecipe(self._replaced, self._epoch_rows, self._description, read_options, allow_nones)
+        return CheckedIterDataset(replaced, self._description, recipe=recipe)
 
     def __str__(self) -> str:
         return f"CheckedMapDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
@@ -102,22 +116,29 @@ class CheckedMapDataset(grain.MapDataset):  # type: ignore[misc]
 class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
     """Stands in for a grain IterDataset; its iterators carry and check a pipeline description."""
 
-    def __init__(self, replaced: IterDataset[Any], description: Mapping[str, Any]) -> None:
+    def __init__(
+        self, replaced: IterDataset[Any], description: Mapping[str, Any], *, recipe: _RedealRecipe | None = None
+    ) -> None:
         super().__init__(list(replaced.parents))
         self._replaced = replaced
         self._description = dict(description)
+        self._recipe = recipe
+        self._slices: list[tuple[slice, bool]] = []
 
     @property
     def pipeline_description(self) -> dict[str, Any]:
         return self._description
 
     def __iter__(self) -> DatasetIterator[Any]:
-        return CheckedIterator(self._replaced.__iter__(), self._description)
+        redealer = None if self._recipe is None else _Redealer(self._recipe, tuple(self._slices))
+        return CheckedIterator(self._replaced.__iter__(), self._description, redealer=redealer)
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         # grain's worker processes each read a slice; the replaced dataset
-        # (grain's prefetch over the MapDataset) knows how to take it.
+        # (grain's prefetch over the MapDataset) knows how to take it. A
+        # re-dealt iterator takes the same slice of its own dataset.
         self._replaced.set_slice(sl, sequential_slice)
+        self._slices.append((sl, sequential_slice))
 
     def __str__(self) -> str:
         return f"CheckedIterDataset(kind={self._description.get('kind')!r}, replacing {self._replaced})"
@@ -126,26 +147,72 @@ class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
 class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
     """A grain DatasetIterator whose state is grain's plus the pipeline description."""
 
-    def __init__(self, parent: DatasetIterator[Any], description: Mapping[str, Any]) -> None:
+    def __init__(
+        self, parent: DatasetIterator[Any], description: Mapping[str, Any], *, redealer: _Redealer | None = None
+    ) -> None:
         super().__init__(parent)
         self._iterator = parent
         self._description = dict(description)
+        self._redealer = redealer
+        # The re-deal the iterator reads, and the batch index where its re-dealt batches end.
+        self._record: RedealtEpoch | None = None
+        self._record_stop = 0
 
     def __next__(self) -> Any:
         return self._iterator.__next__()
 
     def get_state(self) -> dict[str, Any]:
         # A deep copy, so that a saved state never changes as iteration goes on.
-        return {
+        state = {
             STATE_DESCRIPTION_KEY: copy.deepcopy(self._description),
             STATE_GRAIN_KEY: copy.deepcopy(self._iterator.get_state()),
         }
+        # The record goes with the state only until the re-dealt batches are read:
+        # from then on the state is the one a plain run has at that batch.
+        record = self._record
+        if record is not None and self._redealer is not None:
+            next_batch = self._redealer.position(state[STATE_GRAIN_KEY]["next_index"])
+            if next_batch < self._record_stop:
+                state[REDEAL_KEY] = record.to_state()
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         # grain's single-process iterator knows its length; it checks the
         # upper bound only after taking the index, so tinax checks first.
-        checked = check_state(state, self._description, length=iterator_length(self._iterator))
-        self._iterator.set_state(copy.deepcopy(checked))
+        checked, record = check_state_and_record(state, self._description, length=iterator_length(self._iterator))
+        if record is None and self._record is None:
+            self._iterator.set_state(copy.deepcopy(checked))
+            return
+        if self._redealer is None:
+            raise ValueError(
+                f"state[{REDEAL_KEY!r}] is a re-deal record, which only the iterator of a training_batches pipeline "
+                "can restore"
+            )
+        stop = 0
+        if record is not None:
+            first, stop = self._redealer.region(record)
+            position = self._redealer.position(checked["next_index"])
+            if not first <= position < stop:
+                raise ValueError(
+                    f"state[{REDEAL_KEY!r}] re-deals the batches [{first}, {stop}) of this pipeline, so the state's "
+                    f"next batch must be one of them (a state holds the record only until they are read), got "
+                    f"batch {position}"
+                )
+        replacement = self._redealer.iterator(record)
+        replacement.set_state(copy.deepcopy(checked))
+        self._replace_iterator(replacement)
+        self._record, self._record_stop = record, stop
+
+    def _replace_iterator(self, replacement: DatasetIterator[Any]) -> None:
+        # The replacement joins this iterator's context (grain's options and
+        # worker identity live there), as a parent given at construction does.
+        pending = [replacement]
+        while pending:
+            node = pending.pop()
+            node._ctx = self._ctx
+            pending.extend(node._parents)
+        previous, self._iterator, self._parents = self._iterator, replacement, (replacement,)
+        previous.close()
 
     # grain's private iterator protocol, which its worker processes use.
     def _get_next_index(self) -> int:
@@ -156,6 +223,138 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"CheckedIterator(kind={self._description.get('kind')!r})"
+
+
+class EpochRows:
+    """What the re-deal of a training pipeline reads: each epoch's order of rows, and the batch function.
+
+    ``rows[epoch * num_rows + position]`` is the row at ``position`` of
+    ``epoch``'s order: the dataset the pipeline cuts and deals, before the cut.
+    """
+
+    def __init__(self, rows: MapDataset[Any], batch_fn: Any) -> None:
+        self.rows = rows
+        self.batch_fn = batch_fn
+
+
+class RedealtMapDataset(grain.MapDataset):  # type: ignore[misc]
+    """A training pipeline's batches with the rest of one interrupted epoch dealt out again.
+
+    Outside the re-dealt batch indices it reads the plain pipeline's batches;
+    within them it reads this process's block of the epoch's unread
+    positions, ``batch_size`` rows at a time, through the same datasets the
+    plain pipeline reads and with the same batch function.
+    """
+
+    def __init__(
+        self, plain: MapDataset[Any], epoch_rows: EpochRows, record: RedealtEpoch, layout: tuple[int, int, int, int]
+    ) -> None:
+        super().__init__(plain)
+        self._plain = plain
+        self._rows = epoch_rows.rows
+        self._batch_fn = epoch_rows.batch_fn
+        self._record = record
+        self._layout = layout
+        num_rows, _, shard_count, batch_size = layout
+        self._first, self._stop = record.region(num_rows, shard_count, batch_size)
+        self._positions: np.ndarray[Any, Any] | None = None
+
+    def __len__(self) -> int:
+        return len(self._plain)
+
+    def __str__(self) -> str:
+        return f"RedealtMapDataset(epoch={self._record.epoch}, batches=[{self._first}, {self._stop}))"
+
+    def _redealt_batch(self, index: int) -> Any:
+        num_rows, shard_index, shard_count, batch_size = self._layout
+        if self._positions is None:
+            self._positions = self._record.positions(num_rows, shard_index, shard_count, batch_size)
+        step = index - self._first
+        chosen = self._positions[step * batch_size : (step + 1) * batch_size] + self._record.epoch * num_rows
+        return self._batch_fn(read_many(self._rows, chosen.tolist()))
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return self.slice(index)
+        if self._first <= index < self._stop:
+            return self._redealt_batch(index)
+        return self._plain[index]
+
+    def _getitems(self, indices: Sequence[int]) -> Any:
+        found: list[Any] = [None] * len(indices)
+        plain = [(position, index) for position, index in enumerate(indices) if not self._first <= index < self._stop]
+        for (position, _), batch in zip(plain, read_many(self._plain, [index for _, index in plain]), strict=True):
+            found[position] = batch
+        for position, index in enumerate(indices):
+            if self._first <= index < self._stop:
+                found[position] = self._redealt_batch(index)
+        return found
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The positions are computed again from the record where the dataset is read.
+        return {**self.__dict__, "_positions": None}
+
+
+class _RedealRecipe:
+    """What an iterator of a training pipeline needs to read a re-dealt state."""
+
+    def __init__(
+        self,
+        plain: MapDataset[Any],
+        epoch_rows: EpochRows,
+        description: Mapping[str, Any],
+        read_options: Any,
+        allow_nones: bool,
+    ) -> None:
+        self.plain = plain
+        self.epoch_rows = epoch_rows
+        self.layout = (
+            description["num_rows"],
+            description["shard_index"],
+            description["shard_count"],
+            description["batch_size"],
+        )
+        self.read_options = read_options
+        self.allow_nones = allow_nones
+
+
+class _Redealer:
+    """Builds the grain iterators of one checked iterator: plain, or re-dealt, over the slice it reads."""
+
+    def __init__(self, recipe: _RedealRecipe, slices: tuple[tuple[slice, bool], ...]) -> None:
+        self._recipe = recipe
+        self._slices = slices
+
+    def region(self, record: RedealtEpoch) -> tuple[int, int]:
+        num_rows, _, shard_count, batch_size = self._recipe.layout
+        return record.region(num_rows, shard_count, batch_size)
+
+    def position(self, next_index: int) -> int:
+        """The pipeline's batch index of the element at ``next_index`` of this iterator's slice."""
+        length = len(self._recipe.plain)
+        lengths = [length]
+        for sl, _ in self._slices:
+            lengths.append(len(range(lengths[-1])[sl]))
+        for (sl, _), parent_length in zip(reversed(self._slices), reversed(lengths[:-1]), strict=True):
+            taken = range(parent_length)[sl]
+            next_index = taken[next_index] if next_index < len(taken) else parent_length
+        return next_index
+
+    def iterator(self, record: RedealtEpoch | None) -> DatasetIterator[Any]:
+        if any(sequential for _, sequential in self._slices):
+            # grain cuts the source itself in place for a sequential slice, under every dataset built on it.
+            raise ValueError(
+                "state can only be re-dealt into worker processes that read interleaved elements, got workers "
+                "opened with sequential_slice=True"
+            )
+        recipe = self._recipe
+        dataset = recipe.plain
+        if record is not None:
+            dataset = RedealtMapDataset(dataset, recipe.epoch_rows, record, recipe.layout)
+        iter_dataset = dataset.to_iter_dataset(recipe.read_options, allow_nones=recipe.allow_nones)
+        for sl, sequential in self._slices:
+            iter_dataset.set_slice(sl, sequential)
+        return iter_dataset.__iter__()
 
 
 class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]

@@ -35,6 +35,7 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
+from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record
 from tinax._data._sources import find_source_id
 
 if TYPE_CHECKING:
@@ -49,8 +50,10 @@ __all__ = [
     "TooManyBatchesError",
     "evaluation_batches",
     "check_state",
+    "check_state_and_record",
     "find_pipeline_description",
     "in_process_description",
+    "shard_options_fields",
     "training_batches",
 ]
 
@@ -198,7 +201,7 @@ def training_batches(
     widened = _widened(shard_options, batch_size, seed, num_epochs)
     with reported_as_both(widened):
         _require_dataset(dataset)
-        shard = _shard_options_fields(shard_options)
+        shard = shard_options_fields(shard_options)
         if not shard["drop_remainder"]:
             fail_value(
                 "shard_options.drop_remainder",
@@ -240,15 +243,15 @@ def training_batches(
         if seed < 0:
             fail_value("seed", "a non-negative int when shuffling", seed)
     from tinax._data._grain_compat import BulkBatchMapDataset
-    from tinax._data._pipeline_datasets import CheckedMapDataset, WindowShuffleMapDataset
+    from tinax._data._pipeline_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
 
-    rows = dataset.seed(seed)
+    ordered = dataset.seed(seed)
     if blocks is not None:
         assert shuffle_window is not None
-        rows = WindowShuffleMapDataset(rows, seed=seed, block_ends=blocks, window=shuffle_window)
+        ordered = WindowShuffleMapDataset(ordered, seed=seed, block_ends=blocks, window=shuffle_window)
     elif shuffle:
-        rows = rows.shuffle()
-    rows = rows.slice(slice(0, usable)).slice(slice(start, start + per_shard))
+        ordered = ordered.shuffle()
+    rows = ordered.slice(slice(0, usable)).slice(slice(start, start + per_shard))
     # grain's own batch, reading each batch's rows with one call down the chain.
     batched = BulkBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn).repeat(
         num_epochs, reseed_each_epoch=True
@@ -266,7 +269,10 @@ def training_batches(
         # Only then: the states of the default pipeline stay 0.2's and 0.3's.
         description["shuffle_window"] = shuffle_window
     return CheckedMapDataset(
-        batched, in_process_description(description), default_read_options=_default_read_options(dataset)
+        batched,
+        in_process_description(description),
+        default_read_options=_default_read_options(dataset),
+        epoch_rows=EpochRows(ordered, batch_fn),
     )
 
 
@@ -325,7 +331,7 @@ def evaluation_batches(
     """
     with reported_as_both(_widened(shard_options, batch_size)):
         _require_dataset(dataset)
-        shard = _shard_options_fields(shard_options)
+        shard = shard_options_fields(shard_options)
         if shard["drop_remainder"]:
             fail_value(
                 "shard_options.drop_remainder",
@@ -402,7 +408,8 @@ def _require_finite(dataset: Any) -> int:
     return total
 
 
-def _shard_options_fields(shard_options: object) -> dict[str, Any]:
+def shard_options_fields(shard_options: object) -> dict[str, Any]:
+    """Checks a ``grain.sharding.ShardOptions`` and returns its index, count and ``drop_remainder``."""
     from grain.sharding import ShardOptions
 
     options = require_instance(shard_options, "shard_options", ShardOptions, "a grain.sharding.ShardOptions")
@@ -447,6 +454,16 @@ def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
 def check_state(state: object, expected: Mapping[str, Any], *, length: int | None = None) -> Any:
     """Checks that an iterator state belongs to the described pipeline and is well formed.
 
+    The same as :func:`check_state_and_record`, returning grain's part only.
+    """
+    return check_state_and_record(state, expected, length=length)[0]
+
+
+def check_state_and_record(
+    state: object, expected: Mapping[str, Any], *, length: int | None = None
+) -> tuple[Any, RedealtEpoch | None]:
+    """Checks that an iterator state belongs to the described pipeline and is well formed.
+
     The check is as strict as the checkpoint loaders': every key is known,
     every count is an int (never a bool or a float), and every index is in
     range, so a tampered state is refused before grain sees any of it.
@@ -459,9 +476,10 @@ def check_state(state: object, expected: Mapping[str, Any], *, length: int | Non
 
     Returns:
       grain's part of the state, to hand to the grain iterator (a checked
-      copy). A state without a description (grain's own state, as tinax 0.2
-      saved it) is grain's part as a whole: there is no description to
-      compare, but its form is checked all the same.
+      copy), and the state's re-deal record (see :func:`redeal_state`), or
+      None where it has none. A state without a description (grain's own
+      state, as tinax 0.2 saved it) is grain's part as a whole: there is no
+      description to compare, but its form is checked all the same.
 
     Raises:
       TypeError: If ``state`` or a part of it is not a mapping, or a count or
@@ -475,7 +493,7 @@ def check_state(state: object, expected: Mapping[str, Any], *, length: int | Non
         fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
     num_workers = expected.get("num_workers", 0)
     if STATE_DESCRIPTION_KEY not in state:
-        return _checked_grain_state(state, "state", num_workers, length)
+        return _checked_grain_state(state, "state", num_workers, length), None
     saved = state[STATE_DESCRIPTION_KEY]
     if not isinstance(saved, Mapping) or STATE_GRAIN_KEY not in state:
         keys = ", ".join(repr(key) for key in state)
@@ -483,21 +501,58 @@ def check_state(state: object, expected: Mapping[str, Any], *, length: int | Non
             f"state must hold a {STATE_DESCRIPTION_KEY!r} mapping and a {STATE_GRAIN_KEY!r} entry, as states from "
             f"get_state() of a tinax pipeline iterator do, got a state with keys [{keys}]"
         )
-    _refuse_unknown_keys(state, "state", (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
+    _refuse_unknown_keys(state, "state", _state_keys(state))
     fields = set(saved) | set(expected)
     ordered = [name for name in _FIELD_ORDER if name in fields] + sorted(fields.difference(_FIELD_ORDER), key=str)
     missing = "<absent>"
-    differences = [
-        f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
-        for name in ordered
-        if not _same_value(saved.get(name, missing), expected.get(name, missing))
-    ]
-    if differences:
+    differing = [name for name in ordered if not _same_value(saved.get(name, missing), expected.get(name, missing))]
+    if differing:
+        differences = [
+            f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
+            for name in differing
+        ]
+        hint = ""
+        if expected.get("kind") == "training_batches" and set(differing) <= _LAYOUT_FIELDS:
+            hint = (
+                ". A state restores on another number of processes, or with another batch size, only once "
+                "tinax.data.redeal_state has dealt the rest of its epoch out again for this pipeline"
+            )
         raise ValueError(
             "state must come from a pipeline built with the same arguments, got one that differs: "
             + "; ".join(differences)
+            + hint
         )
-    return _checked_grain_state(state[STATE_GRAIN_KEY], f"state[{STATE_GRAIN_KEY!r}]", num_workers, length)
+    record = None
+    if REDEAL_KEY in state:
+        record = _checked_record(state[REDEAL_KEY], f"state[{REDEAL_KEY!r}]", expected, top_level=True)
+    grain_state = _checked_grain_state(state[STATE_GRAIN_KEY], f"state[{STATE_GRAIN_KEY!r}]", num_workers, length)
+    return grain_state, record
+
+
+# The description fields a re-deal may change.
+_LAYOUT_FIELDS = {"shard_index", "shard_count", "batch_size"}
+
+
+def _state_keys(state: Mapping[Any, Any]) -> tuple[str, ...]:
+    """The keys a state with a description must hold: a re-dealt one also holds its record."""
+    if REDEAL_KEY in state:
+        return (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, REDEAL_KEY)
+    return (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY)
+
+
+def _checked_record(record: object, where: str, description: Mapping[str, Any], *, top_level: bool) -> RedealtEpoch:
+    """Checks a state's re-deal record against the pipeline it restores into."""
+    if description.get("kind") != "training_batches":
+        raise ValueError(
+            f"{where} is the re-deal record of a training_batches state, but this pipeline is "
+            f"{description.get('kind')!r}: only training states are re-dealt"
+        )
+    if top_level and description.get("num_workers", 0) != 0:
+        raise ValueError(
+            f"{where} must not be there: with worker processes, the re-deal record of a state sits in the "
+            "state of each worker, as redeal_state(..., num_workers=...) writes it"
+        )
+    return checked_redeal_record(record, where, description.get("num_rows"))
 
 
 def _same_value(saved: object, expected: object) -> bool:
@@ -601,12 +656,16 @@ def _checked_worker_state(worker_state: object, where: str) -> Any:
         if "next_index" in checked:
             checked["next_index"] = _checked_index(checked["next_index"], f"{where}['next_index']", 0, None)
         return checked
-    _refuse_unknown_keys(worker_state, where, (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY))
+    _refuse_unknown_keys(worker_state, where, _state_keys(worker_state))
     description = worker_state[STATE_DESCRIPTION_KEY]
     if not isinstance(description, Mapping):
         fail_type(f"{where}[{STATE_DESCRIPTION_KEY!r}]", "a mapping describing the pipeline", description)
     # The worker's own iterator compares the description when it restores.
-    return {
+    checked = {
         STATE_DESCRIPTION_KEY: dict(description),
         STATE_GRAIN_KEY: _checked_grain_state(worker_state[STATE_GRAIN_KEY], f"{where}[{STATE_GRAIN_KEY!r}]", 0, None),
     }
+    if REDEAL_KEY in worker_state:
+        where = f"{where}[{REDEAL_KEY!r}]"
+        checked[REDEAL_KEY] = _checked_record(worker_state[REDEAL_KEY], where, description, top_level=False).to_state()
+    return checked

@@ -1,0 +1,206 @@
+"""Which positions of an epoch each process reads, before and after a re-deal.
+
+A *position* is an index into one epoch's order: the rows as the shuffle (or
+the dataset, without shuffling) puts them, before the cut to whole global
+batches. ``training_batches`` gives process ``p`` of ``shard_count`` the
+``p``-th contiguous block of the first ``steps * global_batch`` positions,
+``steps = num_rows // global_batch``.
+
+A re-deal changes that for one interrupted epoch: the positions its old
+processes had not read yet (the rows the old cut left out included) are
+taken in epoch order, cut to whole global batches of the new layout, and
+dealt in contiguous blocks to the new processes. The record of a re-deal is
+the epoch and the positions already read, as merged ``[start, stop)``
+intervals; it does not depend on the new layout, so the same record serves
+every new process. The re-dealt batches of process ``p`` take the batch
+indices that end exactly where the epoch ends in the new layout, so later
+epochs keep their usual indices.
+
+This module is plain arithmetic on NumPy arrays: it imports no grain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tinax._core.validation import fail_type, fail_value, require_int
+
+__all__ = [
+    "REDEAL_KEY",
+    "Intervals",
+    "RedealtEpoch",
+    "checked_redeal_record",
+    "epoch_progress",
+    "epoch_steps",
+    "plain_consumed",
+    "resume_point",
+]
+
+#: Key of the re-deal record in an iterator state (absent outside a re-dealt epoch).
+REDEAL_KEY = "tinax_redeal"
+
+Intervals = tuple[tuple[int, int], ...]
+
+
+def epoch_steps(num_rows: int, shard_count: int, batch_size: int) -> int:
+    """The number of batches every process reads per epoch in the usual layout."""
+    return num_rows // (shard_count * batch_size)
+
+
+def plain_consumed(num_rows: int, shard_count: int, batch_size: int, step: int) -> Intervals:
+    """The positions all processes have read once each has read ``step`` batches of an epoch."""
+    if step == 0:
+        return ()
+    block = epoch_steps(num_rows, shard_count, batch_size) * batch_size
+    read = step * batch_size
+    return _merged((shard * block, shard * block + read) for shard in range(shard_count))
+
+
+def _merged(intervals: Iterable[tuple[int, int]]) -> Intervals:
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(interval for interval in intervals if interval[0] < interval[1]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return tuple(merged)
+
+
+def _mask(num_rows: int, intervals: Intervals) -> np.ndarray[Any, Any]:
+    mask = np.zeros(num_rows, dtype=bool)
+    for start, stop in intervals:
+        mask[start:stop] = True
+    return mask
+
+
+def _intervals_of(mask: np.ndarray[Any, Any]) -> Intervals:
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+    return tuple((int(start), int(stop)) for start, stop in zip(edges[::2], edges[1::2], strict=True))
+
+
+@dataclass(frozen=True)
+class RedealtEpoch:
+    """An interrupted epoch whose unread positions are dealt over a new layout.
+
+    Attributes:
+      epoch: The epoch, counted from 0.
+      consumed: The positions already read, as sorted, disjoint, non-adjacent
+        ``(start, stop)`` intervals.
+    """
+
+    epoch: int
+    consumed: Intervals
+
+    def remaining(self, num_rows: int) -> np.ndarray[Any, Any]:
+        """The unread positions, in epoch order."""
+        return np.flatnonzero(~_mask(num_rows, self.consumed))
+
+    def rest_steps(self, num_rows: int, shard_count: int, batch_size: int) -> int:
+        """The number of whole global batches the unread positions fill."""
+        read = sum(stop - start for start, stop in self.consumed)
+        return (num_rows - read) // (shard_count * batch_size)
+
+    def region(self, num_rows: int, shard_count: int, batch_size: int) -> tuple[int, int]:
+        """The batch indices ``[first, stop)`` of the re-dealt batches in the pipeline.
+
+        ``stop`` is where the epoch ends in the usual layout, so the next epoch
+        starts at its usual index.
+        """
+        stop = (self.epoch + 1) * epoch_steps(num_rows, shard_count, batch_size)
+        return stop - self.rest_steps(num_rows, shard_count, batch_size), stop
+
+    def positions(self, num_rows: int, shard_index: int, shard_count: int, batch_size: int) -> np.ndarray[Any, Any]:
+        """The positions one process reads in the re-dealt batches, in the order it reads them."""
+        block = self.rest_steps(num_rows, shard_count, batch_size) * batch_size
+        return self.remaining(num_rows)[shard_index * block : (shard_index + 1) * block]
+
+    def consumed_after(self, num_rows: int, shard_count: int, batch_size: int, steps: int) -> Intervals:
+        """The positions read once every process has read ``steps`` of its re-dealt batches."""
+        if steps == 0:
+            return self.consumed
+        mask = _mask(num_rows, self.consumed)
+        remaining = np.flatnonzero(~mask)
+        block = self.rest_steps(num_rows, shard_count, batch_size) * batch_size
+        for shard in range(shard_count):
+            mask[remaining[shard * block : shard * block + steps * batch_size]] = True
+        return _intervals_of(mask)
+
+    def to_state(self) -> dict[str, Any]:
+        """The record as an iterator state holds it (JSON-serializable)."""
+        return {"epoch": self.epoch, "consumed": [[start, stop] for start, stop in self.consumed]}
+
+
+def epoch_progress(
+    num_rows: int, shard_count: int, batch_size: int, next_index: int, record: RedealtEpoch | None
+) -> tuple[int, Intervals]:
+    """The epoch a layout's processes are in at batch ``next_index``, and the positions they have read of it."""
+    if record is not None:
+        first, stop = record.region(num_rows, shard_count, batch_size)
+        if first <= next_index < stop:
+            return record.epoch, record.consumed_after(num_rows, shard_count, batch_size, next_index - first)
+    epoch, step = divmod(next_index, epoch_steps(num_rows, shard_count, batch_size))
+    return epoch, plain_consumed(num_rows, shard_count, batch_size, step)
+
+
+def resume_point(
+    num_rows: int, shard_count: int, batch_size: int, epoch: int, consumed: Intervals
+) -> tuple[int, RedealtEpoch | None]:
+    """Where a layout resumes an epoch of which ``consumed`` has been read.
+
+    Returns:
+      The next batch index and the re-deal record, or None where the usual
+      layout itself is at that point (no re-deal needed) or where the unread
+      positions fill no global batch (the epoch is over).
+    """
+    steps = epoch_steps(num_rows, shard_count, batch_size)
+    read = sum(stop - start for start, stop in consumed)
+    global_batch = shard_count * batch_size
+    if read % global_batch == 0 and read // global_batch <= steps:
+        step = read // global_batch
+        if plain_consumed(num_rows, shard_count, batch_size, step) == consumed:
+            return epoch * steps + step, None
+    record = RedealtEpoch(epoch, consumed)
+    first, stop = record.region(num_rows, shard_count, batch_size)
+    if first == stop:
+        return stop, None
+    return first, record
+
+
+def checked_redeal_record(record: object, where: str, num_rows: object) -> RedealtEpoch:
+    """Checks a re-deal record read from a state (any tampering is refused) and returns it.
+
+    Raises:
+      TypeError: If it is not a mapping, or a count in it is not an int.
+      ValueError: If it has other keys, or its intervals are out of range,
+        unsorted, overlapping or adjacent.
+    """
+    if not isinstance(record, Mapping):
+        fail_type(where, "a mapping with the keys 'epoch' and 'consumed', as re-dealt states hold", record)
+    if set(record) != {"epoch", "consumed"}:
+        fail_value(where, "a mapping with exactly the keys 'epoch' and 'consumed'", dict(record))
+    epoch = _exact_int(record["epoch"], f"{where}['epoch']", 0, None)
+    intervals = record["consumed"]
+    if not isinstance(intervals, Sequence) or isinstance(intervals, (str, bytes)):
+        fail_type(f"{where}['consumed']", "a list of [start, stop] pairs", intervals)
+    total = num_rows if type(num_rows) is int else None
+    consumed: list[tuple[int, int]] = []
+    for position, pair in enumerate(intervals):
+        name = f"{where}['consumed'][{position}]"
+        if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
+            fail_type(name, "a [start, stop] pair of ints", pair)
+        floor = consumed[-1][1] + 1 if consumed else 0
+        start = _exact_int(pair[0], f"{name}[0]", floor, None)
+        stop = _exact_int(pair[1], f"{name}[1]", start + 1, total)
+        consumed.append((start, stop))
+    return RedealtEpoch(epoch, tuple(consumed))
+
+
+def _exact_int(value: object, where: str, minimum: int, maximum: int | None) -> int:
+    # Exact ints only: a float or bool that equals an int is a tampered state.
+    if type(value) is not int:
+        fail_type(where, "an int", value)
+    return require_int(value, where, minimum=minimum, maximum=maximum)
