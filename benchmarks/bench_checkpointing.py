@@ -21,6 +21,11 @@ Grain iterator):
   manager.committed_steps() alone: the bookkeeping a save adds, twice per save
 The manager keeps every step (no deletion is timed); each sample's step
 folder is removed, untimed, after the sample, as the plain save's is.
+
+Resharding, on the same state saved from a 2x4 mesh (goal: at most 1.2x):
+  load_checkpointables into targets on a 4x2 mesh  vs  into targets on the saving 2x4 mesh
+  load_checkpointables into NumPy targets          vs  into targets on the saving 2x4 mesh
+``--only resharding`` runs these alone.
 """
 
 from __future__ import annotations
@@ -71,6 +76,44 @@ def _state(size_mib: int) -> dict[str, Any]:
     }
     key = jax.device_put(jax.random.key(0), NamedSharding(mesh, PartitionSpec()))
     return {"params": arrays, "key": key, "step": 1000}
+
+
+def _resharding_cases(state: dict[str, Any], scratch: Path, repeats: int, seed: int) -> list[float]:
+    """Restores onto another mesh and into host NumPy against the restore onto the saving mesh; returns both ratios."""
+    saving_mesh = jax.make_mesh((2, 4), ("rows", "cols"), axis_types=(AxisType.Explicit,) * 2, devices=jax.devices())
+    spec = PartitionSpec("rows", "cols")
+    on_saving_mesh = {
+        **state,
+        "params": {
+            name: jax.device_put(array, NamedSharding(saving_mesh, spec)) for name, array in state["params"].items()
+        },
+    }
+    path = scratch / "resharding"
+    save_checkpointables(path, {"state": on_saving_mesh}).result()
+    same = {"state": abstract_restore_target(on_saving_mesh)}
+    del on_saving_mesh
+    other = {"state": abstract_restore_target(state)}  # the same arrays on the 4x2 mesh
+    host = {"state": {**other["state"], "params": dict.fromkeys(state["params"], np.ndarray)}}
+    size = sum(array.nbytes for array in state["params"].values()) // (1024 * 1024)
+    loads = run(
+        {
+            "load onto the saving 2x4 mesh": lambda: load_checkpointables(path, same),
+            "load onto a 4x2 mesh": lambda: load_checkpointables(path, other),
+            "load into host NumPy": lambda: load_checkpointables(path, host),
+        },
+        1,
+        repeats,
+        seed,
+    )
+    return report(
+        f"Resharding restore of a {size} MiB checkpoint saved from a 2x4 mesh (one load per sample; goal <= 1.2x):",
+        loads,
+        [
+            ("load onto a 4x2 mesh", "load onto the saving 2x4 mesh"),
+            ("load into host NumPy", "load onto the saving 2x4 mesh"),
+        ],
+        unit="ms",
+    )
 
 
 def _time_fresh_saves(
@@ -218,6 +261,7 @@ def main() -> int:
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--directory", type=Path, default=None)
+    parser.add_argument("--only", choices=("all", "resharding"), default="all", help="the comparisons to run")
     options = parser.parse_args()
 
     print(f"jax {jax.__version__}, python {sys.version.split()[0]}, {jax.device_count()} CPU devices")
@@ -226,6 +270,13 @@ def main() -> int:
     checkpointables = {"state": state}
     targets = {"state": abstract_restore_target(state)}
     scratch = Path(tempfile.mkdtemp(prefix="tinax-bench-checkpointing-", dir=options.directory))
+    if options.only == "resharding":
+        try:
+            ratios = _resharding_cases(state, scratch, options.repeats, options.seed)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        print(f"\nresharding ratios: 4x2 / same mesh {ratios[0]:.3f} (goal <= 1.2), NumPy / same mesh {ratios[1]:.3f}")
+        return 0
     try:
         saves = _time_fresh_saves(
             {
@@ -263,12 +314,16 @@ def main() -> int:
             unit="ms",
         )
         manager_ratios = _manager_cases(state, scratch, options.repeats, options.seed)
+        resharding = _resharding_cases(state, scratch, options.repeats, options.seed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
     names = run({"validate_checkpointable_name": lambda: validate_checkpointable_name("optimizer_state")}, 5000, 5, 0)
     report("Name validation per call:", names, [])
     print(f"\nworst median ratio {max(save_ratio + load_ratio + manager_ratios):.3f} (goal <= 1.05)")
+    print(
+        f"resharding ratios: 4x2 / same mesh {resharding[0]:.3f} (goal <= 1.2), NumPy / same mesh {resharding[1]:.3f}"
+    )
     return 0
 
 
