@@ -352,7 +352,7 @@ def _key_impls(source: pathlib.Path, name: str) -> dict[str, str]:
             array = entry.get("array_metadata") if isinstance(entry, dict) else None
             extra = array.get("ext_metadata") if isinstance(array, dict) else None
             impl = extra.get("random_key_impl") if isinstance(extra, dict) else None
-            if isinstance(impl, str) and impl:
+            if isinstance(array, dict) and isinstance(impl, str) and impl:
                 impls[str(array["param_name"])] = impl
     return impls
 

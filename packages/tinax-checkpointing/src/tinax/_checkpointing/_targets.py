@@ -265,7 +265,7 @@ def _placement_text(sharding: jax.sharding.Sharding) -> str:
     if isinstance(mesh, jax.sharding.Mesh):
         processes = sorted({device.process_index for device in mesh.devices.flat})
         return f"mesh {mesh} (devices of process{'es' if len(processes) > 1 else ''} {processes})"
-    devices = sorted(sharding.device_set, key=lambda device: device.id)
+    devices: list[Any] = sorted(sharding.device_set, key=lambda device: device.id)
     if len(devices) == 1:
         return f"device {devices[0]} (of process {devices[0].process_index})"
     return f"{type(sharding).__name__} over {len(devices)} devices"
