@@ -5,6 +5,7 @@
 # Python never imports this folder: it holds no `__init__.py`, and a module
 # file wins over a folder without one.
 
+from tinax._checkpointing._abstract import abstract_checkpointables as abstract_checkpointables
 from tinax._checkpointing._load import load_checkpointables as load_checkpointables
 from tinax._checkpointing._manager import CheckpointScan as CheckpointScan
 from tinax._checkpointing._manager import SaveInFlightError as SaveInFlightError
@@ -25,6 +26,7 @@ __all__ = [
     "TrainingCheckpoint",
     "TrainingCheckpointManager",
     "TrainingCheckpointNames",
+    "abstract_checkpointables",
     "abstract_restore_target",
     "load_checkpointables",
     "load_training_checkpoint",
