@@ -530,11 +530,21 @@ def test_a_topology_that_cannot_hold_the_arrays_is_refused_before_any_read(two_p
 
 
 def test_two_process_checkpoint_restores_bit_exact_in_one_process_of_eight_devices(two_processes):
+    from jax.sharding import AxisType, PartitionSpec
+
     from tinax.checkpointing import abstract_checkpointables, load_checkpointables
 
     path, reports = two_processes
     mesh = _mesh((1, 8))
-    targets = _abstract_onto(abstract_checkpointables(path, ["model", "optimizer", "rng", "auxiliary"]), mesh)
+    abstract = abstract_checkpointables(path, ["model", "optimizer", "rng", "auxiliary"])
+    # What the two processes saved, read from the metadata alone: their mesh, its axis types and each spec.
+    kernel = abstract["model"]["hidden"]["kernel"]["value"]
+    assert (kernel.shape, kernel.sharding.spec) == ((FEATURES, HIDDEN), PartitionSpec(None, "model"))
+    assert kernel.sharding.mesh.axis_sizes == SAVE_MESH
+    assert kernel.sharding.mesh.axis_types == (AxisType.Explicit, AxisType.Explicit)
+    assert abstract["rng"].shape == (8,)
+    assert abstract["rng"].sharding.spec == PartitionSpec(AXES)
+    targets = _abstract_onto(abstract, mesh)
     loaded = load_checkpointables(path, targets)
     loaded["auxiliary"] = loaded["auxiliary"]["state"]
     assert _digests(loaded) == reports[0]["saved"]
