@@ -41,6 +41,7 @@ from tinax._core.optional import import_optional
 from tinax._data._paths import DestinationErrors, EmptyPathError, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
 from tinax._data._record_source import RecordFileSource
+from tinax._data._shutdown import check_reads_go_on
 
 if TYPE_CHECKING:
     import grain
@@ -524,6 +525,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
 
     def __getitem__(self, index: int) -> Any:
         position = self._position(index)
+        check_reads_go_on(f"record {position} of {str(self._path)!r}")
         reader = self._handle()
         try:
             data = reader.read([position])[0]

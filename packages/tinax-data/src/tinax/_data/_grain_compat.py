@@ -102,4 +102,9 @@ class BulkBatchMapDataset(BATCH_MAP_DATASET):  # type: ignore[misc]
     def _get_parent_items_fn(self, items: range) -> list[Any]:
         # grain's hook for reading a batch's rows: a cached property there that
         # gives a function, a method here, called the same way.
+        from tinax._data._shutdown import check_reads_go_on
+
+        # A batch queued in a prefetch thread when the interpreter shuts down
+        # is dropped before any of its rows is read, whatever its dataset.
+        check_reads_go_on("a batch")
         return read_many(self.parents[0], items)

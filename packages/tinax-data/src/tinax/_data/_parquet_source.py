@@ -54,6 +54,7 @@ from tinax._data._record_codec import (
     record_position,
 )
 from tinax._data._record_source import RecordFileSource
+from tinax._data._shutdown import check_reads_go_on
 
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
 
@@ -418,6 +419,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
     def _read_group(self, group_index: int, columns: Sequence[str] | None) -> pa.Table:
         # Called with the lock held, so one thread reads the file at a time.
+        check_reads_go_on(f"row group {group_index} of {str(self._path)!r}")
         parquet_file = self._handle()
         if self._group_checks is not None and group_index not in self._verified:
             self._verify_row_group(group_index)
