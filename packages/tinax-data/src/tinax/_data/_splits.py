@@ -326,14 +326,14 @@ def split_random(
         shuffled = dataset.shuffle(seed=seed)
 
     first_count = min(max(round(ratio * total), 1), total - 1)
-    from tinax._data._datasets import SlicedMapDataset
+    from tinax._data._datasets import MappedMapDataset, SlicedMapDataset
 
     parent_id = find_source_id(dataset)
     parts = []
     for name, bounds in (("train", slice(0, first_count)), ("test", slice(first_count, total))):
         part = SlicedMapDataset(shuffled, bounds)
         if drop_column is not None:
-            part = part.map(_DropColumn(drop_column))
+            part = MappedMapDataset(part, _DropColumn(drop_column))  # part.map(...), iterated in this thread
         # An attribute, not a wrapping dataset: an extra node would move every
         # default seed derived above this part.
         source_id = _derived_id(parent_id, f"split_random(train_ratio={ratio!r}, seed={seed}, part={name!r})")
