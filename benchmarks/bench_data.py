@@ -27,6 +27,12 @@ upstream call would write it.
 Peak memory: a fresh process opens a Parquet file of ``--memory-mib`` MiB and
 reads four records, once with read_parquet_record and once with
 pq.read_table; ru_maxrss is taken after the imports and after the reads.
+Plain iteration (``--only-iteration`` runs it alone): ``list(dataset)``
+against the same rows read through ``evaluation_batches`` (batches of 256
+with ``batch_fn=list``, flattened) and through ``dataset[i]`` for every i,
+each from a freshly opened dataset, for read_parquet_record,
+read_array_record and a split_random part over an InMemorySource dataset;
+the ratio plain iteration / pipeline has the goal <= 1.5.
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -204,6 +210,63 @@ def compare_training_batches(records: list[dict[str, Any]], options: argparse.Na
         [("training_batches", "hand-written grain")],
         unit="ms",
     )
+
+
+def compare_iteration(folder: pathlib.Path, records: list[dict[str, Any]], options: argparse.Namespace) -> float:
+    """Plain iteration of the datasets tinax returns against the pipeline path; returns the worst ratio."""
+    parquet_path = folder / "iteration.parquet"
+    write_parquet_record(parquet_path, records)
+    opens: dict[str, Callable[[], Any]] = {"read_parquet_record": lambda: read_parquet_record(parquet_path)}
+    try:
+        import array_record.python.array_record_module  # noqa: F401
+    except ImportError:
+        print("\nPlain iteration of read_array_record: skipped, array-record is not installed")
+    else:
+        array_record_path = folder / "iteration.array_record"
+        tinax.data.write_array_record(array_record_path, records)
+        opens["read_array_record"] = lambda: tinax.data.read_array_record(array_record_path)
+    in_memory = grain.MapDataset.source(tinax.data.InMemorySource(records, source_id="bench-iteration"))
+    opens["split_random part"] = lambda: tinax.data.split_random(
+        in_memory, 0.8, seed=options.seed, drop_column="label"
+    )[0]
+
+    def iterated(open_dataset: Callable[[], Any]) -> list[Any]:
+        return list(open_dataset())
+
+    def through_pipeline(open_dataset: Callable[[], Any]) -> list[Any]:
+        batches = tinax.data.evaluation_batches(
+            open_dataset(), shard_options=ShardOptions(0, 1), batch_size=256, batch_fn=list
+        )
+        return [row for batch in batches for row in batch]
+
+    def indexed(open_dataset: Callable[[], Any]) -> list[Any]:
+        dataset = open_dataset()
+        return [dataset[index] for index in range(len(dataset))]
+
+    worst = 0.0
+    for name, open_dataset in opens.items():
+        first = [row["id"] for row in iterated(open_dataset)]
+        assert first == [row["id"] for row in through_pipeline(open_dataset)]
+        assert first == [row["id"] for row in indexed(open_dataset)]
+        samples = run(
+            {
+                f"{name}: iter": lambda open_dataset=open_dataset: iterated(open_dataset),
+                f"{name}: evaluation_batches": lambda open_dataset=open_dataset: through_pipeline(open_dataset),
+                f"{name}: dataset[i]": lambda open_dataset=open_dataset: indexed(open_dataset),
+            },
+            1,
+            options.repeats,
+            options.seed,
+        )
+        (ratio,) = report(
+            f"{name}, open + read every row in order ({len(first)} rows):",
+            samples,
+            [(f"{name}: iter", f"{name}: evaluation_batches")],
+            unit="ms",
+        )
+        worst = max(worst, ratio)
+    print(f"\nworst median ratio plain iteration / pipeline: {worst:.3f} (goal <= 1.5)")
+    return worst
 
 
 class GeneratedRecords(Sequence[dict[str, Any]]):
@@ -496,6 +559,7 @@ def main() -> int:
     parser.add_argument("--large-cache-mib", type=int, default=1, help="cache_bytes of the larger-than-budget runs")
     parser.add_argument("--window", type=int, default=2, help="shuffle_window of the larger-than-budget run")
     parser.add_argument("--global-batches", type=int, default=20, help="batches timed for the global shuffle")
+    parser.add_argument("--only-iteration", action="store_true", help="run only the plain-iteration figures")
     parser.add_argument(
         "--baseline-src",
         default=None,
@@ -517,6 +581,9 @@ def main() -> int:
     ratios: list[float] = []
     with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
         folder = pathlib.Path(folder_name)
+        if options.only_iteration:
+            compare_iteration(folder, records, options)
+            return 0
         parquet_path = folder / "records.parquet"
         write_parquet_record(parquet_path, records)
         groups = pq.ParquetFile(parquet_path).metadata.num_row_groups
@@ -556,6 +623,8 @@ def main() -> int:
 
         if options.scale_records > 0:
             measure_scale(folder, options)
+
+        compare_iteration(folder, records, options)
 
     print(f"\nworst median ratio against the hand-written equivalent: {max(ratios):.3f} (goal <= 1.1)")
     return 0
