@@ -1077,6 +1077,7 @@ def test_signatures_match_the_kept_api():
         ("records", "POSITIONAL_OR_KEYWORD", None),
         ("group_size", "KEYWORD_ONLY", 1),
         ("overwrite", "KEYWORD_ONLY", True),
+        ("progress", "KEYWORD_ONLY", None),
     ]
     assert parameter_summary(read_array_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
@@ -1086,6 +1087,7 @@ def test_signatures_match_the_kept_api():
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("records", "POSITIONAL_OR_KEYWORD", None),
         ("overwrite", "KEYWORD_ONLY", True),
+        ("progress", "KEYWORD_ONLY", None),
     ]
     assert parameter_summary(read_parquet_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),

@@ -32,12 +32,14 @@ import hashlib
 import json
 import os
 import pathlib
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tinax._core import validation
 from tinax._core.files import atomic_path
+from tinax._core.logs import Operation, get_logger
 from tinax._core.optional import import_optional
+from tinax._core.progress import Progress, require_progress
 from tinax._data._paths import DestinationErrors, EmptyPathError, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
 from tinax._data._record_source import RecordFileSource
@@ -54,6 +56,7 @@ __all__ = [
     "write_array_record",
 ]
 
+_logger = get_logger("data")
 _INSTALL_HINT = 'pip install "tinax-data[arrayrecord]"'
 _HEADER_MAGIC = b"tinax-records\n"
 # No readahead: records are read one at a time in random order. The buffer
@@ -153,6 +156,7 @@ def write_array_record(
     *,
     group_size: int = 1,
     overwrite: bool = True,
+    progress: Progress = None,
 ) -> None:
     """Writes records to an ArrayRecord file, atomically.
 
@@ -169,7 +173,8 @@ def write_array_record(
 
     The file appears at ``path`` only once every record has been written and
     flushed to disk; if any record is refused, the file that was there (if
-    any) is left as it was.
+    any) is left as it was. A write that succeeds logs one INFO line to the
+    ``tinax.data`` logger with its rows, bytes and seconds.
 
     Args:
       path: Where to write the file. Its folder must exist. A symbolic link
@@ -182,16 +187,25 @@ def write_array_record(
         decompresses the whole group.
       overwrite: Whether a file already at ``path`` is replaced. The default
         replaces it, as tinax 0.2 did; False refuses it.
+      progress: None (the default) reports nothing; a callable
+        ``progress(done, total)`` is called with records written, from
+        ``(0, total)`` to ``(total, total)``, where ``total`` is
+        ``len(records)``, or None for records without a length (a
+        generator; the last call is then ``(done, done)``); ``"bar"`` draws
+        a progress bar on standard error (tqdm, else rich). An exception the
+        callback raises stops the write, and nothing is published.
 
     Raises:
       TypeError: If ``path`` is not a path, ``group_size`` is not an int (or
-        is a bool), ``overwrite`` is not a bool, ``records`` is not an
+        is a bool), ``overwrite`` is not a bool, ``progress`` is neither
+        None, ``"bar"`` nor callable, ``records`` is not an
         iterable of records, or a record is not JSON-serializable (the
         ``json`` error, as tinax 0.2 let it through) and its records are
         not in the tinax format either (for a record after the first, an
         error that is also a ValueError).
       ValueError: If ``group_size`` is below 1 (or above array-record's
-        limit), or a JSON record is circular (``json``'s error).
+        limit), ``progress`` is a str other than ``"bar"``, or a JSON record
+        is circular (``json``'s error).
       ArrayRecordWriteError: If ``path`` is empty (also a
         FileNotFoundError), its folder does not exist (also a
         FileNotFoundError), a part of its folder is a regular file (also a
@@ -200,7 +214,8 @@ def write_array_record(
         write; a RuntimeError, as in tinax 0.2.
       FileExistsError: If a file already exists at ``path`` and ``overwrite``
         is False.
-      ImportError: If array-record is not installed.
+      ImportError: If array-record is not installed, or ``progress="bar"``
+        and neither tqdm nor rich is (before anything is written).
 
     Examples:
       >>> import numpy as np
@@ -216,12 +231,30 @@ def write_array_record(
         validation.require_bool(overwrite, "overwrite")
         if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
             validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
+        reporting = require_progress(progress, needed_by="tinax.data.write_array_record")
     module = _array_record_module("write_array_record")
     with _reported_as_write_errors(destination):
         destination = writable_destination(destination, _DESTINATION_ERRORS)
+    operation = Operation(_logger, "wrote", "records to", destination)
     options = f"group_size:{group_size}"
-    with _published(destination, overwrite=overwrite) as temporary:
-        _write_records(module, temporary, options, iter(records), destination)
+    total = len(records) if isinstance(records, Sized) else None
+    # The last report comes before the file is published, so a callback that raises leaves nothing behind.
+    with (
+        _published(destination, overwrite=overwrite) as temporary,
+        reporting.reporting(total, unit="rows", description=destination.name) as reporter,
+    ):
+        count = _write_records(module, temporary, options, iter(records), destination, reporter.advance)
+    if operation.enabled:
+        operation.what = f"{count} {'record' if count == 1 else 'records'} to"
+        operation.done(rows=count, nbytes=_size(destination))
+
+
+def _size(path: pathlib.Path) -> int | None:
+    """The size of a file just written, for the log line; None if it cannot be found out."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
@@ -283,12 +316,18 @@ _NO_RECORD = object()
 
 
 def _write_records(
-    module: Any, temporary: pathlib.Path, options: str, records: Iterator[Any], destination: pathlib.Path
-) -> None:
+    module: Any,
+    temporary: pathlib.Path,
+    options: str,
+    records: Iterator[Any],
+    destination: pathlib.Path,
+    advance: Callable[[int], None],
+) -> int:
+    """Writes the records, calling ``advance(1)`` after each; returns how many were written."""
     with _writing(module, temporary, options, destination) as writer:
         first = next(records, _NO_RECORD)
         if first is _NO_RECORD:
-            return  # A file without records, as tinax 0.2 wrote it.
+            return 0  # A file without records, as tinax 0.2 wrote it.
         try:
             data = _json_record(first)
         except (TypeError, ValueError) as error:
@@ -296,15 +335,24 @@ def _write_records(
         else:
             # What tinax 0.2 could write, written as it wrote it.
             _write_record(writer, data, destination)
+            advance(1)
+            count = 1
             for record in records:
                 _write_record(writer, _json_record(record), destination)
-            return
-        _write_tinax_records(writer, first, records, refused, destination)
+                advance(1)
+                count += 1
+            return count
+        return _write_tinax_records(writer, first, records, refused, destination, advance)
 
 
 def _write_tinax_records(
-    writer: Any, first: Any, rest: Iterator[Any], refused: Exception, destination: pathlib.Path
-) -> None:
+    writer: Any,
+    first: Any,
+    rest: Iterator[Any],
+    refused: Exception,
+    destination: pathlib.Path,
+    advance: Callable[[int], None],
+) -> int:
     """Writes records whose first one is not JSON in the tinax format, or raises what tinax 0.2 raised."""
     try:
         schema = RecordSchema.from_first_record(first)
@@ -315,6 +363,7 @@ def _write_tinax_records(
         raise refused from None
     digest = hashlib.sha256(data)
     _write_record(writer, data, destination)
+    advance(1)
     count = 1
     for index, record in enumerate(rest, start=1):
         try:
@@ -327,9 +376,11 @@ def _write_tinax_records(
             ) from error
         digest.update(data)
         _write_record(writer, data, destination)
+        advance(1)
         count += 1
     header = RecordHeader(schema, count, digest.hexdigest())
     _write_record(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
+    return count
 
 
 def _tinax_record(schema: RecordSchema, record: Any, index: int) -> bytes:

@@ -455,11 +455,13 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cached_bytes += group.nbytes
         return group
 
-    def column_values(self, name: str) -> list[Any]:
+    def column_values(self, name: str, *, advance: Callable[[int], None] | None = None) -> list[Any]:
         """Reads one column of every row, in order, without reading the other columns.
 
         Args:
           name: One of :attr:`column_names`.
+          advance: Called with the number of rows of every row group read,
+            for a caller's progress report.
 
         Returns:
           The value each row holds in that column, as indexing the row gives it.
@@ -484,11 +486,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 # Scalars: pyarrow's own conversion gives the same values, faster.
                 try:
                     values.extend(column.to_pylist())
-                    continue
                 except pa.ArrowException:
                     # A damaged value pyarrow refuses (a dictionary index outside
                     # its dictionary): read again row by row, naming the record.
                     pass
+                else:
+                    if advance is not None:
+                        advance(table.num_rows)
+                    continue
             for row in range(table.num_rows):
                 try:
                     values.append(getter[1](row))
@@ -496,6 +501,8 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                     raise ValueError(
                         f"{str(self._path)!r}: record {first + row} is malformed (column {name!r}: {error})"
                     ) from error
+            if advance is not None:
+                advance(table.num_rows)
         return values
 
     def _verify_row_group(self, group_index: int) -> None:

@@ -16,11 +16,13 @@ unidentified dataset stay unidentified.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tinax._core.logs import Operation, get_logger
+from tinax._core.progress import Progress, require_progress
 from tinax._core.validation import (
     describe,
     fail_type,
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from grain import MapDataset
 
 __all__ = ["MissingColumnError", "split_by_column", "split_random"]
+
+_logger = get_logger("data")
 
 
 class MissingColumnError(KeyError, ValueError):
@@ -135,6 +139,7 @@ def split_by_column(
     *,
     values: tuple[str, str] = ("train", "test"),
     drop_column: bool = True,
+    progress: Progress = None,
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
     """Splits a dataset of rows in two by the value of one column.
 
@@ -143,7 +148,9 @@ def split_by_column(
     an error, so no row is dropped silently. Rows are read once, in order, when
     the split is made; each part then reads its rows lazily, in their original
     order, under a source identity derived from the parent's. The data user
-    guide's "How rows are split" section gives the details.
+    guide's "How rows are split" section gives the details. A split logs one
+    INFO line to the ``tinax.data`` logger with the rows it read and its
+    seconds.
 
     Args:
       dataset: A finite ``grain.MapDataset`` whose rows are mappings (or
@@ -153,6 +160,11 @@ def split_by_column(
         returned: any iterable of exactly two values that are not equal.
       drop_column: Whether the parts' rows leave ``column`` out (as a fresh
         dict; the parent's rows are not modified).
+      progress: None (the default) reports nothing; a callable
+        ``progress(done, total)`` is called with the rows read, from
+        ``(0, len(dataset))`` to ``(len(dataset), len(dataset))``;
+        ``"bar"`` draws a progress bar on standard error (tqdm, else rich).
+        An exception the callback raises stops the split.
 
     Returns:
       ``(rows with values[0], rows with values[1])``.
@@ -160,12 +172,15 @@ def split_by_column(
     Raises:
       TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``column`` is
         not a ``str``, ``drop_column`` is not a bool, ``values`` is not
-        iterable, or a row cannot be looked up by ``column``.
+        iterable, ``progress`` is neither None, ``"bar"`` nor callable, or
+        a row cannot be looked up by ``column``.
       ValueError: If ``values`` does not hold exactly two values or they are
-        equal, ``dataset`` is infinite, or a row's ``column`` holds neither
-        value.
+        equal, ``dataset`` is infinite, ``progress`` is a str other than
+        ``"bar"``, or a row's ``column`` holds neither value.
       MissingColumnError: If a row has no ``column`` (a ValueError, and the
         KeyError tinax 0.2 raised).
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
+        installed (before any row is read).
 
     Examples:
       >>> import grain
@@ -182,26 +197,34 @@ def split_by_column(
     total = len(dataset)
     if total >= sys.maxsize:
         fail_value("dataset", "a finite grain.MapDataset: splitting reads every row", dataset)
+    reporting = require_progress(progress, needed_by="tinax.data.split_by_column")
+    operation = Operation(_logger, "split", f"{total} rows by column {column!r} of", _logged_name(dataset))
 
     positions: tuple[list[int], list[int]] = ([], [])
-    column_values = _column_of_source(dataset, column)
-    for position in range(total):
-        if column_values is not None:
-            value = column_values[position]
-        else:
-            row = dataset[position]
-            if row is None:
-                continue
-            value = _column_value(row, position, column)
-        if value == first:
-            positions[0].append(position)
-        elif value == second:
-            positions[1].append(position)
-        else:
-            raise ValueError(
-                f"dataset[{position}][{column!r}] must be {describe(first)} or {describe(second)}, got "
-                f"{describe(value)}; split_by_column never drops rows with other values"
-            )
+    with reporting.reporting(total, unit="rows", description=f"split by {column!r}") as reporter:
+        column_values = _column_of_source(dataset, column, reporter.advance)
+        for position in range(total):
+            if column_values is not None:
+                value = column_values[position]
+            else:
+                row = dataset[position]
+                reporter.advance(1)
+                if row is None:
+                    continue
+                value = _column_value(row, position, column)
+            if value == first:
+                positions[0].append(position)
+            elif value == second:
+                positions[1].append(position)
+            else:
+                raise ValueError(
+                    f"dataset[{position}][{column!r}] must be {describe(first)} or {describe(second)}, got "
+                    f"{describe(value)}; split_by_column never drops rows with other values"
+                )
+    operation.what = (
+        f"{total} rows by column {column!r} into {len(positions[0])} {first!r} and {len(positions[1])} {second!r} of"
+    )
+    operation.done(rows=total)
 
     from tinax._data._datasets import source_dataset
 
@@ -220,11 +243,12 @@ def split_by_column(
     return parts[0], parts[1]
 
 
-def _column_of_source(dataset: Any, column: str) -> list[Any] | None:
+def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None]) -> list[Any] | None:
     """One column of every row, read alone, when ``dataset`` is a Parquet reader's own dataset.
 
-    Returns None for any other dataset (or a column the file lacks), whose
-    rows are then read one by one.
+    ``advance(rows)`` is called as row groups are read. Returns None for any
+    other dataset (or a column the file lacks), whose rows are then read one
+    by one.
     """
     from tinax._data._datasets import record_source_of
     from tinax._data._parquet_source import ParquetRecordSource
@@ -232,7 +256,17 @@ def _column_of_source(dataset: Any, column: str) -> list[Any] | None:
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource or column not in source.column_names:
         return None
-    return source.column_values(column)
+    return source.column_values(column, advance=advance)
+
+
+def _logged_name(dataset: Any) -> str:
+    """What the log line of a split names: the file of a reader's dataset, else the source identity or the dataset."""
+    from tinax._data._datasets import record_source_of
+
+    path = getattr(record_source_of(dataset), "_path", None)
+    if path is not None:
+        return str(path)
+    return find_source_id(dataset) or str(dataset)
 
 
 def _column_value(row: Any, position: int, column: str) -> Any:
