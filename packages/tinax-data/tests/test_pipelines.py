@@ -476,7 +476,8 @@ _KEYWORD = "KEYWORD_ONLY"
     [
         ("InMemorySource", [("records", _POSITIONAL, None), ("source_id", _KEYWORD, None)]),
         ("split_by_column", [("dataset", _POSITIONAL, None), ("column", _POSITIONAL, None),
-                             ("values", _KEYWORD, ("train", "test")), ("drop_column", _KEYWORD, True)]),
+                             ("values", _KEYWORD, ("train", "test")), ("drop_column", _KEYWORD, True),
+                             ("progress", _KEYWORD, None)]),
         ("split_random", [("dataset", _POSITIONAL, None), ("train_ratio", _POSITIONAL, None),
                           ("seed", _KEYWORD, None), ("drop_column", _KEYWORD, None)]),
         ("training_batches", [("dataset", _POSITIONAL, None), ("shard_options", _KEYWORD, None),
