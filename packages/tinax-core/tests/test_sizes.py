@@ -113,7 +113,7 @@ def test_xla_limit_message_names_argument_shape_and_bytes() -> None:
     [
         lambda: split_key(jax.random.key(0), count=2**62),
         lambda: one_hot(jnp.arange(3), num_classes=2**62),
-        lambda: batched_jit(lambda: 1.0, in_axes=(), axis_size=2**63, max_traces=1),
+        lambda: batched_jit(lambda: 1.0, in_axes=(), axis_size=2**63 - 1, max_traces=1)(),
     ],
 )
 def test_absurd_sizes_are_also_the_runtime_error_of_tinax_02(call: Any) -> None:
@@ -135,6 +135,24 @@ def test_absurd_sizes_are_also_the_runtime_error_of_tinax_02(call: Any) -> None:
 )
 def test_absurd_numpy_integer_sizes_are_also_the_type_error_of_tinax_02(call: Any) -> None:
     # tinax 0.2 refused a NumPy integer size as the wrong type, whatever its value.
+    with pytest.raises(ValueError, match="must be small enough") as caught:
+        call()
+    assert isinstance(caught.value, TypeError)
+    assert isinstance(caught.value, jax.errors.JaxRuntimeError)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: one_hot(jnp.arange(3), num_classes=10**30),
+        lambda: one_hot(jnp.arange(3), num_classes=2**63),
+        lambda: observe_nonfinite(jnp.ones(3), callback=print, max_indices=10**30),
+        lambda: split_key(jax.random.key(0), count=2**63),
+        lambda: batched_jit(lambda: 1.0, in_axes=(), axis_size=2**63, max_traces=1),
+    ],
+)
+def test_sizes_beyond_the_int64_range_are_also_the_type_error_of_tinax_02(call: Any) -> None:
+    # JAX's shape builders refused an extent that does not fit a signed 64-bit integer as the wrong type.
     with pytest.raises(ValueError, match="must be small enough") as caught:
         call()
     assert isinstance(caught.value, TypeError)

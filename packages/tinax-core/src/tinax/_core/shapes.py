@@ -33,12 +33,19 @@ XLA_MAX_BYTES = 2**63 - 1
 
 
 class _TooLargeIntegerError(RuntimeValueError, validation.TypeAndValueError):
-    """A size too large for any array, given as a NumPy (not a Python) integer.
+    """A size too large for any array that tinax 0.2 refused with a ``TypeError``.
 
-    tinax 0.2 refused NumPy integers as sizes with a ``TypeError``, so this
-    error is that too, besides what :func:`require_fits` raises for any
-    size that is too large.
+    That is a size given as a NumPy (not a Python) integer, which 0.2
+    refused as a size, and a shape with an extent beyond the signed 64-bit
+    range, which JAX's shape builders refuse as an argument of the wrong
+    type. This error is a ``TypeError`` for those, besides what
+    :func:`require_fits` raises for any size that is too large.
     """
+
+
+# The largest extent JAX's shape builders take; a larger one is refused
+# there with a TypeError (it does not convert to a signed 64-bit integer).
+_INT64_MAX = 2**63 - 1
 
 
 # Results up to this size are never compared with device memory, so the
@@ -233,7 +240,8 @@ def require_fits(
         the shape, the bytes it would need and the limit. The error is also
         a ``jax.errors.JaxRuntimeError`` (a ``RuntimeError``), the type
         that JAX raised for such a result where it did not abort, and also
-        a ``TypeError`` when ``value`` is a NumPy integer.
+        a ``TypeError`` when ``value`` is a NumPy integer or an extent of
+        ``shape`` is beyond the signed 64-bit range (as JAX refused those).
     """
     count = int(math.prod(shape))
     if count <= _ALWAYS_FITS_ELEMENTS:
@@ -244,7 +252,8 @@ def require_fits(
     extents = ", ".join(str(extent) for extent in shape)
     dtype_text = str(dtype) if is_extended_dtype(dtype) else str(np.dtype(dtype))
     needs = f"{what}, {dtype_text}[{extents}], would need {nbytes} bytes"
-    error = _TooLargeIntegerError if isinstance(value, np.integer) else RuntimeValueError
+    refused_as_type = isinstance(value, np.integer) or any(extent > _INT64_MAX for extent in shape)
+    error = _TooLargeIntegerError if refused_as_type else RuntimeValueError
     if nbytes > XLA_MAX_BYTES:
         raise error(
             validation.expectation_message(name, "small enough for the result to be representable by XLA", value)
