@@ -689,6 +689,79 @@ def test_budget_is_thread_safe():
     assert wrapped.trace_count == budget
 
 
+# --------------------------------------------------------------------------- wrapping again (as in tinax 0.2)
+
+
+def _wrap_increment(wrap: Any) -> Any:
+    return wrap(lambda x: x + 1, max_traces=1)
+
+
+@pytest.mark.parametrize("wrap", [bounded_jit, batched_jit])
+def test_a_function_wrapped_again_at_the_same_place_shares_its_trace_budget(wrap):
+    _wrap_increment(wrap)(jnp.ones((2, 2)))
+    again = _wrap_increment(wrap)
+    assert again.trace_count == 1
+    message = budget_error(again, jnp.ones((2, 2)))
+    assert "another wrapper of the same function made at the same place" in message
+    assert "wrap the function once and reuse the wrapper" in message
+
+
+def test_wrapping_one_function_twice_in_one_frame_shares_its_trace_budget():
+    first, second = (bounded_jit(scale, max_traces=1) for _ in range(2))
+    first(jnp.ones(2), 1.0)
+    with pytest.raises(TraceBudgetExceededError):
+        second(jnp.ones(2), 1.0)
+
+
+def test_wrappers_made_in_a_loop_share_their_trace_budget():
+    refused = 0
+    for _ in range(3):
+        try:
+            bounded_jit(lambda x: x * 2, max_traces=2)(jnp.ones(2))
+        except TraceBudgetExceededError:
+            refused += 1
+    assert refused == 1
+
+
+def test_each_sharing_wrapper_compares_the_shared_count_with_its_own_budget():
+    for budget in (1, 3):
+        wrapped = bounded_jit(scale, max_traces=budget)
+        wrapped(jnp.ones(budget), 1.0)
+    assert wrapped.trace_count == 2
+
+
+def test_wrappers_made_at_different_places_have_their_own_budgets():
+    def first_place():
+        return bounded_jit(scale, max_traces=1)
+
+    def second_place():
+        return bounded_jit(scale, max_traces=1)
+
+    first_place()(jnp.ones(2), 1.0)
+    np.testing.assert_array_equal(second_place()(jnp.ones(2), 1.0), [3.0, 3.0])
+    np.testing.assert_array_equal(batched_jit(scale, max_traces=1)(jnp.ones(2), jnp.ones(2)), [3.0, 3.0])
+
+
+def test_different_functions_from_the_same_place_have_their_own_budgets():
+    for factor in (scale, with_var_args):
+        bounded_jit(factor, max_traces=1)(jnp.ones(2), jnp.ones(2))
+
+
+def test_callables_without_python_code_get_a_budget_per_wrapper():
+    import functools
+
+    for _ in range(2):
+        wrapped = bounded_jit(functools.partial(scale, y=1.0), max_traces=1)
+        np.testing.assert_array_equal(wrapped(jnp.ones(2)), [3.0, 3.0])
+
+
+def test_chex_clear_trace_counter_gives_a_shared_budget_back():
+    chex = pytest.importorskip("chex")
+    bounded_jit(scale, max_traces=1)(jnp.ones(2), 1.0)
+    chex.clear_trace_counter()
+    np.testing.assert_array_equal(bounded_jit(scale, max_traces=1)(jnp.ones(2), 1.0), [3.0, 3.0])
+
+
 # --------------------------------------------------------------------------- static and donated arguments
 
 
@@ -856,3 +929,24 @@ def test_batched_mesh_is_ambient(mesh):
     assert seen[0] == mesh.abstract_mesh
     assert wrapped.mesh is mesh
     assert re.search(r"batched_jit .*double", repr(wrapped))
+
+
+def test_batched_call_refused_by_vmap_before_tracing_spends_no_budget():
+    wrapped = batched_jit(lambda x, y=1.0: x * y, max_traces=1)
+    with pytest.raises(ValueError, match="vmap"):
+        wrapped(jnp.ones((3, 2)), jnp.float32(2))  # a scalar cannot be mapped over axis 0
+    assert wrapped.trace_count == 0
+    np.testing.assert_array_equal(wrapped(jnp.ones((3, 2))), np.ones((3, 2)))
+    assert wrapped.trace_count == 1
+
+
+def test_batched_trace_that_fails_inside_the_function_counts():
+    def failing(x):
+        raise ZeroDivisionError("in the function")
+
+    wrapped = batched_jit(failing, max_traces=1)
+    with pytest.raises(ZeroDivisionError):
+        wrapped(jnp.ones((3, 2)))
+    assert wrapped.trace_count == 1
+    with pytest.raises(TraceBudgetExceededError):
+        wrapped(jnp.ones((4, 2)))

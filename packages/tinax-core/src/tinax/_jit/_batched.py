@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 
 from tinax._core import validation
 from tinax._core.shapes import require_fits
-from tinax._jit._budget import TraceBudget
+from tinax._jit._budget import TraceBudget, wrap_site
 from tinax._jit._wrapped import BudgetedFunction, require_mesh
 
 __all__ = ["batched_jit"]
@@ -48,7 +48,9 @@ def batched_jit(
         a pytree prefix of the output with int or None leaves.
       axis_size: The batch size, needed only when no argument is mapped.
       max_traces: How many times the batched function may be traced, at
-        least 0.
+        least 0. A trace counts once ``jax.vmap`` calls ``function``, so a
+        call whose arguments vmap refuses (an axis beyond an argument's
+        rank, mismatched batch sizes) spends nothing, as in tinax 0.2.
       mesh: If given, every call (and ``lower``, ``trace``,
         ``eval_shape``) runs inside ``jax.set_mesh(mesh)``.
 
@@ -102,9 +104,16 @@ def batched_jit(
         checked_in_axes = _require_in_axes(in_axes)
         checked_out_axes = _require_axis_tree(out_axes, "out_axes")
 
-    vectorized = jax.vmap(function, in_axes=checked_in_axes, out_axes=checked_out_axes, axis_size=checked_axis_size)
-    budget = TraceBudget(function, budget_size, static_argnames=())
-    jitted = jax.jit(budget.counting(_checking_outputs(vectorized, checked_mesh, axis_size)))
+    def vectorize(per_example: Callable[..., Any]) -> Callable[..., Any]:
+        vectorized = jax.vmap(
+            per_example, in_axes=checked_in_axes, out_axes=checked_out_axes, axis_size=checked_axis_size
+        )
+        return _checking_outputs(vectorized, checked_mesh, axis_size)
+
+    budget = TraceBudget(function, budget_size, static_argnames=(), site=wrap_site("batched_jit"))
+    # A trace counts once jax.vmap calls the function, as with tinax 0.2: a
+    # call whose axes vmap refuses spends nothing.
+    jitted = jax.jit(budget.counting_inside(vectorize, function))
     wrapped = BudgetedFunction(function, jitted, budget, checked_mesh, "batched_jit")
     return cast("Callable[..., R]", wrapped)
 

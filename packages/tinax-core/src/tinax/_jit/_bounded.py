@@ -10,7 +10,7 @@ import jax
 from jax.sharding import Mesh
 
 from tinax._core import validation
-from tinax._jit._budget import TraceBudget, function_name
+from tinax._jit._budget import TraceBudget, function_name, wrap_site
 from tinax._jit._wrapped import BudgetedFunction, require_mesh
 
 __all__ = ["bounded_jit"]
@@ -48,6 +48,12 @@ def bounded_jit(
         of them static, or none given) does not count, and while
         ``chex.disable_asserts()`` is in force no trace is refused (they
         still count); ``chex.clear_trace_counter()`` gives the budget back.
+        Also as in tinax 0.2, wrapping the same function again at the same
+        place (from the same chain of calling functions, such as in a loop
+        or in a function called repeatedly) does not give the budget back:
+        those wrappers count their traces together, each against its own
+        ``max_traces``. A function made again from the same source (a
+        lambda or closure) is the same function.
       static_argnames: Names of parameters that are compile-time constants,
         as for ``jax.jit``. A single ``str`` is one name. Each must be a
         parameter that can be passed by keyword, unless ``function`` takes
@@ -62,7 +68,8 @@ def bounded_jit(
 
     Returns:
       A callable with the signature of ``function``. It also has a read-only
-      ``trace_count`` (traces so far), ``max_traces``, ``mesh`` and
+      ``trace_count`` (traces so far, with those of the wrappers it shares
+      the budget with), ``max_traces``, ``mesh`` and
       ``__wrapped__`` pointing at ``function``, and everything a ``jax.jit``
       function has (tinax 0.2 returned that function itself):
       ``lower(...)`` (so ``.lower(...).compile()`` and its
@@ -114,7 +121,7 @@ def bounded_jit(
             )
         checked_mesh = require_mesh(mesh, "mesh")
 
-    budget = TraceBudget(function, budget_size, static)
+    budget = TraceBudget(function, budget_size, static, site=wrap_site("bounded_jit"))
     # Empty name lists are passed as None: jax.jit refuses even an empty list
     # of names for a function whose signature cannot be inspected.
     jitted = jax.jit(budget.counting(function), static_argnames=static or None, donate_argnames=donated or None)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 import threading
+import types
+import weakref
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, NamedTuple, TypeVar
 
@@ -13,7 +16,7 @@ import jax
 from tinax._core.jax_compat import is_tracer
 from tinax._jit._compat02 import chex_asserts_disabled, chex_counter_clears
 
-__all__ = ["TraceBudget", "TraceBudgetExceededError", "function_name"]
+__all__ = ["TraceBudget", "TraceBudgetExceededError", "function_name", "wrap_site"]
 
 R = TypeVar("R")
 
@@ -168,6 +171,71 @@ def _describe_changes(old: _Record, new: _Record) -> list[str]:
     return changes
 
 
+class _Spent:
+    """The traces spent on one budget, shared by every wrapper made at one place.
+
+    tinax 0.2 counted with ``chex.assert_max_traces``, which keeps one count
+    per function and place of wrapping (the names of the calling functions
+    at wrap time), so a function wrapped again at the same place, such as
+    in a loop or in a function called repeatedly, spends the same budget.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.previous: _Record | None = None
+        self.previous_by: object = None
+        self.clears = chex_counter_clears()
+
+
+_sites_lock = threading.Lock()
+# Code object -> (place of wrapping -> spent traces). Keyed weakly, so a
+# function that is gone (with every function sharing its code) takes its
+# counts with it.
+_sites: weakref.WeakKeyDictionary[types.CodeType, dict[tuple[str, ...], _Spent]] = weakref.WeakKeyDictionary()
+
+
+def wrap_site(kind: str) -> tuple[str, ...]:
+    """Returns where a function is being wrapped: the names of the calling functions.
+
+    The names run from the outermost frame to the caller of the tinax
+    wrapper (frames inside ``tinax._jit`` are left out), followed by
+    ``kind``, the name of the wrapper. Line numbers are not part of it, as
+    they were not for tinax 0.2.
+    """
+    names: list[str] = []
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__")
+        if not (isinstance(module, str) and module.startswith("tinax._jit")):
+            names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    names.reverse()
+    names.append(kind)
+    return tuple(names)
+
+
+def _spent_for(function: Callable[..., Any], site: tuple[str, ...] | None) -> _Spent:
+    """Returns the shared count for ``function`` wrapped at ``site``, or a new one.
+
+    Functions are told apart by their code object, so a function made again
+    (a new lambda or closure from the same source) is the same function. A
+    callable without Python code (a ``functools.partial``, a builtin, an
+    object with ``__call__``) gets a count of its own.
+    """
+    code = getattr(function, "__code__", None)
+    if site is None or not isinstance(code, types.CodeType):
+        return _Spent()
+    with _sites_lock:
+        places = _sites.get(code)
+        if places is None:
+            places = _sites[code] = {}
+        spent = places.get(site)
+        if spent is None:
+            spent = places[site] = _Spent()
+        return spent
+
+
 class TraceBudget:
     """Counts the traces of one wrapped function and refuses those over budget.
 
@@ -177,13 +245,26 @@ class TraceBudget:
     eagerly (under ``jax.disable_jit``). Where the program uses chex, its
     switches apply as they did to 0.2's budgets (see ``_compat02``).
 
+    Budgets made for the same function (the same code) at the same place
+    (see :func:`wrap_site`) count their traces together, as tinax 0.2's
+    did: wrapping a function again does not give its budget back. Each
+    budget compares the shared count with its own ``max_traces``.
+
     Args:
       function: The user's function; its name and signature label messages.
       max_traces: How many traces are allowed.
       static_argnames: Parameters whose values are static (compared by repr).
+      site: Where the function is wrapped, from :func:`wrap_site`; None
+        for a count of this budget's own.
     """
 
-    def __init__(self, function: Callable[..., Any], max_traces: int, static_argnames: Collection[str]) -> None:
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        max_traces: int,
+        static_argnames: Collection[str],
+        site: tuple[str, ...] | None = None,
+    ) -> None:
         self.function_name = function_name(function)
         self.max_traces = max_traces
         self._static_argnames = frozenset(static_argnames)
@@ -191,15 +272,13 @@ class TraceBudget:
             self._signature: inspect.Signature | None = inspect.signature(function)
         except (TypeError, ValueError):
             self._signature = None
-        self._lock = threading.Lock()
-        self._count = 0
-        self._previous: _Record | None = None
-        self._clears = chex_counter_clears()
+        self._spent = _spent_for(function, site)
+        self._pending = threading.local()
 
     @property
     def count(self) -> int:
-        """The number of traces admitted so far."""
-        return self._count
+        """The number of traces admitted so far, with those of the budgets it shares."""
+        return self._spent.count
 
     def counting(self, inner: Callable[..., R]) -> Callable[..., R]:
         """Wraps ``inner`` so that each trace of its body is admitted first.
@@ -215,6 +294,51 @@ class TraceBudget:
 
         return traced
 
+    def counting_inside(
+        self, outer: Callable[[Callable[..., Any]], Callable[..., R]], inner: Callable[..., Any]
+    ) -> Callable[..., R]:
+        """Counts the traces of ``outer`` at the moment it calls ``inner``.
+
+        For a transformation that may refuse the arguments before it calls
+        the user's function (``jax.vmap`` checking its axes): the trace is
+        recorded with ``outer``'s arguments but admitted only once
+        ``inner``, the function passed to the transformation, runs, so a
+        refused call spends nothing, as with tinax 0.2.
+
+        Args:
+          outer: Builds the transformed function from the returned
+            ``inner`` wrapper; called as ``outer(wrapped_inner)``.
+          inner: The user's function.
+
+        Returns:
+          The counting transformed function.
+        """
+        pending = self._pending
+
+        @functools.wraps(inner)
+        def admitted(*args: Any, **kwargs: Any) -> Any:
+            stack = getattr(pending, "stack", None)
+            if stack and stack[-1] is not None:
+                record, stack[-1] = stack[-1], None
+                self._admit_record(record)
+            return inner(*args, **kwargs)
+
+        transformed = outer(admitted)
+
+        @functools.wraps(transformed)
+        def traced(*args: Any, **kwargs: Any) -> R:
+            stack = getattr(pending, "stack", None)
+            if stack is None:
+                stack = pending.stack = []
+            stack.append(self._record_if_traced(args, kwargs))
+            try:
+                result: R = transformed(*args, **kwargs)
+            finally:
+                stack.pop()
+            return result
+
+        return traced
+
     def admit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
         """Counts one trace with these arguments, if any of them is traced.
 
@@ -222,19 +346,28 @@ class TraceBudget:
           TraceBudgetExceededError: If the budget is already spent (and chex's
             assertions are not disabled).
         """
+        record = self._record_if_traced(args, kwargs)
+        if record is not None:
+            self._admit_record(record)
+
+    def _record_if_traced(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Record | None:
         if not any(is_tracer(leaf) for leaf in jax.tree_util.tree_leaves((args, kwargs))):
-            return
-        record = self._record(args, kwargs)
+            return None
+        return self._record(args, kwargs)
+
+    def _admit_record(self, record: _Record) -> None:
         clears = chex_counter_clears()
         enforced = not chex_asserts_disabled()
-        with self._lock:
-            if clears != self._clears:
-                self._clears = clears
-                self._count = 0
-            if enforced and self._count >= self.max_traces:
+        spent = self._spent
+        with spent.lock:
+            if clears != spent.clears:
+                spent.clears = clears
+                spent.count = 0
+            if enforced and spent.count >= self.max_traces:
                 raise TraceBudgetExceededError(self._exceeded_message(record))
-            self._count += 1
-            self._previous = record
+            spent.count += 1
+            spent.previous = record
+            spent.previous_by = weakref.ref(self)
 
     def _record(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> _Record:
         named: list[tuple[str, object]] = []
@@ -259,12 +392,20 @@ class TraceBudget:
         return {name: _argument_record(value, static=name in self._static_argnames) for name, value in named}
 
     def _exceeded_message(self, record: _Record) -> str:
-        attempt = _ordinal(self._count + 1)
+        spent = self._spent
+        attempt = _ordinal(spent.count + 1)
         head = (
             f"{self.function_name} was about to be traced for the {attempt} time, "
             f"over its budget of max_traces={self.max_traces}"
         )
-        changes = [] if self._previous is None else _describe_changes(self._previous, record)
+        previous_by = spent.previous_by() if isinstance(spent.previous_by, weakref.ref) else None
+        if spent.previous is not None and previous_by is not self:
+            return (
+                f"{head}; the previous trace was by another wrapper of the same function made at the same place "
+                "(wrapped again, for example inside a loop or a function called more than once), and wrappers "
+                "made there share one budget: wrap the function once and reuse the wrapper"
+            )
+        changes = [] if spent.previous is None else _describe_changes(spent.previous, record)
         if not changes:
             return (
                 f"{head}; no argument's abstract value (shape, dtype, weak_type, sharding) or static value "

@@ -76,7 +76,7 @@ class BudgetedFunction:
 
     @property
     def trace_count(self) -> int:
-        """How many times the function's Python body has been traced."""
+        """How many traces the budget has admitted, with those of the wrappers sharing it."""
         return self._budget.count
 
     @property
