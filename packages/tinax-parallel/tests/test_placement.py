@@ -99,6 +99,20 @@ def test_place_host_array_rejects_a_rank_mismatch():
         place_host_array(np.zeros((2, 4), np.float32), sharding, copy=False)
 
 
+def test_place_host_array_rank_mismatch_is_also_the_index_error_of_tinax_02():
+    with pytest.raises(IndexError) as caught:
+        place_host_array(np.asarray(1.0), layout(mesh_2x4(), ("data",)), copy=True)
+    assert isinstance(caught.value, ValueError)
+    assert "rank 0" in str(caught.value)
+
+
+@pytest.mark.parametrize("axis_types", [(AxisType.Manual,) * 2, (EXPLICIT, AxisType.Manual)], ids=["manual", "half"])
+def test_place_host_array_refuses_a_sharding_over_manual_axes_with_a_value_error(axis_types):
+    mesh = make_mesh(jax.devices(), (4, 2), ("data", "model"), axis_types=axis_types)
+    with pytest.raises(ValueError, match=r"sharding must be over a mesh without Manual axes.*'model'"):
+        place_host_array(np.zeros((8, 2)), NamedSharding(mesh, PartitionSpec("data")), copy=True)
+
+
 def test_place_host_array_rejects_a_non_fully_addressable_sharding():
     mesh = mesh_2x4()
     sharding = _RemoteSharding(mesh, PartitionSpec("data"))

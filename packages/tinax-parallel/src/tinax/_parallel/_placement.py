@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from jax.sharding import NamedSharding
+from jax.sharding import AxisType, NamedSharding
 
 from tinax._core import validation
 from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 
-__all__ = ["place_host_array", "require_divisible_shape"]
+__all__ = ["ShardingRankError", "place_host_array", "require_divisible_shape"]
+
+
+class ShardingRankError(ValueError, IndexError):
+    """A sharding describes more dimensions than the array has.
+
+    It is also an ``IndexError``, the type tinax 0.2 raised for such an
+    array and layout.
+    """
 
 
 def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, name: str) -> None:
@@ -21,12 +29,13 @@ def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, nam
       name: What to call the shape in messages (for example ``"array"``).
 
     Raises:
-      ValueError: If the layout has more entries than ``shape`` has
-        dimensions, or the mesh axes of a dimension do not divide its extent.
+      ShardingRankError: If the layout has more entries than ``shape`` has
+        dimensions (a ``ValueError`` and an ``IndexError``).
+      ValueError: If the mesh axes of a dimension do not divide its extent.
     """
     spec = tuple(sharding.spec)
     if len(spec) > len(shape):
-        raise ValueError(
+        raise ShardingRankError(
             f"{name} has rank {len(shape)} (shape {shape}), but the sharding describes {len(spec)} "
             f"dimensions ({sharding.spec})"
         )
@@ -41,6 +50,23 @@ def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, nam
                 f"{name} dimension {dimension} of extent {shape[dimension]} cannot be split evenly over "
                 f"mesh axes {axes} ({parts} parts); shape {shape}, sharding {sharding.spec}"
             )
+
+
+def _require_no_manual_axes(sharding: NamedSharding, name: str) -> None:
+    """Refuses a sharding over a mesh with Manual axes, which only ``jax.shard_map`` can use.
+
+    Raises:
+      ValueError: If some axis of the sharding's mesh is ``AxisType.Manual``.
+    """
+    mesh = sharding.mesh
+    manual = [
+        f"{axis!r}" for axis, kind in zip(mesh.axis_names, mesh.axis_types, strict=True) if kind == AxisType.Manual
+    ]
+    if manual:
+        raise ValueError(
+            f"{name} must be over a mesh without Manual axes (those are only for jax.shard_map), "
+            f"got a sharding over Manual axes {', '.join(manual)}"
+        )
 
 
 def require_fully_addressable(sharding: NamedSharding, name: str) -> None:
@@ -84,9 +110,11 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
         dtype), ``sharding`` is not a ``NamedSharding``, or ``copy`` is not a
         bool.
       ValueError: If ``array`` is a masked array with masked elements, or
-        ``sharding`` has devices outside this process, describes
-        more dimensions than ``array`` has, or cannot split one of its
-        dimensions evenly; the message names that dimension and its mesh axes.
+        ``sharding`` has devices outside this process, is over a mesh with
+        Manual axes, describes more dimensions than ``array`` has (that
+        error is also an ``IndexError``, as in tinax 0.2), or cannot split
+        one of its dimensions evenly; the message names that dimension and
+        its mesh axes.
 
     Examples:
       >>> import jax
@@ -105,6 +133,7 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
     validation.require_instance(sharding, "sharding", NamedSharding, "a jax.sharding.NamedSharding")
     validation.require_bool(copy, "copy")
     require_fully_addressable(sharding, "sharding")
+    _require_no_manual_axes(sharding, "sharding")
     require_divisible_shape(array.shape, sharding, "array")
     source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
     placed: jax.Array = jax.device_put(source, sharding, may_alias=not copy)
