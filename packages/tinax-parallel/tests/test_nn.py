@@ -251,3 +251,23 @@ def test_missing_flax_names_the_extra(monkeypatch, function, arguments):
     with pytest.raises(ImportError, match=r'pip install "tinax-parallel\[nnx\]"') as caught:
         function(*arguments, **keywords)
     assert isinstance(caught.value.__cause__, ImportError)
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_restore_graph_refuses_a_snapshot_that_does_not_describe_a_module(copy):
+    graphdef, state = nnx.split(nnx.Rngs(0))
+    with pytest.raises(TypeError, match=r"snapshot must be a flax.nnx.GraphState that describes a flax.nnx.Module"):
+        restore_graph(nnx.GraphState(graphdef, state), copy=copy)
+    graphdef, state = nnx.split({"w": nnx.Param(jnp.ones(2))})
+    with pytest.raises(TypeError, match="describes a flax.nnx.Module"):
+        restore_graph(nnx.GraphState(graphdef, state), copy=copy)
+
+
+def test_restored_and_cloned_variables_keep_the_metadata_order_of_the_original():
+    layer = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    original = list(layer.kernel.get_metadata())
+    snapshot = snapshot_graph(layer)
+    assert list(restore_graph(snapshot, copy=True).kernel.get_metadata()) == original
+    assert list(restore_graph(snapshot, copy=False).kernel.get_metadata()) == original
+    assert list(clone_graph(layer).kernel.get_metadata()) == original
+    assert repr(nnx.split(clone_graph(layer))[0]) == repr(nnx.split(layer)[0])

@@ -33,14 +33,27 @@ def _require_module(flax_nnx: Any, module: object) -> None:
     validation.require_instance(module, "module", flax_nnx.Module, "a flax.nnx.Module")
 
 
-def _detached(tree: T) -> T:
+def _private(value: T) -> T:
+    """Copies the NumPy arrays in ``value`` (they can be written in place); shares the rest."""
+    copied: T = jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else leaf, value)
+    return copied
+
+
+def _detached(flax_nnx: Any, tree: T) -> T:
     """Rebuilds a state tree with new Variable objects and private host buffers.
 
-    Mapping over the tree creates a new object for every Variable. JAX arrays
+    Every Variable is copied with its metadata in the original order (a map
+    over the flattened Variable would give it in sorted order). JAX arrays
     are immutable and are shared; NumPy arrays can be written in place, so
     each one is copied.
     """
-    rebuilt: T = jax.tree.map(lambda leaf: leaf.copy() if isinstance(leaf, np.ndarray) else leaf, tree)
+
+    def rebuild(leaf: Any) -> Any:
+        if isinstance(leaf, flax_nnx.Variable):
+            return leaf.copy(_private(leaf.get_raw_value()), _copy_ref=False)
+        return _private(leaf)
+
+    rebuilt: T = jax.tree.map(rebuild, tree, is_leaf=lambda leaf: isinstance(leaf, flax_nnx.Variable))
     return rebuilt
 
 
@@ -76,7 +89,7 @@ def snapshot_graph(module: T) -> nnx.GraphState[T]:
     """
     flax_nnx = _import_nnx("snapshot_graph")
     _require_module(flax_nnx, module)
-    snapshot: nnx.GraphState[T] = _detached(flax_nnx.unpack(module))
+    snapshot: nnx.GraphState[T] = _detached(flax_nnx, flax_nnx.unpack(module))
     return snapshot
 
 
@@ -96,8 +109,9 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
       The restored module.
 
     Raises:
-      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` or ``copy``
-        is not a bool.
+      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` describing
+        a ``flax.nnx.Module`` (the state of a bare ``nnx.Rngs`` or of a dict
+        is refused), or ``copy`` is not a bool.
       ImportError: If flax is not installed.
 
     Examples:
@@ -111,7 +125,12 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
     flax_nnx = _import_nnx("restore_graph")
     validation.require_instance(snapshot, "snapshot", flax_nnx.GraphState, "a flax.nnx.GraphState")
     validation.require_bool(copy, "copy")
-    restored: T = flax_nnx.merge(_detached(snapshot) if copy else snapshot)
+    graphdef = getattr(snapshot, "_graphdef", None)
+    nodes = getattr(graphdef, "nodes", None)
+    root = getattr(nodes[0], "type", None) if nodes else None
+    if not (isinstance(root, type) and issubclass(root, flax_nnx.Module)):
+        validation.fail_type("snapshot", "a flax.nnx.GraphState that describes a flax.nnx.Module", snapshot)
+    restored: T = flax_nnx.merge(_detached(flax_nnx, snapshot) if copy else snapshot)
     return restored
 
 
@@ -145,5 +164,5 @@ def clone_graph(module: T) -> T:
     """
     flax_nnx = _import_nnx("clone_graph")
     _require_module(flax_nnx, module)
-    clone: T = flax_nnx.merge(_detached(flax_nnx.unpack(module)))
+    clone: T = flax_nnx.merge(_detached(flax_nnx, flax_nnx.unpack(module)))
     return clone
