@@ -123,6 +123,20 @@ def test_abstract_state_refuses_an_initializer_that_returns_no_graph_node():
         abstract_sharded_state(lambda: 3, explicit_mesh())
 
 
+@pytest.mark.parametrize(
+    "initializer",
+    [lambda: {"w": jax.numpy.ones(2)}, lambda: None, lambda: {"w": nnx.Param(jax.numpy.ones(2))}, lambda: [1.0]],
+    ids=["dict_of_arrays", "none", "dict_of_variables", "list"],
+)
+def test_abstract_state_accepts_any_graph_that_nnx_split_accepts(initializer):
+    # As in tinax 0.2: a dict, a list or None is split into a GraphDef and a State too.
+    abstract = abstract_sharded_state(initializer, auto_mesh())
+    assert isinstance(abstract, nnx.GraphState)
+    for leaf in jax.tree.leaves(abstract):
+        assert isinstance(leaf, jax.ShapeDtypeStruct)
+        assert leaf.sharding.mesh == auto_mesh()
+
+
 # eager_sharded_init ----------------------------------------------------------
 
 
@@ -157,9 +171,34 @@ def test_eager_init_calls_the_initializer_once_and_restores_the_setting():
     assert recorder.calls == 1
 
 
-def test_eager_init_returns_what_the_initializer_returns():
+@MESHES
+def test_eager_init_returns_what_the_initializer_returns(mesh_factory):
     sentinel = object()
-    assert eager_sharded_init(lambda: sentinel, explicit_mesh()) is sentinel
+    assert eager_sharded_init(lambda: sentinel, mesh_factory()) is sentinel
+
+
+class WithReplicated(nnx.Module):
+    def __init__(self) -> None:
+        self.scale = nnx.Param(jax.numpy.ones(8), out_sharding=(None,))
+        self.rows = nnx.Param(jax.numpy.ones((8, 4)), out_sharding=("data", None))
+        self.columns = nnx.Param(jax.numpy.ones((8, 4)), out_sharding=(None, "model"))
+
+
+def test_eager_init_over_an_auto_mesh_gives_specs_without_trailing_none_as_tinax_02():
+    # tinax 0.2 built the state under nnx.jit, whose outputs carried the shorter specs.
+    mesh = auto_mesh()
+    model = eager_sharded_init(WithReplicated, mesh)
+    assert model.scale.get_value().sharding.spec == PartitionSpec()
+    assert model.rows.get_value().sharding.spec == PartitionSpec("data")
+    assert model.columns.get_value().sharding.spec == PartitionSpec(None, "model")
+    np.testing.assert_array_equal(np.asarray(model.rows.get_value()), np.ones((8, 4)))
+    assert model.rows.get_value().sharding.is_equivalent_to(NamedSharding(mesh, PartitionSpec("data", None)), 2)
+
+
+def test_eager_init_over_an_explicit_mesh_keeps_the_annotated_specs():
+    model = eager_sharded_init(WithReplicated, explicit_mesh())
+    assert model.scale.get_value().sharding.spec == PartitionSpec(None)
+    assert model.rows.get_value().sharding.spec == PartitionSpec("data", None)
 
 
 # state_shardings -------------------------------------------------------------

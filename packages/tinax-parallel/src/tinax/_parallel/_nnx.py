@@ -11,9 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
-from jax.sharding import Mesh
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from tinax._core import validation
+from tinax._core.jax_compat import is_tracer
 from tinax._core.optional import import_optional
 from tinax._parallel._mesh import require_homogeneous_mesh
 
@@ -47,7 +48,9 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
 
     Args:
       initializer: A callable taking no arguments that builds and returns an
-        NNX graph node, such as an ``nnx.Module``.
+        NNX graph node, such as an ``nnx.Module``, or any other value that
+        ``nnx.split`` splits into a graph definition and a state (a dict or
+        list of Variables and arrays, None).
       mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
         all ``AxisType.Explicit``.
 
@@ -57,8 +60,8 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
 
     Raises:
       TypeError: If ``initializer`` is not callable, ``mesh`` is not a
-        ``jax.sharding.Mesh``, or the initializer returns something other than
-        an NNX graph node.
+        ``jax.sharding.Mesh``, or the initializer returns something that is
+        not a graph (such as a lone array or number).
       ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
         Explicit axes. Nothing is traced in that case.
       ImportError: If flax is not installed.
@@ -83,13 +86,21 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
     require_homogeneous_mesh(mesh)
     flax_nnx = _import_nnx("abstract_sharded_state")
 
+    built: list[object] = []
+
     def build() -> T:
         node = initializer()
-        if not flax_nnx.graphlib.is_graph_node(node):
-            validation.fail_type("initializer()", "an NNX graph node such as an nnx.Module", node)
+        built.append(node)
         return node
 
     graphdef, state = flax_nnx.get_abstract_model(build, mesh)
+    # Whatever nnx.split takes as a graph (a Module, a dict or list of
+    # Variables and arrays, None) gives a GraphDef and a State; a lone array
+    # or number gives a bare leaf instead.
+    if not isinstance(graphdef, flax_nnx.GraphDef) or not isinstance(state, Mapping):
+        validation.fail_type(
+            "initializer()", "an NNX graph node such as an nnx.Module", built[-1] if built else state
+        )
     abstract: nnx.GraphState[T] = flax_nnx.GraphState(graphdef, state)
     return abstract
 
@@ -139,7 +150,38 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
     flax_nnx = _import_nnx("eager_sharded_init")
 
     with jax.set_mesh(mesh), flax_nnx.use_eager_sharding(True):
-        return initializer()
+        node = initializer()
+    if all(kind == AxisType.Auto for kind in mesh.axis_types):
+        _trim_variable_specs(flax_nnx, node, mesh)
+    return node
+
+
+def _trim_variable_specs(flax_nnx: Any, node: object, mesh: Mesh) -> None:
+    """Drops trailing None entries from the specs of the Variables' arrays over ``mesh``.
+
+    tinax 0.2 built the state under ``nnx.jit``, whose outputs over an Auto
+    mesh carry specs without trailing None entries (``P()`` for an
+    annotation of ``(None,)``). The layout is the same; the arrays are
+    rebuilt from their own device buffers with the shorter spec, nothing is
+    copied.
+    """
+    for _, value in flax_nnx.graphlib.iter_graph(node):
+        if not isinstance(value, flax_nnx.Variable):
+            continue
+        array = value.get_raw_value()
+        if is_tracer(array) or not isinstance(array, jax.Array):
+            continue
+        sharding = array.sharding
+        if not isinstance(sharding, NamedSharding) or sharding.mesh != mesh:
+            continue
+        entries = list(sharding.spec)
+        if not entries or entries[-1] is not None:
+            continue
+        while entries and entries[-1] is None:
+            entries.pop()
+        trimmed = NamedSharding(mesh, PartitionSpec(*entries), memory_kind=sharding.memory_kind)
+        shards = [shard.data for shard in array.addressable_shards]
+        value.set_raw_value(jax.make_array_from_single_device_arrays(array.shape, trimmed, shards))
 
 
 def state_shardings(state: StateMapping, mesh: Mesh) -> StateMapping:
