@@ -179,7 +179,8 @@ def _trim_variable_specs(flax_nnx: Any, node: object, mesh: Mesh) -> None:
             continue
         while entries and entries[-1] is None:
             entries.pop()
-        trimmed = NamedSharding(mesh, PartitionSpec(*entries), memory_kind=sharding.memory_kind)
+        spec = PartitionSpec(*entries)  # type: ignore[no-untyped-call]
+        trimmed = NamedSharding(mesh, spec, memory_kind=sharding.memory_kind)
         shards = [shard.data for shard in array.addressable_shards]
         value.set_raw_value(jax.make_array_from_single_device_arrays(array.shape, trimmed, shards))
 
