@@ -19,9 +19,11 @@ others:
 
 Every restored leaf must hold the saved bits, every restored array must have
 the target's sharding, and an Explicit mesh must stay Explicit. The data
-iterator is restored only where the process count stays the same: its state is
-one file per process, and dealing it out to another number of processes is
-tinax-data's to build (the two tests marked xfail below say where that stands).
+iterator (a ``training_batches`` iterator per process) is restored as it is
+where the process count stays the same; its state is one file per process, so
+on another process count the load refuses it unless asked to re-deal the rest
+of the epoch (``redeal=True``), after which every row of the epoch is read
+exactly once across the old and the new processes.
 
 The ``_body_*`` functions run in the child processes (the harness loads this
 file there by path); the tests compare the JSON they return.
@@ -50,6 +52,8 @@ AXES = ("data", "model")
 # Where the reference state lives: which process count saved it, and its mesh.
 SAVE_MESH = (2, 4)
 TRANSPOSED_MESH = (4, 2)
+# The data pipeline each saving process iterates: ROWS rows, batches of BATCH rows per process.
+ROWS, BATCH, SAVED_BATCHES = 64, 4, 3
 
 
 # ---------------------------------------------------------------------------
@@ -218,6 +222,30 @@ def _iterator(advanced: int) -> Any:
     return iterator
 
 
+def _row_ids(rows: list[dict[str, int]]) -> list[int]:
+    return [int(row["row"]) for row in rows]
+
+
+def _batches(shard_index: int, shard_count: int, batch_size: int) -> Any:
+    """A ``training_batches`` iterator over ROWS numbered rows, one epoch, for one shard."""
+    import grain
+
+    from tinax.data import InMemorySource, training_batches
+
+    rows = InMemorySource([{"row": row} for row in range(ROWS)], source_id="resume-topologies-rows-v1")
+    return iter(
+        training_batches(
+            grain.MapDataset.source(rows),
+            shard_options=grain.sharding.ShardOptions(shard_index, shard_count, drop_remainder=True),
+            seed=11,
+            shuffle=True,
+            num_epochs=1,
+            batch_size=batch_size,
+            batch_fn=_row_ids,
+        )
+    )
+
+
 def _manager(root: str, create: bool) -> Any:
     from tinax.checkpointing import TrainingCheckpointManager
 
@@ -292,9 +320,11 @@ def _body_two_processes(one_process_checkpoint: str, root: str) -> dict[str, Any
     # The saved state: this runtime's own, through the manager.
     state = _training_state(mesh, seed=1)
     manager = _manager(root, create=True)
-    advanced = 3 + process
-    manager.save(SAVED_STEP, **state, iterator=_iterator(advanced))
+    batches = _batches(process, jax.process_count(), BATCH)
+    report["read"] = [row for _ in range(SAVED_BATCHES) for row in next(batches)]
+    manager.save(SAVED_STEP, **state, iterator=batches)
     manager.wait()
+    report["expected_next"] = next(batches)
     report["saved"] = _digests(state)
     report["adam_count"] = [
         int(np.asarray(leaf.addressable_shards[0].data))
@@ -309,7 +339,7 @@ def _body_two_processes(one_process_checkpoint: str, root: str) -> dict[str, Any
     host = {part: _on_host(target) for part, target in transposed.items()}
     restores: dict[str, Any] = {}
     for kind, chosen in (("transposed", transposed), ("numpy", host)):
-        iterator = _iterator(0)
+        iterator = _batches(process, jax.process_count(), BATCH)
         restored = manager.restore(
             SAVED_STEP, chosen["model"], chosen["optimizer"], chosen["rng"], chosen["auxiliary"], iterator
         )
@@ -318,9 +348,9 @@ def _body_two_processes(one_process_checkpoint: str, root: str) -> dict[str, Any
             "digests": _digests(parts),
             "layouts": _layouts(parts),
             "step": restored.step,
-            "next": int(next(iterator)),
+            "next": next(iterator),
         }
-        iterator = _iterator(0)
+        iterator = _batches(process, jax.process_count(), BATCH)
         restored = load_training_checkpoint(
             path, chosen["model"], chosen["optimizer"], chosen["rng"], chosen["auxiliary"], iterator
         )
@@ -329,13 +359,12 @@ def _body_two_processes(one_process_checkpoint: str, root: str) -> dict[str, Any
             "digests": _digests(parts),
             "layouts": _layouts(parts),
             "step": restored.step,
-            "next": int(next(iterator)),
+            "next": next(iterator),
         }
         parts = load_checkpointables(path, _as_stored(chosen))
         parts["auxiliary"] = parts["auxiliary"]["state"]
         restores[f"load_checkpointables/{kind}"] = {"digests": _digests(parts), "layouts": _layouts(parts)}
     report["restores"] = restores
-    report["expected_next"] = advanced
 
     # Topologies that cannot hold the arrays: refused before anything is read, by every process alike.
     devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
@@ -592,31 +621,59 @@ def _one_process_targets(path: pathlib.Path) -> dict[str, Any]:
     return targets
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="the iterator's state is one file per saving process; dealing it out to another process count is "
-    "built in tinax-data",
-)
+def _resumed_rows(reports: list[dict[str, Any]], iterator: Any) -> list[int]:
+    """The rows of the epoch: those the two processes read before saving, then those the resumed iterator reads."""
+    return [row for report in reports for row in report["read"]] + [row for batch in iterator for row in batch]
+
+
 def test_load_training_checkpoint_resumes_a_two_process_checkpoint_in_one_process(two_processes):
+    from tinax.checkpointing import load_training_checkpoint
+
+    path, reports = two_processes
+    targets = _one_process_targets(path)
+    iterator = _batches(0, 1, 2 * BATCH)
+    restored = load_training_checkpoint(
+        path, **{f"{part}_target": target for part, target in targets.items()}, iterator=iterator, redeal=True
+    )
+    assert restored.step == SAVED_STEP
+    assert _digests(_training_parts(restored)) == reports[0]["saved"]
+    rows = _resumed_rows(reports, iterator)
+    assert len(rows) == ROWS
+    assert sorted(rows) == list(range(ROWS))
+
+
+def test_manager_restore_resumes_a_two_process_checkpoint_in_one_process(two_processes):
+    path, reports = two_processes
+    targets = _one_process_targets(path)
+    iterator = _batches(0, 1, 2 * BATCH)
+    restored = _manager(str(path.parent), create=False).restore(
+        SAVED_STEP, targets["model"], targets["optimizer"], targets["rng"], targets["auxiliary"], iterator, redeal=True
+    )
+    assert restored.step == SAVED_STEP
+    assert _digests(_training_parts(restored)) == reports[0]["saved"]
+    rows = _resumed_rows(reports, iterator)
+    assert len(rows) == ROWS
+    assert sorted(rows) == list(range(ROWS))
+
+
+def test_a_two_process_checkpoint_is_refused_in_one_process_without_redeal_before_any_read(two_processes):
     from tinax.checkpointing import load_training_checkpoint
 
     path, _ = two_processes
     targets = _one_process_targets(path)
-    load_training_checkpoint(
-        path, **{f"{part}_target": target for part, target in targets.items()}, iterator=_iterator(0)
-    )
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=ValueError,
-    reason="the iterator's state is one file per saving process; dealing it out to another process count is "
-    "built in tinax-data",
-)
-def test_manager_restore_resumes_a_two_process_checkpoint_in_one_process(two_processes):
-    path, _ = two_processes
-    targets = _one_process_targets(path)
-    _manager(str(path.parent), create=False).restore(
-        SAVED_STEP, targets["model"], targets["optimizer"], targets["rng"], targets["auxiliary"], _iterator(0)
-    )
+    iterator = _batches(0, 1, 2 * BATCH)
+    for call in (
+        lambda: load_training_checkpoint(
+            path, **{f"{part}_target": target for part, target in targets.items()}, iterator=iterator
+        ),
+        lambda: _manager(str(path.parent), create=False).restore(
+            SAVED_STEP, targets["model"], targets["optimizer"], targets["rng"], targets["auxiliary"], iterator
+        ),
+    ):
+        refusal = _refusal(call)
+        assert {"ValueError", "KeyError"} <= set(refusal["classes"])
+        assert "saved by 2 processes and this run has 1" in refusal["message"]
+        assert "redeal=True" in refusal["message"]
+        assert refusal["reads"] == []
+    # The iterator was never moved: it reads the whole epoch from the start.
+    assert sorted(row for batch in iterator for row in batch) == list(range(ROWS))

@@ -147,7 +147,8 @@ def test_training_names_are_public(name: str) -> None:
                                       ("optimizer_target", "POSITIONAL_OR_KEYWORD", None),
                                       ("rng_target", "POSITIONAL_OR_KEYWORD", None),
                                       ("auxiliary_target", "POSITIONAL_OR_KEYWORD", None),
-                                      ("iterator", "POSITIONAL_OR_KEYWORD", None), ("names", "KEYWORD_ONLY", None)]),
+                                      ("iterator", "POSITIONAL_OR_KEYWORD", None), ("names", "KEYWORD_ONLY", None),
+                                      ("redeal", "KEYWORD_ONLY", False)]),
         ("TrainingCheckpoint", [(field, "POSITIONAL_OR_KEYWORD", None)
                                 for field in ("step", "model", "optimizer", "rng", "auxiliary", "iterator")]),
         ("TrainingCheckpointNames", [(field, "POSITIONAL_OR_KEYWORD", field)

@@ -492,11 +492,16 @@ class TrainingCheckpointManager:
         rng_target: Any,
         auxiliary_target: Any,
         iterator: DatasetIterator[Any],
+        *,
+        redeal: bool = False,
     ) -> TrainingCheckpoint:
         """Loads committed ``step`` with :func:`load_training_checkpoint`.
 
         Pass :meth:`latest_committed_step` to resume from the newest
         checkpoint. The targets are those of :func:`load_training_checkpoint`.
+        A checkpoint saved by another number of processes restores only with
+        ``redeal=True``, which deals the rest of the interrupted epoch out to
+        this run's processes (see :func:`load_training_checkpoint`).
 
         Returns:
           The :class:`TrainingCheckpoint`, with ``iterator`` moved to the
@@ -505,7 +510,9 @@ class TrainingCheckpointManager:
         Raises:
           TypeError: If ``step`` is not an int, or a target or the iterator
             is of the wrong kind.
-          ValueError: If the targets do not fit the checkpoint (see
+          ValueError: If the targets do not fit the checkpoint, or it was
+            saved by another number of processes and ``redeal`` is False or
+            its iterator states cannot be re-dealt (see
             :func:`load_training_checkpoint`).
           FileNotFoundError: If ``step`` is not a committed step under the
             root. It is also a ``ValueError``.
@@ -527,6 +534,7 @@ class TrainingCheckpointManager:
             auxiliary_target,
             iterator,
             names=self._names,
+            redeal=redeal,
         )
         self._newest = max(self._newest, checked)
         return restored

@@ -16,8 +16,10 @@ its own, load as well.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
+import re
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -58,6 +60,8 @@ SEPARATE_STEP_CHECKPOINTABLE = "step"
 _SEPARATE_STEP_DTYPE = np.int64
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 _logger = get_logger("checkpointing")
+# Grain's checkpoint handler writes one iterator state per process under this name.
+_ITERATOR_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +241,7 @@ def load_training_checkpoint(
     iterator: DatasetIterator[Any],
     *,
     names: TrainingCheckpointNames | None = None,
+    redeal: bool = False,
 ) -> TrainingCheckpoint:
     """Restores a training checkpoint written by :func:`save_training_checkpoint`.
 
@@ -250,6 +255,15 @@ def load_training_checkpoint(
 
     Checkpoints written by tinax 0.2 load, and so do those of pre-release 0.3
     builds (the step in a checkpointable ``"step"`` of its own).
+
+    The iterator's position is one file per saving process. A checkpoint
+    saved by another number of processes than this run's is refused, before
+    anything loads, unless ``redeal`` is True: the iterator, a
+    ``tinax.data.training_batches`` iterator built for this run's shard, then
+    gets the rest of the interrupted epoch dealt out again from the states of
+    all saving processes (``tinax.data.redeal_state``, with the iterator's
+    shard, batch size and worker count), so that across the new processes
+    every row the old ones had not read is read exactly once.
 
     Before anything loads, the folder is checked to be a complete checkpoint
     that holds every part under ``names``. The states load first and the
@@ -268,10 +282,15 @@ def load_training_checkpoint(
       iterator: A live iterator of the pipeline that was saved.
       names: The names the checkpoint was saved with; the defaults of
         :class:`TrainingCheckpointNames` when None.
+      redeal: Whether a checkpoint saved by another number of processes may
+        restore the iterator by re-dealing the rest of the epoch. When the
+        process count is the same, the iterator restores its own state
+        either way.
 
     Returns:
       A :class:`TrainingCheckpoint` with the saved step, the four restored
-      states and ``iterator`` itself, moved to the saved position.
+      states and ``iterator`` itself, moved to the saved position (or, after
+      a re-deal, to this process's share of the rest of the epoch).
 
     Raises:
       TypeError: If ``path`` is not a path, ``iterator`` is not a
@@ -288,7 +307,12 @@ def load_training_checkpoint(
         anything loads), or the values do not fit the targets or the
         iterator's pipeline. A missing part and
         values that do not fit raise an error that is also a ``KeyError``, as
-        tinax 0.2's did.
+        tinax 0.2's did. Also if the checkpoint's iterator was saved by
+        another number of processes and ``redeal`` is False (an error that
+        is also a ``KeyError``, as 0.2's was), or ``redeal`` is True and the
+        saved states or the iterator cannot be re-dealt (the iterator is not
+        a ``training_batches`` iterator, the saved states are not all at one
+        step of its pipeline, or one is missing).
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
 
@@ -317,7 +341,9 @@ def load_training_checkpoint(
         require_restore_target(auxiliary_target, "auxiliary_target")
     _require_iterator(iterator)
     chosen = _require_names(names)
+    redeal = validation.require_bool(redeal, "redeal")
     separate_step = _require_parts(source, chosen)
+    saved_states = _saved_iterator_states(source, chosen, redeal)
     state_targets = {chosen.model: model_target, chosen.optimizer: optimizer_target, chosen.rng: rng_target}
     if separate_step:
         # These checkpoints never held empty auxiliary state, so the target must be explicit.
@@ -335,7 +361,10 @@ def load_training_checkpoint(
         step = _stored_step(states[chosen.auxiliary], source, None)
     # The iterator is moved only once every state has loaded, so a failed load
     # leaves it where it was.
-    _load(source, chosen, {chosen.iterator: iterator})
+    if saved_states is None:
+        _load(source, chosen, {chosen.iterator: iterator})
+    else:
+        _redeal_iterator(source, chosen, saved_states, iterator)
     operation.what = f"training checkpoint of step {step} from"
     operation.target = str(source.absolute())
     operation.done(nbytes=loaded_nbytes(operation, source, [*state_targets, chosen.iterator]))
@@ -379,6 +408,99 @@ def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool
             f"it holds {held}. Load it with the names it was saved with"
         )
     return separate_step
+
+
+def _saved_iterator_states(source: pathlib.Path, names: TrainingCheckpointNames, redeal: bool) -> list[Any] | None:
+    """Checks, before anything loads, that the iterator's states fit this run's process count.
+
+    Returns:
+      None when the iterator restores its own state (the process count is
+      the one the checkpoint was saved with, or the folder holds no state
+      files of grain's layout, which the load then reports); otherwise, with
+      ``redeal`` True, the parsed states of every saving process.
+
+    Raises:
+      CheckpointKeyError: If the process count differs and ``redeal`` is
+        False, or the saved states are incomplete or not JSON. It is a
+        ``ValueError`` and a ``KeyError``, as tinax 0.2 raised Orbax's
+        ``KeyError`` for an iterator state it did not find.
+    """
+    folder = source / names.iterator
+    found: dict[int, set[int]] = {}
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        match = _ITERATOR_FILE.fullmatch(entry.name)
+        if match:
+            found.setdefault(int(match[2]), set()).add(int(match[1]))
+    count = jax.process_count()
+    if not found or count in found:
+        return None
+    if len(found) > 1:
+        raise CheckpointKeyError(
+            f"the training checkpoint at {str(source)!r} holds iterator states of several process counts "
+            f"({sorted(found)}) under {names.iterator!r}; expected the states of one run"
+        )
+    ((saved_count, indices),) = found.items()
+    if not redeal:
+        raise CheckpointKeyError(
+            f"the training checkpoint at {str(source)!r} was saved by {saved_count} processes and this run has "
+            f"{count}: its iterator states are one per saving process, and restoring one as it is would skip or "
+            "repeat rows. Pass redeal=True to deal the rest of the epoch out to this run's processes "
+            "(a tinax.data.training_batches iterator)"
+        )
+    missing = sorted(set(range(saved_count)) - indices)
+    if missing:
+        raise CheckpointKeyError(
+            f"the training checkpoint at {str(source)!r} lacks the iterator states of processes {missing} of "
+            f"{saved_count} under {names.iterator!r}; a re-deal needs the states of every saving process"
+        )
+    states = []
+    for index in range(saved_count):
+        path = folder / f"process_{index}-of-{saved_count}.json"
+        try:
+            states.append(json.loads(path.read_text()))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise CheckpointKeyError(
+                f"the training checkpoint at {str(source)!r} holds an unreadable iterator state {path.name!r}: {error}"
+            ) from error
+    return states
+
+
+def _redeal_iterator(
+    source: pathlib.Path, names: TrainingCheckpointNames, states: list[Any], iterator: DatasetIterator[Any]
+) -> None:
+    """Moves ``iterator`` to its share of the rest of the epoch the saved states stopped in."""
+    live = iterator.get_state()
+    description = live.get("tinax_pipeline") if isinstance(live, dict) else None
+    if not isinstance(description, dict):
+        raise ValueError(
+            f"iterator must be a tinax.data.training_batches iterator to re-deal the training checkpoint at "
+            f"{str(source)!r} (saved by {len(states)} processes) onto {jax.process_count()}; got an iterator "
+            "whose state has no pipeline description"
+        )
+    # tinax-data is there: it built the iterator.
+    from grain.sharding import ShardOptions
+
+    from tinax.data import redeal_state
+
+    try:
+        shard = ShardOptions(
+            description["shard_index"], description["shard_count"], drop_remainder=description["drop_remainder"]
+        )
+        state = redeal_state(
+            states,
+            shard_options=shard,
+            batch_size=description["batch_size"],
+            num_workers=description.get("num_workers", 0),
+        )
+        iterator.set_state(state)
+    except (TypeError, ValueError, KeyError) as error:
+        kind = TypeError if isinstance(error, TypeError) else ValueError
+        raise kind(
+            f"could not re-deal the iterator states of the training checkpoint at {str(source)!r} with {names}: {error}"
+        ) from error
+    start = getattr(iterator, "start_prefetch", None)
+    if callable(start):
+        start()
 
 
 def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[str, Any]) -> dict[str, Any]:
