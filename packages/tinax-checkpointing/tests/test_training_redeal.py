@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import grain
@@ -18,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl import flags
 
 from tinax.checkpointing import (
     TrainingCheckpointManager,
@@ -25,7 +27,7 @@ from tinax.checkpointing import (
     load_training_checkpoint,
     save_training_checkpoint,
 )
-from tinax.data import InMemorySource, training_batches
+from tinax.data import InMemorySource, open_multiprocessing_iterator, training_batches
 
 ROWS = 40
 OLD_BATCH = 4  # per process, on two processes: a global batch of 8 rows
@@ -37,19 +39,21 @@ def _rows(batch: list[dict[str, int]]) -> list[int]:
     return [row["row"] for row in batch]
 
 
-def _batches(shard_index: int, shard_count: int, batch_size: int) -> Any:
+def _pipeline(shard_index: int, shard_count: int, batch_size: int) -> Any:
     dataset = grain.MapDataset.source(InMemorySource([{"row": i} for i in range(ROWS)], source_id="redeal-rows-v1"))
-    return iter(
-        training_batches(
-            dataset,
-            shard_options=grain.sharding.ShardOptions(shard_index, shard_count, drop_remainder=True),
-            seed=3,
-            shuffle=True,
-            num_epochs=1,
-            batch_size=batch_size,
-            batch_fn=_rows,
-        )
+    return training_batches(
+        dataset,
+        shard_options=grain.sharding.ShardOptions(shard_index, shard_count, drop_remainder=True),
+        seed=3,
+        shuffle=True,
+        num_epochs=1,
+        batch_size=batch_size,
+        batch_fn=_rows,
     )
+
+
+def _batches(shard_index: int, shard_count: int, batch_size: int) -> Any:
+    return iter(_pipeline(shard_index, shard_count, batch_size))
 
 
 def _state() -> dict[str, Any]:
@@ -188,3 +192,22 @@ def test_redeal_must_be_a_bool(two_process_checkpoint, redeal):
     path, _, _ = two_process_checkpoint
     with pytest.raises(TypeError, match="redeal"):
         load_training_checkpoint(path, **_targets(), iterator=_batches(0, 1, 2 * OLD_BATCH), redeal=redeal)
+
+
+@pytest.fixture
+def parsed_flags() -> Iterator[None]:
+    was_parsed = flags.FLAGS.is_parsed()
+    if not was_parsed:
+        flags.FLAGS.mark_as_parsed()
+    yield
+    if not was_parsed:
+        flags.FLAGS.unparse_flags()
+
+
+def test_redeal_restores_into_an_iterator_with_worker_processes(two_process_checkpoint, parsed_flags):
+    path, read, _ = two_process_checkpoint
+    pipeline = _pipeline(0, 1, 2 * OLD_BATCH).to_iter_dataset()
+    with open_multiprocessing_iterator(pipeline, num_workers=2) as iterator:
+        load_training_checkpoint(path, **_targets(), iterator=iterator, redeal=True)
+        rest = [row for batch in iterator for row in batch]
+    assert sorted(read + rest) == list(range(ROWS))
