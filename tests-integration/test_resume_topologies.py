@@ -15,7 +15,7 @@ others:
   ``load_training_checkpoint`` and ``load_checkpointables``, and into host
   NumPy through all three;
 * that checkpoint is restored by 1 process of 8 devices, 4 processes of 2
-  devices and 1 process of 1 device.
+  devices and 1 process of 1 device, the iterator re-dealt onto each.
 
 Every restored leaf must hold the saved bits, every restored array must have
 the target's sharding, and an Explicit mesh must stay Explicit. The data
@@ -408,7 +408,7 @@ def _body_restore_elsewhere(path: str) -> dict[str, Any]:
     """Restores the two-process checkpoint onto this runtime's devices, in a mesh of as many rows as processes."""
     import jax
 
-    from tinax.checkpointing import abstract_checkpointables, load_checkpointables
+    from tinax.checkpointing import abstract_checkpointables, load_checkpointables, load_training_checkpoint
 
     rows = jax.process_count()
     mesh = _mesh((rows, jax.device_count() // rows))
@@ -419,12 +419,29 @@ def _body_restore_elsewhere(path: str) -> dict[str, Any]:
     loaded["auxiliary"] = loaded["auxiliary"]["state"]
     host = load_checkpointables(path, {name: _on_host(target) for name, target in targets.items()})
     host["auxiliary"] = host["auxiliary"]["state"]
+    # The whole training checkpoint, its iterator re-dealt onto this process count (the global batch kept).
+    iterator = _batches(jax.process_index(), rows, SAVE_MESH[0] * BATCH // rows)
+    restored = load_training_checkpoint(
+        path,
+        **{f"{part}_target": target for part, target in _training_targets(targets).items()},
+        iterator=iterator,
+        redeal=True,
+    )
     return {
         "process": jax.process_index(),
         "digests": _digests(loaded),
         "layouts": _layouts(loaded),
         "numpy": {"digests": _digests(host), "layouts": _layouts(host)},
+        "redealt": {
+            "digests": _digests(_training_parts(restored)),
+            "rest": [row for batch in iterator for row in batch],
+        },
     }
+
+
+def _training_targets(targets: dict[str, Any]) -> dict[str, Any]:
+    """Targets for ``load_training_checkpoint`` from those of the stored parts: the auxiliary state without the step."""
+    return {**targets, "auxiliary": targets["auxiliary"]["state"]}
 
 
 def _abstract_onto(abstract: dict[str, Any], mesh: Any) -> dict[str, Any]:
@@ -611,6 +628,13 @@ def test_two_process_checkpoint_restores_bit_exact_on_other_process_counts(
             "spec": [None, "model"],
         }
         assert report["numpy"]["layouts"]["model/hidden/kernel/value"] == "numpy"
+        assert report["redealt"]["digests"] == saved
+    # Re-dealt onto this process count: the rows read before the save and those read after, each exactly once.
+    rows_read = [row for report in reports for row in report["read"]] + [
+        row for report in restored for row in report["redealt"]["rest"]
+    ]
+    assert len(rows_read) == ROWS
+    assert sorted(rows_read) == list(range(ROWS))
 
 
 def _one_process_targets(path: pathlib.Path) -> dict[str, Any]:
