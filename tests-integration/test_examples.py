@@ -37,6 +37,7 @@ KEY_LINES = {
         "load_checkpointables: model and rng key restored with the same values and the same shardings"
     ),
     "weights_roundtrip.py": "TensorManifest reported the missing source",
+    "resume_anywhere.py": "resumed on 1 process x 8 devices with redeal=True: every row of the epoch seen exactly once",
     "sharded_weights.py": (
         "save_sharded_safetensors wrote the sharded weights without gathering them, byte-identical to save_safetensors"
     ),

@@ -1,6 +1,6 @@
 """The resume-anywhere demo runs: 2 processes save mid-epoch, 1 process resumes with redeal=True.
 
-The demo (``resume_anywhere.py`` next to this file) checks every claim it
+The demo (``examples/resume_anywhere.py``) checks every claim it
 prints before printing it, so asserting on its lines asserts the behaviour:
 every row of the interrupted epoch read exactly once across the two runs, and
 final parameters bit-identical to a reference run that re-dealt at the same
@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-DEMO = pathlib.Path(__file__).resolve().parent / "resume_anywhere.py"
+DEMO = pathlib.Path(__file__).resolve().parent.parent / "examples" / "resume_anywhere.py"
 RUN_TIMEOUT_SECONDS = 300
 
 EXPECTED_LINES = [

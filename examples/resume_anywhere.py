@@ -11,7 +11,7 @@ Shows ``TrainingCheckpointManager.restore(..., redeal=True)`` (with ``tinax.data
   those of a reference run in this process that took the same global batches, re-dealt the iterator states with
   ``redeal_state`` at the same step and went on.
 
-Run it from the repository root with ``python tests-integration/resume_anywhere.py``. It starts the two
+Run it from the repository root with ``python examples/resume_anywhere.py``. It starts the two
 training processes itself, on 127.0.0.1, and leaves nothing behind.
 """
 
