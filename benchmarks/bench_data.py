@@ -24,6 +24,14 @@ Comparisons, each timed in interleaved rounds within one run:
 ``decode`` is written by hand for this record layout, as a user of the raw
 upstream call would write it.
 
+Re-deal (``--redeal-records N``, 0 skips; ``--only-redeal`` runs it alone):
+the time to the first batch of a training pipeline over a tinax-format
+Parquet file of N rows, restored from states saved on 2 processes into 4
+(and into 1) with ``redeal_state``, against restoring a state of the new
+layout itself at the same step. Each restore opens the file afresh, builds
+the pipeline, restores and reads one batch; ``--redeal-rounds`` fresh
+processes each alternate ``--redeal-trials`` restores of both kinds.
+
 Peak memory: a fresh process opens a Parquet file of ``--memory-mib`` MiB and
 reads four records, once with read_parquet_record and once with
 pq.read_table; ru_maxrss is taken after the imports and after the reads.
@@ -445,6 +453,108 @@ print(json.dumps({}))
 """
 
 
+_REDEAL_PROBE = r"""
+import json, sys, time
+import numpy as np
+from grain.sharding import ShardOptions
+import tinax.data as data
+
+def stack(rows):
+    return {"id": np.asarray([row["id"] for row in rows]), "x": np.stack([row["x"] for row in rows])}
+
+path, settings = sys.argv[1], json.loads(sys.argv[2])
+old_count, new_count, global_batch = settings["old_count"], settings["new_count"], settings["global_batch"]
+window, step, trials = settings["window"], settings["step"], settings["trials"]
+new_shard = ShardOptions(0, new_count, drop_remainder=True)
+
+def pipeline(dataset, index, count):
+    return data.training_batches(
+        dataset, shard_options=ShardOptions(index, count, drop_remainder=True), seed=0, shuffle=True,
+        num_epochs=None, batch_size=global_batch // count, batch_fn=stack, shuffle_window=window)
+
+def state_at(dataset, index, count, next_index):
+    # A saved state is the description and grain's index: the state of an iterator that read next_index batches.
+    state = iter(pipeline(dataset, index, count)).get_state()
+    state["grain"] = {"next_index": next_index}
+    return json.loads(json.dumps(state))
+
+# Imports, grain's iteration machinery and the file's first open happen before anything is measured.
+warm = data.read_parquet_record(path)
+next(iter(pipeline(warm, 0, new_count)))
+del warm
+rows = data.read_parquet_record(path)
+# The old processes' states, and the new layout's own state at the same step (the same global batch, so as
+# many rows read).
+old_states = [state_at(rows, index, old_count, step) for index in range(old_count)]
+same_state = state_at(rows, 0, new_count, step)
+del rows
+found = {"same": [], "redeal": []}
+for trial in range(trials):
+    # Each trial opens the file afresh (an empty row-group cache), as a restarted process does.
+    for mode in ("same", "redeal") if trial % 2 == 0 else ("redeal", "same"):
+        start = time.perf_counter()
+        iterator = iter(pipeline(data.read_parquet_record(path), 0, new_count))
+        redealt = time.perf_counter()
+        state = data.redeal_state(old_states, shard_options=new_shard) if mode == "redeal" else same_state
+        redealt = time.perf_counter() - redealt
+        iterator.set_state(state)
+        next(iterator)
+        found[mode].append({"seconds": time.perf_counter() - start, "redeal_state_seconds": redealt})
+        iterator.close()
+print(json.dumps(found))
+"""
+
+_REDEAL_WRITE = r"""
+import json, sys
+import numpy as np
+import tinax.data as data
+path, count = sys.argv[1], int(sys.argv[2])
+# 2-d arrays: the tinax record format, in row groups (1-d arrays would make tinax 0.2's single-group table).
+x = np.random.default_rng(0).standard_normal((count, 4, 4), dtype=np.float32)
+data.write_parquet_record(path, [{"id": i, "label": i % 10, "x": x[i]} for i in range(count)])
+print(json.dumps({}))
+"""
+
+
+def measure_redeal(folder: pathlib.Path, options: argparse.Namespace) -> None:
+    count = options.redeal_records
+    path = str(folder / "redeal.parquet")
+    _probe(_REDEAL_WRITE, [path, str(count)], None)
+    global_batch, old_count = 256, 2
+    step = count // global_batch // 3  # A third into the first epoch.
+    print(
+        f"\nRe-deal: time to the first batch over {count} Parquet rows of (int id, int label, float32[4, 4]), global "
+        f"batch {global_batch}, saved by {old_count} processes at step {step}; median of {options.redeal_rounds} "
+        f"fresh processes x {options.redeal_trials} alternating restores, each opening the file afresh"
+    )
+    worst = 0.0
+    for window in (options.window, None):
+        for new_count in (4, 1):
+            settings = {
+                "old_count": old_count,
+                "new_count": new_count,
+                "global_batch": global_batch,
+                "window": window,
+                "step": step,
+            }
+            rounds: dict[str, list[dict[str, Any]]] = {"same": [], "redeal": []}
+            for _ in range(options.redeal_rounds):
+                found = _probe(_REDEAL_PROBE, [path, json.dumps({**settings, "trials": options.redeal_trials})], None)
+                for mode, trials in found.items():
+                    rounds[mode] += trials
+            median = {mode: statistics.median(found["seconds"] for found in runs) for mode, runs in rounds.items()}
+            redeal_call = statistics.median(found["redeal_state_seconds"] for found in rounds["redeal"])
+            ratio = median["redeal"] / median["same"]
+            worst = max(worst, ratio)
+            shuffle = f"shuffle_window={window}" if window else "global shuffle"
+            print(
+                f"  {shuffle:<18} {old_count} -> {new_count} processes: re-deal {median['redeal'] * 1e3:7.1f} ms "
+                f"(redeal_state {redeal_call * 1e3:.2f} ms), same-count restore {median['same'] * 1e3:7.1f} ms, "
+                f"ratio {ratio:.2f}"
+            )
+    print(f"  worst re-deal / same-count ratio: {worst:.2f} (goal <= 1.5)")
+
+
 def _probe(script: str, arguments: list[str], src: str | None) -> dict[str, Any]:
     environment = dict(os.environ)
     if src is not None:
@@ -566,7 +676,15 @@ def main() -> int:
         help="src folder of an earlier tinax-data (say, a git worktree at an older commit) to measure 'today'",
     )
     parser.add_argument("--only-scale", action="store_true", help="run only the scale figures")
+    parser.add_argument("--redeal-records", type=int, default=1_000_000, help="rows of the re-deal figures (0 skips)")
+    parser.add_argument("--redeal-rounds", type=int, default=3, help="fresh processes per re-deal figure")
+    parser.add_argument("--redeal-trials", type=int, default=8, help="restores of each kind in each process")
+    parser.add_argument("--only-redeal", action="store_true", help="run only the re-deal figures")
     options = parser.parse_args()
+    if options.only_redeal:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_redeal(pathlib.Path(folder_name), options)
+        return 0
     if options.only_scale:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_scale(pathlib.Path(folder_name), options)
@@ -623,6 +741,9 @@ def main() -> int:
 
         if options.scale_records > 0:
             measure_scale(folder, options)
+
+        if options.redeal_records > 0:
+            measure_redeal(folder, options)
 
         compare_iteration(folder, records, options)
 

@@ -92,3 +92,26 @@ def test_an_iterator_without_the_index_protocol_at_all_raises_not_implemented():
         compat.get_next_index(iter([1, 2]))
     with pytest.raises(NotImplementedError, match="cannot move"):
         compat.set_next_index(iter([1, 2]), 1)
+
+
+def test_grain_iterators_still_keep_their_parents_and_share_one_context_with_them():
+    child = iter(_source_dataset().to_iter_dataset().map(lambda value: value))
+    assert hasattr(child, "_ctx"), "grain's iterators lost _ctx: a re-dealt iterator keeps grain's default context"
+    assert len(child._parents) == 1, "grain's iterators lost _parents: a re-dealt iterator is not closed"
+    assert all(node._ctx is child._ctx for node in child._parents)
+    replacement = iter(_source_dataset().to_iter_dataset())
+    compat.replace_parent_iterator(child, replacement)
+    assert child._parents == (replacement,)
+    assert replacement._ctx is child._ctx
+    child.close()
+    assert replacement._closed, "closing the iterator closes its new parent"
+
+
+def test_replace_parent_iterator_leaves_a_replacement_its_context_where_there_is_none():
+    class Bare:
+        _parents = ()
+
+    iterator, replacement = Bare(), Bare()
+    compat.replace_parent_iterator(iterator, replacement)
+    assert iterator._parents == (replacement,)
+    assert not hasattr(replacement, "_ctx")

@@ -400,3 +400,51 @@ def test_worker_states_are_re_dealt_into_worker_processes(
         with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=new_workers) as resumed:
             resumed.set_state(middle)
             assert [next(resumed).tolist() for _ in rest] == [batch.tolist() for batch in rest]
+
+
+# ---------------------------------------------------------------------------
+# The layout arithmetic against a direct count of positions
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_re_dealt_positions_are_the_unread_ones_in_order_dealt_in_blocks(seed):
+    from tinax._data._epoch_layout import RedealtEpoch, epoch_progress, resume_point
+
+    rng = np.random.default_rng(seed)
+    num_rows = int(rng.integers(20, 90))
+    new_count, new_batch = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+    if seed % 2:
+        # Any set of read positions, as a chain of re-deals can leave.
+        read = rng.random(num_rows) < rng.uniform(0, 0.8)
+        edges = np.flatnonzero(np.diff(np.concatenate([[0], read.astype(np.int8), [0]])))
+        record = RedealtEpoch(0, tuple(zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True)))
+    else:
+        old_count, old_batch = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        steps = int(rng.integers(0, num_rows // (old_count * old_batch)))
+        epoch, consumed = epoch_progress(num_rows, old_count, old_batch, steps, None)
+        read = np.zeros(num_rows, dtype=bool)
+        for start, stop in consumed:
+            read[start:stop] = True
+        assert read.sum() == steps * old_count * old_batch
+        next_index, found = resume_point(num_rows, new_count, new_batch, epoch, consumed)
+        record = found or RedealtEpoch(epoch, consumed)
+        assert next_index == record.region(num_rows, new_count, new_batch)[0] or found is None
+    unread = np.flatnonzero(~read)
+    rest = len(unread) // (new_count * new_batch)
+    first, stop = record.region(num_rows, new_count, new_batch)
+    assert stop - first == rest
+    dealt = [
+        record.batch_positions(num_rows, shard, new_count, new_batch, step).tolist()
+        for shard in range(new_count)
+        for step in range(rest)
+    ]
+    assert [position for batch in dealt for position in batch] == unread[: rest * new_count * new_batch].tolist()
+    # After some steps of every new process, the read positions are the old ones and each block's first batches.
+    done = int(rng.integers(0, rest + 1))
+    after = np.zeros(num_rows, dtype=bool)
+    for start, stop in record.consumed_after(num_rows, new_count, new_batch, done):
+        after[start:stop] = True
+    expected = read.copy()
+    for shard in range(new_count):
+        expected[unread[shard * rest * new_batch : shard * rest * new_batch + done * new_batch]] = True
+    assert np.array_equal(after, expected)

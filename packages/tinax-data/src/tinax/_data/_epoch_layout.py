@@ -70,18 +70,6 @@ def _merged(intervals: Iterable[tuple[int, int]]) -> Intervals:
     return tuple(merged)
 
 
-def _mask(num_rows: int, intervals: Intervals) -> np.ndarray[Any, Any]:
-    mask = np.zeros(num_rows, dtype=bool)
-    for start, stop in intervals:
-        mask[start:stop] = True
-    return mask
-
-
-def _intervals_of(mask: np.ndarray[Any, Any]) -> Intervals:
-    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
-    return tuple((int(start), int(stop)) for start, stop in zip(edges[::2], edges[1::2], strict=True))
-
-
 @dataclass(frozen=True)
 class RedealtEpoch:
     """An interrupted epoch whose unread positions are dealt over a new layout.
@@ -95,9 +83,23 @@ class RedealtEpoch:
     epoch: int
     consumed: Intervals
 
-    def remaining(self, num_rows: int) -> np.ndarray[Any, Any]:
-        """The unread positions, in epoch order."""
-        return np.flatnonzero(~_mask(num_rows, self.consumed))
+    def _gaps(self, num_rows: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """The unread intervals' starts, and where each begins among the unread positions (plus their count)."""
+        bounds = [0, *(bound for interval in self.consumed for bound in interval), num_rows]
+        gaps = [(start, stop) for start, stop in zip(bounds[::2], bounds[1::2], strict=True) if start < stop]
+        starts = np.asarray([start for start, _ in gaps], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum([stop - start for start, stop in gaps], dtype=np.int64)])
+        return starts, offsets
+
+    def _unread_intervals(self, num_rows: int, first: int, stop: int) -> Intervals:
+        """The positions of the unread ones numbered ``[first, stop)`` (in epoch order), as intervals."""
+        starts, offsets = self._gaps(num_rows)
+        pieces = []
+        for start, begin, end in zip(starts.tolist(), offsets[:-1].tolist(), offsets[1:].tolist(), strict=True):
+            low, high = max(first, begin), min(stop, end)
+            if low < high:
+                pieces.append((start + low - begin, start + high - begin))
+        return tuple(pieces)
 
     def rest_steps(self, num_rows: int, shard_count: int, batch_size: int) -> int:
         """The number of whole global batches the unread positions fill."""
@@ -113,21 +115,27 @@ class RedealtEpoch:
         stop = (self.epoch + 1) * epoch_steps(num_rows, shard_count, batch_size)
         return stop - self.rest_steps(num_rows, shard_count, batch_size), stop
 
-    def positions(self, num_rows: int, shard_index: int, shard_count: int, batch_size: int) -> np.ndarray[Any, Any]:
-        """The positions one process reads in the re-dealt batches, in the order it reads them."""
+    def batch_positions(
+        self, num_rows: int, shard_index: int, shard_count: int, batch_size: int, step: int
+    ) -> np.ndarray[Any, Any]:
+        """The positions of one process's re-dealt batch ``step`` (counted from 0), in the order it reads them."""
         block = self.rest_steps(num_rows, shard_count, batch_size) * batch_size
-        return self.remaining(num_rows)[shard_index * block : (shard_index + 1) * block]
+        unread = np.arange(batch_size, dtype=np.int64) + (shard_index * block + step * batch_size)
+        starts, offsets = self._gaps(num_rows)
+        gap = np.searchsorted(offsets, unread, side="right") - 1
+        return starts[gap] + (unread - offsets[gap])  # type: ignore[no-any-return]
 
     def consumed_after(self, num_rows: int, shard_count: int, batch_size: int, steps: int) -> Intervals:
         """The positions read once every process has read ``steps`` of its re-dealt batches."""
         if steps == 0:
             return self.consumed
-        mask = _mask(num_rows, self.consumed)
-        remaining = np.flatnonzero(~mask)
         block = self.rest_steps(num_rows, shard_count, batch_size) * batch_size
-        for shard in range(shard_count):
-            mask[remaining[shard * block : shard * block + steps * batch_size]] = True
-        return _intervals_of(mask)
+        read = [
+            interval
+            for shard in range(shard_count)
+            for interval in self._unread_intervals(num_rows, shard * block, shard * block + steps * batch_size)
+        ]
+        return _merged([*self.consumed, *read])
 
     def to_state(self) -> dict[str, Any]:
         """The record as an iterator state holds it (JSON-serializable)."""

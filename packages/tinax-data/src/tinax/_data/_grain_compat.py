@@ -25,6 +25,7 @@ __all__ = [
     "BulkBatchMapDataset",
     "get_next_index",
     "iterator_length",
+    "replace_parent_iterator",
     "read_many",
     "set_next_index",
     "wrapped_source",
@@ -61,6 +62,27 @@ def iterator_length(iterator: Any) -> int | None:
     """The element count grain's in-process iterator knows, or None where it knows none."""
     length = getattr(iterator, "_dataset_length", None)
     return length if type(length) is int else None
+
+
+def replace_parent_iterator(iterator: Any, replacement: Any) -> None:
+    """Makes ``replacement`` the one parent of a grain iterator, as if it had been built with it.
+
+    grain's base iterator keeps its parents (which ``close`` and
+    ``start_prefetch`` reach) and a context holding its options and the
+    worker identity, which it hands to the parents it is built with; a parent
+    put in place later joins them the same way. Should grain no longer keep
+    a context under this name, the replacement keeps its own: grain's
+    defaults.
+    """
+    iterator._parents = (replacement,)
+    context = getattr(iterator, "_ctx", None)
+    if context is None:
+        return
+    pending = [replacement]
+    while pending:
+        node = pending.pop()
+        node._ctx = context
+        pending.extend(getattr(node, "_parents", ()))
 
 
 def get_next_index(iterator: Any) -> int:

@@ -36,6 +36,7 @@ from tinax._data._grain_compat import (
     get_next_index,
     iterator_length,
     read_many,
+    replace_parent_iterator,
     set_next_index,
 )
 from tinax._data._pipelines import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
@@ -204,14 +205,8 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
         self._record, self._record_stop = record, stop
 
     def _replace_iterator(self, replacement: DatasetIterator[Any]) -> None:
-        # The replacement joins this iterator's context (grain's options and
-        # worker identity live there), as a parent given at construction does.
-        pending = [replacement]
-        while pending:
-            node = pending.pop()
-            node._ctx = self._ctx
-            pending.extend(node._parents)
-        previous, self._iterator, self._parents = self._iterator, replacement, (replacement,)
+        previous, self._iterator = self._iterator, replacement
+        replace_parent_iterator(self, replacement)
         previous.close()
 
     # grain's private iterator protocol, which its worker processes use.
@@ -257,7 +252,6 @@ class RedealtMapDataset(grain.MapDataset):  # type: ignore[misc]
         self._layout = layout
         num_rows, _, shard_count, batch_size = layout
         self._first, self._stop = record.region(num_rows, shard_count, batch_size)
-        self._positions: np.ndarray[Any, Any] | None = None
 
     def __len__(self) -> int:
         return len(self._plain)
@@ -267,11 +261,9 @@ class RedealtMapDataset(grain.MapDataset):  # type: ignore[misc]
 
     def _redealt_batch(self, index: int) -> Any:
         num_rows, shard_index, shard_count, batch_size = self._layout
-        if self._positions is None:
-            self._positions = self._record.positions(num_rows, shard_index, shard_count, batch_size)
-        step = index - self._first
-        chosen = self._positions[step * batch_size : (step + 1) * batch_size] + self._record.epoch * num_rows
-        return self._batch_fn(read_many(self._rows, chosen.tolist()))
+        positions = self._record.batch_positions(num_rows, shard_index, shard_count, batch_size, index - self._first)
+        # Index e * num_rows + position is that position of epoch e's order.
+        return self._batch_fn(read_many(self._rows, (positions + self._record.epoch * num_rows).tolist()))
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
@@ -289,10 +281,6 @@ class RedealtMapDataset(grain.MapDataset):  # type: ignore[misc]
             if self._first <= index < self._stop:
                 found[position] = self._redealt_batch(index)
         return found
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The positions are computed again from the record where the dataset is read.
-        return {**self.__dict__, "_positions": None}
 
 
 class _RedealRecipe:

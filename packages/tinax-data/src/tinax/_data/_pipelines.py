@@ -128,9 +128,10 @@ def training_batches(
     every run and process, the same as tinax 0.2's. ``shuffle_window`` replaces
     the global shuffle by a row-group window shuffle for large Parquet files.
     The iterator's state describes the pipeline, and restoring it into another
-    pipeline is a ValueError. The data user guide's sections "How training
-    batches are built", "Window shuffle for large Parquet files" and "What a
-    restored state must match" give the details.
+    pipeline is a ValueError; :func:`redeal_state` converts the states of a
+    run for another number of processes. The data user guide's sections "How
+    training batches are built", "Window shuffle for large Parquet files" and
+    "What a restored state must match" give the details.
 
     Args:
       dataset: A finite ``grain.MapDataset`` holding one epoch of rows. When

@@ -124,7 +124,7 @@ def redeal_state(
       [[2, 3, 4, 5], [8, 9, 10, 11]]
     """
     checked = _checked_states(states)
-    description, position = checked[0][1], checked[0][2]
+    description, (epoch, consumed) = checked[0][1], checked[0][2]
     new_shard = shard_options_fields(shard_options)
     if not new_shard["drop_remainder"]:
         fail_value(
@@ -157,7 +157,6 @@ def redeal_state(
             batch_size,
         )
 
-    epoch, consumed = position
     next_index, record = resume_point(num_rows, new_count, batch_size, epoch, consumed)
     layout = {"shard_index": new_shard["shard_index"], "shard_count": new_count, "batch_size": batch_size}
     worker_description = in_process_description({**description, **layout})
@@ -169,9 +168,9 @@ def redeal_state(
     for worker in range(num_workers):
         # One worker reads the whole pipeline; more read a slice each.
         read = next_index if num_workers == 1 else _read_by_worker(next_index, worker, num_workers)
-        position = read if num_workers == 1 else worker + read * num_workers
+        next_batch = read if num_workers == 1 else worker + read * num_workers
         worker_states.append(
-            _iterator_state(worker_description, read, record, position, num_rows, new_count, batch_size)
+            _iterator_state(worker_description, read, record, next_batch, num_rows, new_count, batch_size)
         )
     return {
         STATE_DESCRIPTION_KEY: {**worker_description, "num_workers": num_workers, "sequential_slice": False},
