@@ -257,8 +257,11 @@ def test_a_state_refuses_another_process_count_unless_re_dealt():
 def test_a_global_batch_the_new_count_does_not_divide_needs_a_batch_size():
     dataset, _ = _dataset("memory", None, None)
     _, states = _run_old(dataset, None, 2, 3, 2)
-    with pytest.raises(ValueError, match=r"batch_size must be given.*global batch of 6 rows.*\[1, 2, 3, 6\]"):
+    with pytest.raises(
+        ValueError, match=r"batch_size must be given.*global batch of 6 rows.*\[1, 2, 3, 6\]"
+    ) as refused:
         redeal_state(states, shard_options=_shard(0, 4))
+    assert "batch_size=1 (a global batch of 4) or batch_size=2 (a global batch of 8)" in str(refused.value)
     assert redeal_state(states, shard_options=_shard(0, 4), batch_size=2)["tinax_pipeline"]["batch_size"] == 2
     with pytest.raises(ValueError, match=r"batch_size must be at most 13 for 4 processes"):
         redeal_state(states, shard_options=_shard(0, 4), batch_size=14)

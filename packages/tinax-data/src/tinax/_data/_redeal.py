@@ -99,8 +99,9 @@ def redeal_state(
         of the same pipeline, several states do not cover every old process
         exactly once, ``shard_options.drop_remainder`` is not True,
         ``batch_size`` is None and the new shard count does not divide the
-        global batch (the message lists the shard counts that do), or
-        ``batch_size`` or ``num_workers`` is out of range.
+        global batch (the message gives the batch sizes nearest to it and
+        the shard counts that divide it), or ``batch_size`` (above
+        ``num_rows // new shard count``) or ``num_workers`` is out of range.
 
     Examples:
       >>> import grain
@@ -140,11 +141,13 @@ def redeal_state(
     if batch_size is None:
         if global_batch % new_count:
             counts = [count for count in range(1, global_batch + 1) if global_batch % count == 0]
+            nearest = [size for size in (global_batch // new_count, global_batch // new_count + 1) if size > 0]
+            examples = " or ".join(f"batch_size={size} (a global batch of {size * new_count})" for size in nearest)
             raise ValueError(
                 f"batch_size must be given to re-deal onto {new_count} processes: the states' global batch of "
                 f"{global_batch} rows ({old_count} processes of {old_batch}) does not split evenly over "
-                f"{new_count}. Pass the new per-process batch_size (the global batch becomes {new_count} times it), "
-                f"or re-deal onto a shard count that divides {global_batch}: {counts}"
+                f"{new_count}. Pass the new per-process batch size, for example {examples}, or re-deal onto a "
+                f"shard count that divides {global_batch}: {counts}"
             )
         batch_size = global_batch // new_count
     else:
