@@ -98,9 +98,7 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
     # Variables and arrays, None) gives a GraphDef and a State; a lone array
     # or number gives a bare leaf instead.
     if not isinstance(graphdef, flax_nnx.GraphDef) or not isinstance(state, Mapping):
-        validation.fail_type(
-            "initializer()", "an NNX graph node such as an nnx.Module", built[-1] if built else state
-        )
+        validation.fail_type("initializer()", "an NNX graph node such as an nnx.Module", built[-1] if built else state)
     abstract: nnx.GraphState[T] = flax_nnx.GraphState(graphdef, state)
     return abstract
 
