@@ -244,6 +244,11 @@ def _body_train_across_processes(shape: list[int]) -> dict[str, Any]:
 
     step = trainer.tinax_step(with_mesh=False)
     final, losses = _train(step, trainer.initial_state(), batches)
+    # Both wrappers are made at one place, so they share one trace budget, as
+    # tinax 0.2's chex counters did; each run here gets the budget afresh.
+    from tinax._jit import _budget
+
+    _budget._sites.clear()
     _, mesh_losses = _train(trainer.tinax_step(with_mesh=True), trainer.initial_state(), batches)
     with jax.set_mesh(trainer.explicit):
         raw_final, raw_losses = _train(trainer.raw_step(), trainer.initial_state(), batches)
