@@ -27,6 +27,10 @@ from tinax.checkpointing import (
     load_training_checkpoint,
     save_training_checkpoint,
 )
+
+# Re-dealing needs tinax-data's pipelines; tinax-checkpointing installed alone
+# (its isolation check) has none, and skips these tests.
+pytest.importorskip("tinax.data", reason="re-dealing an iterator needs tinax-data")
 from tinax.data import InMemorySource, open_multiprocessing_iterator, training_batches
 
 ROWS = 40

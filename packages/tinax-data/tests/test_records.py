@@ -1179,7 +1179,12 @@ def _nested(depth: int, opening: str, closing: str, inner: str = "0") -> str:
     ("header_text", "message"),
     [
         pytest.param(_nested(100_000, "[", "]").encode(), "nested too deeply", id="list-100000"),
-        pytest.param(_nested(5_000, '{"a":', "}").encode(), "nested too deeply", id="dict-5000"),
+        # Python 3.13's json parses 5,000 nested objects; older ones give up first.
+        pytest.param(
+            _nested(5_000, '{"a":', "}").encode(),
+            "(nested too deeply|does not declare the 'tinax-records' format)",
+            id="dict-5000",
+        ),
         pytest.param(
             (
                 '{"format":"tinax-records","version":1,"count":2,"content_sha256":"'
