@@ -18,6 +18,7 @@ from diff_common import (
     python_and_numpy_scalars,
     random_array,
     rng,
+    scaled,
     size_scalars,
 )
 
@@ -349,7 +350,7 @@ def _one_hot(cases: Cases) -> None:
     function = f"{M}.one_hot"
     r = rng(function)
     output_dtypes = [None, "float32", "bfloat16", "float16", "int8", "int32", "bool", "uint8"]
-    for _ in range(48):
+    for _ in range(scaled(48)):
         dtype_name = r.choice(INTEGER_DTYPE_NAMES)
         shape = r.choice([(), (1,), (5,), (2, 3), (0,), (3, 0)])
         num_classes = r.choice([1, 2, 3, 5, 8])
@@ -419,7 +420,7 @@ def _one_hot(cases: Cases) -> None:
 def _safe_astype(cases: Cases) -> None:
     function = f"{M}.safe_astype"
     r = rng(function)
-    for _ in range(64):
+    for _ in range(scaled(64)):
         source = r.choice(DTYPE_NAMES)
         target = r.choice(DTYPE_NAMES)
         shape = r.choice(SHAPES)
@@ -487,7 +488,7 @@ def _spell(dtype_name: str, how: str) -> Any:
 def _stack_batch(cases: Cases) -> None:
     function = f"{M}.stack_batch"
     r = rng(function)
-    for _ in range(40):
+    for _ in range(scaled(40)):
         dtype_name = r.choice(DTYPE_NAMES)
         shape = r.choice(SHAPES)
         count = r.choice([1, 2, 3])

@@ -16,7 +16,7 @@ import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
-from diff_common import DTYPE_NAMES, Cases, nnx_modules, optax_states, random_array, rng
+from diff_common import DTYPE_NAMES, Cases, nnx_modules, optax_states, random_array, rng, scaled
 from diff_describe import attempt
 from flax import nnx
 
@@ -108,7 +108,7 @@ def _names(cases: Cases) -> None:
         cases.add(function, f"fixed-{name}", lambda _, v=value: tc.validate_checkpointable_name(v))
     alphabet = 'abcXYZ019_-.~ é漢<>:"/\\|?*\x01\x7f'
     r = rng(function)
-    for _ in range(80):
+    for _ in range(scaled(80)):
         length = r.choice([1, 2, 3, 5, 8])
         name = "".join(r.choice(alphabet) for _ in range(length))
         cases.add(function, "random", lambda _, n=name: tc.validate_checkpointable_name(n))
@@ -444,6 +444,9 @@ def _training(cases: Cases, last: list[Any]) -> None:
         "step_bool": {"step": False},
         "step_numpy": {"step": np.int32(2)},
         "iterator_none": {"iterator": None},
+        "iterator_python": {"iterator": iter([1, 2])},
+        "step_big": {"step": 2**63},
+        "step_float": {"step": 1.0},
     }
     for name, overrides in constructions.items():
         cases.add(f"{M}.TrainingCheckpoint", name, lambda _, o=overrides: construct(**o))

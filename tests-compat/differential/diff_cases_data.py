@@ -9,7 +9,7 @@ from typing import Any
 
 import grain
 import numpy as np
-from diff_common import Cases, rng, size_scalars
+from diff_common import Cases, rng, scaled, size_scalars
 from diff_describe import attempt
 
 import tinax.data as tdata
@@ -124,7 +124,7 @@ def _parquet(cases: Cases) -> None:
     write = f"{M}.write_parquet_record"
     read = f"{M}.read_parquet_record"
     r = rng(write)
-    for index in range(10):
+    for index in range(scaled(10)):
         count = r.choice([1, 2, 5, 12])
         cases.add(
             write,
@@ -132,6 +132,7 @@ def _parquet(cases: Cases) -> None:
             lambda folder, c=count, i=index: tdata.write_parquet_record(folder / "data.parquet", _rows(c, "pq", i)),
             files="readback",
             read=_read_parquet,
+            also=(read,),
         )
     record_sets: dict[str, Any] = {
         "tuple": lambda: tuple(_rows(2, "t")),
@@ -158,6 +159,7 @@ def _parquet(cases: Cases) -> None:
             lambda folder, m=make: tdata.write_parquet_record(folder / "data.parquet", m()),
             files="readback",
             read=_read_parquet,
+            also=(read,),
         )
     _paths(cases, write, lambda path: tdata.write_parquet_record(path, [{"a": 1}]), "readback", _read_parquet)
     _read_paths(
@@ -173,7 +175,7 @@ def _array_record(cases: Cases) -> None:
     write = f"{M}.write_array_record"
     read = f"{M}.read_array_record"
     r = rng(write)
-    for index in range(8):
+    for index in range(scaled(8)):
         count = r.choice([0, 1, 3, 9])
         group_size = r.choice([1, 2, 4])
         cases.add(
@@ -184,6 +186,7 @@ def _array_record(cases: Cases) -> None:
             ),
             files="bytes",
             read=lambda folder: tdata.read_array_record(folder / "data.array_record"),
+            also=(read,),
         )
     record_sets: dict[str, Any] = {
         "generator": lambda: (row for row in _rows(3, "gen")),
@@ -203,6 +206,7 @@ def _array_record(cases: Cases) -> None:
             lambda folder, m=make: tdata.write_array_record(folder / "data.array_record", m()),
             files="bytes",
             read=lambda folder: tdata.read_array_record(folder / "data.array_record"),
+            also=(read,),
         )
     for name, group_size in size_scalars():
         if name in ("bigint",):
@@ -293,7 +297,7 @@ def _read_paths(cases: Cases, function: str, read: Any, name: str, write: Any) -
 def _splits(cases: Cases) -> None:
     function = f"{M}.split_by_column"
     r = rng(function)
-    for _ in range(8):
+    for _ in range(scaled(8)):
         count = r.choice([0, 1, 4, 11])
         drop = r.choice([True, False])
         cases.add(
@@ -329,7 +333,7 @@ def _splits(cases: Cases) -> None:
         cases.add(function, name, lambda _, c=call: c())
     function = f"{M}.split_random"
     r = rng(function)
-    for _ in range(14):
+    for _ in range(scaled(14)):
         count = r.choice([2, 3, 10, 25])
         ratio = r.choice([0.1, 0.25, 0.5, 0.8, 0.99])
         seed = r.choice([0, 1, 42, 2**31])
@@ -367,7 +371,7 @@ def _pipelines(cases: Cases) -> None:
     training = f"{M}.training_batches"
     evaluation = f"{M}.evaluation_batches"
     r = rng(training)
-    for _ in range(16):
+    for _ in range(scaled(16)):
         count = r.choice([4, 10, 17, 32])
         shard_count = r.choice([1, 2, 3])
         shard_index = r.randrange(shard_count)
@@ -390,7 +394,7 @@ def _pipelines(cases: Cases) -> None:
                 )
             ),
         )
-    for _ in range(10):
+    for _ in range(scaled(10)):
         count = r.choice([0, 1, 5, 11])
         shard_count = r.choice([1, 2, 3])
         shard_index = r.randrange(shard_count)

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from diff_common import Cases, jax_scalars, random_array, rng, size_scalars
+from diff_common import Cases, jax_scalars, random_array, rng, scaled, size_scalars
 from diff_describe import attempt
 
 import tinax.debug as tdb
@@ -52,7 +52,7 @@ def _mesh_sharding(spec: tuple[Any, ...]) -> Any:
 def _observe_nonfinite(cases: Cases) -> None:
     function = f"{M}.observe_nonfinite"
     r = rng(function)
-    for _ in range(24):
+    for _ in range(scaled(24)):
         dtype_name = r.choice(["float32", "float16", "bfloat16", "complex64", "int32", "bool", "float8_e4m3fn"])
         shape = r.choice([(), (0,), (5,), (2, 3), (4, 4)])
         max_indices = r.choice([0, 1, 2, 5, 16])
@@ -151,8 +151,28 @@ def _profile_call(cases: Cases) -> None:
         return profile(folder, lambda f: f, fail)
 
     cases.add(function, "function-raises", raising)
+    cases.add(
+        function,
+        "jitted-function",
+        lambda folder: profile(folder, lambda f: f / "t", jax.jit(lambda x: jnp.cumsum(x)), jnp.arange(5.0)),
+    )
+    cases.add(
+        function,
+        "pytree-arguments",
+        lambda folder: profile(
+            folder, lambda f: f, lambda tree: jax.tree.map(lambda v: v + 1, tree), {"a": jnp.ones(2)}
+        ),
+    )
+    cases.add(function, "returns-none", lambda folder: profile(folder, lambda f: f, lambda: None))
     cases.add(function, "log-dir-none", lambda folder: profile(folder, None, lambda: 1))
     cases.add(function, "log-dir-int", lambda folder: profile(folder, 3, lambda: 1))
+    # A trace that cannot start leaves JAX's profiler started under 0.2, so these two run last.
+    cases.add(
+        function,
+        "log-dir-is-a-file",
+        lambda folder: profile(folder, lambda f: (f / "file").write_bytes(b"x") and f / "file", lambda: 1),
+    )
+    cases.add(function, "after-a-failed-start", lambda folder: profile(folder, lambda f: f, lambda: 2))
 
 
 def _visualize(cases: Cases) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from diff_common import Cases, jax_scalars, python_and_numpy_scalars, random_array, rng
+from diff_common import Cases, jax_scalars, python_and_numpy_scalars, random_array, rng, scaled
 from diff_describe import attempt
 
 import tinax.grad as tg
@@ -103,7 +103,7 @@ def _value_and_grad(cases: Cases) -> None:
             lambda _, h=has_aux: _apply(tg.value_and_grad(_loss_aux, has_aux=h), "aux"),
         )
     r = rng(function)
-    for index in range(8):
+    for index in range(scaled(8)):
         dtype_name = r.choice(["float32", "bfloat16", "float16", "float64", "int32", "complex64"])
         cases.add(
             function,
@@ -190,7 +190,7 @@ def _jacobian(cases: Cases) -> None:
                 lambda _, h=has_aux, m=mode: _apply(tg.jacobian(_vector_aux, mode=m, has_aux=h), "jaux"),
             )
     r = rng(function)
-    for index in range(6):
+    for index in range(scaled(6)):
         dtype_name = r.choice(["float32", "bfloat16", "float16", "int32", "complex64"])
         mode = r.choice(["forward", "reverse"])
         cases.add(
@@ -228,7 +228,7 @@ def _hessian(cases: Cases) -> None:
     for name, argnums in ARGNUMS.items():
         cases.add(function, f"argnums-{name}", lambda _, a=argnums: _apply(tg.hessian(_loss, argnums=a), "hess"))
     r = rng(function)
-    for index in range(4):
+    for index in range(scaled(4)):
         dtype_name = r.choice(["float32", "bfloat16", "float16", "int32"])
         cases.add(
             function,

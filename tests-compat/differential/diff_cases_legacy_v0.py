@@ -128,7 +128,7 @@ def _iterator(count: int = 9, advance: int = 4) -> Any:
 def _iterators(cases: Cases) -> None:
     save = f"{M}.save_legacy_v0_grain_iterator"
     load = f"{M}.load_legacy_v0_grain_iterator"
-    for advance in (0, 4, 9):
+    for advance in (0, 1, 4, 7, 9):
 
         def loaded(folder: Path) -> Any:
             restored = legacy.load_legacy_v0_grain_iterator(folder / "iter", _iterator(advance=0))
@@ -162,7 +162,18 @@ def _iterators(cases: Cases) -> None:
         restored = legacy.load_legacy_v0_grain_iterator(folder / "iter", other)
         return {"restored": restored, "rest": list(restored)[:10]}
 
+    def batched(folder: Path) -> Any:
+        def make() -> Any:
+            return iter(grain.MapDataset.range(10).batch(3).to_iter_dataset())
+
+        iterator = make()
+        next(iterator)
+        legacy.save_legacy_v0_grain_iterator(folder / "iter", iterator)
+        restored = legacy.load_legacy_v0_grain_iterator(folder / "iter", make())
+        return {"restored": restored, "rest": list(restored)}
+
     loads: dict[str, Any] = {
+        "batched": batched,
         "other_pipeline": other_pipeline,
         "missing": lambda folder: legacy.load_legacy_v0_grain_iterator(folder / "none", _iterator()),
         "not_iterator": lambda folder: legacy.load_legacy_v0_grain_iterator(folder / "none", [1]),

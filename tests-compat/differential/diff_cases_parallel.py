@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from diff_common import DTYPE_NAMES, Cases, random_array, rng
+from diff_common import DTYPE_NAMES, Cases, random_array, rng, scaled
 from diff_describe import attempt
 from flax import nnx
 
@@ -141,7 +141,7 @@ def _make_mesh(cases: Cases) -> None:
     cases.add(function, "axis_types-missing", lambda _: tp.make_mesh(jax.devices(), (8,), ("data",)))  # type: ignore[call-arg]
     r = rng(function)
     factorizations = [(8,), (4, 2), (2, 4), (2, 2, 2), (1, 8), (8, 1), (1, 1, 8)]
-    for _ in range(12):
+    for _ in range(scaled(12)):
         shape = r.choice(factorizations)
         names_ = tuple(f"ax{index}" for index in range(len(shape)))
         kinds = tuple(r.choice([AXIS.Explicit, AXIS.Auto, AXIS.Manual]) for _ in shape)

@@ -7,7 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from diff_common import Cases, jax_scalars, python_and_numpy_scalars, rng, size_scalars
+from diff_common import Cases, jax_scalars, python_and_numpy_scalars, rng, scaled, size_scalars
 
 import tinax.random as tr
 
@@ -71,7 +71,7 @@ def _derive_key(cases: Cases) -> None:
         cases.add(function, f"coordinate-{name}", lambda _, v=value: tr.derive_key(jax.random.key(2), v))
         cases.add(function, f"coordinate-second-{name}", lambda _, v=value: tr.derive_key(jax.random.key(2), 1, v))
     r = rng(function)
-    for _ in range(40):
+    for _ in range(scaled(40)):
         key_name = r.choice(["threefry", "rbg", "unsafe_rbg", "raw_prngkey"])
         chosen = [r.choice(coordinates) for _ in range(r.randint(0, 4))]
         jitted = r.random() < 0.3
@@ -114,7 +114,7 @@ def _derive_process_step_key(cases: Cases) -> None:
                 lambda _, k=keywords: tr.derive_process_step_key(jax.random.key(4), **k),
             )
     r = rng(function)
-    for _ in range(16):
+    for _ in range(scaled(16)):
         keywords = {name: r.choice(coordinates)[1] for name in ("process_index", "step", "stream") if r.random() < 0.9}
         jitted = r.random() < 0.3
         cases.add(

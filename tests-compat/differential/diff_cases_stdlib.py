@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from diff_common import Cases, rng
+from diff_common import Cases, rng, scaled
 
 import tinax.stdlib as ts
 
@@ -117,7 +117,7 @@ def _parse_config(cases: Cases) -> None:
     for name, parser in not_parsers.items():
         cases.add(function, f"parser-not-{name}", lambda _, p=parser: ts.parse_config(p, [], dict))
     r = rng(function)
-    for _ in range(12):
+    for _ in range(scaled(12)):
         argv = ["ds"]
         if r.random() < 0.5:
             argv += ["--steps", str(r.randint(-3, 100))]

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
-from diff_common import DTYPE_NAMES, SHAPES, Cases, nnx_modules, optax_states, random_array, rng, size_scalars
+from diff_common import DTYPE_NAMES, SHAPES, Cases, nnx_modules, optax_states, random_array, rng, scaled, size_scalars
 from diff_describe import attempt
 from flax import nnx
 
@@ -61,7 +61,7 @@ def _tensors(r: Any, salt: object) -> dict[str, Any]:
 def _safetensors(cases: Cases) -> None:
     save = f"{M}.save_safetensors"
     r = rng(save)
-    for index in range(24):
+    for index in range(scaled(24)):
         tensors = _tensors(r, index)
         # Two or more metadata entries are written in an order 0.2's writer took from a hash map
         # (it changes between processes): those files are compared by what both read back.

@@ -69,6 +69,8 @@ def environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
         if not key.startswith(("VIRTUAL_ENV", "PYTHONPATH", "XLA_", "JAX_", "TINAX_DIFFERENTIAL_"))
     }
     child.update({"JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "8", "PYTHONHASHSEED": "0"})
+    if "TINAX_DIFFERENTIAL_SCALE" in source:
+        child["TINAX_DIFFERENTIAL_SCALE"] = source["TINAX_DIFFERENTIAL_SCALE"]
     return child
 
 
