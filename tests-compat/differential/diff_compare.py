@@ -15,11 +15,17 @@ A *difference* is one case and one aspect of it:
   0.2 reads from ours and what we read from 0.2's, each against what 0.2
   reads from its own.
 
-``differential-deviations.toml`` lists the explained differences. Each entry
-names case-id patterns (``fnmatch``), optionally an aspect and a kind, a
-reason and the MIGRATION.md section that documents it. The check fails on a
-difference no entry explains, on one that two entries explain, and on an
-entry that explains nothing any more.
+A value difference is reported once per place (path) where the two
+descriptions differ, so that one explained difference does not hide another
+in the same result.
+
+``differential-deviations.toml`` lists the explained differences. A
+``[[difference]]`` entry names case-id patterns (``fnmatch``), optionally
+aspects, kinds and a regular expression of the detail, a reason and the
+MIGRATION.md section that documents it; a ``[[type]]`` entry names a type of
+0.3 that stands where 0.2 returned another, whose contents are then still
+compared. The check fails on a difference no entry explains, on one that two
+entries explain, and on an entry that explains nothing any more.
 """
 
 from __future__ import annotations
@@ -98,11 +104,6 @@ class Matcher:
         found: list[str] = []
         self._walk(expected, actual, path, found)
         return found
-
-    def first_difference(self, expected: Any, actual: Any, path: str = "") -> str | None:
-        """The first place where two descriptions differ, or None."""
-        found = self.differences(expected, actual, path)
-        return found[0] if found else None
 
     def _walk(self, expected: Any, actual: Any, path: str, found: list[str]) -> None:
         if len(found) >= self.LIMIT:
