@@ -296,6 +296,8 @@ def test_states_must_be_all_processes_at_one_step_of_one_pipeline():
         redeal_state(states, shard_options=(0, 1))
     with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
         redeal_state(states, shard_options=_shard(0, 1), num_workers=-1)
+    with pytest.raises(TypeError, match="num_workers must be an int"):
+        redeal_state(states, shard_options=_shard(0, 1), num_workers=True)
 
 
 def test_states_without_a_training_description_are_not_re_dealt():
