@@ -7,15 +7,18 @@ Grain iterator per process) is saved by real JAX runtimes and restored by
 others:
 
 * 1 process of 8 devices (this pytest process, which never starts the
-  distributed runtime) saves a training checkpoint that 2 processes of 4
-  devices restore;
+  distributed runtime) saves a training checkpoint mid-epoch that 2 processes
+  of 4 devices restore, through ``load_checkpointables`` and, the rest of the
+  epoch re-dealt between them, through ``load_training_checkpoint`` and
+  ``TrainingCheckpointManager.restore``;
 * 2 processes of 4 devices save through ``TrainingCheckpointManager``, then
   restore their own checkpoint onto an Explicit 4x2 mesh with transposed
   partition specs through ``TrainingCheckpointManager.restore``,
   ``load_training_checkpoint`` and ``load_checkpointables``, and into host
   NumPy through all three;
 * that checkpoint is restored by 1 process of 8 devices, 4 processes of 2
-  devices and 1 process of 1 device, the iterator re-dealt onto each.
+  devices and 1 process of 1 device, the iterator re-dealt onto each through
+  ``load_training_checkpoint`` and ``TrainingCheckpointManager.restore``.
 
 Every restored leaf must hold the saved bits, every restored array must have
 the target's sharding, and an Explicit mesh must stay Explicit. The data
@@ -54,6 +57,8 @@ SAVE_MESH = (2, 4)
 TRANSPOSED_MESH = (4, 2)
 # The data pipeline each saving process iterates: ROWS rows, batches of BATCH rows per process.
 ROWS, BATCH, SAVED_BATCHES = 64, 4, 3
+# Rows per step across all processes: every save and every re-deal here keeps it.
+GLOBAL_BATCH = SAVE_MESH[0] * BATCH
 
 
 # ---------------------------------------------------------------------------
@@ -275,6 +280,15 @@ def _training_parts(restored: Any) -> dict[str, Any]:
     }
 
 
+def _resumed_report(restored: Any, iterator: Any) -> dict[str, Any]:
+    """What a re-dealt resume gives this process: the step, every part's bits, and the batches of the rest."""
+    return {
+        "step": restored.step,
+        "digests": _digests(_training_parts(restored)),
+        "batches": [list(batch) for batch in iterator],
+    }
+
+
 def _refusal(call: Any) -> dict[str, Any]:
     """Runs a load that must be refused; says how, and whether Orbax was asked to read anything meanwhile."""
     import orbax.checkpoint.experimental.v1 as ocp
@@ -316,6 +330,34 @@ def _body_two_processes(one_process_checkpoint: str, root: str) -> dict[str, Any
     loaded = load_checkpointables(one_process_checkpoint, _as_stored(targets))
     loaded["auxiliary"] = loaded["auxiliary"]["state"]
     report["from_one_process"] = {"digests": _digests(loaded), "layouts": _layouts(loaded)}
+    # The same checkpoint as a training checkpoint: its iterator, saved by one process, re-dealt onto these two
+    # (the global batch kept), through both functions.
+    one_root = str(pathlib.Path(one_process_checkpoint).parent)
+    resumed: dict[str, Any] = {}
+    for function in ("load_training_checkpoint", "manager.restore"):
+        iterator = _batches(process, jax.process_count(), GLOBAL_BATCH // jax.process_count())
+        if function == "load_training_checkpoint":
+            restored = load_training_checkpoint(
+                one_process_checkpoint,
+                targets["model"],
+                targets["optimizer"],
+                targets["rng"],
+                targets["auxiliary"],
+                iterator,
+                redeal=True,
+            )
+        else:
+            restored = _manager(one_root, create=False).restore(
+                SAVED_STEP,
+                targets["model"],
+                targets["optimizer"],
+                targets["rng"],
+                targets["auxiliary"],
+                iterator,
+                redeal=True,
+            )
+        resumed[function] = _resumed_report(restored, iterator)
+    report["from_one_process_redealt"] = resumed
 
     # The saved state: this runtime's own, through the manager.
     state = _training_state(mesh, seed=1)
@@ -419,23 +461,33 @@ def _body_restore_elsewhere(path: str) -> dict[str, Any]:
     loaded["auxiliary"] = loaded["auxiliary"]["state"]
     host = load_checkpointables(path, {name: _on_host(target) for name, target in targets.items()})
     host["auxiliary"] = host["auxiliary"]["state"]
-    # The whole training checkpoint, its iterator re-dealt onto this process count (the global batch kept).
-    iterator = _batches(jax.process_index(), rows, SAVE_MESH[0] * BATCH // rows)
-    restored = load_training_checkpoint(
-        path,
-        **{f"{part}_target": target for part, target in _training_targets(targets).items()},
-        iterator=iterator,
-        redeal=True,
-    )
+    # The whole training checkpoint, its iterator re-dealt onto this process count (the global batch kept), through
+    # both functions.
+    training = _training_targets(targets)
+    redealt: dict[str, Any] = {}
+    for function in ("load_training_checkpoint", "manager.restore"):
+        iterator = _batches(jax.process_index(), rows, GLOBAL_BATCH // rows)
+        if function == "load_training_checkpoint":
+            restored = load_training_checkpoint(
+                path, **{f"{part}_target": target for part, target in training.items()}, iterator=iterator, redeal=True
+            )
+        else:
+            restored = _manager(str(pathlib.Path(path).parent), create=False).restore(
+                SAVED_STEP,
+                training["model"],
+                training["optimizer"],
+                training["rng"],
+                training["auxiliary"],
+                iterator,
+                redeal=True,
+            )
+        redealt[function] = _resumed_report(restored, iterator)
     return {
         "process": jax.process_index(),
         "digests": _digests(loaded),
         "layouts": _layouts(loaded),
         "numpy": {"digests": _digests(host), "layouts": _layouts(host)},
-        "redealt": {
-            "digests": _digests(_training_parts(restored)),
-            "rest": [row for batch in iterator for row in batch],
-        },
+        "redealt": redealt,
     }
 
 
@@ -462,21 +514,30 @@ def _abstract_onto(abstract: dict[str, Any], mesh: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def one_process_save(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, str]]:
-    """A training checkpoint saved by this process (1 process, 8 devices), and its leaves' digests."""
-    from tinax.checkpointing import save_training_checkpoint
+def one_process_save(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, dict[str, str], list[int]]:
+    """A training checkpoint saved mid-epoch by this process (1 process, 8 devices) through a manager.
 
-    path = tmp_path_factory.mktemp("one-process") / "checkpoint"
+    Returns:
+      The step's folder, its leaves' digests and the rows read before the save.
+    """
+    root = tmp_path_factory.mktemp("one-process") / "root"
     state = _training_state(_mesh(SAVE_MESH), seed=3)
-    save_training_checkpoint(path, SAVED_STEP, **state, iterator=_iterator(2)).result()
-    return path, _digests(state)
+    manager = _manager(str(root), create=True)
+    batches = _batches(0, 1, GLOBAL_BATCH)
+    read = [row for _ in range(SAVED_BATCHES) for row in next(batches)]
+    manager.save(SAVED_STEP, **state, iterator=batches)
+    manager.wait()
+    return root / str(SAVED_STEP), _digests(state), read
 
 
 @pytest.fixture(scope="module")
 def two_processes(
     one_process_save: tuple[pathlib.Path, dict[str, str]], tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[pathlib.Path, list[dict[str, Any]]]:
-    """The two-process run: it restores the one-process checkpoint, saves its own and restores that."""
+    """The two-process run: it restores the one-process checkpoint, saves its own and restores that.
+
+    Every run of processes is slow to start, so this one run does all the work that needs two processes.
+    """
     root = tmp_path_factory.mktemp("two-processes") / "root"
     reports = run_processes(
         _body_two_processes,
@@ -498,14 +559,41 @@ def _all_explicit(layouts: dict[str, Any]) -> bool:
     return all(layout == "numpy" or set(layout["types"]) == {"Explicit"} for layout in layouts.values())
 
 
+def _assert_resumed_once(before: list[int], resumed: list[dict[str, Any]], saved: dict[str, str]) -> None:
+    """Checks a re-dealt resume on ``len(resumed)`` processes against what was saved and read before the save.
+
+    Every process restores the saved bits at the saved step and reads the same number of batches of its share of
+    the global batch; the rows read before the save and those read by all new processes together are the epoch's
+    rows, each exactly once.
+    """
+    assert len(before) == SAVED_BATCHES * GLOBAL_BATCH  # saved mid-epoch: rows are left to re-deal
+    for report in resumed:
+        assert report["step"] == SAVED_STEP
+        assert report["digests"] == saved
+    assert len({len(report["batches"]) for report in resumed}) == 1, "every new process runs as many steps"
+    assert {len(batch) for report in resumed for batch in report["batches"]} == {GLOBAL_BATCH // len(resumed)}
+    rows = before + [row for report in resumed for batch in report["batches"] for row in batch]
+    assert len(rows) == ROWS
+    assert sorted(rows) == list(range(ROWS))
+
+
 def test_one_process_checkpoint_restores_bit_exact_in_two_processes(one_process_save, two_processes):
-    _, saved = one_process_save
+    _, saved, _ = one_process_save
     for report in two_processes[1]:
         restored = report["from_one_process"]
         assert restored["digests"] == saved
         assert _all_explicit(restored["layouts"])
         kernel = restored["layouts"]["model/hidden/kernel/value"]
         assert kernel == {"mesh": list(SAVE_MESH), "types": ["Explicit", "Explicit"], "spec": [None, "model"]}
+
+
+@pytest.mark.parametrize("function", ["load_training_checkpoint", "manager.restore"])
+def test_one_process_training_checkpoint_resumes_in_two_processes_reading_the_rest_of_the_epoch_once(
+    one_process_save, two_processes, function
+):
+    _, saved, before = one_process_save
+    assert "optimizer/opt_state/0/count/value" in saved
+    _assert_resumed_once(before, [report["from_one_process_redealt"][function] for report in two_processes[1]], saved)
 
 
 def test_two_process_checkpoint_holds_adam_count_and_every_part(two_processes):
@@ -628,13 +716,10 @@ def test_two_process_checkpoint_restores_bit_exact_on_other_process_counts(
             "spec": [None, "model"],
         }
         assert report["numpy"]["layouts"]["model/hidden/kernel/value"] == "numpy"
-        assert report["redealt"]["digests"] == saved
     # Re-dealt onto this process count: the rows read before the save and those read after, each exactly once.
-    rows_read = [row for report in reports for row in report["read"]] + [
-        row for report in restored for row in report["redealt"]["rest"]
-    ]
-    assert len(rows_read) == ROWS
-    assert sorted(rows_read) == list(range(ROWS))
+    before = [row for report in reports for row in report["read"]]
+    for function in ("load_training_checkpoint", "manager.restore"):
+        _assert_resumed_once(before, [report["redealt"][function] for report in restored], saved)
 
 
 def _one_process_targets(path: pathlib.Path) -> dict[str, Any]:
