@@ -41,6 +41,14 @@ with ``batch_fn=list``, flattened) and through ``dataset[i]`` for every i,
 each from a freshly opened dataset, for read_parquet_record,
 read_array_record and a split_random part over an InMemorySource dataset;
 the ratio plain iteration / pipeline has the goal <= 1.5.
+Shuffle policies (``--only-policies`` runs them alone; ``--policy-records 0``
+skips them): a file of ``--policy-records`` rows in row groups of 4096, read
+by ``training_batches`` (batch 256, a stack batch_fn) sequentially, with
+``shuffle_window`` and with the global shuffle, with the default cache and
+with caches a half and a third of the decoded size; rows/s after
+``--policy-warmup`` batches as ratios against sequential in the same run,
+peak RSS growth, pyarrow's read_table of the whole file for reference, and
+with ``--baseline-src`` the same figures of an earlier tinax-data.
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -431,6 +439,130 @@ elif probe in ("batches", "global", "window", "sequential"):
 print(json.dumps(result))
 """
 
+_POLICY_PROBE = r"""
+import json, resource, sys, time
+import numpy as np
+import tinax.data as data
+from grain.sharding import ShardOptions
+
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+def stack(rows):
+    return {"id": np.asarray([row["id"] for row in rows]), "x": np.stack([row["x"] for row in rows])}
+
+path, options = sys.argv[1], json.loads(sys.argv[2])
+policy = options["policy"]
+def pipeline(dataset, shuffle, **extra):
+    return data.training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=shuffle,
+        num_epochs=None, batch_size=256, batch_fn=stack, **extra)
+# grain's iteration machinery starts before anything is measured, over a few rows of the file.
+warm = iter(pipeline(data.read_parquet_record(path, cache_bytes=1 << 20), False))
+next(warm)
+warm.close()
+del warm
+before = peak_mib()
+dataset = data.read_parquet_record(path, cache_bytes=options["cache_bytes"])
+extra = {"shuffle_window": options["window"]} if policy == "window" else {}
+iterator = iter(pipeline(dataset, policy != "sequential", **extra))
+for _ in range(options["warmup"]):
+    next(iterator)
+start = time.perf_counter()
+seen = 0
+for _ in range(options["batches"]):
+    seen += len(next(iterator)["id"])
+seconds = time.perf_counter() - start
+growth = peak_mib() - before
+iterator.close()
+print(json.dumps({"seconds": seconds, "records": seen, "peak_growth_mib": growth}))
+"""
+
+_POLICY_WRITE = r"""
+import json, sys
+import numpy as np
+import pyarrow.parquet as pq
+import tinax.data as data
+path, count = sys.argv[1], int(sys.argv[2])
+# float32[4, 4] (16 values): the tinax record format, in row groups of 4096 rows.
+x = np.random.default_rng(0).standard_normal((count, 4, 4), dtype=np.float32)
+data.write_parquet_record(path, [{"id": i, "label": i % 10, "x": x[i]} for i in range(count)])
+print(json.dumps({"row_groups": pq.ParquetFile(path).metadata.num_row_groups}))
+"""
+
+_READ_TABLE_PROBE = r"""
+import json, resource, sys, time
+import pyarrow.parquet as pq
+path = sys.argv[1]
+pq.read_table(path, columns=[])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+start = time.perf_counter()
+table = pq.read_table(path)
+seconds = time.perf_counter() - start
+print(json.dumps({
+    "seconds": seconds, "decoded_mib": table.nbytes / 2**20,
+    "peak_growth_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - before,
+}))
+"""
+
+
+def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
+    """The shuffle policies against a sequential pass, within the cache and past it, ours against today's."""
+    count = options.policy_records
+    path = str(folder / "policies.parquet")
+    written = _probe(_POLICY_WRITE, [path, str(count)], None)
+    table = _probe(_READ_TABLE_PROBE, [path], None)
+    decoded = table["decoded_mib"]
+    sides = {"ours": None}
+    if options.baseline_src:
+        sides["today"] = options.baseline_src
+    print(
+        f"\nShuffle policies: {count} rows of (int id, int label, float32[4, 4]) in {written['row_groups']} row "
+        f"groups, file {os.path.getsize(path) / 2**20:.0f} MiB, decoded {decoded:.0f} MiB; batch 256, a stack "
+        f"batch_fn, {options.policy_warmup} warm-up batches then {options.policy_batches} timed, each run in a "
+        "fresh process" + (f"; 'today' is the tinax-data in {options.baseline_src}" if options.baseline_src else "")
+    )
+    print(
+        f"  pyarrow read_table of the whole file: {table['seconds']:.2f} s "
+        f"({count / table['seconds']:,.0f} rows/s), peak RSS growth {table['peak_growth_mib']:.0f} MiB"
+    )
+    caches = {
+        f"default cache_bytes ({options.fit_cache_mib} MiB, the file fits)": options.fit_cache_mib << 20,
+        f"file 2x the cache ({decoded / 2:.0f} MiB)": int(decoded / 2 * 2**20),
+        f"file 3x the cache ({decoded / 3:.0f} MiB)": int(decoded / 3 * 2**20),
+    }
+    for title, cache in caches.items():
+        print(f"  {title}:")
+        rates: dict[str, dict[str, float]] = {}
+        for side, src in sides.items():
+            rates[side] = {}
+            for policy in ("sequential", "window", "global"):
+                warmup, batches = options.policy_warmup, options.policy_batches
+                if side == "today" and policy == "global" and cache < decoded * 2**20:
+                    # Today's global shuffle past the cache decodes row groups for every few rows.
+                    warmup, batches = 2, options.policy_slow_batches
+                settings = {
+                    "policy": policy,
+                    "cache_bytes": cache,
+                    "window": options.window,
+                    "warmup": warmup,
+                    "batches": batches,
+                }
+                found = _probe(_POLICY_PROBE, [path, json.dumps(settings)], src)
+                rate = found["records"] / found["seconds"]
+                rates[side][policy] = rate
+                name = {"sequential": "sequential", "window": f"shuffle_window={options.window}", "global": "global"}
+                print(
+                    f"    [{side:>5}] {name[policy]:<17} {rate:11,.0f} rows/s "
+                    f"({rate / rates[side]['sequential']:.3f}x sequential), peak RSS growth "
+                    f"{found['peak_growth_mib']:5.0f} MiB (cache {cache / 2**20:.0f} MiB)"
+                )
+        if "today" in rates:
+            ours, today = rates["ours"], rates["today"]
+            ratios = [f"{policy} {ours[policy] / today[policy]:.2f}x" for policy in ("sequential", "window", "global")]
+            print("    ours / today: " + ", ".join(ratios))
+
+
 _SPLIT_PROBE = r"""
 import json, sys, time
 import tinax.data as data
@@ -680,10 +812,21 @@ def main() -> int:
     parser.add_argument("--redeal-rounds", type=int, default=3, help="fresh processes per re-deal figure")
     parser.add_argument("--redeal-trials", type=int, default=8, help="restores of each kind in each process")
     parser.add_argument("--only-redeal", action="store_true", help="run only the re-deal figures")
+    parser.add_argument("--only-policies", action="store_true", help="run only the shuffle-policy figures")
+    parser.add_argument("--policy-records", type=int, default=2_000_000, help="rows of the shuffle-policy figures")
+    parser.add_argument("--policy-warmup", type=int, default=200, help="warm-up batches of each policy run")
+    parser.add_argument("--policy-batches", type=int, default=1000, help="timed batches of each policy run")
+    parser.add_argument(
+        "--policy-slow-batches", type=int, default=8, help="timed batches of today's global shuffle past the cache"
+    )
     options = parser.parse_args()
     if options.only_redeal:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_redeal(pathlib.Path(folder_name), options)
+        return 0
+    if options.only_policies:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_policies(pathlib.Path(folder_name), options)
         return 0
     if options.only_scale:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
@@ -741,6 +884,9 @@ def main() -> int:
 
         if options.scale_records > 0:
             measure_scale(folder, options)
+
+        if options.policy_records > 0:
+            measure_policies(folder, options)
 
         if options.redeal_records > 0:
             measure_redeal(folder, options)

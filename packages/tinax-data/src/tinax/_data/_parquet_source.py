@@ -56,7 +56,12 @@ from tinax._data._record_codec import (
 from tinax._data._record_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 
-__all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
+__all__ = ["PLANNED_ROWS_IN_CACHE", "CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
+
+#: The most rows of a planned window over a file whose decoded rows fit the
+#: cache: its row groups stay cached, and the window only saves taking rows
+#: from each row group for every batch (a few MiB of copies at most).
+PLANNED_ROWS_IN_CACHE = 1 << 15
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
@@ -70,9 +75,13 @@ class CorruptParquetError(OSError, ValueError):
 class _RowGroup:
     """One decoded row group: a value getter per column, over Arrow buffers."""
 
-    def __init__(self, getters: Sequence[tuple[str, Callable[[int], Any]]], nbytes: int) -> None:
+    def __init__(
+        self, getters: Sequence[tuple[str, Callable[[int], Any]]], nbytes: int, table: pa.Table | None = None
+    ) -> None:
         self.nbytes = nbytes
         self._getters = tuple(getters)
+        #: The decoded columns the getters read (which a planned read takes rows of).
+        self.table = table
 
     def record(self, row: int) -> dict[str, Any]:
         record = {}
@@ -236,6 +245,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cache: collections.OrderedDict[int, _RowGroup] = collections.OrderedDict()
         self._cached_bytes = 0
         self._verified: set[int] = set()
+        # Rows and bytes decoded so far in this process: the decoded size of a row, for planned reads.
+        self._decoded_rows = 0
+        self._decoded_bytes = 0
 
     def _unreadable(self, reason: str) -> ValueError:
         return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
@@ -438,15 +450,24 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             for index, name in enumerate(table.column_names)
         ]
 
-    def _load(self, group_index: int, position: int) -> _RowGroup:
-        # Called with the lock held.
+    def _decode(self, group_index: int, position: int, *, own_memory: bool = True) -> _RowGroup:
+        # Called with the lock held: reads, checks and decodes one row group.
         try:
-            table = _in_system_memory(self._read_group(group_index, None))
-            group = _RowGroup(self._getters(table), int(table.nbytes))
+            table = self._read_group(group_index, None)
+            if own_memory:
+                table = _in_system_memory(table)
+            group = _RowGroup(self._getters(table), int(table.nbytes), table)
         except (pa.ArrowException, OSError, ValueError) as error:
             raise ValueError(
                 f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
             ) from error
+        self._decoded_rows += table.num_rows
+        self._decoded_bytes += group.nbytes
+        return group
+
+    def _load(self, group_index: int, position: int) -> _RowGroup:
+        # Called with the lock held.
+        group = self._decode(group_index, position)
         # Evicted first, so the budget holds while the new row group is added.
         while self._cache and self._cached_bytes + group.nbytes > self._cache_bytes:
             _, evicted = self._cache.popitem(last=False)
@@ -454,6 +475,100 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cache[group_index] = group
         self._cached_bytes += group.nbytes
         return group
+
+    # Planned reads (``tinax._data._planned_reads``): the rows of many batches
+    # ahead, each row group decoded once for all of them, in file order.
+
+    @property
+    def cache_bytes(self) -> int:
+        """The memory budget of the row-group cache."""
+        return self._cache_bytes
+
+    def decoded_row_bytes(self) -> float:
+        """The decoded size of a row: as measured in this process, else as the footer's uncompressed sizes say."""
+        if self._decoded_rows:
+            return self._decoded_bytes / self._decoded_rows
+        estimate = getattr(self, "_footer_row_bytes", None)
+        if estimate is None:
+            metadata = self._handle().metadata
+            stored = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+            estimate = self._footer_row_bytes = stored / max(self._count, 1)
+        return float(estimate)
+
+    def decoded_file_bytes(self) -> float:
+        """The decoded size of every row, as :meth:`decoded_row_bytes` estimates it."""
+        return self.decoded_row_bytes() * self._count
+
+    def _fits_cache(self) -> bool:
+        # The cache keeps the last row group read even where it alone exceeds the budget.
+        return len(self._group_ends) <= 1 or self.decoded_file_bytes() <= self._cache_bytes
+
+    def planned_window_rows(self) -> int:
+        """The most rows a planned window takes, so that it stays within the cache budget.
+
+        Where the decoded file fits the budget, its row groups stay in the
+        cache and a window is small (its rows are copied out of the cached
+        row groups). Where it does not, a window's rows take half the budget
+        (their copies in file order, then in one table) and the cache is
+        emptied for them: the budget plus the row group being decoded.
+        """
+        row_bytes = max(self.decoded_row_bytes(), 1.0)
+        if self._fits_cache():
+            return PLANNED_ROWS_IN_CACHE
+        return max(1, int(self._cache_bytes // 2 // row_bytes))
+
+    def planned_window(self, positions: np.ndarray[Any, Any]) -> tuple[_RowGroup, np.ndarray[Any, Any]]:
+        """Reads the records at many positions, each row group once, in file order.
+
+        Args:
+          positions: Valid record positions (non-negative, below the count).
+
+        Returns:
+          A decoded table of those rows and, for every entry of
+          ``positions``, the row of that table that holds it: the table's
+          ``records(rows[i:j])`` are the records indexing ``positions[i:j]``
+          gives.
+
+        Raises:
+          ValueError: As indexing would, for a row group that cannot be read;
+            or pyarrow's errors, for a column it cannot take rows of. The
+            caller then reads the same records the usual way.
+        """
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        fits = self._fits_cache()
+        if not fits:
+            # The window takes the budget: cached row groups would only add to it.
+            with self._lock:
+                self._cache.clear()
+                self._cached_bytes = 0
+        chunks: list[pa.Table] = []
+        for chosen in np.split(order, cuts) if len(order) else []:
+            group_index = int(groups[chosen[0]])
+            first = int(positions[chosen[0]])
+            # The lock is taken for each row group, so that other readers take turns with the window.
+            with self._lock:
+                group = self._cache.get(group_index)
+                if group is not None:
+                    self._cache.move_to_end(group_index)
+                elif fits:
+                    group = self._load(group_index, first)
+                else:
+                    group = self._decode(group_index, first, own_memory=False)
+            table = group.table
+            if table is None:
+                raise ValueError(f"row group {group_index} holds no decoded table")
+            offset = self._group_ends[group_index - 1] if group_index else 0
+            chunks.append(table.take(pa.array(positions[chosen] - offset, type=pa.int64())))
+            del group, table
+        rows = np.empty(len(positions), dtype=np.int64)
+        rows[order] = np.arange(len(positions), dtype=np.int64)
+        if not chunks:
+            raise ValueError("no rows to read")
+        window = _in_system_memory(pa.concat_tables(chunks))
+        del chunks
+        return _RowGroup(self._getters(window), int(window.nbytes), window), rows
 
     def column_values(self, name: str, *, advance: Callable[[int], None] | None = None) -> list[Any]:
         """Reads one column of every row, in order, without reading the other columns.

@@ -252,11 +252,27 @@ def training_batches(
         ordered = WindowShuffleMapDataset(ordered, seed=seed, block_ends=blocks, window=shuffle_window)
     elif shuffle:
         ordered = ordered.shuffle()
-    rows = ordered.slice(slice(0, usable)).slice(slice(start, start + per_shard))
-    # grain's own batch, reading each batch's rows with one call down the chain.
-    batched = BulkBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn).repeat(
-        num_epochs, reseed_each_epoch=True
-    )
+    row_slices = (slice(0, usable), slice(start, start + per_shard))
+    rows = ordered.slice(row_slices[0]).slice(row_slices[1])
+    # grain's own batch, reading each batch's rows with one call down the chain;
+    # under the global shuffle of a Parquet reader, from reads planned ahead.
+    batches = None
+    if shuffle and blocks is None:
+        from tinax._data._planned_reads import shuffled_batches
+
+        batches = shuffled_batches(
+            dataset,
+            ordered,
+            rows,
+            seed=seed,
+            row_slices=row_slices,
+            batch_size=batch_size,
+            batch_fn=batch_fn,
+            num_epochs=num_epochs,
+        )
+    if batches is None:
+        batches = BulkBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn)
+    batched = batches.repeat(num_epochs, reseed_each_epoch=True)
     description = {
         "kind": "training_batches",
         "source_id": find_source_id(dataset),
