@@ -56,9 +56,11 @@ def test_from_numpy_copy_true_is_independent_when_sharded(mesh8):
     assert result.sharding == NamedSharding(mesh8, PartitionSpec("data"))
 
 
-def test_from_numpy_copy_false_permits_aliasing_and_keeps_values():
+def test_from_numpy_copy_false_is_independent_of_an_aligned_source_as_in_tinax_02():
     source = aligned_float32(16)
     result = from_numpy(source, copy=False)
+    result.block_until_ready()
+    source[:] = -1.0
     np.testing.assert_array_equal(np.asarray(result), np.arange(16, dtype=np.float32))
 
 

@@ -30,18 +30,18 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
 
     ``jax.device_put`` may alias the host buffer on CPU even when asked not to
     (64-byte-aligned buffers are shared), so a later write to the NumPy array
-    would show through the "immutable" JAX array. With ``copy=True`` this
-    function takes a private host snapshot first, which nothing else can
-    reach, so the result never changes afterwards. The transfer itself is
-    asynchronous.
+    would show through the "immutable" JAX array. This function takes a
+    private host snapshot first, which nothing else can reach, so the result
+    never changes afterwards. The transfer itself is asynchronous.
 
     Args:
       array: The host data. Object dtypes are refused. A
         ``numpy.ma.MaskedArray`` is accepted only when no element is masked
         (its data is used); a JAX array has no place for a mask.
       copy: True to snapshot the data now, so the result is independent of
-        ``array``. False to allow the result to share ``array``'s memory; the
-        caller then must not write to ``array`` while the result is alive.
+        ``array``. False allows sharing in principle, but today the result
+        is independent too, as it was in tinax 0.2; pass True where you rely
+        on that.
       device: Where to place the result: a device, a sharding (whose shape
         must divide the array), or None for JAX's default device.
 
@@ -70,9 +70,13 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     require_host_array(array, "array")
     validation.require_bool(copy, "copy")
     placement = _require_placement(device)
-    source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=copy)
+    # The snapshot is taken for copy=False too. tinax 0.2's results never
+    # shared a CPU array's memory (its ``jnp.asarray`` copied), and code may
+    # rely on that; ``device_put`` alone would share an aligned buffer even
+    # with ``may_alias=False`` (jax#37830).
+    source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=True)
     try:
-        placed: jax.Array = jax.device_put(source, placement, may_alias=not copy)
+        placed: jax.Array = jax.device_put(source, placement, may_alias=False)
     except (ValueError, RuntimeError) as error:
         message = f"array {validation.describe(array)} cannot be placed on {placement}: {error}"
         if _is_specific(error):
