@@ -371,3 +371,15 @@ def test_argnums_errors_surface_while_tracing() -> None:
 
     with pytest.raises(TypeError, match=r"^argnums must be an int >= 0, got True \(bool\)"):
         step(X, Y)
+
+
+def test_an_argnums_past_the_positional_parameters_is_both_type_and_value_error_as_jax_raised_in_tinax_02():
+    import numpy as np
+
+    from tinax._core.validation import TypeAndValueError
+    from tinax.grad import hessian, value_and_grad
+
+    with pytest.raises(TypeAndValueError, match=r"argnums must be an int in \[0, 1\]"):
+        value_and_grad(lambda a, b: a * b, argnums=5)
+    with pytest.raises(TypeError):
+        hessian(lambda a, b: a * b, argnums=np.uint32(7))

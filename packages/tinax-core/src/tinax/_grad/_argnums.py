@@ -39,8 +39,10 @@ def check_argnums(argnums: object, function: Callable[..., object]) -> int | tup
     Raises:
       TypeError: If ``argnums`` is a bool, is neither an integer nor a
         sequence, or holds an item that is a bool or not an integer.
-      ValueError: If the sequence is empty, an index is negative, an index
-        repeats, or an index names no positional parameter of ``function``.
+      ValueError: If the sequence is empty, an index is negative, or an index
+        repeats.
+      TypeAndValueError: If an index names no positional parameter of
+        ``function`` (a ``TypeError`` too, as JAX raises at call time).
     """
     limit = _positional_parameter_count(function)
     if isinstance(argnums, Sequence) and not isinstance(argnums, (str, bytes, bytearray)):
@@ -65,7 +67,10 @@ def _check_index(value: object, name: str, function: Callable[..., object], limi
         else:
             plural = "" if limit == 1 else "s"
             expected = f"an int in [0, {limit - 1}] because {owner} takes {limit} positional parameter{plural}"
-        validation.fail_value(name, expected, value)
+        # JAX raises TypeError for this when the function is called, and tinax
+        # 0.2 let that through; refusing it early is a ValueError by our
+        # contract, so it is both.
+        validation.fail_type_and_value(name, expected, value)
     return index
 
 
