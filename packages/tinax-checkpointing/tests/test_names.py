@@ -1,4 +1,4 @@
-"""Checkpointable names: portable, unreserved, and distinct without case."""
+"""Checkpointable names: one portable folder each, not shadowing Orbax's files, and distinct without case."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import pytest
 
 from tinax._checkpointing._names import ORBAX_RESERVED_NAMES, ORBAX_TMP_SUFFIX
-from tinax.checkpointing import save_checkpointables, validate_checkpointable_name
+from tinax.checkpointing import load_checkpointables, save_checkpointables, validate_checkpointable_name
 
 
 @pytest.mark.parametrize(
@@ -27,48 +27,71 @@ def test_non_str_is_a_type_error(name):
     ("name", "reason"),
     [
         ("", "non-empty"),
-        ("x" * 256, "at most 255"),
-        ("a/b", "portable folder name"),
-        ("a\\b", "portable folder name"),
-        ("with space", "portable folder name"),
-        ("caf\u00e9", "portable folder name"),
-        ("tab\t", "portable folder name"),
-        ("a:b", "portable folder name"),
+        ("x" * 256, "at most 255 UTF-8 bytes"),
+        ("\u00e9" * 128, "at most 255 UTF-8 bytes"),
+        ("a/b", "one portable folder name"),
+        ("a\\b", "one portable folder name"),
+        ("a:b", "one portable folder name"),
+        ("a*", "one portable folder name"),
+        ("tab\t", "control"),
+        ("a\x00b", "control"),
+        ("a\ud800", "surrogate"),
         (".", "other than '.' and '..'"),
         ("..", "other than '.' and '..'"),
-        ("model.", "does not end with '.'"),
+        ("model.", "does not end with a space or '.'"),
+        ("model ", "does not end with a space or '.'"),
         ("CON", "Windows device"),
         ("nul", "Windows device"),
         ("Com1", "Windows device"),
         ("lpt9.txt", "Windows device"),
         ("aux.tar.gz", "Windows device"),
-        ("model" + ORBAX_TMP_SUFFIX, "temporary-folder suffix"),
-        ("x.ORBAX-CHECKPOINT-TMP-1", "temporary-folder suffix"),
-        ("_CHECKPOINT_METADATA", "reserved"),
-        ("_checkpoint_metadata", "reserved"),
-        ("orbax.checkpoint", "reserved"),
-        ("commit_success.txt", "reserved"),
-        ("_METADATA", "reserved"),
-        ("metrics", "reserved"),
-        ("METRICS", "reserved"),
-        ("auto", "reserved"),
-        ("_CHECKPOINT_DELETION", "reserved"),
+        ("clock$", "Windows device"),
+        ("_CHECKPOINT_METADATA", "Orbax's own names"),
+        ("_checkpoint_metadata", "Orbax's own names"),
+        ("orbax.checkpoint", "Orbax's own names"),
+        ("metrics", "Orbax's own names"),
+        ("METRICS", "Orbax's own names"),
+        ("auto", "Orbax's own names"),
     ],
 )
-def test_unportable_or_reserved_names_are_value_errors(name, reason):
+def test_unportable_or_shadowing_names_are_value_errors(name, reason):
     with pytest.raises(ValueError, match="checkpointable name must be") as caught:
         validate_checkpointable_name(name)
     assert reason in str(caught.value)
 
 
-@pytest.mark.parametrize("name", ["console", "nullable", "com10", "lpt", "auxiliary", "prn_data", "metrics2"])
+@pytest.mark.parametrize(
+    "name", ["console", "nullable", "com10", "com0", "lpt", "auxiliary", "prn_data", "metrics2", "with space"]
+)
 def test_names_that_only_resemble_reserved_ones_are_valid(name):
     assert validate_checkpointable_name(name) == name
 
 
-def test_every_name_orbax_reserves_is_refused():
-    # The reserved list is kept here so that validating imports nothing; this
-    # catches an Orbax release that adds a name or renames a file.
+# tinax 0.2 saved and restored every one of these; so must we.
+_NAMES_02_KEPT = [
+    "mod\u00e8le",
+    " model",
+    "x" + ORBAX_TMP_SUFFIX,
+    "x" + ORBAX_TMP_SUFFIX + "-1",
+    "_METADATA",
+    "_ROOT_METADATA",
+    "_CHECKPOINT_DELETION",
+    "commit_success.txt",
+]
+
+
+@pytest.mark.parametrize("name", _NAMES_02_KEPT)
+def test_names_outside_ascii_with_spaces_or_like_orbax_files_save_and_restore(tmp_path, name):
+    assert validate_checkpointable_name(name) == name
+    destination = tmp_path / "checkpoint"
+    save_checkpointables(destination, {name: {"w": jnp.arange(3)}}).result()
+    restored = load_checkpointables(destination, {name: {"w": jnp.zeros(3, jnp.int32)}})
+    assert restored[name]["w"].tolist() == [0, 1, 2]
+
+
+def test_orbax_reserved_names_are_still_known():
+    # The list is kept here so that naming it imports nothing; this catches
+    # an Orbax release that adds a name or renames a file.
     import importlib
 
     from orbax.checkpoint._src.metadata import checkpoint as orbax_metadata
@@ -105,9 +128,6 @@ def test_every_name_orbax_reserves_is_refused():
         declared.add(checkpoint_layout.CHECKPOINT_DELETION_KEY)
     assert declared <= ORBAX_RESERVED_NAMES
     assert atomicity_types.TMP_DIR_SUFFIX == ORBAX_TMP_SUFFIX
-    for name in declared:
-        with pytest.raises(ValueError, match="checkpointable name must be"):
-            validate_checkpointable_name(name)
 
 
 def test_save_refuses_names_that_differ_only_in_case(tmp_path):
@@ -123,3 +143,22 @@ def test_save_checks_every_name(tmp_path):
     with pytest.raises(TypeError, match="keys of checkpointables must be str"):
         save_checkpointables(tmp_path / "checkpoint", {1: {"w": jnp.ones(2)}})
     assert list(tmp_path.iterdir()) == []
+
+
+def test_save_refuses_names_that_differ_only_in_unicode_normalization(tmp_path):
+    import unicodedata
+
+    composed = unicodedata.normalize("NFC", "mod\u00e8le")
+    decomposed = unicodedata.normalize("NFD", composed)
+    with pytest.raises(ValueError, match="differ only in case"):
+        save_checkpointables(tmp_path / "checkpoint", {composed: {"w": jnp.ones(2)}, decomposed: {"w": jnp.ones(2)}})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_training_checkpoint_names_hold_no_instance_dict_as_in_tinax_02():
+    from tinax.checkpointing import TrainingCheckpointNames
+
+    names = TrainingCheckpointNames(model="net")
+    assert not hasattr(names, "__dict__")
+    with pytest.raises(AttributeError):
+        object.__setattr__(names, "extra", 1)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-import re
+import unicodedata
 from collections.abc import Iterable
 
 from tinax._core import validation
@@ -46,31 +46,38 @@ ORBAX_RESERVED_NAMES = frozenset(
     }
 )
 
-# Windows refuses these as file or folder names, with or without an extension.
-_WINDOWS_DEVICE_NAMES = frozenset(
-    {"con", "prn", "aux", "nul"} | {f"com{digit}" for digit in range(10)} | {f"lpt{digit}" for digit in range(10)}
+# Windows refuses these as file or folder names, with or without an extension
+# (COM0 and LPT0 are ordinary names there). They are compared without case.
+_WINDOWS_DEVICE_STEMS = frozenset(
+    {"aux", "con", "nul", "prn", "clock$", "conin$", "conout$"}
+    | {f"com{digit}" for digit in range(1, 10)}
+    | {f"lpt{digit}" for digit in range(1, 10)}
 )
-# The POSIX portable file name character set: stored unchanged by every common
-# file system, free of separators, and immune to Unicode normalization.
-_PORTABLE = re.compile(r"[A-Za-z0-9._-]+")
-# Common limit on one path component (ext4, APFS, NTFS), in bytes.
-_MAX_LENGTH = 255
-_RESERVED_FOLDED = frozenset(name.casefold() for name in ORBAX_RESERVED_NAMES)
+# Characters that Windows (and, for "/", every system) does not allow in a
+# file name, so a checkpoint holding them could not be copied there.
+_FORBIDDEN_CHARACTERS = frozenset('<>:"/\\|?*')
+# Orbax's files and keys that a checkpointable folder would shadow, compared
+# without case. tinax 0.2 refused exactly these; Orbax's other reserved names
+# (ORBAX_RESERVED_NAMES) save and restore correctly as checkpointable names
+# with the Orbax releases we support, so refusing them would break 0.2 users.
+_SHADOWING_NAMES = frozenset({"_checkpoint_metadata", "auto", "metrics", "orbax.checkpoint"})
+# Common limit on one path component (ext4, APFS, NTFS), in UTF-8 bytes.
+_MAX_UTF8_BYTES = 255
 
 
 def validate_checkpointable_name(name: object) -> str:
-    """Checks that a checkpointable name is a portable, unreserved folder name.
+    """Checks that a checkpointable name is one folder name that Orbax and every common system keep.
 
-    A valid name is 1 to 255 characters from the POSIX portable set (ASCII
-    letters, digits, ``.``, ``_`` and ``-``), so it holds no path separator
-    and no character some file system would alter. It must not be ``.`` or
-    ``..``, end with a dot, name a Windows device (``CON``, ``NUL``,
-    ``COM1``, ``LPT1`` and the like, with or without an extension), contain
-    Orbax's temporary-folder suffix ``.orbax-checkpoint-tmp``, or equal one
-    of Orbax's reserved names (such as ``_CHECKPOINT_METADATA``,
-    ``orbax.checkpoint``, ``commit_success.txt`` or ``metrics``). Reserved
-    names are compared without regard to case, because on a case-insensitive
-    file system ``METRICS`` is the same folder as ``metrics``.
+    A valid name is one path component of at most 255 UTF-8 bytes. It holds
+    none of the characters Windows forbids (``<>:"/|?*`` and the backslash)
+    and no control or surrogate character, is not ``.`` or ``..``, and does
+    not end with a space or a dot (Windows drops those). It does not name a Windows device (``CON``, ``NUL``,
+    ``COM1`` to ``COM9``, ``LPT1`` to ``LPT9`` and the like, with or without
+    an extension), and is not one of the names Orbax gives its own files and
+    keys (``_CHECKPOINT_METADATA``, ``orbax.checkpoint``, ``metrics``,
+    ``AUTO``). Devices and Orbax's names are compared without regard to case,
+    because on a case-insensitive file system ``METRICS`` is the folder
+    ``metrics``. Letters outside ASCII and inner spaces are allowed.
 
     Whether two names of one checkpoint collide on such a file system is a
     property of the whole mapping; :func:`save_checkpointables` checks it.
@@ -83,7 +90,8 @@ def validate_checkpointable_name(name: object) -> str:
 
     Raises:
       TypeError: If ``name`` is not a ``str``.
-      ValueError: If ``name`` is empty, too long, not portable or reserved.
+      ValueError: If ``name`` is empty, too long, not one portable path
+        component, or reserved.
 
     Examples:
       >>> from tinax.checkpointing import validate_checkpointable_name
@@ -94,28 +102,25 @@ def validate_checkpointable_name(name: object) -> str:
       ValueError: ...
     """
     text = validation.require_str(name, "checkpointable name")
-    if len(text) > _MAX_LENGTH:
-        validation.fail_value("checkpointable name", f"at most {_MAX_LENGTH} characters long", text)
-    if not _PORTABLE.fullmatch(text):
-        validation.fail_value(
-            "checkpointable name",
-            "made of ASCII letters, digits, '.', '_' and '-' only (a portable folder name without separators)",
-            text,
-        )
-    folded = text.casefold()
+    if len(text.encode("utf-8", "surrogatepass")) > _MAX_UTF8_BYTES:
+        validation.fail_value("checkpointable name", f"at most {_MAX_UTF8_BYTES} UTF-8 bytes long", text)
     if text in {".", ".."}:
         validation.fail_value("checkpointable name", "a folder name other than '.' and '..'", text)
-    if text.endswith("."):
-        validation.fail_value("checkpointable name", "a name that does not end with '.' (Windows drops it)", text)
-    if folded.split(".", 1)[0] in _WINDOWS_DEVICE_NAMES:
-        validation.fail_value("checkpointable name", "not a Windows device name such as CON or NUL", text)
-    if is_orbax_temporary_name(text):
+    if any(character in _FORBIDDEN_CHARACTERS for character in text):
         validation.fail_value(
-            "checkpointable name", f"free of Orbax's temporary-folder suffix {ORBAX_TMP_SUFFIX!r}", text
+            "checkpointable name", 'one portable folder name, without any of < > : " / \\ | ? *', text
         )
-    if folded in _RESERVED_FOLDED:
-        listed = ", ".join(sorted(ORBAX_RESERVED_NAMES))
-        validation.fail_value("checkpointable name", f"none of Orbax's reserved names ({listed}), in any case", text)
+    if any(unicodedata.category(character) in {"Cc", "Cs"} for character in text):
+        validation.fail_value("checkpointable name", "free of control and surrogate characters", text)
+    if text.endswith((" ", ".")):
+        validation.fail_value(
+            "checkpointable name", "a name that does not end with a space or '.' (Windows drops them)", text
+        )
+    if text.split(".", 1)[0].casefold() in _WINDOWS_DEVICE_STEMS:
+        validation.fail_value("checkpointable name", "not a Windows device name such as CON or NUL", text)
+    if text.casefold() in _SHADOWING_NAMES:
+        listed = ", ".join(sorted(_SHADOWING_NAMES))
+        validation.fail_value("checkpointable name", f"none of Orbax's own names ({listed}), in any case", text)
     return text
 
 
@@ -173,10 +178,12 @@ def require_distinct_on_case_insensitive_systems(names: Iterable[str], argument:
     """
     seen: dict[str, str] = {}
     for name in names:
-        folded = name.casefold()
+        # macOS stores names in one Unicode normalization, so "é" composed and
+        # decomposed are one folder there too.
+        folded = unicodedata.normalize("NFC", name).casefold()
         if folded in seen:
             raise ValueError(
                 f"{argument} must not hold names that differ only in case, got {seen[folded]!r} and {name!r}: "
-                "they are the same folder on case-insensitive file systems"
+                "they are the same folder on case-insensitive file systems (Unicode normalization is ignored too)"
             )
         seen[folded] = name

@@ -64,7 +64,7 @@ _logger = get_logger("checkpointing")
 _ITERATOR_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class TrainingCheckpointNames:
     """The checkpointable name of each part of a training checkpoint.
 
