@@ -673,6 +673,7 @@ def test_epoch_counts_grain_cannot_count_are_a_value_error_and_0_2s_overflow_err
     [
         ({"batch_size": np.int64(4), "num_epochs": 0}, ValueError),
         ({"seed": np.int64(1), "shuffle": 1}, TypeError),
+        ({"seed": np.int64(-1), "shuffle": True}, ValueError),
         ({"shard_options": ShardOptions(np.int64(0), 1, drop_remainder=False)}, ValueError),
         ({"num_epochs": np.int64(2), "dataset": grain.MapDataset.source(list(range(3)))}, ValueError),
     ],

@@ -111,3 +111,10 @@ def test_any_data_source_with_a_source_id_attribute_is_identified():
             return index
 
     assert find_source_id(grain.MapDataset.source(Named())) == "custom-reader:v2"
+
+
+def test_in_memory_source_holds_no_instance_dict_as_in_tinax_02():
+    source = InMemorySource([1, 2], source_id="s")
+    assert not hasattr(source, "__dict__")
+    with pytest.raises(AttributeError):
+        source.extra = 1  # type: ignore[attr-defined]

@@ -235,14 +235,16 @@ def training_batches(
                 f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
                 f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
             )
+        # grain's shuffle refuses a negative seed; 0.2 met that refusal here,
+        # after every other check.
+        if shuffle and seed < 0:
+            fail_value("seed", "a non-negative int when shuffling", seed)
     blocks = None
     if shuffle_window is not None:
         shuffle_window = require_positive_int(shuffle_window, "shuffle_window")
         if not shuffle:
             fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
         blocks = _row_group_ends(dataset)
-        if seed < 0:
-            fail_value("seed", "a non-negative int when shuffling", seed)
     from tinax._data._grain_compat import BulkBatchMapDataset
     from tinax._data._pipeline_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
 

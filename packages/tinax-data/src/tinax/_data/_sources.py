@@ -50,6 +50,9 @@ class InMemorySource(Generic[T]):
       ValueError: If ``source_id`` is empty.
     """
 
+    # No per-instance dict, as in tinax 0.2: a source holds its records and its name only.
+    __slots__ = ("_records", "_source_id")
+
     def __init__(self, records: Iterable[T], *, source_id: str) -> None:
         if isinstance(records, (str, bytes, bytearray)) or not isinstance(records, Iterable):
             fail_type("records", "an iterable of records (not a str or bytes)", records)
