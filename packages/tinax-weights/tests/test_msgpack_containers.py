@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import os
+import pathlib
 from typing import Any, NamedTuple
 
 import jax
@@ -191,9 +192,17 @@ def test_save_msgpack_stores_non_str_keys_by_their_text_and_load_restores_the_ta
 def test_save_msgpack_refuses_keys_whose_text_repeats(tmp_path):
     with pytest.raises(ValueError, match=r"keys of state\['m'\] must have distinct text"):
         save_msgpack(tmp_path / "state.msgpack", {"m": {1: 0, "1": 0}}, overwrite=False)
-    with pytest.raises(ValueError, match=r"keys of target must have distinct text"):
-        load_msgpack(tmp_path / "never-read.msgpack", {1: 0, "1": 0}, max_bytes=10)
     assert os.listdir(tmp_path) == []
+    save_msgpack(tmp_path / "saved.msgpack", {"1": 0}, overwrite=False)
+    with pytest.raises(ValueError, match=r"keys of target must have distinct text"):
+        load_msgpack(tmp_path / "saved.msgpack", {1: 0, "1": 0}, max_bytes=100)
+
+
+def test_load_msgpack_reports_a_missing_file_before_the_targets_leaves_as_tinax_02_did(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_msgpack(tmp_path / "missing.msgpack", {"k": jax.random.key(0)}, max_bytes=100)
+    with pytest.raises(TypeError, match="target must be a mapping"):
+        load_msgpack(tmp_path / "missing.msgpack", [0], max_bytes=100)
 
 
 def test_load_msgpack_requires_lists_tuples_and_namedtuples_to_match_the_files_items_as_flax_did(tmp_path):
@@ -257,3 +266,42 @@ def test_flax_dataclasses_and_frozen_dicts_round_trip_as_flax_restores_them(tmp_
     assert restored_train.apply_fn is jnp.tanh  # Not stored: flax takes it from the target.
     assert type(restored_train.opt_state[0]) is optax.ScaleByAdamState
     assert_same_tree(restored_train.params, trained.params)
+
+
+def test_an_int_outside_msgpacks_range_is_also_the_overflow_error_of_tinax_02(tmp_path):
+    with pytest.raises(ValueError, match=r"state\['i'\] must be an int in \[-2\*\*63, 2\*\*64 - 1\]") as caught:
+        save_msgpack(tmp_path / "state.msgpack", {"i": 2**70}, overwrite=False)
+    assert isinstance(caught.value, OverflowError)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("path", ["", pathlib.Path("")])
+def test_an_empty_destination_is_the_current_folder_and_refused_as_a_directory(tmp_path, path):
+    from tinax.weights import save_safetensors
+
+    with pytest.raises(IsADirectoryError) as caught:
+        save_msgpack(path, {"i": 1}, overwrite=False)
+    assert isinstance(caught.value, ValueError)
+    with pytest.raises(IsADirectoryError):
+        save_safetensors(path, {"w": np.zeros(2, np.float32)}, overwrite=False)
+
+
+def test_numpy_integer_limits_that_refuse_a_file_are_also_type_errors_as_in_tinax_02(tmp_path):
+    from tinax.weights import load_safetensors, save_safetensors
+
+    save_msgpack(tmp_path / "state.msgpack", {"i": 1}, overwrite=False)
+    with pytest.raises(ValueError, match="more than max_bytes=3") as caught:
+        load_msgpack(tmp_path / "state.msgpack", {"i": 0}, max_bytes=np.int8(3))
+    assert isinstance(caught.value, TypeError)
+    save_safetensors(tmp_path / "w.safetensors", {"w": np.zeros(4, np.float32)}, overwrite=False)
+    with pytest.raises(ValueError, match="more than max_bytes=2") as caught:
+        load_safetensors(tmp_path / "w.safetensors", max_bytes=np.int32(2))
+    assert isinstance(caught.value, TypeError)
+    assert load_msgpack(tmp_path / "state.msgpack", {"i": 0}, max_bytes=np.int64(100)) == {"i": 1}
+
+
+def test_safetensors_info_refuses_a_tensor_named_like_the_metadata_key():
+    from tinax.weights import SafetensorsInfo, TensorInfo
+
+    with pytest.raises(ValueError, match="__metadata__"):
+        SafetensorsInfo({"__metadata__": TensorInfo((1,), "F32")}, {})

@@ -194,6 +194,9 @@ class SafetensorsInfo:
         tensors = validation.require_str_mapping(self.tensors, "tensors")
         for name, info in tensors.items():
             validation.require_instance(info, f"tensors[{name!r}]", TensorInfo, "a TensorInfo")
+            if name == METADATA_KEY:
+                # The header keeps this key for the metadata, so no file can hold such a tensor.
+                validation.fail_value("tensors", f"tensor names other than {METADATA_KEY!r}", name)
         metadata = {} if self.metadata is None else validation.require_str_to_str_mapping(self.metadata, "metadata")
         object.__setattr__(self, "tensors", dict(tensors))
         object.__setattr__(self, "metadata", _sorted_by_name(metadata))

@@ -43,10 +43,15 @@ import numpy as np
 from tinax._core import dtypes, validation
 from tinax._core.logs import Operation, get_logger
 from tinax._weights._header import numpy_shape_problem
-from tinax._weights._paths import MissingFilePathError, open_file_to_read, write_file_atomically
+from tinax._weights._paths import (
+    MissingFilePathError,
+    open_file_to_read,
+    require_destination_path,
+    write_file_atomically,
+)
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
-__all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
+__all__ = ["CHUNKED_ARRAY_MARKER", "IntegerRangeError", "load_msgpack", "read_state_tree", "save_msgpack"]
 
 _NDARRAY_EXTENSION = 1
 _COMPLEX_EXTENSION = 2
@@ -82,6 +87,14 @@ _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex
 def _native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
     """Returns ``dtype`` in native byte order if the format can carry it, else None."""
     return dtypes.array_dtype(dtype)
+
+
+class IntegerRangeError(ValueError, OverflowError):
+    """An int leaf outside the range that msgpack stores.
+
+    It is an OverflowError too: msgpack raised that for such a leaf in
+    tinax 0.2.
+    """
 
 
 # Writing
@@ -132,7 +145,8 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
         with an object, string or structured dtype (a PRNG key array, say),
         a subclass of list or tuple, or any other object. The message names
         the leaf's key path.
-      ValueError: If an int leaf is outside the 64-bit range, a string or a
+      ValueError: If an int leaf is outside the 64-bit range (then also an
+        OverflowError, as msgpack raised in tinax 0.2), a string or a
         key's text is not valid UTF-8, a container contains itself, two keys
         of one mapping have the same text, a key is flax's reserved
         ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
@@ -154,7 +168,7 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
       Traceback (most recent call last):
       FileExistsError: ...
     """
-    destination = validation.require_path(path, "path")
+    destination = require_destination_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
     tree = _checked_state(state, "state", frozenset())
     operation = Operation(_logger, "saved", "a state dict to", destination)
@@ -227,7 +241,9 @@ def _check_leaf(value: object, where: str) -> None:
         return
     # Exact types only: msgpack (and flax) cannot write subclasses such as IntEnum.
     if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
-        validation.fail_value(where, "an int in [-2**63, 2**64 - 1], the range msgpack can store", value)
+        raise IntegerRangeError(
+            validation.expectation_message(where, "an int in [-2**63, 2**64 - 1], the range msgpack can store", value)
+        )
     if type(value) is str:
         validation.require_utf8(value, where)
     if type(value) in _PYTHON_LEAVES:
@@ -479,21 +495,27 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       {'params': {'w': array([1., 1.], dtype=float32)}, 'step': 3}
     """
     source = validation.require_path(path, "path")
+    if not isinstance(target, Mapping):
+        validation.fail_type("target", "a mapping", target)
     limit = validation.require_positive_int(max_bytes, "max_bytes")
-    expected = _target_structure(target, "target")
     operation = Operation(_logger, "loaded", "a state dict from", source)
-    with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
-        if size > limit:
-            raise ValueError(
-                f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
-            )
-        loaded = read_state_tree(handle, size, source)
-    mismatches = _Mismatches([], [])
-    restored = _restore_tree(expected, loaded, "", mismatches)
-    problems = mismatches.lines()
-    if problems:
-        listed = "\n".join(f"  - {problem}" for problem in problems)
-        raise ValueError(f"{str(source)!r} does not match target:\n{listed}")
+    # tinax 0.2 refused a NumPy integer max_bytes with TypeError; a later
+    # refusal of such a call is both types. A missing file is reported before
+    # the target's leaves are checked, as 0.2 did.
+    with validation.reported_as_both(validation.is_non_python_int(max_bytes)):
+        with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
+            expected = _target_structure(target, "target")
+            if size > limit:
+                raise ValueError(
+                    f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
+                )
+            loaded = read_state_tree(handle, size, source)
+        mismatches = _Mismatches([], [])
+        restored = _restore_tree(expected, loaded, "", mismatches)
+        problems = mismatches.lines()
+        if problems:
+            listed = "\n".join(f"  - {problem}" for problem in problems)
+            raise ValueError(f"{str(source)!r} does not match target:\n{listed}")
     operation.done(nbytes=size)
     return restored
 

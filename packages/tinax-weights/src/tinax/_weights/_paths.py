@@ -26,11 +26,13 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from tinax._core import validation
 from tinax._core.files import atomic_path, atomic_write, exists_error, open_regular_file
 
 __all__ = [
     "DirectoryPathError",
     "path_to_write_atomically",
+    "require_destination_path",
     "require_writable_destination",
     "MissingFilePathError",
     "NotADirectoryPathError",
@@ -240,6 +242,30 @@ def _require_folder(path: pathlib.Path) -> None:
         raise NotADirectoryPathError(
             errno.ENOTDIR, f"cannot write a file at this path: its folder {str(folder)!r} is not a directory", str(path)
         )
+
+
+def require_destination_path(value: object, name: str) -> pathlib.Path:
+    """Checks a path to write a file at, and returns it as a ``Path``.
+
+    The empty path names the current folder, so it is refused as a folder
+    given where a file path is needed, as tinax 0.2's writers refused it.
+
+    Args:
+      value: The path argument.
+      name: The argument's name, for the message.
+
+    Returns:
+      The path.
+
+    Raises:
+      TypeError: If ``value`` is not a ``str`` or ``os.PathLike[str]``.
+      IsADirectoryError: If ``value`` is empty (also a ValueError).
+    """
+    if isinstance(value, (str, os.PathLike)) and os.fspath(value) == "":
+        raise DirectoryPathError(
+            errno.EISDIR, f"{name} must be a non-empty file path, got '' (the current folder)", os.curdir
+        )
+    return validation.require_path(value, name)
 
 
 def require_file_destination(path: pathlib.Path) -> None:

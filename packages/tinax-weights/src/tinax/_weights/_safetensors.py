@@ -42,7 +42,7 @@ from tinax._weights._header import (
     read_header,
 )
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
-from tinax._weights._paths import open_file_to_read, write_file_atomically
+from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -216,7 +216,13 @@ def load_safetensors(
     requested = require_names(names)
     source = str(file_path)
     operation = Operation(_logger, "loaded", "", file_path)
-    with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
+    # tinax 0.2 refused NumPy integer limits with TypeError; a later refusal
+    # of such a call is both types.
+    widened = validation.is_non_python_int(max_bytes) or validation.is_non_python_int(max_metadata_bytes)
+    with (
+        validation.reported_as_both(widened),
+        open_file_to_read(file_path, kind="safetensors file") as (handle, file_size),
+    ):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
         selected = list(available) if requested is None else require_known(requested, available, source)
@@ -312,7 +318,7 @@ def save_safetensors(
       >>> load_safetensors("model.safetensors", max_bytes=12).tensors["w"].tolist()
       [0, 1, 2]
     """
-    file_path = validation.require_path(path, "path")
+    file_path = require_destination_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
     arrays = validation.require_str_mapping(tensors, "tensors")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
