@@ -17,7 +17,12 @@ dependency pins) and:
   4. compares the failures with `tests-compat/deviations.toml`: a failure that
      is not listed fails the check, and so does a listed test that now passes,
      so the list can only shrink;
-  5. runs `tests-compat/` (0.2 writes artifacts, we read them).
+  5. runs `tests-compat/`: 0.2 writes artifacts that we read; the differential
+     check runs the same public calls under 0.2 and under ours and compares
+     values, types, exceptions and files, allowing only the differences that
+     `tests-compat/differential-deviations.toml` lists (test_differential.py);
+     and 0.2's own examples run unchanged under ours and print what they
+     printed under 0.2 (test_examples.py, given the sdist extracted in step 2).
 """
 
 from __future__ import annotations
@@ -290,8 +295,11 @@ def main() -> int:
                 "-q",
                 "-p",
                 "no:cacheprovider",
+                "--durations=8",
             ],
             cwd=ROOT,
+            # The examples test runs 0.2's examples from the sdist extracted above.
+            env={**os.environ, "TINAX02_SDIST": str(suite)},
             check=False,
         )
     if not suite_ok or artifacts.returncode != 0:
