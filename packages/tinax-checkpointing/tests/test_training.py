@@ -446,39 +446,13 @@ def test_a_checkpoint_without_a_step_is_no_training_checkpoint(tmp_path: pathlib
         load(tmp_path / "checkpoint")
 
 
-@pytest.mark.parametrize("layout", ["tinax-0.2", "pre-release"])
-def test_a_damaged_step_is_a_value_error(tmp_path: pathlib.Path, layout: str) -> None:
+def test_a_damaged_step_is_a_value_error(tmp_path: pathlib.Path) -> None:
     state = training_state()
     checkpointables: dict[str, Any] = {**state, "iterator": iter(batches())}
-    if layout == "tinax-0.2":
-        checkpointables["auxiliary"] = {"state": state["auxiliary"], "step": -3}
-    else:
-        checkpointables["step"] = {"step": np.asarray(-3, np.int64)}
+    checkpointables["auxiliary"] = {"state": state["auxiliary"], "step": -3}
     save_checkpointables(tmp_path / "checkpoint", checkpointables).result()
     with pytest.raises(ValueError, match="holds a damaged step"):
         load(tmp_path / "checkpoint")
-
-
-def test_a_checkpoint_of_a_pre_release_build_still_loads(tmp_path: pathlib.Path) -> None:
-    # Pre-release 0.3 builds wrote the step as a checkpointable of its own.
-    state = training_state()
-    iterator = iter(batches())
-    take(iterator, 2)
-    checkpointables = {**state, "iterator": iterator, "step": {"step": np.asarray(12, np.int64)}}
-    save_checkpointables(tmp_path / "checkpoint", checkpointables).result()
-    expected = take(iterator, 3)
-
-    restored = load(tmp_path / "checkpoint")
-
-    assert restored.step == 12
-    for part in ("model", "optimizer", "rng", "auxiliary"):
-        assert_tree_equal(getattr(restored, part), state[part])
-    assert take(restored.iterator, 3) == expected
-    targets = {part: abstract_restore_target(value) for part, value in state.items()}
-    with pytest.raises(ValueError, match="auxiliary_target must be an explicit restore target"):
-        load_training_checkpoint(
-            tmp_path / "checkpoint", targets["model"], targets["optimizer"], targets["rng"], None, iter(batches())
-        )
 
 
 @pytest.mark.parametrize("name", ["step-3.orbax-checkpoint-tmp", "step-3.orbax-checkpoint-tmp-99"])

@@ -8,9 +8,7 @@ step next to an iterator from another.
 
 The layout is tinax 0.2's, so checkpoints move freely between the versions:
 five checkpointables named by :class:`TrainingCheckpointNames`, the auxiliary
-one holding ``{"state": auxiliary, "step": step}``. Checkpoints written by
-pre-release 0.3 builds, which kept the step in a checkpointable ``"step"`` of
-its own, load as well.
+one holding ``{"state": auxiliary, "step": step}``.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import re
 from typing import TYPE_CHECKING, Any
 
 import jax
-import numpy as np
 
 from tinax._checkpointing._errors import CheckpointKeyError
 from tinax._checkpointing._layout import require_complete_checkpoint
@@ -40,7 +37,6 @@ if TYPE_CHECKING:
     from grain import DatasetIterator
 
 __all__ = [
-    "SEPARATE_STEP_CHECKPOINTABLE",
     "STEP_KEY",
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
@@ -54,10 +50,8 @@ __all__ = [
 _AUXILIARY_STATE_KEY = "state"
 STEP_KEY = "step"
 _MAX_STEP = 2**64 - 1
-# Pre-release 0.3 builds kept the step in a checkpointable of its own, under
-# this name, as {STEP_KEY: int64 scalar}; such checkpoints still load.
+# Still imported by _inspect.py (another change removes its use); nothing here reads that layout any more.
 SEPARATE_STEP_CHECKPOINTABLE = "step"
-_SEPARATE_STEP_DTYPE = np.int64
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 _logger = get_logger("checkpointing")
 # Grain's checkpoint handler writes one iterator state per process under this name.
@@ -253,8 +247,7 @@ def load_training_checkpoint(
     iterator of the same pipeline: its state is replaced in place, and it
     continues exactly where the saved one stopped.
 
-    Checkpoints written by tinax 0.2 load, and so do those of pre-release 0.3
-    builds (the step in a checkpointable ``"step"`` of its own).
+    Checkpoints written by tinax 0.2 load.
 
     The iterator's position is one file per saving process. A checkpoint
     saved by another number of processes than this run's is refused, before
@@ -342,23 +335,16 @@ def load_training_checkpoint(
     _require_iterator(iterator)
     chosen = _require_names(names)
     redeal = validation.require_bool(redeal, "redeal")
-    separate_step = _require_parts(source, chosen)
+    _require_parts(source, chosen)
     saved_states = _saved_iterator_states(source, chosen, redeal)
-    state_targets = {chosen.model: model_target, chosen.optimizer: optimizer_target, chosen.rng: rng_target}
-    if separate_step:
-        # These checkpoints never held empty auxiliary state, so the target must be explicit.
-        require_restore_target(auxiliary_target, "auxiliary_target")
-        state_targets[chosen.auxiliary] = auxiliary_target
-        state_targets[SEPARATE_STEP_CHECKPOINTABLE] = {STEP_KEY: np.zeros((), dtype=_SEPARATE_STEP_DTYPE)}
-    else:
-        state_targets[chosen.auxiliary] = {_AUXILIARY_STATE_KEY: auxiliary_target, STEP_KEY: 0}
+    state_targets = {
+        chosen.model: model_target,
+        chosen.optimizer: optimizer_target,
+        chosen.rng: rng_target,
+        chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary_target, STEP_KEY: 0},
+    }
     states = _load(source, chosen, state_targets)
-    if separate_step:
-        auxiliary = states[chosen.auxiliary]
-        step = _stored_step(states[SEPARATE_STEP_CHECKPOINTABLE], source, _SEPARATE_STEP_DTYPE)
-    else:
-        auxiliary = states[chosen.auxiliary][_AUXILIARY_STATE_KEY]
-        step = _stored_step(states[chosen.auxiliary], source, None)
+    step = _stored_step(states[chosen.auxiliary], source)
     # The iterator is moved only once every state has loaded, so a failed load
     # leaves it where it was.
     if saved_states is None:
@@ -373,7 +359,7 @@ def load_training_checkpoint(
         model=states[chosen.model],
         optimizer=states[chosen.optimizer],
         rng=states[chosen.rng],
-        auxiliary=auxiliary,
+        auxiliary=states[chosen.auxiliary][_AUXILIARY_STATE_KEY],
         iterator=iterator,
     )
 
@@ -391,23 +377,16 @@ def _require_names(names: object) -> TrainingCheckpointNames:
     return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
 
 
-def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> bool:
-    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``.
-
-    Returns:
-      True if the step is a checkpointable of its own (pre-release 0.3
-      layout), False if it is inside the auxiliary part (tinax 0.2's layout).
-    """
+def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> None:
+    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``."""
     held = sorted(require_complete_checkpoint(source))
     expected = dataclasses.asdict(names)
-    separate_step = SEPARATE_STEP_CHECKPOINTABLE in held and SEPARATE_STEP_CHECKPOINTABLE not in expected.values()
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
     if missing:
         raise CheckpointKeyError(
             f"the training checkpoint at {str(source)!r} has no part {', '.join(missing)} under {names}; "
             f"it holds {held}. Load it with the names it was saved with"
         )
-    return separate_step
 
 
 def _saved_iterator_states(source: pathlib.Path, names: TrainingCheckpointNames, redeal: bool) -> list[Any] | None:
@@ -510,21 +489,12 @@ def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[st
         raise type(error)(f"could not load the training checkpoint at {str(source)!r} with {names}: {error}") from error
 
 
-def _stored_step(stored: Any, source: pathlib.Path, dtype: type[np.generic] | None) -> int:
-    """Reads the step out of the loaded part that holds it, refusing anything but a non-negative integer.
-
-    ``dtype`` is the NumPy scalar type a pre-release 0.3 checkpoint stores; None
-    means a Python int, as tinax 0.2 stores it.
-    """
+def _stored_step(stored: Any, source: pathlib.Path) -> int:
+    """Reads the step out of the loaded auxiliary part, refusing anything but an int in [0, 2**64 - 1]."""
     value: Any = stored.get(STEP_KEY) if isinstance(stored, dict) else None
-    if dtype is None:
-        valid = type(value) is int and 0 <= value <= _MAX_STEP
-    else:
-        valid = isinstance(value, np.ndarray) and value.shape == () and value.dtype == dtype and int(value) >= 0
-    if not valid:
-        expected = "int" if dtype is None else f"{np.dtype(dtype).name} scalar"
+    if not (type(value) is int and 0 <= value <= _MAX_STEP):
         raise ValueError(
             f"the training checkpoint at {str(source)!r} holds a damaged step: expected a non-negative "
-            f"{expected}, got {validation.describe(value)}"
+            f"int, got {validation.describe(value)}"
         )
-    return int(value)
+    return value
