@@ -227,7 +227,7 @@ class ReadPlanner:
         )
 
 
-class PlannedBatchMapDataset(BulkBatchMapDataset):  # type: ignore[misc]
+class PlannedBatchMapDataset(BulkBatchMapDataset):
     """tinax's bulk batch, reading batches from a :class:`ReadPlanner`'s windows where it holds them."""
 
     def __init__(
