@@ -13,9 +13,11 @@ import pathlib
 import shlex
 import subprocess
 import sys
+from importlib import metadata
 
 import pytest
 
+from tinax._core._command._integrity import install_command
 from tinax._core._command._report import SCHEMA, Report, schema_problems
 from tinax_testing import run_tinax
 
@@ -58,18 +60,39 @@ def test_a_missing_path_is_a_usage_error(tmp_path):
     ]
 
 
-def test_unknown_content_exits_1_naming_the_kinds_it_reads(tmp_path):
+def test_unknown_content_exits_1_naming_the_installed_kinds_and_what_installs_the_others(tmp_path):
     path = tmp_path / "notes.safetensors"
     path.write_text("just some text, whatever the name says\n")
-    result = run_tinax("inspect", str(path))
-    assert result.code == 1
-    (line,) = result.stderr.strip().splitlines()
-    assert "cannot tell what" in line
-    assert "safetensors file" in line
-    assert "Orbax checkpoint folder" in line
     empty = tmp_path / "empty-folder"
     empty.mkdir()
-    assert run_tinax("inspect", str(empty)).code == 1
+    for given in (path, empty):
+        result = _run_with_fake_inspector(tmp_path, "raise KeyError('never run')", "inspect", str(given))
+        assert result.returncode == 1
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"tinax inspect: cannot tell what {str(given)!r} is from its content; ")
+        assert "the installed tinax distributions inspect: fake folder" in line
+        # tinax-core knows no member: the tinax distribution installs every inspector, where it is not installed.
+        assert line.endswith(" tinax adds those of every tinax distribution") is not _meta_installed()
+
+
+def _meta_installed() -> bool:
+    try:
+        metadata.distribution("tinax")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def test_with_no_inspector_installed_inspect_names_what_installs_them(tmp_path):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"anything")
+    result = _run_with_fake_inspector(tmp_path, None, "inspect", str(path), registered=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"tinax inspect: no installed tinax distribution inspects files such as {str(path)!r}; "
+        f"{install_command(['tinax'], metadata.distribution('tinax-core'))} installs every tinax distribution "
+        "with its inspectors"
+    ]
 
 
 def test_debug_adds_the_traceback(tmp_path):
@@ -78,7 +101,8 @@ def test_debug_adds_the_traceback(tmp_path):
     result = run_tinax("inspect", "--debug", str(path))
     assert result.code == 1
     assert "Traceback" in result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith("tinax inspect: cannot tell")
+    assert result.stderr.strip().splitlines()[-1].startswith("tinax inspect: ")
+    assert "Traceback" not in run_tinax("inspect", str(path)).stderr
 
 
 def test_info_lists_distributions_libraries_and_platform():
@@ -277,37 +301,72 @@ def test_schema_check_finds_violations():
     assert SCHEMA["properties"]["command"]["enum"] == ["info", "inspect", "version", None]
 
 
-def test_an_inspector_failing_unexpectedly_is_still_one_line(tmp_path):
-    # A distribution registering a broken inspector: the entry point exists,
-    # its code raises something no reader documents.
+def _run_with_fake_inspector(
+    tmp_path: pathlib.Path, body: str | None, *arguments: str, registered: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """Runs the command with only a hand-installed distribution's inspector visible (none if not ``registered``).
+
+    Its sniffer recognises every folder holding a file named ``FAKE``; its
+    inspector, in a module of its own (absent if ``body`` is None), runs ``body``.
+    """
     site = tmp_path / "site"
-    info = site / "tinax_broken-0.3.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: tinax-broken\nVersion: 0.3.0\n")
-    (info / "entry_points.txt").write_text("[tinax.inspectors]\ncheckpoint-root = tinax_broken_inspector:inspect\n")
-    (site / "tinax_broken_inspector.py").write_text("def inspect(path, options):\n    raise KeyError('boom')\n")
-    root = tmp_path / "run"
-    (root / "12").mkdir(parents=True)
+    info = site / "tinax_fake_inspector-0.3.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.4\nName: tinax-fake-inspector\nVersion: 0.3.0\n")
+    if registered:
+        (info / "entry_points.txt").write_text("[tinax.inspectors]\nfake = tinax_fake_inspector:FAKE\n")
+    (site / "tinax_fake_inspector.py").write_text(
+        "from tinax._core._command._registry import Inspector\n"
+        "FAKE = Inspector('fake folder', lambda probe: (probe.path / 'FAKE').is_file(), 'tinax_fake_reader:inspect')\n"
+    )
+    if body is not None:
+        (site / "tinax_fake_reader.py").write_text(f"def inspect(path, options):\n    {body}\n")
     environment = {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
-    completed = subprocess.run(
-        [sys.executable, "-c", _ONLY_BROKEN, "inspect", str(root)],
+    return subprocess.run(
+        [sys.executable, "-c", _ONLY_FAKE, *arguments],
         capture_output=True,
         text=True,
         check=False,
         env={**os.environ, **environment},
     )
-    assert completed.returncode == 1
-    assert completed.stderr.strip().splitlines() == ["tinax inspect: unexpected KeyError: 'boom' (--debug shows where)"]
 
 
-# Runs the command with only the broken distribution's inspectors visible.
-_ONLY_BROKEN = """
+# Runs the command with only the fake distribution's inspectors visible.
+_ONLY_FAKE = """
 import sys
 from importlib import metadata
 import tinax._core._command._registry as registry
 every = metadata.entry_points
 registry.metadata = type("M", (), {"entry_points": staticmethod(
-    lambda **kw: [e for e in every(**kw) if e.value.startswith("tinax_broken_inspector")])})
+    lambda **kw: [e for e in every(**kw) if e.value.startswith("tinax_fake_inspector")])})
 from tinax._core._command._main import main
 sys.exit(main(sys.argv[1:]))
 """
+
+
+def test_an_inspector_failing_unexpectedly_is_still_one_line(tmp_path):
+    # A distribution registering a broken inspector: its sniffer recognises
+    # the folder, its inspector raises something no reader documents.
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "FAKE").write_text("")
+    completed = _run_with_fake_inspector(tmp_path, "raise KeyError('boom')", "inspect", str(folder))
+    assert completed.returncode == 1
+    assert completed.stderr.strip().splitlines() == ["tinax inspect: unexpected KeyError: 'boom' (--debug shows where)"]
+
+
+def test_an_inspector_is_imported_only_for_a_path_of_its_kind(tmp_path):
+    # The fake inspector's module is absent: importing it fails, which only a path of its kind shows.
+    text = tmp_path / "notes.txt"
+    text.write_text("text\n")
+    unknown = _run_with_fake_inspector(tmp_path, None, "inspect", str(text))
+    assert unknown.returncode == 1
+    assert "cannot tell what" in unknown.stderr
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "FAKE").write_text("")
+    recognised = _run_with_fake_inspector(tmp_path, None, "inspect", str(folder), "--json")
+    assert recognised.returncode == 1
+    document = json.loads(recognised.stdout)
+    assert (document["kind"], document["error"]["type"]) == ("fake", "missing_dependency")
+    assert "tinax_fake_reader" in document["error"]["message"]

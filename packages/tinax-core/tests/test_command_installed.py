@@ -124,15 +124,16 @@ def test_the_console_script_checks_a_real_install_and_reports_damage(venv, tmp_p
     assert "its RECORD file is missing" in deleted.stdout
 
 
-def test_a_kind_whose_distribution_is_absent_names_it(venv, tmp_path):
+def test_without_any_member_inspect_names_what_installs_the_inspectors(venv, tmp_path):
+    # tinax-core knows no format: alone, it reads no kind, and says what installs every member's inspectors.
     path = tmp_path / "model.safetensors"
     header = b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
     path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(4))
     result = _tinax(venv, "inspect", str(path))
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"tinax inspect: {str(path)!r} is a safetensors file; install tinax-weights to inspect it "
-        f"(uv pip install --python {_interpreter(venv)} tinax-weights)"
+        f"tinax inspect: no installed tinax distribution inspects files such as {str(path)!r}; "
+        f"uv pip install --python {_interpreter(venv)} tinax installs every tinax distribution with its inspectors"
     ]
 
 

@@ -316,8 +316,12 @@ def _distribution_with_inspector(site: pathlib.Path, body: str) -> None:
     info = site / "tinax_probe-0.3.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.4\nName: tinax-probe\nVersion: 0.3.0\n")
-    (info / "entry_points.txt").write_text("[tinax.inspectors]\nsafetensors = tinax_probe_inspector:inspect\n")
-    (site / "tinax_probe_inspector.py").write_text(f"def inspect(path, options):\n    {body}\n")
+    (info / "entry_points.txt").write_text("[tinax.inspectors]\nsafetensors = tinax_probe_inspector:PROBE\n")
+    (site / "tinax_probe_inspector.py").write_text(
+        "from tinax._core._command._registry import Inspector\n"
+        "PROBE = Inspector('safetensors file', lambda p: p.head[8:9] == b'{', 'tinax_probe_inspector:inspect')\n"
+        f"def inspect(path, options):\n    {body}\n"
+    )
 
 
 # Runs the command with only the probe distribution's inspectors visible.
@@ -375,7 +379,8 @@ def test_a_failing_inspect_prints_an_error_document_with_json_and_the_same_line_
     assert schema_problems(document) == []
     assert list(document) == KEYS
     assert document["ok"] is False
-    assert document["kind"] == "safetensors"
+    # With no inspector installed, the kind is never told.
+    assert document["kind"] == (None if body is None else "safetensors")
     assert document["path"] == str(path)
     assert document["error"] == {
         "type": error_type,
@@ -389,9 +394,10 @@ def test_a_failing_inspect_prints_an_error_document_with_json_and_the_same_line_
 def test_a_missing_inspector_is_installed_with_the_tool_that_installed_tinax_core(tmp_path):
     path = _safetensors(tmp_path / "model.safetensors")
     result = _run_with_probe(tmp_path, None, "inspect", str(path))
-    install = install_command(["tinax-weights"], metadata.distribution("tinax-core"))
+    install = install_command(["tinax"], metadata.distribution("tinax-core"))
     assert result.stderr.strip().splitlines() == [
-        f"tinax inspect: {str(path)!r} is a safetensors file; install tinax-weights to inspect it ({install})"
+        f"tinax inspect: no installed tinax distribution inspects files such as {str(path)!r}; "
+        f"{install} installs every tinax distribution with its inspectors"
     ]
 
 
@@ -411,6 +417,7 @@ def test_usage_errors_and_unknown_kinds_print_an_error_document_with_json(tmp_pa
     text_file = tmp_path / "notes.txt"
     text_file.write_text("just text\n")
     given = [item.format(missing=tmp_path / "absent", text=text_file) for item in arguments]
+    unknown = "unknown_kind" if registry.installed() else "missing_inspector"
     plain = run_tinax(*given)
     for flags in (["--json"], ["--js"]):  # argparse takes an unambiguous prefix
         result = run_tinax(*flags, *given)
@@ -418,7 +425,8 @@ def test_usage_errors_and_unknown_kinds_print_an_error_document_with_json(tmp_pa
         assert result.stderr == plain.stderr
         document = result.json()
         assert document["command"] == command
-        assert document["error"]["type"] == ("usage" if code == 2 else "unknown_kind")
+        # tinax-core alone (the isolation run) has no inspector to tell any kind.
+        assert document["error"]["type"] == ("usage" if code == 2 else unknown)
         assert document["error"]["exit_code"] == code
         assert f"{document['error']['message']}\n" in plain.stderr
         assert [key for key in _our_keys(document) if not SNAKE.fullmatch(key)] == []
@@ -431,56 +439,53 @@ def test_a_path_after_double_dash_named_json_is_not_the_flag(tmp_path):
     assert result.stdout == ""
 
 
-# --- detection --------------------------------------------------------------------------------
+# --- detection ---------------------------------------------------------------------------------
 
 
-def _index(metadata_bytes: int) -> bytes:
-    document = {
-        "metadata": {"total_size": 16, "notes": "x" * metadata_bytes},
-        "weight_map": {"a": "model-00001-of-00001.safetensors"},
-    }
-    return json.dumps(document, indent=2).encode()
+class _EntryPoint:
+    def __init__(self, name: str, inspector: registry.Inspector) -> None:
+        self.name = name
+        self.inspector = inspector
+
+    def load(self) -> registry.Inspector:
+        return self.inspector
 
 
-@pytest.mark.parametrize("metadata_bytes", [10, 6_000, 3 << 20])
-def test_an_index_is_detected_wherever_its_weight_map_starts(tmp_path, metadata_bytes):
-    # Hugging Face writes "metadata" before "weight_map"; a large metadata
-    # block pushes the key past the first read.
-    path = tmp_path / "model.safetensors.index.json"
-    data = _index(metadata_bytes)
-    path.write_bytes(data)
-    detected = registry.detect_kind(path)
-    assert detected.kind == "safetensors-index"
-    # Detection stops within one read of the key.
-    assert detected.bytes_read < data.index(b'"weight_map"') + len(b'"weight_map"') + 4 + (1 << 20)
-    if metadata_bytes > registry.SNIFF_BYTES:
-        assert detected.bytes_read > registry.SNIFF_BYTES
+def test_sniffers_run_by_order_then_kind_and_the_first_that_recognises_the_path_tells_it(tmp_path, monkeypatch):
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 10_000)
+    asked: list[str] = []
 
+    def sniffer(kind: str, answer: bool, tail: int = 0) -> Any:
+        def sniff(probe: registry.Probe) -> bool:
+            asked.append(kind)
+            assert (probe.is_folder, probe.size, probe.head) == (False, 10_000, b"x" * registry.HEAD_BYTES)
+            probe.read(probe.size - tail, tail)
+            return answer
 
-def test_a_weight_map_key_across_the_first_reads_end_is_found(tmp_path):
-    key = b'"weight_map"'
-    for split in range(1, len(key)):
-        prefix = b'{"metadata": {"notes": "' + b"x" * (registry.SNIFF_BYTES - split - 28) + b'"}, '
-        data = prefix + key + b': {"a": "m.safetensors"}}'
-        assert data.index(key) == registry.SNIFF_BYTES - split
-        path = tmp_path / f"index-{split}.json"
-        path.write_bytes(data)
-        assert registry.detect_kind(path).kind == "safetensors-index", split
+        return sniff
 
-
-def test_a_json_object_without_a_weight_map_is_not_an_index(tmp_path):
-    path = tmp_path / "config.json"
-    data = json.dumps({"notes": "x" * 50_000}).encode()
-    path.write_bytes(data)
-    detected = registry.detect_kind(path)
-    assert detected.kind is None
-    assert detected.bytes_read == len(data) + 4
-
-
-def test_detection_reads_no_more_of_a_json_object_than_the_loader_would(tmp_path, monkeypatch):
-    monkeypatch.setattr(registry, "INDEX_MAX_BYTES", 20_000)
-    path = tmp_path / "model.safetensors.index.json"
-    path.write_bytes(_index(30_000))
-    detected = registry.detect_kind(path)
-    assert detected.kind is None
-    assert detected.bytes_read == 20_000 + 4
+    found = [
+        _EntryPoint("weak", registry.Inspector("weak kind", sniffer("weak", True), "m:f", order=1)),
+        _EntryPoint("b-strong", registry.Inspector("b", sniffer("b-strong", True), "m:f")),
+        _EntryPoint("a-strong", registry.Inspector("a", sniffer("a-strong", False, tail=4), "m:f")),
+        _EntryPoint("a-strong", registry.Inspector("shadowed", sniffer("shadowed", True), "m:f")),
+    ]
+    monkeypatch.setattr(registry, "metadata", type("M", (), {"entry_points": staticmethod(lambda **kw: found)}))
+    inspectors = registry.installed()
+    assert list(inspectors) == ["a-strong", "b-strong", "weak"]
+    assert registry.detect(path, inspectors) == ("b-strong", registry.HEAD_BYTES + 4)
+    assert asked == ["a-strong", "b-strong"]
+    # A folder's probe reads nothing; a path that is neither file nor folder is asked of no sniffer.
+    folder_probe = registry.Probe(tmp_path, None)
+    assert (folder_probe.is_folder, folder_probe.head, folder_probe.read(0, 10), folder_probe.bytes_read) == (
+        True,
+        b"",
+        b"",
+        0,
+    )
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    asked.clear()
+    assert registry.detect(fifo, inspectors) == (None, 0)
+    assert asked == []

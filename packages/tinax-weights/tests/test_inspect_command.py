@@ -12,6 +12,9 @@ import numpy as np
 import pytest
 
 from tinax._core._command._integrity import install_command
+from tinax._core._command._registry import HEAD_BYTES, Probe
+from tinax._weights import _sniff
+from tinax._weights._header import MAX_HEADER_BYTES
 from tinax.weights import load_sharded_safetensors, save_msgpack, save_safetensors
 from tinax_testing import run_tinax
 
@@ -205,11 +208,86 @@ def test_a_checkpoint_folder_names_the_distribution_to_install(tmp_path):
     result = run_tinax("inspect", str(folder))
     assert result.code == 1
     if importlib.util.find_spec("tinax.checkpointing") is None:
-        # With the tool that installed tinax-core: `python -m pip` fails in an environment uv made.
-        install = install_command(["tinax-checkpointing"], metadata.distribution("tinax-core"))
-        assert result.stderr.strip().splitlines() == [
-            f"tinax inspect: {str(folder)!r} is an Orbax checkpoint folder; install tinax-checkpointing to inspect it "
-            f"({install})"
-        ]
+        # tinax-core knows no format: the message lists what is installed and what installs every inspector,
+        # with the tool that installed tinax-core (`python -m pip` fails in an environment uv made).
+        install = install_command(["tinax"], metadata.distribution("tinax-core"))
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"tinax inspect: cannot tell what {str(folder)!r} is from its content; ")
+        assert "the installed tinax distributions inspect: msgpack weights file" in line
+        assert line.endswith(f"; {install} adds those of every tinax distribution")
     else:
         assert "incomplete checkpoint" in result.stdout
+
+
+# --- telling the kinds from their content ------------------------------------------------------
+
+
+def _sniffed(path: pathlib.Path) -> tuple[dict[str, bool], int]:
+    """What each of tinax-weights' sniffers says of ``path``, and the bytes they read together."""
+    with open(path, "rb", buffering=0) as handle:
+        probe = Probe(path, handle)
+        answers = {name: inspector.sniff(probe) for name, inspector in _INSPECTORS.items()}
+    return answers, probe.bytes_read
+
+
+_INSPECTORS = {"safetensors": _sniff.SAFETENSORS, "safetensors-index": _sniff.INDEX, "msgpack": _sniff.MSGPACK}
+
+
+def test_the_index_bound_is_the_loaders():
+    assert _sniff.INDEX_MAX_BYTES == MAX_HEADER_BYTES
+
+
+def test_each_file_is_recognised_by_its_own_sniffer_alone(tmp_path, model):
+    save_msgpack(tmp_path / "state", {"w": np.zeros(3, np.float32)}, overwrite=False)
+    index = _write_index(tmp_path)
+    assert _sniffed(model)[0] == {"safetensors": True, "safetensors-index": False, "msgpack": False}
+    assert _sniffed(index)[0] == {"safetensors": False, "safetensors-index": True, "msgpack": False}
+    assert _sniffed(tmp_path / "state")[0] == {"safetensors": False, "safetensors-index": False, "msgpack": True}
+
+
+def _index(metadata_bytes: int) -> bytes:
+    document = {
+        "metadata": {"total_size": 16, "notes": "x" * metadata_bytes},
+        "weight_map": {"a": "model-00001-of-00001.safetensors"},
+    }
+    return json.dumps(document, indent=2).encode()
+
+
+@pytest.mark.parametrize("metadata_bytes", [10, 6_000, 3 << 20])
+def test_an_index_is_detected_wherever_its_weight_map_starts(tmp_path, metadata_bytes):
+    # Hugging Face writes "metadata" before "weight_map"; a large metadata
+    # block pushes the key past the first read.
+    path = tmp_path / "model.safetensors.index.json"
+    data = _index(metadata_bytes)
+    path.write_bytes(data)
+    answers, bytes_read = _sniffed(path)
+    assert answers["safetensors-index"]
+    # Detection stops within one read of the key.
+    assert bytes_read < data.index(b'"weight_map"') + len(b'"weight_map"') + MIB
+    if metadata_bytes > HEAD_BYTES:
+        assert bytes_read > HEAD_BYTES
+
+
+def test_a_weight_map_key_across_the_first_reads_end_is_found(tmp_path):
+    key = b'"weight_map"'
+    for split in range(1, len(key)):
+        prefix = b'{"metadata": {"notes": "' + b"x" * (HEAD_BYTES - split - 28) + b'"}, '
+        data = prefix + key + b': {"a": "m.safetensors"}}'
+        assert data.index(key) == HEAD_BYTES - split
+        path = tmp_path / f"index-{split}.json"
+        path.write_bytes(data)
+        assert _sniffed(path)[0]["safetensors-index"], split
+
+
+def test_a_json_object_without_a_weight_map_is_not_an_index(tmp_path):
+    path = tmp_path / "config.json"
+    data = json.dumps({"notes": "x" * 50_000}).encode()
+    path.write_bytes(data)
+    assert _sniffed(path) == ({"safetensors": False, "safetensors-index": False, "msgpack": False}, len(data))
+
+
+def test_detection_reads_no_more_of_a_json_object_than_the_loader_would(tmp_path, monkeypatch):
+    monkeypatch.setattr(_sniff, "INDEX_MAX_BYTES", 20_000)
+    path = tmp_path / "model.safetensors.index.json"
+    path.write_bytes(_index(30_000))
+    assert _sniffed(path) == ({"safetensors": False, "safetensors-index": False, "msgpack": False}, 20_000)

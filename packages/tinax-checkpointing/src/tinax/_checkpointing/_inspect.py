@@ -1,21 +1,27 @@
 """``tinax inspect`` for Orbax checkpoint folders and for roots of step folders.
 
-Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
-``tinax._core._command._registry``). A checkpoint is checked by the loader's
-own completeness check, :func:`~tinax._checkpointing._layout.require_complete_checkpoint`,
-and its arrays are described from its metadata files alone
+Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
+A checkpoint is checked by the loader's own completeness check,
+:func:`~tinax._checkpointing._layout.require_complete_checkpoint`, and its
+arrays are described from its metadata files alone
 (:func:`~tinax._checkpointing._abstract.stored_leaves`), never from array
 data and without starting a JAX backend; the one value read is a training
 checkpoint's step (a single scalar, through TensorStore). A root is scanned
 by the manager's own scan, :func:`~tinax._checkpointing._manager.scan_root`,
-without cleanup.
+without cleanup. Orbax and TensorStore read through their own files, so the
+command counts what the process read meanwhile (both are imported with this
+module, before the count starts).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import json
 import pathlib
 from typing import Any
+
+import tensorstore  # noqa: F401
 
 from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leaves
 from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
@@ -23,14 +29,15 @@ from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._checkpointing._training import SEPARATE_STEP_CHECKPOINTABLE, STEP_KEY, TrainingCheckpointNames
 from tinax._checkpointing._upstream_compat import orbax_v1
-from tinax._core._command._counting import process_bytes_read
 from tinax._core._command._report import InspectOptions, Report
 
 __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
 
-_PARTS = tuple(TrainingCheckpointNames().__dict__.values())
+_PARTS = dataclasses.astuple(TrainingCheckpointNames())
 # The type column of the arrays table, by Orbax's value type.
 _TYPE_NAMES = {"jax.Array": "array", "np.ndarray": "numpy", "scalar": "scalar", "string": "string"}
+# The completeness check uses Orbax's registry; neither import starts a backend.
+orbax_v1()
 
 
 def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
@@ -39,11 +46,6 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     A problem with the folder is reported, not raised, so that ``--json``
     still describes it; the command then exits 1.
     """
-    # Imported before counting starts (the completeness check uses Orbax's registry); neither starts a backend.
-    orbax_v1()
-    import tensorstore  # noqa: F401
-
-    start = process_bytes_read()
     report = Report("inspect", "orbax-checkpoint", str(path))
     path = path.absolute()
     try:
@@ -53,7 +55,6 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
         report.problems.append(" ".join(str(error).split()))
         present = sorted(entry.name for entry in path.iterdir() if entry.is_dir()) if path.is_dir() else []
         report.summary["folders"] = present
-        _finish(report, start)
         return report
     report.summary["complete"] = True
     handlers = _handlers(path)
@@ -77,18 +78,10 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     report.summary["parts"] = names
     report.add_table("parts", ("name", "handler", "leaves"), part_rows)
     report.add_table("arrays", ("part", "name", "type", "dtype", "shape", "sharding"), array_rows)
-    _finish(report, start)
     return report
 
 
-def _finish(report: Report, start: int | None) -> None:
-    end = process_bytes_read()
-    report.bytes_read = None if start is None or end is None else end - start
-
-
 def _handlers(path: pathlib.Path) -> dict[str, str]:
-    import json
-
     metadata = json.loads((path / CHECKPOINT_METADATA).read_text(encoding="utf-8"))
     handlers = metadata.get("item_handlers", {})
     return {name: str(handler).rsplit(".", 1)[-1] for name, handler in handlers.items()}
@@ -136,8 +129,6 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
     nothing is removed.
     """
     del options
-    orbax_v1()  # the scan's completeness check may import Orbax; done before counting starts
-    start = process_bytes_read()
     # Built only for the manager's own checks of the root; it saves, cleans and retains nothing here.
     manager = TrainingCheckpointManager(
         path,
@@ -164,5 +155,4 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
     for entry in scan.temporary:
         assert is_orbax_temporary_name(entry.name)
         report.problems.append(f"{entry.name}: an unfinished save (still running, or interrupted)")
-    _finish(report, start)
     return report

@@ -1,14 +1,14 @@
 """``tinax inspect`` for Parquet and ArrayRecord record files.
 
-Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
-``tinax._core._command._registry``). Each file is opened by the reader's own
-source class (:class:`~tinax._data._parquet_source.ParquetRecordSource`,
+Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
+Each file is opened by the reader's own source class
+(:class:`~tinax._data._parquet_source.ParquetRecordSource`,
 :class:`~tinax._data._array_record.ArrayRecordSource`), so the footer or
 header is validated exactly as ``read_parquet_record`` and
 ``read_array_record`` validate it, checksums included. Only the footer (or
 the last record, which holds the tinax header) is read, unless ``--head N``
-asks for records; the bytes read are what the process read meanwhile, since
-pyarrow and array-record read through their own files.
+asks for records. pyarrow and array-record read through their own files, so
+the command counts what the process read meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
-from tinax._core._command._counting import process_bytes_read
 from tinax._core._command._report import InspectOptions, Report, Shown
 from tinax._data._array_record import ArrayRecordSource
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
@@ -40,9 +39,6 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
       ValueError: With the reader's message, if the footer is unreadable,
         contradicts the tinax header, or fails its checksum.
     """
-    import pyarrow.parquet  # noqa: F401  (imported before counting starts)
-
-    start = process_bytes_read()
     source = ParquetRecordSource(path.absolute(), mapping="python")
     report = Report("inspect", "parquet", str(path))
     tinax_format = source.schema is not None
@@ -87,19 +83,17 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
                 for name, kind in columns
             ],
         )
-    previous = 0
-    groups = []
-    for index, group_end in enumerate(ends):
-        groups.append({"row group": index, "first record": previous, "records": group_end - previous})
-        previous = group_end
+    # Each row group starts where the one before it ends.
+    groups = [
+        {"row group": index, "first record": start, "records": end - start}
+        for index, (start, end) in enumerate(zip((0, *ends), ends, strict=False))
+    ]
     report.add_table("row groups", ("row group", "first record", "records"), groups)
     _add_head(report, source, options)
     if options.head and tinax_format:
         report.summary["row group checksums"] = f"verified for the row groups of the first {options.head} records"
     elif tinax_format:
         report.summary["row group checksums"] = "present (verified when records are read; --head N reads some)"
-    end = process_bytes_read()
-    report.bytes_read = None if start is None or end is None else end - start
     return report
 
 
@@ -109,7 +103,6 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     Raises:
       ValueError: With the reader's message, if the file is unreadable or its header malformed.
     """
-    start = process_bytes_read()
     source = ArrayRecordSource(path.absolute())
     report = Report("inspect", "array-record", str(path))
     schema = source.schema
@@ -125,8 +118,6 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
             [{"field": field.name, "tinax field": field.describe()} for field in schema.fields],
         )
     _add_head(report, source, options)
-    end = process_bytes_read()
-    report.bytes_read = None if start is None or end is None else end - start
     return report
 
 

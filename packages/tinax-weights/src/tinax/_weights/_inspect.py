@@ -1,21 +1,19 @@
 """``tinax inspect`` for safetensors files, multi-file indexes and msgpack weights.
 
-Registered in the ``tinax.inspectors`` entry-point group (see tinax-core's
-``tinax._core._command._registry``). Every file is read by the loaders' own
-readers: safetensors headers by :func:`tinax._weights._header.read_header`
-and indexes by :func:`tinax._weights._index.open_checkpoint`, with the same
-validation and messages as a load; msgpack files by the loader's decoder
-under its limits. Safetensors payloads are never read, and the bytes the
-readers take from each file are counted and reported.
+Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
+Every file is read by the loaders' own readers: safetensors headers by
+:func:`tinax._weights._header.read_header` and indexes by
+:func:`tinax._weights._index.open_checkpoint`, with the same validation and
+messages as a load; msgpack files by the loader's decoder under its limits.
+Safetensors payloads are never read. The readers read each file from its
+start without gaps, so where a file is left is the bytes taken from it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import io
 import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -26,41 +24,9 @@ from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
 from tinax._weights._paths import MissingFilePathError, open_file_to_read
 
-__all__ = ["CountingFile", "inspect_msgpack", "inspect_safetensors", "inspect_safetensors_index"]
+__all__ = ["inspect_msgpack", "inspect_safetensors", "inspect_safetensors_index"]
 
 _TENSOR_COLUMNS = ("name", "dtype", "shape", "bytes")
-
-
-class CountingFile(io.RawIOBase):
-    """An unbuffered file that counts the bytes read through it."""
-
-    def __init__(self, handle: io.RawIOBase) -> None:
-        super().__init__()
-        self._handle = handle
-        self.bytes_read = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        return self._handle.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._handle.tell()
-
-    def readinto(self, buffer: Any) -> int:
-        count = self._handle.readinto(buffer) or 0
-        self.bytes_read += count
-        return count
-
-
-@contextlib.contextmanager
-def _counted(path: pathlib.Path, kind: str) -> Iterator[tuple[CountingFile, int]]:
-    with open_file_to_read(path, kind=kind, directory_error=MissingFilePathError) as (handle, size):
-        yield CountingFile(handle), size
 
 
 def _tensor_rows(tensors: dict[str, TensorInfo], options: InspectOptions, files: dict[str, str] | None) -> list[Any]:
@@ -82,9 +48,9 @@ def inspect_safetensors(path: pathlib.Path, options: InspectOptions) -> Report:
     Raises:
       ValueError: With the loader's message, if the header is invalid.
     """
-    with _counted(path, "safetensors file") as (handle, size):
+    with open_file_to_read(path, kind="safetensors file", directory_error=MissingFilePathError) as (handle, size):
         header = read_header(handle, file_size=size, source=str(path), max_metadata_bytes=MAX_HEADER_BYTES)
-        bytes_read = handle.bytes_read
+        bytes_read = handle.tell()
     info = header.info
     report = Report("inspect", "safetensors", str(path), bytes_read=bytes_read)
     report.summary["file size"] = size
@@ -102,10 +68,8 @@ def inspect_safetensors(path: pathlib.Path, options: InspectOptions) -> Report:
 def inspect_safetensors_index(path: pathlib.Path, options: InspectOptions) -> Report:
     """Describes a multi-file checkpoint from its index and each file's header.
 
-    The index and every file it names are validated as a load validates them.
-    The bytes read are the index's size plus each file's header bytes: the
-    header reader reads every file from its start without gaps, so a file's
-    position after the read is the number of bytes taken from it.
+    The index and every file it names are validated as a load validates them;
+    the bytes read are the index's size plus each file's header bytes.
 
     Raises:
       ValueError: With the loader's message, if the index or a header is invalid.
@@ -138,14 +102,14 @@ def inspect_msgpack(path: pathlib.Path, options: InspectOptions) -> Report:
     Raises:
       ValueError: With the loader's message, if the file is malformed or too large.
     """
-    with _counted(path, "msgpack file") as (handle, size):
+    with open_file_to_read(path, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
         if size > options.max_bytes:
             raise ValueError(
                 f"{str(path)!r} holds {size} bytes, more than --max-bytes={options.max_bytes}; "
                 "raise --max-bytes to inspect it"
             )
-        tree = read_state_tree(handle, size, path)  # type: ignore[arg-type]
-        bytes_read = handle.bytes_read
+        tree = read_state_tree(handle, size, path)
+        bytes_read = handle.tell()
     rows: list[dict[str, Any]] = []
     _leaves(tree, "", rows, options)
     report = Report("inspect", "msgpack", str(path), bytes_read=bytes_read)

@@ -18,7 +18,7 @@ import pathlib
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 
 __all__ = [
@@ -144,7 +144,7 @@ def _file_problem(path: pathlib.Path, mode: str, expected: str) -> str | None:
         return f"has a hash of unknown kind {mode!r} in RECORD"
     try:
         with open(path, "rb") as handle:
-            for chunk in _chunks(handle):
+            for chunk in iter(lambda: handle.read(_CHUNK), b""):
                 digest.update(chunk)
     except FileNotFoundError:
         return "is missing"
@@ -152,9 +152,3 @@ def _file_problem(path: pathlib.Path, mode: str, expected: str) -> str | None:
         return f"cannot be read ({error.strerror})"
     actual = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
     return None if actual == expected else "differs from the installed file (its hash changed)"
-
-
-def _chunks(handle: object) -> Iterable[bytes]:
-    read = handle.read  # type: ignore[attr-defined]
-    while chunk := read(_CHUNK):
-        yield chunk

@@ -18,10 +18,11 @@ import json
 import pathlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from typing import Any, NoReturn
 
-from tinax._core._command._registry import KINDS, detect_kind, find_inspector
+from tinax._core._command._registry import detect, installed, run
 from tinax._core._command._report import InspectOptions, Report, error_document, schema_text
 
 __all__ = ["main"]
@@ -63,40 +64,28 @@ class _Parser(argparse.ArgumentParser):
         raise _CommandError(message, "usage", EXIT_USAGE, program=self.prog)
 
 
-class _VersionAction(argparse.Action):
-    """``--version``: every installed tinax distribution with its version, on one line (or as a document)."""
+class _PrintAction(argparse.Action):
+    """An option that prints ``text()`` and exits 0, whatever else the arguments say (``--version``, ``--schema``)."""
 
-    def __init__(self, option_strings: Sequence[str], dest: str, *, as_json: bool, **kwargs: Any) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, *, text: Callable[[], str], **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-        # Told from the arguments before parsing: --json may come after --version.
-        self.as_json = as_json
+        self.text = text
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
-        from tinax._core._command._integrity import tinax_distributions
-
-        report = Report("version", "versions")
-        rows = [
-            {"name": distribution.metadata["Name"] or "?", "version": distribution.version}
-            for distribution in tinax_distributions()
-        ]
-        report.add_table("tinax distributions", ("name", "version"), rows)
-        if self.as_json:
-            text = _json_text(report.to_json())
-        else:
-            text = ", ".join(f"{row['name']} {row['version']}" for row in rows) or "no tinax distribution is installed"
-        print(text)
+        print(self.text())
         parser.exit(EXIT_OK)
 
 
-class _SchemaAction(argparse.Action):
-    """``--schema``: the published JSON Schema of every ``--json`` document."""
+def _versions(*, as_json: bool) -> str:
+    """Every installed tinax distribution with its version, on one line (or as a document)."""
+    from tinax._core._command._integrity import tinax_distributions
 
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> NoReturn:
-        print(schema_text(), end="")
-        parser.exit(EXIT_OK)
+    rows = [{"name": item.metadata["Name"] or "?", "version": item.version} for item in tinax_distributions()]
+    if not as_json:
+        return ", ".join(f"{row['name']} {row['version']}" for row in rows) or "no tinax distribution is installed"
+    report = Report("version", "versions")
+    report.add_table("tinax distributions", ("name", "version"), rows)
+    return _json_text(report.to_json())
 
 
 def _common_options(default: object) -> _Parser:
@@ -121,11 +110,17 @@ def _parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--version",
-        action=_VersionAction,
-        as_json=as_json,
+        action=_PrintAction,
+        # Told from the arguments before parsing: --json may come after --version.
+        text=lambda: _versions(as_json=as_json),
         help="print every installed tinax distribution's version and exit",
     )
-    parser.add_argument("--schema", action=_SchemaAction, help="print the JSON Schema of the --json documents and exit")
+    parser.add_argument(
+        "--schema",
+        action=_PrintAction,
+        text=lambda: schema_text().removesuffix("\n"),
+        help="print the JSON Schema of the --json documents and exit",
+    )
     common = _common_options(argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     info = commands.add_parser(
@@ -139,39 +134,37 @@ def _parser(*, as_json: bool = False) -> argparse.ArgumentParser:
     inspect = commands.add_parser(
         "inspect",
         parents=[common],
-        help="describe a weights file, record file, checkpoint or folder of step checkpoints",
-        description="Describe PATH, whose kind is told from its content: "
-        + ", ".join(description for description, _ in KINDS.values())
-        + ". Only headers, footers and metadata are read.",
+        help="describe a file or folder that an installed tinax distribution reads",
+        description="Describe PATH, whose kind the inspectors of the installed tinax distributions tell from its "
+        "content. Only headers, footers and metadata are read.",
     )
     inspect.add_argument("path", metavar="PATH", help="the file or folder to describe")
     inspect.add_argument("--names", metavar="PATTERN", help="list only tensors or arrays whose name matches PATTERN")
-    inspect.add_argument("--head", metavar="N", type=_non_negative, default=0, help="print the first N records")
+    inspect.add_argument("--head", metavar="N", type=_at_least(0), default=0, help="print the first N records")
     inspect.add_argument(
         "--max-bytes",
         metavar="N",
-        type=_positive,
+        type=_at_least(1),
         default=InspectOptions.max_bytes,
-        help="the largest msgpack file to decode (default: %(default)s)",
+        help="the largest file to decode whole, for kinds without an index (default: %(default)s)",
     )
     return parser
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
-    return value
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """The argument type of an integer of at least ``minimum``: 0 (non-negative) or 1 (positive)."""
+    wanted = ("non-negative", "positive")[minimum]
 
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = -1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a {wanted} integer, got {text!r}")
+        return value
 
-def _positive(text: str) -> int:
-    value = _non_negative(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+    return parse
 
 
 def _wants_json(argv: Sequence[str]) -> bool:
@@ -232,44 +225,43 @@ def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
     context.path = arguments.path
     if not path.exists():
         raise _CommandError(f"error: PATH {str(path)!r} does not exist", "usage", EXIT_USAGE)
-    detected = detect_kind(path)
-    if detected.kind is None:
-        known = ", ".join(description for description, _ in KINDS.values())
+    inspectors = installed()
+    if not inspectors:
         raise _CommandError(
-            f"cannot tell what {str(path)!r} is from its content; tinax inspects: {known}", "unknown_kind", EXIT_PROBLEM
-        )
-    context.kind = detected.kind
-    description, distribution = KINDS[detected.kind]
-    inspector = find_inspector(detected.kind)
-    if inspector is None:
-        raise _CommandError(
-            f"{str(path)!r} is {_article(description)} {description}; install {distribution} to inspect it "
-            f"({_install(distribution)})",
+            f"no installed tinax distribution inspects files such as {str(path)!r}; "
+            f"{_install()} installs every tinax distribution with its inspectors",
             "missing_inspector",
             EXIT_PROBLEM,
         )
+    kind, bytes_read = detect(path, inspectors)
+    if kind is None:
+        known = ", ".join(inspectors[name].description for name in sorted(inspectors))
+        raise _CommandError(
+            f"cannot tell what {str(path)!r} is from its content; the installed tinax distributions inspect: {known}"
+            + ("" if _installed("tinax") else f"; {_install()} adds those of every tinax distribution"),
+            "unknown_kind",
+            EXIT_PROBLEM,
+        )
+    context.kind = kind
     options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
-    report: Report = inspector(path, options)
+    report = run(inspectors[kind], path, options)
     if report.bytes_read is not None:
-        report.bytes_read += detected.bytes_read
+        report.bytes_read += bytes_read
     return report
 
 
-def _install(distribution: str) -> str:
-    """The command that installs ``distribution`` next to tinax-core, with the tool that installed tinax-core."""
-    from importlib import metadata
+def _installed(name: str) -> metadata.Distribution | None:
+    try:
+        return metadata.distribution(name)
+    except metadata.PackageNotFoundError:
+        return None
 
+
+def _install() -> str:
+    """The command that installs the tinax distribution (every member), with the tool that installed tinax-core."""
     from tinax._core._command._integrity import install_command
 
-    try:
-        core: metadata.Distribution | None = metadata.distribution("tinax-core")
-    except metadata.PackageNotFoundError:
-        core = None
-    return install_command([distribution], core)
-
-
-def _article(noun: str) -> str:
-    return "an" if noun[:1].lower() in "aeiou" else "a"
+    return install_command(["tinax"], _installed("tinax-core"))
 
 
 def _one_line(error: BaseException) -> str:
