@@ -21,6 +21,9 @@ import json
 import pathlib
 from typing import Any
 
+# Imported before the command counts the reads: the completeness check uses Orbax's registry and the step is read
+# through TensorStore; neither starts a backend.
+import orbax.checkpoint.experimental.v1  # noqa: F401
 import tensorstore  # noqa: F401
 
 from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leaves
@@ -28,7 +31,6 @@ from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, r
 from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._checkpointing._training import SEPARATE_STEP_CHECKPOINTABLE, STEP_KEY, TrainingCheckpointNames
-from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core._command._report import InspectOptions, Report
 
 __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
@@ -36,8 +38,6 @@ __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
 _PARTS = dataclasses.astuple(TrainingCheckpointNames())
 # The type column of the arrays table, by Orbax's value type.
 _TYPE_NAMES = {"jax.Array": "array", "np.ndarray": "numpy", "scalar": "scalar", "string": "string"}
-# The completeness check uses Orbax's registry; neither import starts a backend.
-orbax_v1()
 
 
 def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
