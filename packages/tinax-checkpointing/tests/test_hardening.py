@@ -497,7 +497,7 @@ def test_failed_loads_leave_nothing_to_report_at_exit(tmp_path):
 def test_only_reports_of_tasks_orbax_abandoned_are_taken():
     import logging
 
-    from tinax._checkpointing._quiet import _AbandonedOrbaxTaskReports
+    from tinax._checkpointing._orbax_workarounds import _AbandonedOrbaxTaskReports
 
     def record(message: str, error: BaseException | None = None) -> logging.LogRecord:
         exc_info = (type(error), error, error.__traceback__) if error is not None else None

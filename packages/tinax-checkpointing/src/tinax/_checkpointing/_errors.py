@@ -14,8 +14,6 @@ same upstream failure gives the same tinax error on every path.
 
 from __future__ import annotations
 
-import threading
-
 __all__ = [
     "BrokenLinkDestinationError",
     "CheckpointExistsError",
@@ -114,19 +112,74 @@ class TracedValueError(TypeError, AttributeError):
 class SaveFailedError(RuntimeError):
     """A save failed in the background; its ``__cause__`` is the original error.
 
-    ``result()`` raises a subclass that is also of the original error's class
-    (``OSError``, ``ValueError``, ...), as 0.2 re-raised that error itself.
+    ``result()`` raises one of the declared subclasses below where the
+    original error is an instance of its second base, as 0.2 re-raised that
+    error itself; the first that matches, in the order of
+    ``_FAILURE_CLASSES``. The cause keeps its own exact class.
     """
 
+    def __str__(self) -> str:
+        return BaseException.__str__(self)  # KeyError would quote the message.
 
-_failure_classes: dict[type[BaseException], type[SaveFailedError]] = {}
+
+class _SaveFailedFileNotFoundError(SaveFailedError, FileNotFoundError):
+    pass
+
+
+class _SaveFailedPermissionError(SaveFailedError, PermissionError):
+    pass
+
+
+class _SaveFailedNotADirectoryError(SaveFailedError, NotADirectoryError):
+    pass
+
+
+class _SaveFailedIsADirectoryError(SaveFailedError, IsADirectoryError):
+    pass
+
+
+class _SaveFailedFileExistsError(SaveFailedError, FileExistsError):
+    pass
+
+
+class _SaveFailedOSError(SaveFailedError, OSError):
+    pass
+
+
+class _SaveFailedKeyError(SaveFailedError, KeyError):
+    pass
+
+
+class _SaveFailedIndexError(SaveFailedError, IndexError):
+    pass
+
+
+class _SaveFailedTypeError(SaveFailedError, TypeError):
+    pass
+
+
+class _SaveFailedValueError(SaveFailedError, ValueError):
+    pass
+
+
+_FAILURE_CLASSES: tuple[type[SaveFailedError], ...] = (
+    _SaveFailedFileNotFoundError,
+    _SaveFailedPermissionError,
+    _SaveFailedNotADirectoryError,
+    _SaveFailedIsADirectoryError,
+    _SaveFailedFileExistsError,
+    _SaveFailedOSError,
+    _SaveFailedKeyError,
+    _SaveFailedIndexError,
+    _SaveFailedTypeError,
+    _SaveFailedValueError,
+)
 # Which refusal keeps the class of the OSError that probing a destination gave.
 _DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationError]], ...] = (
     (NotADirectoryError, NotAFolderDestinationError),
     (PermissionError, UnwritableDestinationError),
     (FileNotFoundError, BrokenLinkDestinationError),
 )
-_failure_classes_lock = threading.Lock()
 
 
 def background_failure(message: str, error: BaseException) -> SaveFailedError:
@@ -137,32 +190,16 @@ def background_failure(message: str, error: BaseException) -> SaveFailedError:
       error: The error the background save raised. It becomes the cause.
 
     Returns:
-      A :class:`SaveFailedError` that is also an instance of ``type(error)``
-      where Python can combine the two classes and build the result from a
-      message (it can for ``OSError``, ``ValueError``, ``KeyError`` and most
-      other ``Exception`` classes), and a plain :class:`SaveFailedError`
-      otherwise, for example for ``KeyboardInterrupt``.
+      A :class:`SaveFailedError` that is also of the first builtin class of
+      ``_FAILURE_CLASSES`` that ``error`` is an instance of (an ``OSError``
+      or one of its common subclasses, ``KeyError``, ``IndexError``,
+      ``TypeError``, ``ValueError``), or a plain one otherwise, for example
+      for ``KeyboardInterrupt``.
     """
-    failure = _failure_class(type(error))(message)
+    kind = next((kind for kind in _FAILURE_CLASSES if isinstance(error, kind.__bases__[1])), SaveFailedError)
+    failure = kind(message)
     failure.__cause__ = error
     return failure
-
-
-def _failure_class(kind: type[BaseException]) -> type[SaveFailedError]:
-    if not issubclass(kind, Exception) or issubclass(kind, SaveFailedError):
-        return SaveFailedError
-    with _failure_classes_lock:
-        cached = _failure_classes.get(kind)
-        if cached is None:
-            # The message prints as written; KeyError would quote it.
-            namespace = {"__module__": __name__, "__str__": BaseException.__str__}
-            try:
-                cached = type(f"SaveFailedError[{kind.__name__}]", (SaveFailedError, kind), namespace)
-                cached("probe")  # Some classes combine, but cannot be built from one message.
-            except TypeError:
-                cached = SaveFailedError
-            _failure_classes[kind] = cached
-        return cached
 
 
 def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinationError:

@@ -4,8 +4,8 @@ Before any byte loads, the folder is checked to be a complete checkpoint
 (:mod:`~tinax._checkpointing._layout`), every name to load to have been saved,
 and every array target to have the saved shape. Orbax's failures are
 translated by :func:`~tinax._checkpointing._errors.upstream_failure`, and the
-reads a failed load abandoned are retrieved on the spot
-(:mod:`~tinax._checkpointing._quiet`).
+reads a failed load abandoned report nothing later
+(:mod:`~tinax._checkpointing._orbax_workarounds`).
 
 Orbax is imported when a load runs, never when this module is imported.
 """
@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import gc
 import os
 import pathlib
-import warnings
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 from tinax._checkpointing._errors import CheckpointKeyError, upstream_failure
 from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_checkpoint
-from tinax._checkpointing._quiet import (
-    ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
-    retire_abandoned_work,
-    take_abandoned_orbax_task_reports,
-)
+from tinax._checkpointing._orbax_workarounds import retire_abandoned_work, take_abandoned_orbax_task_reports
 from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements
-from tinax._checkpointing._upstream_compat import orbax_v1
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger, tree_nbytes
 
@@ -118,7 +111,8 @@ def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, 
         raise CheckpointKeyError(
             f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
         )
-    orbax = orbax_v1()
+    import orbax.checkpoint.experimental.v1 as orbax  # Imported only when a load runs: it is slow to import.
+
     take_abandoned_orbax_task_reports()
     placed = {}
     for name, target in named.items():
@@ -147,27 +141,15 @@ def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
     (Orbax's ``metadata(path, checkpointable_name=...)`` reads that of every
     checkpointable, and logs a warning for each one, such as an iterator,
     that has none.)
-
-    Where array data is damaged, Orbax logs that it cannot read an array's
-    metadata and carries on; on Python 3.12.1 the read it gave up leaves a
-    wrapper coroutine that ``asyncio.ensure_future`` never closes (a CPython
-    bug, fixed in later 3.12 releases). Its warning says nothing the load
-    will not report, so it is not shown.
     """
     folder = source / name
     if not (folder / PYTREE_METADATA).is_file():
         return None
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ENSURE_FUTURE_WRAPPER_NEVER_AWAITED, RuntimeWarning)
-        try:
-            stored = _run(orbax.handlers.PyTreeHandler().metadata(folder))
-        except Exception as error:
-            retire_abandoned_work(error)
-            return None
-        if stored is None:
-            # Orbax gave up reading (it logged why): collect the reads it abandoned while the filter holds.
-            gc.collect()
-    return stored
+    try:
+        return _run(orbax.handlers.PyTreeHandler().metadata(folder))
+    except Exception as error:
+        retire_abandoned_work(error)
+        return None
 
 
 def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:

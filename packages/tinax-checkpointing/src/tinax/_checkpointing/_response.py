@@ -18,9 +18,8 @@ from typing import Any
 import orbax.checkpoint.experimental.v1 as ocp
 
 from tinax._checkpointing._errors import background_failure, root_message
-from tinax._checkpointing._exit import save_finished, save_started
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
-from tinax._checkpointing._settle import settle_failed_save
+from tinax._checkpointing._orbax_workarounds import finish_at_exit, forget_at_exit, settle_failed_save
 
 __all__ = ["SaveResponse"]
 
@@ -59,7 +58,7 @@ class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees 
         self._lock = threading.Lock()
         self._error: BaseException | None = None
         self._callbacks: list[Callable[[None], None]] = []
-        save_started(self)
+        finish_at_exit(self)
         self._watcher = threading.Thread(target=self._watch, name=f"tinax-save:{destination.name}", daemon=True)
         self._watcher.start()
 
@@ -76,7 +75,7 @@ class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees 
                 )
         finally:
             self._release()
-            save_finished(self)
+            forget_at_exit(self)
             with self._lock:
                 self._done.set()
                 callbacks, self._callbacks = self._callbacks, []

@@ -28,9 +28,8 @@ from tinax._checkpointing._names import (
     require_distinct_on_case_insensitive_systems,
     validate_checkpointable_name,
 )
+from tinax._checkpointing._orbax_workarounds import current_operation_id, settle_failed_save
 from tinax._checkpointing._save_checks import exists_error, require_absent, require_creatable, require_saveable_leaves
-from tinax._checkpointing._settle import settle_failed_save
-from tinax._checkpointing._upstream_compat import current_operation_id, orbax_v1
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger, tree_nbytes
 
@@ -149,7 +148,8 @@ def start_save(
     require_distinct_on_case_insensitive_systems(named, "checkpointables")
     for name, value in named.items():
         require_saveable_leaves(name, value)
-    orbax = orbax_v1()
+    import orbax.checkpoint.experimental.v1 as orbax  # Imported only when a save runs: it is slow to import.
+
     operation.what = f"checkpointables {sorted(named)} to" if description is None else description
     operation.target = str(destination)
 

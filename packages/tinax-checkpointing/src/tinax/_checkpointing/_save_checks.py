@@ -25,7 +25,7 @@ from tinax._checkpointing._errors import (
     uncreatable_destination,
 )
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
-from tinax._checkpointing._upstream_compat import handler_lookup
+from tinax._checkpointing._orbax_workarounds import handler_lookup
 from tinax._core import files, validation
 from tinax._core.jax_compat import is_tracer
 

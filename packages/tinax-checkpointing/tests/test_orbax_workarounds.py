@@ -1,8 +1,8 @@
-"""The private upstream names tinax-checkpointing uses: present on the supported versions, with working fallbacks.
+"""The private upstream names the Orbax workarounds use: present on the supported versions, with working fallbacks.
 
 A failure here means Orbax or Python moved a private name: the fallback in
-``tinax._checkpointing._upstream_compat`` keeps tinax working, but the
-guarantee it backs is weaker until the compat function is updated.
+``tinax._checkpointing._orbax_workarounds`` keeps tinax working, but the
+guarantee it backs is weaker until the workaround is updated.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tinax._checkpointing import _upstream_compat as compat
+from tinax._checkpointing import _orbax_workarounds as compat
 from tinax._checkpointing._response import SaveResponse
 from tinax.checkpointing import save_checkpointables
 
@@ -27,12 +27,13 @@ def test_the_shutdown_hook_falls_back_to_atexit(monkeypatch):
     registered: list[Any] = []
     monkeypatch.delattr(threading, "_register_atexit")
     monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(compat, "_exit_hook", [])
+    monkeypatch.setattr(compat, "_in_flight", set())
+    save = object()
 
-    def hook() -> None:
-        pass
-
-    compat.register_before_thread_shutdown(hook)
-    assert registered == [hook]
+    compat.finish_at_exit(save)
+    compat.forget_at_exit(save)
+    assert registered == [compat._finish_saves]
 
 
 def test_orbax_still_resolves_handlers_before_a_save():
