@@ -274,7 +274,7 @@ def test_a_background_failure_is_raised_by_result_with_its_cause(tmp_path):
     ids=["key", "value", "os", "unbuildable", "base-exception"],
 )
 def test_a_background_failure_keeps_the_class_of_its_cause_where_python_allows(error, kept):
-    from tinax._checkpointing._errors import background_failure
+    from tinax._checkpointing._compat02 import background_failure
 
     failure = background_failure("saving failed", error)
     assert isinstance(failure, RuntimeError)

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tinax._checkpointing._errors import CheckpointKeyError
+from tinax._checkpointing._compat02 import CheckpointKeyError
 from tinax._checkpointing._layout import PYTREE_METADATA, read_json_object, require_complete_checkpoint
 from tinax._core import validation
 

@@ -20,7 +20,7 @@ import os
 import pathlib
 from typing import Any
 
-from tinax._checkpointing._errors import CheckpointKeyError, CheckpointNotFoundError
+from tinax._checkpointing._compat02 import CheckpointKeyError, CheckpointNotFoundError
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 
 __all__ = ["CHECKPOINT_METADATA", "PYTREE_METADATA", "read_json_object", "require_complete_checkpoint"]

@@ -3,7 +3,7 @@
 Before any byte loads, the folder is checked to be a complete checkpoint
 (:mod:`~tinax._checkpointing._layout`), every name to load to have been saved,
 and every array target to have the saved shape. Orbax's failures are
-translated by :func:`~tinax._checkpointing._errors.upstream_failure`, and the
+translated by :func:`~tinax._checkpointing._compat02.upstream_failure`, and the
 reads a failed load abandoned report nothing later
 (:mod:`~tinax._checkpointing._orbax_workarounds`).
 
@@ -19,7 +19,7 @@ import pathlib
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
-from tinax._checkpointing._errors import CheckpointKeyError, upstream_failure
+from tinax._checkpointing._compat02 import CheckpointKeyError, upstream_failure
 from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._orbax_workarounds import retire_abandoned_work, take_abandoned_orbax_task_reports
 from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements

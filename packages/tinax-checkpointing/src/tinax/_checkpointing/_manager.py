@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
-from tinax._checkpointing._errors import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
+from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
 from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (

@@ -17,7 +17,7 @@ from typing import Any
 
 import orbax.checkpoint.experimental.v1 as ocp
 
-from tinax._checkpointing._errors import background_failure, root_message
+from tinax._checkpointing._compat02 import background_failure, root_message
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
 from tinax._checkpointing._orbax_workarounds import finish_at_exit, forget_at_exit, settle_failed_save
 

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
+from tinax._checkpointing._compat02 import CheckpointExistsError, upstream_failure
 from tinax._checkpointing._names import (
     ORBAX_TMP_SUFFIX,
     refuse_orbax_temporary_destination,

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 import jax
 import numpy as np
 
-from tinax._checkpointing._errors import (
+from tinax._checkpointing._compat02 import (
     CheckpointExistsError,
     NoHandlerError,
     UnsupportedLeafError,

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._errors import CheckpointKeyError, NoHandlerError, TracedValueError
+from tinax._checkpointing._compat02 import CheckpointKeyError, NoHandlerError, TracedValueError
 from tinax._core import validation
 from tinax._core.jax_compat import is_tracer
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
-from tinax._checkpointing._errors import CheckpointKeyError
+from tinax._checkpointing._compat02 import CheckpointKeyError
 from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._load import loaded_nbytes, restore_checkpointables
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from tinax._checkpointing._errors import upstream_failure
+from tinax._checkpointing._compat02 import upstream_failure
 from tinax._checkpointing._legacy_v0._paths import (
     require_checkpoint_directory,
     require_new_destination,

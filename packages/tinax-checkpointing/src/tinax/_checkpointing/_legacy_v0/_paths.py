@@ -8,7 +8,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from tinax._checkpointing._errors import CheckpointExistsError, upstream_failure
+from tinax._checkpointing._compat02 import CheckpointExistsError, upstream_failure
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
 from tinax._checkpointing._save_checks import require_creatable
 from tinax._core import files, validation
@@ -89,7 +89,7 @@ def save_with_v0(
       what: What is saved, for the error message (for example ``"state"``).
       upstream_errors: The Orbax or handler exceptions that mean the value
         cannot be saved; they are translated by
-        :func:`~tinax._checkpointing._errors.upstream_failure`, as every
+        :func:`~tinax._checkpointing._compat02.upstream_failure`, as every
         path translates them, with the cause chained.
 
     Raises:

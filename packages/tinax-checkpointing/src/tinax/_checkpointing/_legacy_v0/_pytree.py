@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._errors import UnsupportedLeafError, upstream_failure
+from tinax._checkpointing._compat02 import UnsupportedLeafError, upstream_failure
 from tinax._checkpointing._legacy_v0._paths import (
     require_checkpoint_directory,
     require_new_destination,

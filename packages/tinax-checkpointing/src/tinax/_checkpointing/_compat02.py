@@ -1,15 +1,20 @@
-"""Exception classes that keep tinax 0.2's exception types while saying more.
+"""tinax 0.2's exception types, kept where 0.3 says more: every accommodation of 0.2 in this member.
 
-tinax 0.2 let Orbax's own exceptions reach the caller: a ``ValueError`` for an
-existing destination or an unsaveable value, a ``KeyError`` for a checkpoint
-that lacks a name or does not fit a target, and whatever a background write
-raised from ``result()``. Code written against 0.2 catches those types, so
-each error raised here is also an instance of the type 0.2 raised, next to the
-more precise type tinax documents (``FileExistsError``, ``TypeError``, ...).
+tinax 0.2 let Orbax's and Grain's own exceptions reach the caller. Code
+written against 0.2 catches those types, so each error tinax-checkpointing
+raises is also of the type 0.2 raised, next to the more precise type 0.3
+documents. Each class and builder says which 0.2 behaviour it keeps:
 
-:func:`upstream_failure` is the one translation of an operation Orbax or
-Grain refused, used by the V1 save and load and by ``legacy.v0``, so the
-same upstream failure gives the same tinax error on every path.
+- a ``ValueError`` for an existing destination, a missing checkpoint or an
+  unsaveable value (:class:`CheckpointExistsError`,
+  :class:`CheckpointNotFoundError`, :class:`UnsupportedLeafError`);
+- the ``OSError`` that creating a destination raised, now refused before
+  the save starts (:func:`uncreatable_destination`);
+- Orbax's ``KeyError`` for a checkpoint that lacks a name or does not fit a
+  target, and Grain's errors, translated the same way on every path
+  (:func:`upstream_failure`);
+- the background error itself from ``result()`` (:func:`background_failure`);
+- JAX's ``AttributeError`` for a traced value (:class:`TracedValueError`).
 """
 
 from __future__ import annotations
@@ -122,44 +127,35 @@ class SaveFailedError(RuntimeError):
         return BaseException.__str__(self)  # KeyError would quote the message.
 
 
-class _SaveFailedFileNotFoundError(SaveFailedError, FileNotFoundError):
-    pass
+# One declared subclass per builtin class a background failure keeps (the first that matches, in this order).
+class _SaveFailedFileNotFoundError(SaveFailedError, FileNotFoundError): ...
 
 
-class _SaveFailedPermissionError(SaveFailedError, PermissionError):
-    pass
+class _SaveFailedPermissionError(SaveFailedError, PermissionError): ...
 
 
-class _SaveFailedNotADirectoryError(SaveFailedError, NotADirectoryError):
-    pass
+class _SaveFailedNotADirectoryError(SaveFailedError, NotADirectoryError): ...
 
 
-class _SaveFailedIsADirectoryError(SaveFailedError, IsADirectoryError):
-    pass
+class _SaveFailedIsADirectoryError(SaveFailedError, IsADirectoryError): ...
 
 
-class _SaveFailedFileExistsError(SaveFailedError, FileExistsError):
-    pass
+class _SaveFailedFileExistsError(SaveFailedError, FileExistsError): ...
 
 
-class _SaveFailedOSError(SaveFailedError, OSError):
-    pass
+class _SaveFailedOSError(SaveFailedError, OSError): ...
 
 
-class _SaveFailedKeyError(SaveFailedError, KeyError):
-    pass
+class _SaveFailedKeyError(SaveFailedError, KeyError): ...
 
 
-class _SaveFailedIndexError(SaveFailedError, IndexError):
-    pass
+class _SaveFailedIndexError(SaveFailedError, IndexError): ...
 
 
-class _SaveFailedTypeError(SaveFailedError, TypeError):
-    pass
+class _SaveFailedTypeError(SaveFailedError, TypeError): ...
 
 
-class _SaveFailedValueError(SaveFailedError, ValueError):
-    pass
+class _SaveFailedValueError(SaveFailedError, ValueError): ...
 
 
 _FAILURE_CLASSES: tuple[type[SaveFailedError], ...] = (
