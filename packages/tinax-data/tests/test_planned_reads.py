@@ -270,3 +270,45 @@ def test_a_pass_within_the_cache_logs_nothing(plain_file, caplog):
     with caplog.at_level(logging.INFO, logger="tinax.data"):
         list(_pipeline(plain_file, planned=True, cache_bytes=CACHES["fits"], batch_fn=_ids))
     assert not [record for record in caplog.records if record.name == "tinax.data"]
+
+
+@pytest.mark.parametrize(
+    "max_index", [1, 2, 3, 100, 65_535, 65_536, 65_537, 2**20 - 1, 2**20, 1_999_999, 2**31, 2**33 + 5, 2**45 + 7]
+)
+def test_the_vectorized_shuffle_gives_grains_own_positions_bit_for_bit(max_index):
+    import random
+
+    from grain._src.python.experimental.index_shuffle.python import index_shuffle_module
+
+    from tinax._data._planned_reads import shuffled_indices
+
+    chooser = random.Random(max_index)
+    for seed in (0, 1, 2**32 - 1, chooser.randrange(2**32)):
+        indices = sorted({0, max_index, *(chooser.randrange(max_index + 1) for _ in range(200))})
+        ours = shuffled_indices(np.asarray(indices, dtype=np.int64), max_index=max_index, seed=seed)
+        grains = [
+            index_shuffle_module.index_shuffle(index, max_index=max_index, seed=seed, rounds=4) for index in indices
+        ]
+        assert ours.tolist() == grains
+
+
+@pytest.mark.parametrize(
+    ("count", "cuts"),
+    [
+        (2_000_000, [slice(0, 1_999_872), slice(499_968, 999_936)]),
+        (1000, [slice(0, 996), slice(0, 498)]),
+        (37, [slice(0, 36), slice(18, 36)]),
+    ],
+)
+def test_vector_positions_are_the_positions_grains_datasets_give_over_several_epochs(count, cuts):
+    from tinax._data._grain_compat import read_many
+
+    shuffled = _planned_reads.position_dataset(count).seed(11).shuffle()
+    twin, slices = shuffled, []
+    for cut in cuts:
+        twin = twin.slice(cut)
+        slices.insert(0, twin)
+    vector = _planned_reads._vector_positions(twin, shuffled, slices)
+    assert isinstance(vector, _planned_reads.VectorPositions)
+    indices = np.random.default_rng(count).integers(0, 5 * len(twin), 2000)
+    assert vector.positions(indices).tolist() == read_many(twin, indices.tolist())

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as types
 
@@ -62,6 +63,7 @@ __all__ = ["PLANNED_ROWS_IN_CACHE", "CorruptParquetError", "ParquetRecordSource"
 #: cache: its row groups stay cached, and the window only saves taking rows
 #: from each row group for every batch (a few MiB of copies at most).
 PLANNED_ROWS_IN_CACHE = 1 << 15
+_SYSTEM_POOL = pa.system_memory_pool()
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
@@ -515,7 +517,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         row_bytes = max(self.decoded_row_bytes(), 1.0)
         if self._fits_cache():
             return PLANNED_ROWS_IN_CACHE
-        return max(1, int(self._cache_bytes // 2 // row_bytes))
+        # A third: the rows taken from each row group and their joined copy
+        # are both alive while the window is built.
+        return max(1, int(self._cache_bytes // 3 // row_bytes))
 
     def planned_window(self, positions: np.ndarray[Any, Any]) -> tuple[_RowGroup, np.ndarray[Any, Any]]:
         """Reads the records at many positions, each row group once, in file order.
@@ -560,7 +564,11 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             if table is None:
                 raise ValueError(f"row group {group_index} holds no decoded table")
             offset = self._group_ends[group_index - 1] if group_index else 0
-            chunks.append(table.take(pa.array(positions[chosen] - offset, type=pa.int64())))
+            # Taken into the system allocator, which returns freed memory, as
+            # the window's rows outlive the decode they come from.
+            chunks.append(
+                pc.take(table, pa.array(positions[chosen] - offset, type=pa.int64()), memory_pool=_SYSTEM_POOL)
+            )
             del group, table
         rows = np.empty(len(positions), dtype=np.int64)
         rows[order] = np.arange(len(positions), dtype=np.int64)
@@ -568,6 +576,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             raise ValueError("no rows to read")
         window = _in_system_memory(pa.concat_tables(chunks))
         del chunks
+        if not fits:
+            # The decodes of the window are gone; pyarrow's allocator would keep their memory.
+            pa.default_memory_pool().release_unused()
         return _RowGroup(self._getters(window), int(window.nbytes), window), rows
 
     def column_values(self, name: str, *, advance: Callable[[int], None] | None = None) -> list[Any]:

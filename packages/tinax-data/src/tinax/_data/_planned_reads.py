@@ -42,9 +42,9 @@ import numpy as np
 
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._datasets import RecordSourceMapDataset
-from tinax._data._grain_compat import BulkBatchMapDataset, read_many
+from tinax._data._grain_compat import SLICE_MAP_DATASET, BulkBatchMapDataset, read_many
 
-__all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner"]
+__all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
 
 _logger = get_logger("data")
 
@@ -74,6 +74,142 @@ class PositionSource:
 def position_dataset(count: int) -> RecordSourceMapDataset:
     """The twin of a reader's dataset, giving positions: the same grain class over :class:`PositionSource`."""
     return RecordSourceMapDataset(PositionSource(count))
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _seed_sequence_words(seed: int, count: int) -> list[int]:
+    """The ``count`` 32-bit words C++'s ``std::seed_seq{seed}.generate`` gives (the standard's algorithm)."""
+    words = [0x8B8B8B8B] * count
+    tangle = 11 if count >= 623 else 7 if count >= 68 else 5 if count >= 39 else 3 if count >= 7 else (count - 1) // 2
+    half = (count - tangle) // 2
+    far = half + tangle
+    steps = max(2, count)  # one seed word, so max(s + 1, n)
+
+    def mix(value: int) -> int:
+        return value ^ (value >> 27)
+
+    for k in range(steps):
+        first = 1664525 * mix(words[k % count] ^ words[(k + half) % count] ^ words[(k - 1) % count]) & _MASK32
+        second = (first + (1 if k == 0 else k % count + seed if k == 1 else k % count)) & _MASK32
+        words[(k + half) % count] = (words[(k + half) % count] + first) & _MASK32
+        words[(k + far) % count] = (words[(k + far) % count] + second) & _MASK32
+        words[k % count] = second
+    for k in range(steps, steps + count):
+        third = 1566083941 * mix((words[k % count] + words[(k + half) % count] + words[(k - 1) % count]) & _MASK32)
+        third &= _MASK32
+        fourth = (third - k % count) & _MASK32
+        words[(k + half) % count] ^= third
+        words[(k + far) % count] ^= fourth
+        words[k % count] = fourth
+    return words
+
+
+def shuffled_indices(
+    indices: np.ndarray[Any, Any], *, max_index: int, seed: int, rounds: int = 4
+) -> np.ndarray[Any, Any]:
+    """Computes grain's ``index_shuffle`` of many indices at once with NumPy, bit for bit.
+
+    grain permutes ``[0, max_index]`` with a small Simon-like Feistel cipher
+    over the fewest even number of bits (at least 16) that holds
+    ``max_index``, keyed by ``std::seed_seq{seed}``, and walks the cycle
+    until a value falls in range. Called once per index from Python, that
+    costs more than reading the row; here each step runs over the whole
+    array. The planner checks samples against grain's own function before
+    it trusts this one.
+
+    Args:
+      indices: Indices in ``[0, max_index]``, any integer dtype.
+      max_index: The largest index of the permutation.
+      seed: The permutation's seed, below 2**32.
+      rounds: The cipher's rounds (grain's shuffle uses 4).
+
+    Returns:
+      The permuted indices, as int64.
+    """
+    if max_index == 0:
+        return np.zeros(len(indices), dtype=np.int64)
+    bits = int(np.ceil(np.log2(max_index)))
+    bits = max(bits + bits % 2, 16)
+    width = bits // 2
+    mask = np.uint64((1 << width) - 1)
+    shift = np.uint64(width)
+    keys = [np.uint64(word & ((1 << width) - 1)) for word in _seed_sequence_words(seed, rounds)]
+
+    def rotate(value: np.ndarray[Any, Any], by: int) -> np.ndarray[Any, Any]:
+        return ((value << np.uint64(by)) | (value >> np.uint64(width - by))) & mask
+
+    def feistel(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        return (rotate(value, 1) & rotate(value, 8)) ^ rotate(value, 2)
+
+    values = np.asarray(indices).astype(np.uint64)
+    result = np.empty(len(values), dtype=np.uint64)
+    pending = np.arange(len(values))
+    limit = np.uint64(max_index)
+    while len(pending):
+        left = (values >> shift) & mask
+        right = values & mask
+        for step in range(0, rounds, 2):
+            left = left ^ feistel(right) ^ keys[step]
+            right = right ^ feistel(left) ^ keys[step + 1]
+        values = (left << shift) | right
+        done = values <= limit
+        result[pending[done]] = values[done]
+        pending, values = pending[~done], values[~done]
+    return result.astype(np.int64)
+
+
+class VectorPositions:
+    """The source positions a position twin (slices over grain's shuffle over a source) gives, with NumPy.
+
+    grain maps an index through each node one Python int at a time; a
+    window of a few hundred thousand rows would cost more in those ints than
+    in reading the rows. This computes the same map on arrays: a slice's
+    ``start + offset * step + epoch * parent_length``, the shuffle's
+    :func:`shuffled_indices` per epoch, the source's modulo.
+    """
+
+    def __init__(self, slices: Sequence[Any], shuffled: Any) -> None:
+        # Outermost first: (start, step, length, parent_length) of each slice.
+        self._slices = [(node._start, node._step, len(node), node._parent_length) for node in slices]
+        self._length = len(slices[0]) if slices else len(shuffled)
+        self._shuffle_length = len(shuffled)
+        self._seed = int(shuffled._seed)
+        self._count = len(shuffled.parents[0])
+
+    def __len__(self) -> int:
+        return self._length
+
+    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The source positions of ``indices`` of the outermost dataset."""
+        values = np.asarray(indices, dtype=np.int64)
+        for start, step, length, parent_length in self._slices:
+            epochs, offsets = np.divmod(values, length)
+            values = start + offsets * step + epochs * parent_length
+        epochs, within = np.divmod(values, self._shuffle_length)
+        shuffled = np.empty(len(within), dtype=np.int64)
+        order = np.argsort(epochs, kind="stable")
+        for chosen in np.split(order, np.flatnonzero(np.diff(epochs[order])) + 1) if len(order) else []:
+            epoch = int(epochs[chosen[0]])
+            seed = (self._seed + epoch) % 2**32
+            permuted = shuffled_indices(within[chosen], max_index=self._shuffle_length - 1, seed=seed)
+            shuffled[chosen] = permuted + epoch * self._shuffle_length
+        return shuffled % self._count
+
+
+def _vector_positions(twin: Any, shuffled: Any, slices: Sequence[Any]) -> Any:
+    """:class:`VectorPositions` of ``twin``, where it agrees with grain's own map on a sample, else ``twin``.
+
+    The two are compared on indices spread over two epochs; should a grain
+    release ever map indices otherwise, grain's own datasets stay.
+    """
+    vector = VectorPositions(slices, shuffled)
+    length = len(twin)
+    sample = sorted({int(index) for index in np.linspace(0, 2 * length - 1, num=min(2 * length, 257))})
+    if vector.positions(np.asarray(sample, dtype=np.int64)).tolist() != list(read_many(twin, sample)):
+        return twin
+    return vector
 
 
 class _Window:
@@ -171,7 +307,10 @@ class ReadPlanner:
         self._next_batches = batches * _GROWTH
         indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
         try:
-            positions = np.asarray(read_many(self._positions, indices.tolist()), dtype=np.int64)
+            if isinstance(self._positions, VectorPositions):
+                positions = self._positions.positions(indices)
+            else:
+                positions = np.asarray(read_many(self._positions, indices.tolist()), dtype=np.int64)
             table, rows = self._source.planned_window(positions)
         except Exception:  # Read the usual way, which raises at the batch it always raised at.
             return None
@@ -292,9 +431,14 @@ def shuffled_batches(
     # shuffle. Should grain's seeding ever differ between the two, no plan.
     if getattr(twin, "_seed", None) != getattr(ordered, "_seed", None) or type(twin) is not type(ordered):
         return None
+    shuffled = twin
+    slices = []
     for cut in row_slices:
         twin = twin.slice(cut)
+        slices.insert(0, twin)
     if len(twin) != len(rows):
         return None
+    if all(type(node) is SLICE_MAP_DATASET for node in slices):
+        twin = _vector_positions(twin, shuffled, slices)
     planner = ReadPlanner(twin, source, limit=planned_limit(len(rows), num_epochs))
     return PlannedBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner)
