@@ -176,3 +176,73 @@ def test_every_published_distribution_has_project_urls_and_the_ecosystem_classif
         "Typing :: Typed",
         "Programming Language :: Python :: 3.13",
     } <= set(project["classifiers"])
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """Each module of every member, with the members' modules it imports (at the top or inside functions)."""
+    files: dict[str, pathlib.Path] = {}
+    for member in MEMBERS:
+        source = member / "src"
+        for path in source.rglob("*.py"):
+            parts = list(path.relative_to(source).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            files[".".join(parts)] = path
+    imports: dict[str, set[str]] = {name: set() for name in files}
+    for name, path in files.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            for target in targets:
+                while target and target not in files:
+                    target = target.rpartition(".")[0]
+                # A module importing its own package (or a submodule its parent) is no circle.
+                if target and target != name and not name.startswith(f"{target}."):
+                    imports[name].add(target)
+    return imports
+
+
+def test_no_member_module_takes_part_in_an_import_circle():
+    imports = _module_imports()
+    circles: list[list[str]] = []
+    # Tarjan's strongly connected components; any with two or more modules is a circle.
+    order: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(module: str) -> None:
+        order[module] = lowest[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for imported in sorted(imports[module]):
+            if imported not in order:
+                visit(imported)
+                lowest[module] = min(lowest[module], lowest[imported])
+            elif imported in on_stack:
+                lowest[module] = min(lowest[module], order[imported])
+        if lowest[module] == order[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for module in sorted(imports):
+        if module not in order:
+            visit(module)
+    assert len(imports) > 100
+    assert circles == []

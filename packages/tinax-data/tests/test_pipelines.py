@@ -635,7 +635,7 @@ def _worker_state() -> dict[str, Any]:
     ],
 )
 def test_tampered_worker_states_are_refused_by_field(change, error, message):
-    from tinax._data._pipelines import check_state
+    from tinax._data._pipeline_states import check_state
 
     expected = {**_saved_state()["tinax_pipeline"], "num_workers": 2}
     good = _worker_state()

@@ -39,7 +39,7 @@ from tinax._data._grain_compat import (
     replace_parent_iterator,
     set_next_index,
 )
-from tinax._data._pipelines import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
+from tinax._data._pipeline_states import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset

@@ -20,11 +20,10 @@ Orbax, array-record).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from tinax._core.validation import (
-    fail_type,
     fail_value,
     is_non_python_int,
     reported_as_both,
@@ -35,7 +34,7 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
-from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record
+from tinax._data._pipeline_states import in_process_description
 from tinax._data._sources import find_source_id
 
 if TYPE_CHECKING:
@@ -43,16 +42,10 @@ if TYPE_CHECKING:
     from grain.sharding import ShardOptions
 
 __all__ = [
-    "STATE_DESCRIPTION_KEY",
-    "STATE_FORMAT",
-    "STATE_GRAIN_KEY",
     "BatchTransform",
     "TooManyBatchesError",
     "evaluation_batches",
-    "check_state",
-    "check_state_and_record",
     "find_pipeline_description",
-    "in_process_description",
     "shard_options_fields",
     "training_batches",
 ]
@@ -82,30 +75,6 @@ def _widened(shard_options: object, *values: object) -> bool:
     """Whether an argument (or a shard field) is a NumPy integer, which 0.3 accepts and tinax 0.2 refused."""
     fields = (getattr(shard_options, "shard_index", None), getattr(shard_options, "shard_count", None))
     return any(is_non_python_int(value) for value in (*fields, *values))
-
-
-#: Key of the pipeline description in an iterator state.
-STATE_DESCRIPTION_KEY = "tinax_pipeline"
-#: Key of grain's own iterator state in an iterator state.
-STATE_GRAIN_KEY = "grain"
-#: Version of the description. 2: the chains of tinax 0.2 (contiguous
-#: per-process blocks of whole global batches, one shuffle per epoch).
-STATE_FORMAT = 2
-# Fields are reported in this order when a restore is refused; the rest follow
-# alphabetically.
-_FIELD_ORDER = (
-    "kind",
-    "source_id",
-    "num_rows",
-    "seed",
-    "shuffle",
-    "shard_index",
-    "shard_count",
-    "drop_remainder",
-    "batch_size",
-    "num_workers",
-    "sequential_slice",
-)
 
 
 def training_batches(
@@ -439,15 +408,6 @@ def shard_options_fields(shard_options: object) -> dict[str, Any]:
     return {"shard_index": index, "shard_count": count, "drop_remainder": drop_remainder}
 
 
-def in_process_description(pipeline: Mapping[str, Any]) -> dict[str, Any]:
-    """The description an iterator state carries: the pipeline's arguments, iterated without workers.
-
-    :func:`open_multiprocessing_iterator` sets the worker count and slicing
-    it iterates with.
-    """
-    return {**pipeline, "num_workers": 0, "sequential_slice": False, "state_format": STATE_FORMAT}
-
-
 def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
     """Returns the description of the tinax pipeline under a grain dataset, if any.
 
@@ -468,223 +428,3 @@ def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
             return dict(node.pipeline_description)
         pending.extend(getattr(node, "parents", ()))
     return None
-
-
-def check_state(state: object, expected: Mapping[str, Any], *, length: int | None = None) -> Any:
-    """Checks that an iterator state belongs to the described pipeline and is well formed.
-
-    The same as :func:`check_state_and_record`, returning grain's part only.
-    """
-    return check_state_and_record(state, expected, length=length)[0]
-
-
-def check_state_and_record(
-    state: object, expected: Mapping[str, Any], *, length: int | None = None
-) -> tuple[Any, RedealtEpoch | None]:
-    """Checks that an iterator state belongs to the described pipeline and is well formed.
-
-    The check is as strict as the checkpoint loaders': every key is known,
-    every count is an int (never a bool or a float), and every index is in
-    range, so a tampered state is refused before grain sees any of it.
-
-    Args:
-      state: What ``set_state`` received.
-      expected: The description of the pipeline being restored.
-      length: The number of elements of the iterator being restored, when
-        known: the largest ``next_index`` a single-process state may hold.
-
-    Returns:
-      grain's part of the state, to hand to the grain iterator (a checked
-      copy), and the state's re-deal record (see :func:`redeal_state`), or
-      None where it has none. A state without a description (grain's own
-      state, as tinax 0.2 saved it) is grain's part as a whole: there is no
-      description to compare, but its form is checked all the same.
-
-    Raises:
-      TypeError: If ``state`` or a part of it is not a mapping, or a count or
-        index in it is not an int (bools and floats included).
-      ValueError: If its description differs from ``expected`` (the message
-        names every differing field), it has keys a state never has or lacks
-        one it always has, or an index is out of range; the message names
-        the field.
-    """
-    if not isinstance(state, Mapping):
-        fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
-    num_workers = expected.get("num_workers", 0)
-    if STATE_DESCRIPTION_KEY not in state:
-        return _checked_grain_state(state, "state", num_workers, length), None
-    saved = state[STATE_DESCRIPTION_KEY]
-    if not isinstance(saved, Mapping) or STATE_GRAIN_KEY not in state:
-        keys = ", ".join(repr(key) for key in state)
-        raise ValueError(
-            f"state must hold a {STATE_DESCRIPTION_KEY!r} mapping and a {STATE_GRAIN_KEY!r} entry, as states from "
-            f"get_state() of a tinax pipeline iterator do, got a state with keys [{keys}]"
-        )
-    _refuse_unknown_keys(state, "state", _state_keys(state))
-    fields = set(saved) | set(expected)
-    ordered = [name for name in _FIELD_ORDER if name in fields] + sorted(fields.difference(_FIELD_ORDER), key=str)
-    missing = "<absent>"
-    differing = [name for name in ordered if not _same_value(saved.get(name, missing), expected.get(name, missing))]
-    if differing:
-        differences = [
-            f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
-            for name in differing
-        ]
-        hint = ""
-        if expected.get("kind") == "training_batches" and set(differing) <= _LAYOUT_FIELDS:
-            hint = (
-                ". A state restores on another number of processes, or with another batch size, only once "
-                "tinax.data.redeal_state has dealt the rest of its epoch out again for this pipeline"
-            )
-        raise ValueError(
-            "state must come from a pipeline built with the same arguments, got one that differs: "
-            + "; ".join(differences)
-            + hint
-        )
-    record = None
-    if REDEAL_KEY in state:
-        record = _checked_record(state[REDEAL_KEY], f"state[{REDEAL_KEY!r}]", expected, top_level=True)
-    grain_state = _checked_grain_state(state[STATE_GRAIN_KEY], f"state[{STATE_GRAIN_KEY!r}]", num_workers, length)
-    return grain_state, record
-
-
-# The description fields a re-deal may change.
-_LAYOUT_FIELDS = {"shard_index", "shard_count", "batch_size"}
-
-
-def _state_keys(state: Mapping[Any, Any]) -> tuple[str, ...]:
-    """The keys a state with a description must hold: a re-dealt one also holds its record."""
-    if REDEAL_KEY in state:
-        return (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, REDEAL_KEY)
-    return (STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY)
-
-
-def _checked_record(record: object, where: str, description: Mapping[str, Any], *, top_level: bool) -> RedealtEpoch:
-    """Checks a state's re-deal record against the pipeline it restores into."""
-    if description.get("kind") != "training_batches":
-        raise ValueError(
-            f"{where} is the re-deal record of a training_batches state, but this pipeline is "
-            f"{description.get('kind')!r}: only training states are re-dealt"
-        )
-    if top_level and description.get("num_workers", 0) != 0:
-        raise ValueError(
-            f"{where} must not be there: with worker processes, the re-deal record of a state sits in the "
-            "state of each worker, as redeal_state(..., num_workers=...) writes it"
-        )
-    return checked_redeal_record(record, where, description.get("num_rows"))
-
-
-def _same_value(saved: object, expected: object) -> bool:
-    # 7.0 == 7 and True == 1 in Python; a state holding either was tampered with.
-    return type(saved) is type(expected) and saved == expected
-
-
-# The keys of the state of grain's multiprocess prefetch (an interleave over one
-# dataset per worker).
-_WORKER_STATE_KEYS = (
-    "next_index_in_cycle",
-    "next_index_in_datasets",
-    "iterators_in_use_indices",
-    "iterators_in_use_states",
-    "exhausted",
-    "future_states",
-)
-
-
-def _refuse_unknown_keys(state: Mapping[Any, Any], where: str, known: Sequence[str]) -> None:
-    unknown = [key for key in state if key not in known]
-    if unknown:
-        raise ValueError(
-            f"{where} must hold only the keys {list(known)} of a saved iterator state, "
-            f"got the unknown key {unknown[0]!r}"
-        )
-    absent = [key for key in known if key not in state]
-    if absent:
-        raise ValueError(
-            f"{where} must hold the keys {list(known)} of a saved iterator state, but has no key {absent[0]!r}"
-        )
-
-
-def _checked_index(value: object, where: str, minimum: int, maximum: int | None) -> int:
-    # Exact ints only: NumPy integers never occur in a saved state, and a float
-    # or bool that happens to equal an int is a tampered state.
-    if type(value) is not int:
-        fail_type(where, "an int", value)
-    return require_int(value, where, minimum=minimum, maximum=maximum)
-
-
-def _checked_grain_state(grain_state: object, where: str, num_workers: object, length: int | None) -> dict[str, Any]:
-    """Checks grain's part of an iterator state and returns a copy for grain."""
-    if not isinstance(grain_state, Mapping):
-        fail_type(where, "a mapping, as grain's iterator states are", grain_state)
-    if type(num_workers) is not int or num_workers <= 0:
-        _refuse_unknown_keys(grain_state, where, ("next_index",))
-        maximum = length if length is not None and length < sys.maxsize else None
-        return {"next_index": _checked_index(grain_state["next_index"], f"{where}['next_index']", 0, maximum)}
-    _refuse_unknown_keys(grain_state, where, _WORKER_STATE_KEYS)
-    checked: dict[str, Any] = {
-        "next_index_in_cycle": _checked_index(
-            grain_state["next_index_in_cycle"], f"{where}['next_index_in_cycle']", 0, num_workers - 1
-        ),
-        "next_index_in_datasets": _checked_index(
-            grain_state["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
-        ),
-    }
-    lists: dict[str, list[Any]] = {}
-    for key in ("iterators_in_use_indices", "iterators_in_use_states", "exhausted"):
-        value = grain_state[key]
-        if not isinstance(value, (list, tuple)):
-            fail_type(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
-        if len(value) != num_workers:
-            fail_value(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
-        lists[key] = list(value)
-    checked["iterators_in_use_indices"] = [
-        _checked_index(value, f"{where}['iterators_in_use_indices'][{position}]", 0, num_workers - 1)
-        for position, value in enumerate(lists["iterators_in_use_indices"])
-    ]
-    checked["iterators_in_use_states"] = [
-        _checked_worker_state(value, f"{where}['iterators_in_use_states'][{position}]")
-        for position, value in enumerate(lists["iterators_in_use_states"])
-    ]
-    checked["exhausted"] = [
-        _checked_index(value, f"{where}['exhausted'][{position}]", 0, 1)
-        for position, value in enumerate(lists["exhausted"])
-    ]
-    future = grain_state["future_states"]
-    if not isinstance(future, Mapping):
-        fail_type(f"{where}['future_states']", "a mapping of worker states", future)
-    checked["future_states"] = {
-        key: _checked_worker_state(value, f"{where}['future_states'][{key!r}]") for key, value in future.items()
-    }
-    return checked
-
-
-def _checked_worker_state(worker_state: object, where: str) -> Any:
-    """Checks the state of one worker's iterator (None or {} when it has none)."""
-    if worker_state is None:
-        return None
-    if not isinstance(worker_state, Mapping):
-        fail_type(where, "a mapping, as grain's iterator states are, or None", worker_state)
-    if not worker_state:
-        return {}
-    if STATE_DESCRIPTION_KEY not in worker_state:
-        # The state of whatever grain iterator the worker runs (a dataset
-        # built on a tinax pipeline need not be one): its keys depend on that
-        # iterator, so only the index every such state shares is checked.
-        checked = dict(worker_state)
-        if "next_index" in checked:
-            checked["next_index"] = _checked_index(checked["next_index"], f"{where}['next_index']", 0, None)
-        return checked
-    _refuse_unknown_keys(worker_state, where, _state_keys(worker_state))
-    description = worker_state[STATE_DESCRIPTION_KEY]
-    if not isinstance(description, Mapping):
-        fail_type(f"{where}[{STATE_DESCRIPTION_KEY!r}]", "a mapping describing the pipeline", description)
-    # The worker's own iterator compares the description when it restores.
-    checked = {
-        STATE_DESCRIPTION_KEY: dict(description),
-        STATE_GRAIN_KEY: _checked_grain_state(worker_state[STATE_GRAIN_KEY], f"{where}[{STATE_GRAIN_KEY!r}]", 0, None),
-    }
-    if REDEAL_KEY in worker_state:
-        where = f"{where}[{REDEAL_KEY!r}]"
-        checked[REDEAL_KEY] = _checked_record(worker_state[REDEAL_KEY], where, description, top_level=False).to_state()
-    return checked

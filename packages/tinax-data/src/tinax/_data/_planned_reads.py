@@ -138,10 +138,12 @@ def shuffled_indices(
     keys = [np.uint64(word & ((1 << width) - 1)) for word in _seed_sequence_words(seed, rounds)]
 
     def rotate(value: np.ndarray[Any, Any], by: int) -> np.ndarray[Any, Any]:
-        return ((value << np.uint64(by)) | (value >> np.uint64(width - by))) & mask
+        rotated: np.ndarray[Any, Any] = ((value << np.uint64(by)) | (value >> np.uint64(width - by))) & mask
+        return rotated
 
     def feistel(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        return (rotate(value, 1) & rotate(value, 8)) ^ rotate(value, 2)
+        mixed: np.ndarray[Any, Any] = (rotate(value, 1) & rotate(value, 8)) ^ rotate(value, 2)
+        return mixed
 
     values = np.asarray(indices).astype(np.uint64)
     result = np.empty(len(values), dtype=np.uint64)
@@ -432,7 +434,7 @@ def shuffled_batches(
     if getattr(twin, "_seed", None) != getattr(ordered, "_seed", None) or type(twin) is not type(ordered):
         return None
     shuffled = twin
-    slices = []
+    slices: list[Any] = []
     for cut in row_slices:
         twin = twin.slice(cut)
         slices.insert(0, twin)

@@ -24,14 +24,14 @@ from tinax._data._epoch_layout import (
     epoch_progress,
     resume_point,
 )
-from tinax._data._pipelines import (
+from tinax._data._pipeline_states import (
     STATE_DESCRIPTION_KEY,
     STATE_FORMAT,
     STATE_GRAIN_KEY,
     check_state_and_record,
     in_process_description,
-    shard_options_fields,
 )
+from tinax._data._pipelines import shard_options_fields
 
 if TYPE_CHECKING:
     from grain.sharding import ShardOptions

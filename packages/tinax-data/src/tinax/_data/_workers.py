@@ -18,7 +18,8 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
-from tinax._data._pipelines import STATE_FORMAT, find_pipeline_description
+from tinax._data._pipeline_states import STATE_FORMAT
+from tinax._data._pipelines import find_pipeline_description
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset
