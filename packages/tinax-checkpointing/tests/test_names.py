@@ -67,7 +67,9 @@ def test_names_that_only_resemble_reserved_ones_are_valid(name):
     assert validate_checkpointable_name(name) == name
 
 
-# tinax 0.2 saved and restored every one of these; so must we.
+# tinax 0.2 accepted every one of these, and with its Orbax (0.12.1) each saves
+# and restores. Newer Orbax releases write files named like the last two into
+# a checkpoint, so saving a part with such a name fails there, loudly.
 _NAMES_02_KEPT = [
     "mod\u00e8le",
     " model",
@@ -78,12 +80,21 @@ _NAMES_02_KEPT = [
     "_CHECKPOINT_DELETION",
     "commit_success.txt",
 ]
+_NAMES_NEWER_ORBAX_WRITES = {"_CHECKPOINT_DELETION", "commit_success.txt"}
 
 
 @pytest.mark.parametrize("name", _NAMES_02_KEPT)
 def test_names_outside_ascii_with_spaces_or_like_orbax_files_save_and_restore(tmp_path, name):
+    from importlib.metadata import version
+
     assert validate_checkpointable_name(name) == name
     destination = tmp_path / "checkpoint"
+    if name in _NAMES_NEWER_ORBAX_WRITES and version("orbax-checkpoint") != "0.12.1":
+        # Orbax refuses the name when called, or fails in the background; either way nothing is committed.
+        with pytest.raises((RuntimeError, ValueError)):
+            save_checkpointables(destination, {name: {"w": jnp.arange(3)}}).result()
+        assert not destination.exists()
+        return
     save_checkpointables(destination, {name: {"w": jnp.arange(3)}}).result()
     restored = load_checkpointables(destination, {name: {"w": jnp.zeros(3, jnp.int32)}})
     assert restored[name]["w"].tolist() == [0, 1, 2]

@@ -16,12 +16,18 @@ import asyncio
 import concurrent.futures
 import os
 import pathlib
+import warnings
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
 from tinax._checkpointing._compat02 import CheckpointKeyError, upstream_failure
 from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_checkpoint
-from tinax._checkpointing._orbax_workarounds import retire_abandoned_work, take_abandoned_orbax_task_reports
+from tinax._checkpointing._orbax_workarounds import (
+    ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
+    collect_abandoned_reads,
+    retire_abandoned_work,
+    take_abandoned_orbax_task_reports,
+)
 from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger, tree_nbytes
@@ -145,11 +151,18 @@ def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
     folder = source / name
     if not (folder / PYTREE_METADATA).is_file():
         return None
-    try:
-        return _run(orbax.handlers.PyTreeHandler().metadata(folder))
-    except Exception as error:
-        retire_abandoned_work(error)
-        return None
+    with warnings.catch_warnings():
+        # A read Orbax gives up may be collected while it runs (see collect_abandoned_reads).
+        warnings.filterwarnings("ignore", ENSURE_FUTURE_WRAPPER_NEVER_AWAITED, RuntimeWarning)
+        try:
+            stored = _run(orbax.handlers.PyTreeHandler().metadata(folder))
+        except Exception as error:
+            retire_abandoned_work(error)
+            return None
+    if stored is None:
+        # Orbax gave up reading (it logged why): collect the reads it abandoned now.
+        collect_abandoned_reads()
+    return stored
 
 
 def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
