@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from tinax._core import validation
 
 __all__ = [
-    "ORBAX_RESERVED_NAMES",
     "ORBAX_TMP_SUFFIX",
     "is_orbax_temporary_name",
     "refuse_orbax_temporary_destination",
@@ -28,23 +27,6 @@ __all__ = [
 #: Suffix Orbax gives the folder of a save in progress. It must match Orbax's
 #: own constant; a test checks that it does.
 ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
-
-#: Names Orbax writes or interprets at the top of a checkpoint folder: its
-#: metadata and commit files, and the checkpointable keys it reserves. Kept
-#: here so that validating a name imports nothing; a test checks that every
-#: name Orbax declares is listed.
-ORBAX_RESERVED_NAMES = frozenset(
-    {
-        "_CHECKPOINT_METADATA",
-        "_ROOT_METADATA",
-        "_METADATA",
-        "_CHECKPOINT_DELETION",
-        "orbax.checkpoint",
-        "commit_success.txt",
-        "metrics",
-        "AUTO",
-    }
-)
 
 # Windows refuses these as file or folder names, with or without an extension
 # (COM0 and LPT0 are ordinary names there). They are compared without case.
@@ -57,9 +39,9 @@ _WINDOWS_DEVICE_STEMS = frozenset(
 # file name, so a checkpoint holding them could not be copied there.
 _FORBIDDEN_CHARACTERS = frozenset('<>:"/\\|?*')
 # Orbax's files and keys that a checkpointable folder would shadow, compared
-# without case. tinax 0.2 refused exactly these; Orbax's other reserved names
-# (ORBAX_RESERVED_NAMES) save and restore correctly as checkpointable names
-# with the Orbax releases we support, so refusing them would break 0.2 users.
+# without case. tinax 0.2 refused exactly these; Orbax's other file names
+# (_METADATA, commit_success.txt and the like) saved and restored as
+# checkpointable names with 0.2's Orbax, so refusing them would break 0.2 users.
 _SHADOWING_NAMES = frozenset({"_checkpoint_metadata", "auto", "metrics", "orbax.checkpoint"})
 # Common limit on one path component (ext4, APFS, NTFS), in UTF-8 bytes.
 _MAX_UTF8_BYTES = 255
