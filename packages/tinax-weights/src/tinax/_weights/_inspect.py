@@ -24,7 +24,7 @@ from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
 from tinax._weights._paths import MissingFilePathError, open_file_to_read
 
-__all__ = ["inspect_msgpack", "inspect_safetensors", "inspect_safetensors_index"]
+__all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 
 _TENSOR_COLUMNS = ("name", "dtype", "shape", "bytes")
 
@@ -42,7 +42,7 @@ def _tensor_rows(tensors: dict[str, TensorInfo], options: InspectOptions, files:
     return rows
 
 
-def inspect_safetensors(path: pathlib.Path, options: InspectOptions) -> Report:
+def safetensors_report(path: pathlib.Path, options: InspectOptions) -> Report:
     """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata.
 
     Raises:
@@ -65,7 +65,7 @@ def inspect_safetensors(path: pathlib.Path, options: InspectOptions) -> Report:
     return report
 
 
-def inspect_safetensors_index(path: pathlib.Path, options: InspectOptions) -> Report:
+def safetensors_index_report(path: pathlib.Path, options: InspectOptions) -> Report:
     """Describes a multi-file checkpoint from its index and each file's header.
 
     The index and every file it names are validated as a load validates them;
@@ -92,7 +92,7 @@ def inspect_safetensors_index(path: pathlib.Path, options: InspectOptions) -> Re
     return report
 
 
-def inspect_msgpack(path: pathlib.Path, options: InspectOptions) -> Report:
+def msgpack_report(path: pathlib.Path, options: InspectOptions) -> Report:
     """Describes the leaves of a msgpack state dict (flax's format) with dtypes and shapes.
 
     msgpack has no index, so the file is decoded whole by the loader's

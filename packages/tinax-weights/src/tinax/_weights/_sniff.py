@@ -39,9 +39,9 @@ def _msgpack(probe: Probe) -> bool:
     return probe.head[:1] != b"" and (0x80 <= probe.head[0] <= 0x8F or probe.head[0] in (0xDE, 0xDF))
 
 
-SAFETENSORS = Inspector("safetensors file", _safetensors, "tinax._weights._inspect:inspect_safetensors")
-INDEX = Inspector("safetensors multi-file index", _index, "tinax._weights._inspect:inspect_safetensors_index")
+SAFETENSORS = Inspector("safetensors file", _safetensors, "tinax._weights._inspect:safetensors_report")
+INDEX = Inspector("safetensors multi-file index", _index, "tinax._weights._inspect:safetensors_index_report")
 # One byte of signature, which a safetensors header length or a Riegeli file can also start with.
 MSGPACK = Inspector(
-    "msgpack weights file (a flax state dict)", _msgpack, "tinax._weights._inspect:inspect_msgpack", order=1
+    "msgpack weights file (a flax state dict)", _msgpack, "tinax._weights._inspect:msgpack_report", order=1
 )
