@@ -11,7 +11,6 @@ pip's upgrade) the members' own test suites.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
 import shutil
@@ -147,10 +146,11 @@ def _run_member_suites(python: Path, our_wheels: Path, tmp_path: Path) -> None:
         shutil.copy(member / "pyproject.toml", workspace / "pyproject.toml")
         return member.name, _run([str(python), "-m", "pytest", "tests", "-q", "-x"], cwd=workspace)
 
-    # Two suites at a time: each keeps about one core busy.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        for name, completed in pool.map(run_suite, MEMBER_FOLDERS):
-            assert completed.returncode == 0, f"{name}:\n{completed.stdout[-6000:]}{completed.stderr[-3000:]}"
+    # One suite at a time: `hatch run test:all` runs this check next to the
+    # whole pytest suite, which already keeps the second core busy.
+    for member in MEMBER_FOLDERS:
+        name, completed = run_suite(member)
+        assert completed.returncode == 0, f"{name}:\n{completed.stdout[-6000:]}{completed.stderr[-3000:]}"
 
 
 def test_no_file_of_our_wheels_sits_at_a_path_that_tinax_02_recorded(our_wheels: Path) -> None:
@@ -164,6 +164,9 @@ def test_no_file_of_our_wheels_sits_at_a_path_that_tinax_02_recorded(our_wheels:
     assert clashes == {}
 
 
+# The members' suites run one after the other here, next to the whole pytest
+# suite (see scripts/all_tests.py), so this test gets more than the default.
+@pytest.mark.timeout(3000)
 def test_pip_upgrade_over_02_leaves_a_working_install(venv02: Path, our_wheels: Path, tmp_path: Path) -> None:
     _assert_ok(_pip(venv02, "install", "-U", "--no-index", "--find-links", str(our_wheels), "tinax"))
     _assert_installed_like_03(venv02, tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pathlib
 import re
 import subprocess
+import sys
+import tempfile
 
 import pytest
 
@@ -100,3 +102,46 @@ def test_dev_test_without_python_312_says_what_it_skips_and_runs_the_rest(tmp_pa
     assert "SKIPPING the drop-in check" in first
     assert "Python 3.12" in first
     assert "pyenv install 3.12" in first
+
+
+def _load_all_tests_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("all_tests", ROOT / "scripts" / "all_tests.py")
+    assert spec
+    assert spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_test_command_runs_the_suite_and_the_drop_in_check():
+    hatch = (ROOT / "hatch.toml").read_text(encoding="utf-8")
+    assert re.search(r'^all = "python scripts/all_tests.py"$', hatch, re.MULTILINE)
+    script = (ROOT / "scripts" / "all_tests.py").read_text(encoding="utf-8")
+    assert '[hatch, "run", "compat:check"]' in script
+    assert '"-m", "pytest", "-c", "pytest.ini"' in script
+
+
+@pytest.mark.parametrize(("suite_status", "beside_status", "expected"), [(0, 0, 0), (1, 0, 1), (0, 3, 1), (2, 2, 1)])
+def test_side_by_side_fails_when_either_run_fails_and_holds_back_the_second_output(
+    tmp_path, capfd, suite_status, beside_status, expected
+):
+    all_tests = _load_all_tests_script()
+    started = tmp_path / "beside-started"
+    beside = (
+        "import os, pathlib, sys, tempfile;"
+        f"pathlib.Path({str(started)!r}).write_text(tempfile.gettempdir());"
+        f"print('beside says hello'); sys.exit({beside_status})"
+    )
+    suite = f"import sys; print('suite says hello', flush=True); sys.exit({suite_status})"
+    status = all_tests.run_side_by_side(
+        [sys.executable, "-c", suite], [sys.executable, "-c", beside], beside_title="the other run"
+    )
+    out = capfd.readouterr().out
+    assert status == expected
+    assert out.index("suite says hello") < out.index("== the other run") < out.index("beside says hello")
+    # The second run had a temporary folder of its own, removed afterwards.
+    beside_tmp = pathlib.Path(started.read_text(encoding="utf-8"))
+    assert beside_tmp != pathlib.Path(tempfile.gettempdir())
+    assert not beside_tmp.exists()
