@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
-from tinax._core import dtypes
+from tinax._core import dtypes, validation
 from tinax._core.dtypes import is_big_endian_in_memory
 
 __all__ = [
@@ -15,17 +17,19 @@ __all__ = [
     "SAFETENSORS_DTYPES",
     "SafetensorsDtype",
     "dtype_name",
+    "in_file_order",
     "is_big_endian_in_memory",
-    "layout_rank",
+    "require_dtype_name",
     "safetensors_dtype",
+    "tensor_nbytes",
 ]
 
 #: Every safetensors dtype that has an exact element-for-element NumPy or
 #: ml_dtypes counterpart, from tinax-core's one dtype table, in safetensors'
 #: own order (the order of its ``Dtype`` enum, smallest element first). The
 #: upstream writer lays tensors out by descending position in this order, so
-#: every tensor starts at a multiple of its element size; :func:`layout_rank`
-#: exposes the position.
+#: every tensor starts at a multiple of its element size (see
+#: :func:`in_file_order`).
 SAFETENSORS_DTYPES: dict[str, np.dtype[Any]] = dtypes.safetensors_dtypes()
 
 #: Safetensors dtypes that pack several elements into a byte: their size in
@@ -129,6 +133,27 @@ def dtype_name(dtype: np.dtype[Any]) -> str | None:
     return _NAME_BY_DTYPE.get(native)
 
 
-def layout_rank(name: str) -> int:
-    """Returns the position of a safetensors dtype name in safetensors' order."""
-    return _RANK[name]
+def require_dtype_name(dtype: np.dtype[Any] | None, name: str, value: object) -> str:
+    """Returns the safetensors name of ``dtype``, the dtype of ``value``.
+
+    Raises:
+      TypeError: Naming ``name``, if ``dtype`` is None or has no safetensors name.
+    """
+    text = None if dtype is None else dtype_name(dtype)
+    if text is None:
+        known = ", ".join(f"{dtype!s} ({text})" for text, dtype in SAFETENSORS_DTYPES.items())
+        validation.fail_type(name, f"an array of a dtype safetensors stores exactly: {known}", value)
+    return text
+
+
+_Described = TypeVar("_Described", bound=tuple[Any, ...])
+
+
+def in_file_order(tensors: Sequence[_Described]) -> list[_Described]:
+    """Sorts ``(name, dtype name, ...)`` items as the upstream writer lays them out: larger elements, then name."""
+    return sorted(tensors, key=lambda item: (-_RANK[item[1]], item[0]))
+
+
+def tensor_nbytes(name: str, shape: Sequence[int]) -> int:
+    """The bytes of a tensor of dtype ``name`` and ``shape``."""
+    return math.prod(shape) * KNOWN_NAMES[name].bits // 8

@@ -33,8 +33,10 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "METADATA_KEY",
     "ParsedHeader",
+    "RepeatedKeyError",
     "SafetensorsInfo",
     "TensorInfo",
+    "distinct_keys",
     "encode_header",
     "forget_validated_headers",
     "malformed",
@@ -140,7 +142,7 @@ class TensorInfo:
     @property
     def nbytes(self) -> int:
         """The size of the tensor's data in bytes."""
-        return math.prod(self.shape) * _dtypes.KNOWN_NAMES[self.dtype].bits // 8
+        return _dtypes.tensor_nbytes(self.dtype, self.shape)
 
     @property
     def numpy_dtype(self) -> np.dtype[Any] | None:
@@ -230,22 +232,31 @@ class ParsedHeader:
     payload_start: int
 
 
-class _DuplicateKeyError(ValueError):
-    def __init__(self, key: str) -> None:
+class RepeatedKeyError(ValueError):
+    """A JSON object that repeats a key with different values (``values``, in file order)."""
+
+    def __init__(self, key: str, values: list[Any]) -> None:
         super().__init__(key)
         self.key = key
+        self.values = values
 
 
-def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    # The json module keeps the last of repeated keys without a word. A key
-    # repeated with the same value says one thing twice (the upstream reader
-    # accepts it); repeated with different values the header is ambiguous,
-    # and silently picking one could load the wrong tensor, so it is refused.
+def distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` for ``json.loads`` that refuses a key repeated with different values.
+
+    The json module keeps the last of repeated keys without a word. A key
+    repeated with the same value says one thing twice (the upstream reader
+    accepts it); repeated with different values the JSON is ambiguous, and
+    silently picking one could load the wrong tensor.
+
+    Raises:
+      RepeatedKeyError: For such a key.
+    """
     result = dict(pairs)
     if len(result) != len(pairs):
         for key, value in pairs:
             if value != result[key]:
-                raise _DuplicateKeyError(key)
+                raise RepeatedKeyError(key, [item for name, item in pairs if name == key])
     return result
 
 
@@ -458,8 +469,8 @@ def _parse_json(header_bytes: bytes, fail: _Fail) -> Any:
     except UnicodeDecodeError as error:
         fail(f"the header is not UTF-8 ({error})")
     try:
-        return json.loads(text, object_pairs_hook=_unique_object, parse_constant=_refuse_constant)
-    except _DuplicateKeyError as error:
+        return json.loads(text, object_pairs_hook=distinct_keys, parse_constant=_refuse_constant)
+    except RepeatedKeyError as error:
         fail(f"the header JSON repeats the key {error.key!r} in one object")
     except RecursionError:
         fail("the header JSON nests too deeply")

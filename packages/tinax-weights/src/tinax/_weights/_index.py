@@ -19,9 +19,15 @@ import json
 import pathlib
 import re
 from collections.abc import Mapping
-from typing import Any
 
-from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_exactly, read_header
+from tinax._weights._header import (
+    MAX_HEADER_BYTES,
+    RepeatedKeyError,
+    TensorInfo,
+    distinct_keys,
+    read_exactly,
+    read_header,
+)
 from tinax._weights._paths import MissingFilePathError, open_file_to_read, unreachable_path_error
 
 __all__ = [
@@ -172,22 +178,6 @@ def open_checkpoint(
     return tensors, source
 
 
-class _RepeatedKeyError(ValueError):
-    def __init__(self, key: str, values: list[Any]) -> None:
-        super().__init__(key)
-        self.key = key
-        self.values = values
-
-
-def _distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        for key, value in pairs:
-            if value != result[key]:
-                raise _RepeatedKeyError(key, [item for name, item in pairs if name == key])
-    return result
-
-
 def _read_weight_map(path: pathlib.Path) -> dict[str, str]:
     source = str(path)
     with open_file_to_read(path, kind="safetensors index") as (handle, file_size):
@@ -201,8 +191,8 @@ def _read_weight_map(path: pathlib.Path) -> dict[str, str]:
         return ValueError(f"{source} is not a valid safetensors index: {problem}")
 
     try:
-        document = json.loads(content.decode("utf-8"), object_pairs_hook=_distinct_keys)
-    except _RepeatedKeyError as error:
+        document = json.loads(content.decode("utf-8"), object_pairs_hook=distinct_keys)
+    except RepeatedKeyError as error:
         if all(isinstance(value, str) for value in error.values):
             files = " and ".join(repr(value) for value in error.values)
             raise fail(f"tensor {error.key!r} is in two files: the weight_map maps it to {files}") from None

@@ -84,11 +84,6 @@ _LEAF_EXPECTATION = (
 _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex or ml_dtypes dtype"
 
 
-def _native_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
-    """Returns ``dtype`` in native byte order if the format can carry it, else None."""
-    return dtypes.array_dtype(dtype)
-
-
 class IntegerRangeError(ValueError, OverflowError):
     """An int leaf outside the range that msgpack stores.
 
@@ -170,7 +165,7 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     """
     destination = require_destination_path(path, "path")
     validation.require_bool(overwrite, "overwrite")
-    tree = _checked_state(state, "state", frozenset())
+    tree = _checked_container(_root_container(state, "state"), state, "state", frozenset())
     operation = Operation(_logger, "saved", "a state dict to", destination)
     with write_file_atomically(destination, overwrite=overwrite) as handle:
         _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
@@ -178,15 +173,16 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     operation.done(nbytes=written)
 
 
-def _checked_state(value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
-    """Checks a state and returns it as flax's state dict: plain dicts with str keys, and leaves."""
+def _root_container(value: object, where: str) -> Container:
+    """How a state or target, which must be a mapping, is stored as a map."""
     container = container_of(value) if isinstance(value, Mapping) else None
     if container is None:
         validation.fail_type(where, "a mapping", value)
-    return _checked_container(container, value, where, ancestors)
+    return container
 
 
 def _checked_container(container: Container, value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
+    """Checks a state and returns it as flax's state dict: plain dicts with str keys, and leaves."""
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a state dict must be a tree")
     ancestors = ancestors | {id(value)}
@@ -224,20 +220,11 @@ def _check_distinct(key: str, suffix: str, where: str, labels: dict[str, str]) -
 
 
 def _check_leaf(value: object, where: str) -> None:
-    if _is_jax_array(value):
-        if _jax_array_dtype(value) is None:
-            validation.fail_type(where, _DTYPE_EXPECTATION, value)
-        return
-    if isinstance(value, np.ndarray):
+    if _is_jax_array(value) or isinstance(value, (np.ndarray, np.generic)):
         # Subclasses carry state (a mask, a matrix's semantics) that the bytes would silently drop.
-        if type(value) not in (np.ndarray, np.memmap):
+        if isinstance(value, np.ndarray) and type(value) not in (np.ndarray, np.memmap):
             validation.fail_type(where, "a plain numpy.ndarray (or numpy.memmap), not a subclass", value)
-        if _native_dtype(value.dtype) is None:
-            validation.fail_type(where, _DTYPE_EXPECTATION, value)
-        return
-    if isinstance(value, np.generic):
-        if _native_dtype(value.dtype) is None:
-            validation.fail_type(where, _DTYPE_EXPECTATION, value)
+        _require_carried_dtype(value, where)
         return
     # Exact types only: msgpack (and flax) cannot write subclasses such as IntEnum.
     if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
@@ -251,14 +238,21 @@ def _check_leaf(value: object, where: str) -> None:
     validation.fail_type(where, _LEAF_EXPECTATION, value)
 
 
-def _jax_array_dtype(value: Any) -> np.dtype[Any] | None:
-    """Returns the NumPy dtype of a jax.Array's host value if the format can carry it, else None."""
+def _require_carried_dtype(value: Any, where: str) -> np.dtype[Any]:
+    """Returns the dtype of an array (or array-like, or scalar) in native byte order, if the format carries it.
+
+    Raises:
+      TypeError: If it does not.
+    """
     try:
-        dtype = np.dtype(value.dtype)
-    # PRNG key arrays and other extended dtypes have no NumPy dtype.
-    except (TypeError, ValueError):
-        return None
-    return _native_dtype(dtype)
+        dtype = dtypes.array_dtype(np.dtype(value.dtype))
+    # PRNG key arrays and other extended dtypes have no NumPy dtype; a malformed
+    # dtype description makes NumPy raise ValueError or even SyntaxError.
+    except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError):
+        dtype = None
+    if dtype is None:
+        validation.fail_type(where, _DTYPE_EXPECTATION, value)
+    return dtype
 
 
 def _is_jax_array(value: object) -> bool:
@@ -332,23 +326,19 @@ def _extension_header(code: int, length: int) -> bytes:
     fixed = {1: 0xD4, 2: 0xD5, 4: 0xD6, 8: 0xD7, 16: 0xD8}
     if length in fixed:
         return bytes((fixed[length], code))
-    if length < 2**8:
-        return bytes((0xC7, length, code))
-    if length < 2**16:
-        return b"\xc8" + length.to_bytes(2, "big") + bytes((code,))
-    if length < 2**32:
-        return b"\xc9" + length.to_bytes(4, "big") + bytes((code,))
-    raise ValueError(f"a msgpack extension holds at most 2**32 - 1 bytes, got {length}")
+    return _sized_header((0xC7, 0xC8, 0xC9), length, "extension") + bytes((code,))
 
 
 def _bin_header(length: int) -> bytes:
-    if length < 2**8:
-        return bytes((0xC4, length))
-    if length < 2**16:
-        return b"\xc5" + length.to_bytes(2, "big")
-    if length < 2**32:
-        return b"\xc6" + length.to_bytes(4, "big")
-    raise ValueError(f"a msgpack bin holds at most 2**32 - 1 bytes, got {length}")
+    return _sized_header((0xC4, 0xC5, 0xC6), length, "bin")
+
+
+def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> bytes:
+    """The marker of the narrowest of the 8, 16 and 32-bit forms, then ``length`` big-endian."""
+    for marker, width in zip(markers, (1, 2, 4), strict=True):
+        if length < 1 << (8 * width):
+            return bytes((marker,)) + length.to_bytes(width, "big")
+    raise ValueError(f"a msgpack {kind} holds at most 2**32 - 1 bytes, got {length}")
 
 
 # Reading
@@ -504,7 +494,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     # the target's leaves are checked, as 0.2 did.
     with validation.reported_as_both(validation.is_non_python_int(max_bytes)):
         with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
-            expected = _target_structure(target, "target")
+            expected = _expected_tree(_root_container(target, "target"), target, "target", frozenset())
             if size > limit:
                 raise ValueError(
                     f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
@@ -520,15 +510,8 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     return restored
 
 
-def _target_structure(value: object, where: str) -> _ExpectedTree:
-    """Checks ``target`` and reduces it to what matching needs: keys, leaf expectations and containers to rebuild."""
-    container = container_of(value) if isinstance(value, Mapping) else None
-    if container is None:
-        validation.fail_type(where, "a mapping", value)
-    return _expected_tree(container, value, where, frozenset())
-
-
 def _expected_tree(container: Container, value: object, where: str, ancestors: frozenset[int]) -> _ExpectedTree:
+    """Checks ``target`` and reduces it to what matching needs: keys, leaf expectations and containers to rebuild."""
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a target must be a tree")
     ancestors = ancestors | {id(value)}
@@ -548,24 +531,14 @@ def _expected_tree(container: Container, value: object, where: str, ancestors: f
 def _target_leaf(value: object, where: str) -> _Expected:
     expected = f"{_LEAF_EXPECTATION}, or an array-like with shape and dtype"
     if isinstance(value, np.generic):
-        dtype = _native_dtype(value.dtype)
-        if dtype is None:
-            validation.fail_type(where, _DTYPE_EXPECTATION, value)
-        return _ExpectedScalar(dtype)
+        return _ExpectedScalar(_require_carried_dtype(value, where))
     if type(value) in _PYTHON_LEAVES:
         return _ExpectedPythonValue(type(value))
     shape = getattr(value, "shape", None)
     raw_dtype = getattr(value, "dtype", None)
     if isinstance(value, (str, bytes, Mapping)) or shape is None or raw_dtype is None:
         validation.fail_type(where, expected, value)
-    try:
-        dtype = _native_dtype(np.dtype(raw_dtype))
-    # PRNG key arrays and other extended dtypes have no NumPy dtype; a malformed
-    # dtype description makes NumPy raise ValueError or even SyntaxError.
-    except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError):
-        dtype = None
-    if dtype is None:
-        validation.fail_type(where, _DTYPE_EXPECTATION, value)
+    dtype = _require_carried_dtype(value, where)
     # A str is a sequence, and "12" would read as the shape (1, 2).
     extents = validation.require_sequence(
         shape, f"{where}.shape", item_check=validation.require_non_negative_int, description="a sequence of ints"

@@ -31,15 +31,13 @@ from tinax._core.files import atomic_path, atomic_write, exists_error, open_regu
 
 __all__ = [
     "DirectoryPathError",
-    "path_to_write_atomically",
-    "require_destination_path",
-    "require_writable_destination",
     "MissingFilePathError",
     "NotADirectoryPathError",
     "UnreachablePathError",
     "open_file_to_read",
-    "require_file_destination",
-    "require_not_a_directory",
+    "path_to_write_atomically",
+    "require_destination_path",
+    "require_writable_destination",
     "unreachable_path_error",
     "write_file_atomically",
 ]
@@ -113,8 +111,7 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
     except (UnreachablePathError, DirectoryPathError, MissingFilePathError):
         raise
     except IsADirectoryError as error:  # A folder took the name after the checks.
-        code = errno.ENOENT if issubclass(directory_error, FileNotFoundError) else errno.EISDIR
-        raise directory_error(code, f"cannot {action} this path: it is a directory", str(path)) from error
+        raise _directory_error(directory_error, f"cannot {action} this path: it is a directory", path) from error
     except OSError as error:
         translated = unreachable_path_error(error, f"cannot {action} this path", path)
         if translated is None:
@@ -149,9 +146,15 @@ def open_file_to_read(
     """
     with contextlib.ExitStack() as stack:
         with _path_errors_translated(path, f"read a {kind} at", directory_error):
-            require_not_a_directory(path, kind=kind, error=directory_error)
+            if path.is_dir():
+                raise _directory_error(directory_error, f"path must name a {kind}, not a directory", path)
             opened = stack.enter_context(open_regular_file(path, kind=kind))
         yield opened
+
+
+def _directory_error(error: type[OSError], message: str, path: pathlib.Path) -> OSError:
+    """An ``error`` for a directory found where a file is needed, with the errno its class says."""
+    return error(errno.ENOENT if issubclass(error, FileNotFoundError) else errno.EISDIR, message, str(path))
 
 
 @contextlib.contextmanager
@@ -179,11 +182,8 @@ def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[Bi
         ValueError; where the path runs through a regular file, a
         :class:`NotADirectoryPathError`, also a NotADirectoryError).
     """
-    with _path_errors_translated(path, "write a file at", DirectoryPathError):
-        require_file_destination(path)
-        _require_folder(path)
-        with atomic_write(path, overwrite=overwrite) as handle:
-            yield handle
+    with _checked_destination(path), atomic_write(path, overwrite=overwrite) as handle:
+        yield handle
 
 
 @contextlib.contextmanager
@@ -199,11 +199,8 @@ def path_to_write_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator
     Raises:
       The errors of :func:`write_file_atomically`.
     """
-    with _path_errors_translated(path, "write a file at", DirectoryPathError):
-        require_file_destination(path)
-        _require_folder(path)
-        with atomic_path(path, overwrite=overwrite) as temporary:
-            yield temporary
+    with _checked_destination(path), atomic_path(path, overwrite=overwrite) as temporary:
+        yield temporary
 
 
 def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None:
@@ -215,24 +212,31 @@ def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None
     Raises:
       The errors of :func:`write_file_atomically`.
     """
-    with _path_errors_translated(path, "write a file at", DirectoryPathError):
-        require_file_destination(path)
-        _require_folder(path)
+    with _checked_destination(path):
         if not overwrite and (path.exists() or path.is_symlink()):
             raise exists_error(path, "this write does not replace existing files")
 
 
-def _require_folder(path: pathlib.Path) -> None:
-    """Checks that the folder of a file to write exists and is a directory.
+@contextlib.contextmanager
+def _checked_destination(path: pathlib.Path) -> Iterator[None]:
+    """Checks that a file may be written at ``path``, then runs the block, with path errors translated.
 
-    Raises:
-      FileNotFoundError: If the folder does not exist.
-      NotADirectoryPathError: If the folder is a regular file (or anything
-        but a directory); also a FileNotFoundError and a ValueError.
-      OSError: The operating system's, for :func:`_path_errors_translated`
-        to translate, if no folder can exist there (ENOTDIR further up, a
-        link loop, a name too long).
+    A symbolic link is refused, whatever it points to, because replacing the
+    link and writing through it would both surprise someone: the caller
+    named one file, and the link says it is another. The folder must exist
+    and be a directory (else a FileNotFoundError, or a
+    :class:`NotADirectoryPathError`).
     """
+    with _path_errors_translated(path, "write a file at", DirectoryPathError):
+        if path.is_symlink():
+            raise ValueError(f"the destination {str(path)!r} must not be a symbolic link; write to the file it names")
+        if path.is_dir():
+            raise DirectoryPathError(errno.EISDIR, "the destination must be a file path, not a directory", str(path))
+        _require_folder(path)
+        yield
+
+
+def _require_folder(path: pathlib.Path) -> None:
     folder = path.parent
     try:
         mode = os.stat(folder).st_mode
@@ -266,36 +270,3 @@ def require_destination_path(value: object, name: str) -> pathlib.Path:
             errno.EISDIR, f"{name} must be a non-empty file path, got '' (the current folder)", os.curdir
         )
     return validation.require_path(value, name)
-
-
-def require_file_destination(path: pathlib.Path) -> None:
-    """Checks that a file may be written at ``path``.
-
-    A symbolic link is refused, whatever it points to, because replacing the
-    link and writing through it would both surprise someone: the caller
-    named one file, and the link says it is another.
-
-    Raises:
-      ValueError: If ``path`` is a symbolic link.
-      IsADirectoryError: If ``path`` is a directory (also a ValueError).
-    """
-    if path.is_symlink():
-        raise ValueError(f"the destination {str(path)!r} must not be a symbolic link; write to the file it names")
-    if path.is_dir():
-        raise DirectoryPathError(errno.EISDIR, "the destination must be a file path, not a directory", str(path))
-
-
-def require_not_a_directory(path: pathlib.Path, *, kind: str, error: type[OSError] = DirectoryPathError) -> None:
-    """Checks that a path to read does not name a directory.
-
-    Args:
-      path: The path to read.
-      kind: What the file should be, for the message, such as ``"safetensors file"``.
-      error: The exception class to raise, an OSError that is also a ValueError.
-
-    Raises:
-      OSError: Of class ``error`` (also a ValueError), if ``path`` is a directory.
-    """
-    if path.is_dir():
-        code = errno.ENOENT if issubclass(error, FileNotFoundError) else errno.EISDIR
-        raise error(code, f"path must name a {kind}, not a directory", str(path))

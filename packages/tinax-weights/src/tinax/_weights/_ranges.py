@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["Box", "ShardRuns", "box_of_index", "shard_runs"]
+__all__ = ["Box", "ShardRuns", "box_of_index", "box_shape", "shard_runs"]
 
 #: ``(start, stop)`` per axis.
 Box = tuple[tuple[int, int], ...]
@@ -41,6 +41,21 @@ class ShardRuns:
     def nbytes(self) -> int:
         """The shard's size in bytes."""
         return len(self.offsets) * self.run_nbytes
+
+    def pieces(self, most: int) -> Iterator[tuple[int, int, int]]:
+        """Yields ``(buffer offset, tensor offset, length)`` for each run, cut into pieces of at most ``most`` bytes.
+
+        Long runs go in pieces so that progress moves within them.
+        """
+        size = self.run_nbytes
+        for position, offset in enumerate(self.offsets.tolist()):
+            for piece in range(0, size, most):
+                yield position * size + piece, offset + piece, min(most, size - piece)
+
+
+def box_shape(box: Box) -> tuple[int, ...]:
+    """The extents of ``box``."""
+    return tuple(stop - start for start, stop in box)
 
 
 def box_of_index(index: Sequence[slice | int] | None, shape: Sequence[int]) -> Box:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import io
-import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -244,7 +243,7 @@ def load_safetensors(
             name: _read_tensor(handle, header.payload_start, name, available[name], source)
             for name in sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
         }
-    operation.what = f"{len(selected)} {_tensors(len(selected))} from"
+    operation.what = f"{count_tensors(len(selected))} from"
     operation.done(nbytes=total)
     return LoadedSafetensors(tensors={name: loaded[name] for name in selected}, info=header.info)
 
@@ -337,7 +336,7 @@ def save_safetensors(
         [(name, dtype_text, array.shape) for name, dtype_text, array in planned], stored_metadata
     )
     by_name = {name: array for name, _, array in planned}
-    operation = Operation(_logger, "saved", f"{len(entries)} {_tensors(len(entries))} to", file_path)
+    operation = Operation(_logger, "saved", f"{count_tensors(len(entries))} to", file_path)
     with write_file_atomically(file_path, overwrite=overwrite) as handle:
         handle.write(header)
         for name, *_ in entries:
@@ -345,8 +344,9 @@ def save_safetensors(
     operation.done(nbytes=len(header) + (entries[-1][4] if entries else 0))
 
 
-def _tensors(count: int) -> str:
-    return "tensor" if count == 1 else "tensors"
+def count_tensors(count: int) -> str:
+    """``"1 tensor"``, ``"2 tensors"``: for log lines."""
+    return f"{count} tensor" if count == 1 else f"{count} tensors"
 
 
 def plan_file(
@@ -370,11 +370,10 @@ def plan_file(
     Raises:
       ValueError: If the header would exceed the 100 MB that readers accept.
     """
-    ordered = sorted(tensors, key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
     entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
     offset = 0
-    for name, dtype_text, shape in ordered:
-        nbytes = math.prod(shape) * _dtypes.KNOWN_NAMES[dtype_text].bits // 8
+    for name, dtype_text, shape in _dtypes.in_file_order(tensors):
+        nbytes = _dtypes.tensor_nbytes(dtype_text, shape)
         entries.append((name, dtype_text, tuple(shape), offset, offset + nbytes))
         offset += nbytes
     header = encode_header(entries, metadata)
@@ -471,11 +470,7 @@ def _require_storable_array(value: object, name: str) -> tuple[np.ndarray[Any, A
         if np.ma.getmask(array) is not np.ma.nomask and bool(np.ma.getmask(array).any()):
             validation.fail_value(name, "an array without masked elements (safetensors cannot store a mask)", array)
         array = np.ma.getdata(array)
-    dtype_text = _dtypes.dtype_name(array.dtype)
-    if dtype_text is None:
-        known = ", ".join(f"{dtype!s} ({text})" for text, dtype in _dtypes.SAFETENSORS_DTYPES.items())
-        validation.fail_type(name, f"an array of a dtype safetensors stores exactly: {known}", array)
-    return array, dtype_text
+    return array, _dtypes.require_dtype_name(array.dtype, name, array)
 
 
 def require_storable_metadata(metadata: dict[str, str], limit: int) -> None:

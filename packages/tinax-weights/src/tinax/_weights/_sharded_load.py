@@ -23,8 +23,8 @@ from tinax._weights import _dtypes
 from tinax._weights._header import TensorInfo
 from tinax._weights._index import OpenTensor, open_checkpoint
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
-from tinax._weights._ranges import Box, box_of_index, shard_runs
-from tinax._weights._safetensors import read_payload, require_known, require_names
+from tinax._weights._ranges import Box, box_of_index, box_shape, shard_runs
+from tinax._weights._safetensors import count_tensors, read_payload, require_known, require_names
 
 if TYPE_CHECKING:
     import jax
@@ -210,20 +210,21 @@ def load_sharded_safetensors(
         with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
             arrays = {plan.name: _load(plan, arena, reporter) for plan in plans}
         bytes_read = sum(plan.counter[0] for plan in plans)
-    operation.what = f"{len(plans)} {'tensor' if len(plans) == 1 else 'tensors'} from"
-    operation.done(nbytes=bytes_read, detail=_whose())
+    operation.what = f"{count_tensors(len(plans))} from"
+    operation.done(nbytes=bytes_read, detail=whose_shards())
     return LoadedShardedSafetensors(
         arrays=arrays, tensors={name: available[name].info for name in selected}, bytes_read=bytes_read
     )
 
 
-def _whose() -> str:
-    """Says what the logged bytes count: this process's shards where there are several processes."""
+def whose_shards(files: str = "") -> str:
+    """Says what logged bytes count (``files``, and this process's shards where there are several processes)."""
     import jax
 
+    parts = [files] if files else []
     if jax.process_count() > 1:
-        return f"the shards of process {jax.process_index()} of {jax.process_count()}"
-    return ""
+        parts.append(f"the shards of process {jax.process_index()} of {jax.process_count()}")
+    return ", ".join(parts)
 
 
 def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], object], source: str) -> _Plan:
@@ -253,13 +254,13 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
     shards: dict[Box, list[Any]] = {}
     for device, index in sorted(indices.items(), key=lambda item: int(item[0].id)):
         box = box_of_index(index, info.shape)
-        if tuple(stop - start for start, stop in box) != tuple(shard_shape):
+        if box_shape(box) != tuple(shard_shape):
             raise ValueError(
                 f"shardings[{name!r}] does not divide tensor {name!r} of shape {info.shape} evenly: device "
                 f"{device} would hold {box}, not a shard of shape {tuple(shard_shape)}"
             )
         shards.setdefault(box, []).append(device)
-    sizes = {box: math.prod(stop - start for start, stop in box) * dtype.itemsize for box in shards}
+    sizes = {box: math.prod(box_shape(box)) * dtype.itemsize for box in shards}
     nbytes = sum(sizes.values())
     device_nbytes = sum(sizes[box] * len(devices) for box, devices in shards.items())
     return _Plan(name, tensor, sharding, shards, nbytes, device_nbytes, dtype)
@@ -316,7 +317,7 @@ def _staging_nbytes(plan: _Plan) -> int:
     """The arena bytes that loading ``plan`` takes at most."""
     if not _staged_together(plan):
         return 0
-    return sum(math.prod(stop - start for start, stop in box) * plan.dtype.itemsize + _ALIGNMENT for box in plan.shards)
+    return sum(math.prod(box_shape(box)) * plan.dtype.itemsize + _ALIGNMENT for box in plan.shards)
 
 
 def _load(plan: _Plan, arena: _Arena, reporter: Reporter) -> jax.Array:
@@ -345,7 +346,7 @@ def _load(plan: _Plan, arena: _Arena, reporter: Reporter) -> jax.Array:
     # one shard.
     pieces = []
     for box, devices in plan.shards.items():
-        buffer = _aligned_buffer(tuple(stop - start for start, stop in box), plan.dtype)
+        buffer = _aligned_buffer(box_shape(box), plan.dtype)
         _read_into(plan, box, buffer, reporter)
         first = jax.device_put(buffer, devices[0])
         pieces.append(first)
@@ -374,11 +375,11 @@ def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.
     boxes = list(plan.shards)
     union = _union_box(boxes)
     if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
-        buffers = {box: arena.take(tuple(stop - start for start, stop in box), plan.dtype) for box in boxes}
+        buffers = {box: arena.take(box_shape(box), plan.dtype) for box in boxes}
         for box, buffer in buffers.items():
             _read_into(plan, box, buffer, reporter)
         return buffers
-    whole = arena.take(tuple(stop - start for start, stop in union), plan.dtype)
+    whole = arena.take(box_shape(union), plan.dtype)
     _read_into(plan, union, whole, reporter)
     # Views: each transfer copies its block out of the box.
     return {
@@ -394,9 +395,9 @@ def _union_box(boxes: list[Box]) -> Box | None:
     bounds = tuple(
         (min(box[axis][0] for box in boxes), max(box[axis][1] for box in boxes)) for axis in range(len(boxes[0]))
     )
-    volume = math.prod(stop - start for start, stop in bounds)
+    volume = math.prod(box_shape(bounds))
     # Tiles of one sharding never overlap, so they fill their bounds exactly when their volumes add up.
-    if volume == 0 or sum(math.prod(stop - start for start, stop in box) for box in boxes) != volume:
+    if volume == 0 or sum(math.prod(box_shape(box)) for box in boxes) != volume:
         return None
     return bounds
 
@@ -406,18 +407,10 @@ def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any], reporter: Re
     tensor = plan.tensor
     info = tensor.info
     start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
-    runs = shard_runs(info.shape, buffer.itemsize, box)
     flat = buffer.reshape(-1).view(np.uint8).data
-    size = runs.run_nbytes
-    for position, offset in enumerate(runs.offsets.tolist()):
-        # A long run is read in pieces, so that progress moves within it.
-        for piece in range(0, size, _READ_CHUNK_BYTES):
-            length = min(_READ_CHUNK_BYTES, size - piece)
-            read_payload(
-                tensor.handle, flat[position * size + piece : position * size + piece + length],
-                start + offset + piece, name=plan.name, source=tensor.source,
-            )  # fmt: skip
-            plan.counter[0] += length
-            reporter.advance(length)
+    for low, offset, length in shard_runs(info.shape, buffer.itemsize, box).pieces(_READ_CHUNK_BYTES):
+        read_payload(tensor.handle, flat[low : low + length], start + offset, name=plan.name, source=tensor.source)
+        plan.counter[0] += length
+        reporter.advance(length)
     if _dtypes.is_big_endian_in_memory(buffer.dtype):
         buffer.byteswap(inplace=True)

@@ -23,7 +23,7 @@ import math
 import os
 import pathlib
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,8 +38,9 @@ from tinax._weights._paths import (
     require_writable_destination,
     write_file_atomically,
 )
-from tinax._weights._ranges import box_of_index, shard_runs
-from tinax._weights._safetensors import plan_file, require_storable_metadata, require_tensor_name
+from tinax._weights._ranges import box_of_index, box_shape, shard_runs
+from tinax._weights._safetensors import count_tensors, plan_file, require_storable_metadata, require_tensor_name
+from tinax._weights._sharded_load import whose_shards
 
 if TYPE_CHECKING:
     import jax
@@ -166,18 +167,21 @@ def save_sharded_safetensors(
     if stored_metadata is not None:
         require_storable_metadata(stored_metadata, metadata_limit)
 
-    operation = Operation(_logger, "exported", f"{len(described)} {_tensors(len(described))} to", file_path)
+    operation = Operation(_logger, "exported", f"{count_tensors(len(described))} to", file_path)
     if file_limit is None:
         entries, header = plan_file(described, stored_metadata)
         total = _owned_nbytes(entries, given)
         with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
             _write_file(file_path, header, entries, given, reporter, overwrite=overwrite)
-        operation.done(nbytes=total, detail=_whose())
+        operation.done(nbytes=total, detail=whose_shards())
         return
 
     groups = _split(described, file_limit)
     require_writable_destination(file_path, overwrite=overwrite)
-    replaced = _replaced_index(file_path) if overwrite else None
+    replaced = None  # The bytes of the index this export replaces.
+    if overwrite:
+        with contextlib.suppress(FileNotFoundError):
+            replaced = file_path.read_bytes()
     plans = [plan_file(group, stored_metadata) for group in groups]
     tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
     part_names = part_file_names(file_path, len(groups), tag=tag)
@@ -200,26 +204,13 @@ def save_sharded_safetensors(
             _give_mode_of(file_path, [destination for destination, _, _ in files])
         # The index is the commit point: until it is replaced, the old index
         # still names old files only, all untouched.
-        _write_bytes(file_path, index, overwrite=overwrite)
+        with write_file_atomically(file_path, overwrite=overwrite) as handle:
+            handle.write(index)
         if replaced is not None:
             _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
 
-    _as_leader(publish, str(file_path))
-    operation.done(nbytes=total, detail=_whose(f"{len(files)} files and their index"))
-
-
-def _tensors(count: int) -> str:
-    return "tensor" if count == 1 else "tensors"
-
-
-def _whose(files: str = "") -> str:
-    """Says what the logged bytes count: this process's shards where there are several processes."""
-    import jax
-
-    parts = [files] if files else []
-    if jax.process_count() > 1:
-        parts.append(f"the shards of process {jax.process_index()} of {jax.process_count()}")
-    return ", ".join(parts)
+    _as_leader(publish, f"process 0 could not write {str(file_path)!r}")
+    operation.done(nbytes=total, detail=whose_shards(f"{len(files)} files and their index"))
 
 
 def _owned_nbytes(entries: list[_Entry], arrays: Mapping[str, Any]) -> int:
@@ -230,7 +221,7 @@ def _owned_nbytes(entries: list[_Entry], arrays: Mapping[str, Any]) -> int:
         itemsize = np.dtype(array.dtype).itemsize
         for shard in array.addressable_shards:
             if shard.replica_id == 0:
-                total += math.prod(stop - start for start, stop in box_of_index(shard.index, shape)) * itemsize
+                total += math.prod(box_shape(box_of_index(shard.index, shape))) * itemsize
     return total
 
 
@@ -241,14 +232,6 @@ def _give_mode_of(model: pathlib.Path, paths: list[pathlib.Path]) -> None:
         return
     for path in paths:
         os.chmod(path, mode)
-
-
-def _replaced_index(index_path: pathlib.Path) -> bytes | None:
-    """Returns the bytes of the index that this export replaces, or None if there is none."""
-    try:
-        return index_path.read_bytes()
-    except FileNotFoundError:
-        return None
 
 
 def _replacement_tag(replaced: bytes, headers: list[bytes]) -> str:
@@ -290,24 +273,18 @@ def _require_global_array(value: object, name: str) -> str:
         validation.fail_value(name, "a jax.Array that was not deleted", value)
     try:
         dtype = np.dtype(value.dtype)
-    except TypeError:
-        dtype_text = None
-    else:
-        dtype_text = _dtypes.dtype_name(dtype)
-    if dtype_text is None:
-        known = ", ".join(f"{dtype!s} ({text})" for text, dtype in _dtypes.SAFETENSORS_DTYPES.items())
-        validation.fail_type(name, f"an array of a dtype safetensors stores exactly: {known}", value)
-    return dtype_text
+    except TypeError:  # PRNG key arrays and other extended dtypes have no NumPy dtype.
+        dtype = None
+    return _dtypes.require_dtype_name(dtype, name, value)
 
 
 def _split(
     described: list[tuple[str, str, tuple[int, ...]]], limit: int
 ) -> list[list[tuple[str, str, tuple[int, ...]]]]:
-    ordered = sorted(described, key=lambda item: (-_dtypes.layout_rank(item[1]), item[0]))
     groups: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
     filled = 0
-    for item in ordered:
-        nbytes = int(np.prod(item[2], dtype=np.int64)) * (_dtypes.KNOWN_NAMES[item[1]].bits // 8)
+    for item in _dtypes.in_file_order(described):
+        nbytes = _dtypes.tensor_nbytes(item[1], item[2])
         if groups[-1] and filled + nbytes > limit:
             groups.append([])
             filled = 0
@@ -392,20 +369,12 @@ def _write_file_together(
     if failed:
         raise RuntimeError(f"process(es) {failed} could not write their part of {str(destination)!r}; not published")
 
-    # Process 0 publishes; every process returns once it did, or raises.
-    publish_error: BaseException | None = None
-    try:
-        stack.close()
-    except Exception as error:
-        publish_error = error
-    if _failed_processes(publish_error is None):
-        if publish_error is not None:
-            raise publish_error
-        raise RuntimeError(f"process 0 could not publish {str(destination)!r}")
+    # Process 0 publishes (only its stack holds the file); every process returns once it did, or raises.
+    _as_leader(stack.close, f"process 0 could not publish {str(destination)!r}")
 
 
-def _as_leader(action: Any, what: str) -> None:
-    """Runs ``action`` in process 0 only, and has every process return or raise together."""
+def _as_leader(action: Callable[[], object], failure: str) -> None:
+    """Runs ``action`` in process 0 only, and has every process return or raise (RuntimeError(failure)) together."""
     import jax
 
     if jax.process_count() == 1:
@@ -420,12 +389,7 @@ def _as_leader(action: Any, what: str) -> None:
     if _failed_processes(error is None):
         if error is not None:
             raise error
-        raise RuntimeError(f"process 0 could not write {what!r}")
-
-
-def _write_bytes(path: pathlib.Path, content: bytes, *, overwrite: bool) -> None:
-    with write_file_atomically(path, overwrite=overwrite) as handle:
-        handle.write(content)
+        raise RuntimeError(failure)
 
 
 def _write_header(path: pathlib.Path, header: bytes, size: int) -> None:
@@ -461,14 +425,9 @@ def _write_owned_shards(
                 if _dtypes.is_big_endian_in_memory(data.dtype):
                     data = data.byteswap().view(data.dtype.newbyteorder())
                 flat = data.reshape(-1).view(np.uint8).data
-                size = runs.run_nbytes
-                for position, offset in enumerate(runs.offsets.tolist()):
-                    # A long run is written in pieces, so that progress moves within it.
-                    for piece in range(0, size, _WRITE_CHUNK_BYTES):
-                        length = min(_WRITE_CHUNK_BYTES, size - piece)
-                        low = position * size + piece
-                        _write_at(descriptor, flat[low : low + length], payload_start + start + offset + piece)
-                        reporter.advance(length)
+                for low, offset, length in runs.pieces(_WRITE_CHUNK_BYTES):
+                    _write_at(descriptor, flat[low : low + length], payload_start + start + offset)
+                    reporter.advance(length)
                 del data, flat
         if flush:
             # On a network file system, another process's flush need not cover these writes.
