@@ -26,6 +26,7 @@ import numpy as np
 
 from tinax._core import validation
 from tinax._weights import _dtypes
+from tinax._weights._compat02 import malformed_safetensors
 from tinax._weights._dtypes import SafetensorsDtype
 
 __all__ = [
@@ -39,7 +40,6 @@ __all__ = [
     "distinct_keys",
     "encode_header",
     "forget_validated_headers",
-    "malformed",
     "metadata_nbytes",
     "numpy_shape_problem",
     "read_exactly",
@@ -260,17 +260,6 @@ def distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def malformed(message: str) -> ValueError:
-    """Returns the error for a malformed safetensors file, with ``message``.
-
-    It is a ValueError and also the upstream ``safetensors.SafetensorError``,
-    imported only now so that importing tinax.weights never imports it.
-    """
-    from tinax._weights._malformed import MalformedSafetensorsError
-
-    return MalformedSafetensorsError(message)
-
-
 def _refuse_constant(constant: str) -> NoReturn:
     raise ValueError(f"{constant} is not valid JSON")
 
@@ -331,7 +320,7 @@ def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metada
     """
 
     def fail(problem: str) -> NoReturn:
-        raise malformed(f"{source} is not a valid safetensors file: {problem}")
+        raise malformed_safetensors(f"{source} is not a valid safetensors file: {problem}")
 
     header_bytes = _read_header_bytes(handle, file_size, fail)
     payload_start = LENGTH_FIELD_BYTES + len(header_bytes)

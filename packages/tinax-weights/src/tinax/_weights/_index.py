@@ -20,6 +20,7 @@ import pathlib
 import re
 from collections.abc import Mapping
 
+from tinax._weights._compat02 import MissingFilePathError
 from tinax._weights._header import (
     MAX_HEADER_BYTES,
     RepeatedKeyError,
@@ -28,7 +29,7 @@ from tinax._weights._header import (
     read_exactly,
     read_header,
 )
-from tinax._weights._paths import MissingFilePathError, open_file_to_read, unreachable_path_error
+from tinax._weights._paths import open_file_to_read, unreachable_path_error
 
 __all__ = [
     "INDEX_SUFFIX",

@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from tinax._core._command._report import InspectOptions, Report
+from tinax._weights._compat02 import MissingFilePathError
 from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_header
 from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
-from tinax._weights._paths import MissingFilePathError, open_file_to_read
+from tinax._weights._paths import open_file_to_read
 
 __all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 

@@ -42,16 +42,12 @@ import numpy as np
 
 from tinax._core import dtypes, validation
 from tinax._core.logs import Operation, get_logger
+from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError, malformed_msgpack, trailing_msgpack_data
 from tinax._weights._header import numpy_shape_problem
-from tinax._weights._paths import (
-    MissingFilePathError,
-    open_file_to_read,
-    require_destination_path,
-    write_file_atomically,
-)
+from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
-__all__ = ["CHUNKED_ARRAY_MARKER", "IntegerRangeError", "load_msgpack", "read_state_tree", "save_msgpack"]
+__all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
 
 _NDARRAY_EXTENSION = 1
 _COMPLEX_EXTENSION = 2
@@ -82,14 +78,6 @@ _LEAF_EXPECTATION = (
     "or a bool, int, float, complex, str, bytes or None"
 )
 _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex or ml_dtypes dtype"
-
-
-class IntegerRangeError(ValueError, OverflowError):
-    """An int leaf outside the range that msgpack stores.
-
-    It is an OverflowError too: msgpack raised that for such a leaf in
-    tinax 0.2.
-    """
 
 
 # Writing
@@ -579,8 +567,6 @@ def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[A
         strict_map_key=True,
         ext_hook=_decode_extension,
     )
-    from tinax._weights import _msgpack_errors
-
     try:
         tree = unpacker.unpack()
         consumed = unpacker.tell()
@@ -588,9 +574,9 @@ def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[A
         raise ValueError(f"{str(source)!r} ends in the middle of a value; it is truncated") from error
     except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as error:
         message = f"{str(source)!r} is not a well-formed msgpack state dict: {_cause(error)}"
-        raise _msgpack_errors.malformed(message, error) from error
+        raise malformed_msgpack(message, error) from error
     if consumed != size:
-        raise _msgpack_errors.TrailingDataError(
+        raise trailing_msgpack_data(
             f"{str(source)!r} has {size - consumed} bytes after its msgpack value; it is not a single state dict"
         )
     if not isinstance(tree, dict):

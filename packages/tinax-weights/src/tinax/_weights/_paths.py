@@ -2,17 +2,12 @@
 
 tinax 0.2 refused a symbolic link as a save destination with a ValueError,
 and reported a directory given as a file path with the operating system's
-error. These checks keep those types, and the folder errors are ValueErrors
-too, since a folder where a file is needed is a bad value.
-
-A path that cannot lead to any file (one that runs through a regular file, a
-loop of symbolic links, a name longer than the file system allows) is
-reported as :class:`UnreachablePathError`, a FileNotFoundError, which is
-what tinax 0.2 raised for the first two when loading msgpack files, and a
-ValueError, never as the operating system's bare OSError. One that runs
-through a regular file is :class:`NotADirectoryPathError`, which is also
-the NotADirectoryError that tinax 0.2's saves raised when the destination's
-folder was a file.
+error. These checks keep those types (declared in :mod:`._compat02`), and
+the folder errors are ValueErrors too, since a folder where a file is needed
+is a bad value. A path that cannot lead to any file (one that runs through a
+regular file, a loop of symbolic links, a name longer than the file system
+allows) is reported as an ``UnreachablePathError``, never as the operating
+system's bare OSError.
 """
 
 from __future__ import annotations
@@ -28,12 +23,14 @@ from typing import BinaryIO
 
 from tinax._core import validation
 from tinax._core.files import atomic_path, atomic_write, exists_error, open_regular_file
+from tinax._weights._compat02 import (
+    DirectoryPathError,
+    MissingFilePathError,
+    NotADirectoryPathError,
+    UnreachablePathError,
+)
 
 __all__ = [
-    "DirectoryPathError",
-    "MissingFilePathError",
-    "NotADirectoryPathError",
-    "UnreachablePathError",
     "open_file_to_read",
     "path_to_write_atomically",
     "require_destination_path",
@@ -48,32 +45,6 @@ _UNREACHABLE = {
     errno.ELOOP: "it runs into a loop of symbolic links (or through too many of them)",
     errno.ENAMETOOLONG: "it, or a name in it, is longer than the file system allows",
 }
-
-
-class DirectoryPathError(IsADirectoryError, ValueError):
-    """A directory was given where a file path is needed."""
-
-
-class MissingFilePathError(FileNotFoundError, ValueError):
-    """A directory was given where an existing file is needed, reported as no such file."""
-
-
-class UnreachablePathError(FileNotFoundError, ValueError):
-    """A path that cannot lead to a file, whatever exists on disk.
-
-    Its ``errno`` is the operating system's: ENOTDIR (a component is a
-    regular file, then the error is a :class:`NotADirectoryPathError`), ELOOP
-    (a symbolic-link loop) or ENAMETOOLONG.
-    """
-
-
-class NotADirectoryPathError(UnreachablePathError, NotADirectoryError):
-    """A path that runs through a regular file (or another non-directory) where a folder is needed.
-
-    It is a FileNotFoundError and a ValueError, as every path that cannot
-    lead to a file, and also a NotADirectoryError, which tinax 0.2 raised
-    when a save's folder was a file.
-    """
 
 
 def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> UnreachablePathError | None:

@@ -5,7 +5,7 @@ header is validated in full before any payload byte is read, only the
 selected tensors' bytes are read, every dtype (float8 included) loads as its
 exact NumPy or ml_dtypes type, strided arrays are stored correctly, and files
 are written atomically. The upstream package is imported only to raise its
-``SafetensorError`` (see :mod:`tinax._weights._malformed`).
+``SafetensorError`` (see :mod:`tinax._weights._compat02`).
 
 The writer is ours too: upstream's ``serialize_file`` matches its speed and
 memory (``hatch run bench:weights --cases write``), but it orders
@@ -28,6 +28,7 @@ from tinax._core import validation
 from tinax._core.host import require_host_array
 from tinax._core.logs import Operation, get_logger
 from tinax._weights import _dtypes
+from tinax._weights._compat02 import malformed_safetensors
 from tinax._weights._header import (
     LENGTH_FIELD_BYTES,
     MAX_HEADER_BYTES,
@@ -35,7 +36,6 @@ from tinax._weights._header import (
     SafetensorsInfo,
     TensorInfo,
     encode_header,
-    malformed,
     metadata_nbytes,
     read_exactly,
     read_header,
@@ -446,7 +446,7 @@ def read_payload(handle: io.FileIO, destination: memoryview, offset: int, *, nam
     expected = destination.nbytes
     received = read_exactly(handle, destination, offset)
     if received != expected:
-        raise malformed(
+        raise malformed_safetensors(
             f"{source} is not a valid safetensors file: tensor {name!r}: the file ended after {received} of the "
             f"{expected} bytes read from offset {offset} (was it truncated while being read?)"
         )

@@ -1,16 +1,30 @@
-"""Errors for malformed msgpack files that are also msgpack's own error types.
+"""tinax 0.2's errors for malformed files that are also safetensors' and msgpack's own error types.
 
-tinax 0.2 decoded with msgpack and let its errors through, so a handler may
-catch ``msgpack.ExtraData`` or ``msgpack.FormatError``; the errors raised
-here are those types as well as ValueErrors with tinax's messages. Importing
-this module imports msgpack, so it is imported only while decoding a file.
+tinax 0.2 read safetensors files through the upstream library and decoded
+msgpack with msgpack, and let their errors through, so a handler may catch
+``safetensors.SafetensorError``, ``msgpack.ExtraData`` or
+``msgpack.FormatError``. The errors here are those types as well as
+ValueErrors with tinax's messages. Importing this module imports safetensors
+and msgpack, so :mod:`tinax._weights._compat02` imports it only when there
+is such an error to raise: ``import tinax.weights`` stays free of both.
 """
 
 from __future__ import annotations
 
 import msgpack
+from safetensors import SafetensorError
 
-__all__ = ["MalformedFormatError", "MalformedStackError", "TrailingDataError", "malformed"]
+__all__ = [
+    "MalformedFormatError",
+    "MalformedSafetensorsError",
+    "MalformedStackError",
+    "TrailingDataError",
+    "malformed_msgpack",
+]
+
+
+class MalformedSafetensorsError(ValueError, SafetensorError):
+    """A safetensors file whose header or size breaks the format."""
 
 
 class TrailingDataError(msgpack.ExtraData):  # type: ignore[misc]  # msgpack ships no type hints.
@@ -35,7 +49,7 @@ class MalformedStackError(msgpack.StackError):  # type: ignore[misc]
     """A msgpack file nested deeper than the decoder allows."""
 
 
-def malformed(message: str, cause: BaseException) -> ValueError:
+def malformed_msgpack(message: str, cause: BaseException) -> ValueError:
     """Returns the ValueError for a decoding failure, of msgpack's own type where it has one."""
     if isinstance(cause, msgpack.FormatError):
         return MalformedFormatError(message)
