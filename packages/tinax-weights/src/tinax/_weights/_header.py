@@ -535,11 +535,9 @@ def _check_tensor(
             element_count *= extent
 
     offsets = entry["data_offsets"]
-    if type(offsets) is not list or len(offsets) != 2:
+    if type(offsets) is not list or len(offsets) != 2 or any(type(item) is not int or item < 0 for item in offsets):
         fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
     start, end = offsets
-    if type(start) is not int or type(end) is not int or start < 0 or end < 0:
-        fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
     if start > end:
         fail_tensor(f"data_offsets [{start}, {end}] end before they start")
     if end > payload_size:

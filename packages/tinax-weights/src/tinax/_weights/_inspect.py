@@ -27,10 +27,11 @@ from tinax._weights._paths import open_file_to_read
 
 __all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 
-_TENSOR_COLUMNS = ("name", "dtype", "shape", "bytes")
 
-
-def _tensor_rows(tensors: dict[str, TensorInfo], options: InspectOptions, files: dict[str, str] | None) -> list[Any]:
+def _tensor_report(
+    report: Report, tensors: dict[str, TensorInfo], options: InspectOptions, files: dict[str, str] | None
+) -> Report:
+    """Adds the table of ``tensors`` (with each one's file, where given) that match ``options.names``."""
     rows = []
     for name in sorted(tensors):
         if options.names is not None and not fnmatch.fnmatchcase(name, options.names):
@@ -40,7 +41,10 @@ def _tensor_rows(tensors: dict[str, TensorInfo], options: InspectOptions, files:
         if files is not None:
             row["file"] = files[name]
         rows.append(row)
-    return rows
+    if options.names is not None:
+        report.summary["matching tensors"] = len(rows)
+    report.add_table("tensors", ("name", "dtype", "shape", "bytes", *(("file",) if files is not None else ())), rows)
+    return report
 
 
 def safetensors_report(path: pathlib.Path, options: InspectOptions) -> Report:
@@ -59,11 +63,7 @@ def safetensors_report(path: pathlib.Path, options: InspectOptions) -> Report:
     report.summary["tensors"] = len(info.tensors)
     report.summary["total tensor bytes"] = info.nbytes
     report.summary["metadata"] = dict(info.metadata)
-    rows = _tensor_rows(dict(info.tensors), options, None)
-    if options.names is not None:
-        report.summary["matching tensors"] = len(rows)
-    report.add_table("tensors", _TENSOR_COLUMNS, rows)
-    return report
+    return _tensor_report(report, dict(info.tensors), options, None)
 
 
 def safetensors_index_report(path: pathlib.Path, options: InspectOptions) -> Report:
@@ -86,11 +86,7 @@ def safetensors_index_report(path: pathlib.Path, options: InspectOptions) -> Rep
     report.summary["files"] = len(handles)
     report.summary["tensors"] = len(infos)
     report.summary["total tensor bytes"] = sum(info.nbytes for info in infos.values())
-    rows = _tensor_rows(infos, options, files)
-    if options.names is not None:
-        report.summary["matching tensors"] = len(rows)
-    report.add_table("tensors", (*_TENSOR_COLUMNS, "file"), rows)
-    return report
+    return _tensor_report(report, infos, options, files)
 
 
 def msgpack_report(path: pathlib.Path, options: InspectOptions) -> Report:

@@ -325,22 +325,18 @@ def save_safetensors(
     if not stored_metadata:
         stored_metadata = None
 
-    planned: list[tuple[str, str, np.ndarray[Any, Any]]] = []
+    planned: dict[str, tuple[np.ndarray[Any, Any], str]] = {}
     for name, value in arrays.items():
         require_tensor_name(name)
-        array, dtype_text = _require_storable_array(value, f"tensors[{name!r}]")
-        planned.append((name, dtype_text, array))
+        planned[name] = _require_storable_array(value, f"tensors[{name!r}]")
     if stored_metadata is not None:
         require_storable_metadata(stored_metadata, metadata_limit)
-    entries, header = plan_file(
-        [(name, dtype_text, array.shape) for name, dtype_text, array in planned], stored_metadata
-    )
-    by_name = {name: array for name, _, array in planned}
+    entries, header = plan_file([(name, text, array.shape) for name, (array, text) in planned.items()], stored_metadata)
     operation = Operation(_logger, "saved", f"{count_tensors(len(entries))} to", file_path)
     with write_file_atomically(file_path, overwrite=overwrite) as handle:
         handle.write(header)
         for name, *_ in entries:
-            _write_little_endian_c_order(handle, by_name[name])
+            _write_little_endian_c_order(handle, planned[name][0])
     operation.done(nbytes=len(header) + (entries[-1][4] if entries else 0))
 
 

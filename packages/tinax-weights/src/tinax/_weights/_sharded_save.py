@@ -313,14 +313,9 @@ def _write_file(
         return
 
     require_writable_destination(destination, overwrite=overwrite)
-    stack = contextlib.ExitStack()
-    try:
+    # On an error, closing the stack removes process 0's temporary file; it is empty once published.
+    with contextlib.ExitStack() as stack:
         _write_file_together(stack, destination, header, size, entries, arrays, reporter, overwrite=overwrite)
-    except BaseException as error:
-        # In process 0, this removes the temporary file; the stack is empty by
-        # now if it was published.
-        stack.__exit__(type(error), error, error.__traceback__)
-        raise
 
 
 def _write_file_together(
