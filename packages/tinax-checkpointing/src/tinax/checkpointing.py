@@ -36,9 +36,10 @@ from tinax._checkpointing._training import (
 )
 from tinax._core._command._versions import distribution_version as _distribution_version
 
-# A single-file public module (see the README's monorepo section for why) that
-# still has one public submodule, ``legacy``: its folder lives under the
-# private package, so no file of ours sits where tinax 0.2 installed one.
+# tinax 0.2's import path tinax.checkpointing.legacy.v0 (see _compat02): a
+# single-file module cannot have submodules of its own, and the paths 0.2
+# installed for them are deleted by pip after an upgrade, so they live under
+# the private package; the stubs in tinax/checkpointing/ state them for type checkers.
 __path__ = [str(_pathlib.Path(__file__).with_name("_checkpointing") / "_public")]
 
 __all__ = [

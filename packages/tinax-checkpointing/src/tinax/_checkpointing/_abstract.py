@@ -215,15 +215,12 @@ def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
       ValueError: If the metadata of an array cannot be read (also a
         ``KeyError``).
     """
-    folder = source / name
     metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA))
     tree = metadata.get("tree_metadata")
     entries = tree.values() if isinstance(tree, dict) else ()
     shardings = _stored_shardings(source, name)
     key_impls = _key_impls(source, name)
-    layout = _Layout(
-        folder, use_ocdbt=metadata.get("use_ocdbt", True) is not False, use_zarr3=bool(metadata.get("use_zarr3"))
-    )
+    layout = _Layout(source / name, metadata)
     leaves = []
     for entry in entries:
         key_levels = entry["key_metadata"]
@@ -246,13 +243,9 @@ def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
 
 def read_scalar(source: pathlib.Path, name: str, keys: tuple[str, ...]) -> Any:
     """Reads one saved scalar's value through TensorStore, with no JAX backend; None where it cannot be read."""
-    folder = source / name
     try:
         metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA))
-        layout = _Layout(
-            folder, use_ocdbt=metadata.get("use_ocdbt", True) is not False, use_zarr3=bool(metadata.get("use_zarr3"))
-        )
-        store = layout.open(".".join(keys)).result()
+        store = _Layout(source / name, metadata).open(".".join(keys)).result()
         return np.asarray(store.read().result())[()]
     except Exception:  # a missing or damaged value: the caller reports it as unknown
         return None
@@ -261,12 +254,13 @@ def read_scalar(source: pathlib.Path, name: str, keys: tuple[str, ...]) -> Any:
 class _Layout:
     """Where Orbax put a pytree's arrays: one OCDBT store or a folder per array, Zarr 3 or 2."""
 
-    def __init__(self, folder: pathlib.Path, *, use_ocdbt: bool, use_zarr3: bool) -> None:
+    def __init__(self, folder: pathlib.Path, metadata: dict[str, Any]) -> None:
+        """Reads the layout from the pytree's ``_METADATA`` (``use_ocdbt``, ``use_zarr3``)."""
         import tensorstore
 
         self._folder = folder
-        self._use_ocdbt = use_ocdbt
-        self._driver = "zarr3" if use_zarr3 else "zarr"
+        self._use_ocdbt = metadata.get("use_ocdbt", True) is not False
+        self._driver = "zarr3" if metadata.get("use_zarr3") else "zarr"
         self._context = tensorstore.Context()
 
     def open(self, param: str) -> Any:

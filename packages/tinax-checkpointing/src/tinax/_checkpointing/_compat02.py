@@ -15,6 +15,15 @@ documents. Each class and builder says which 0.2 behaviour it keeps:
   (:func:`upstream_failure`);
 - the background error itself from ``result()`` (:func:`background_failure`);
 - JAX's ``AttributeError`` for a traced value (:class:`TracedValueError`).
+
+One accommodation cannot live here, because the runtime needs it in the
+public module itself: 0.2's import path ``tinax.checkpointing.legacy.v0``.
+``tinax/checkpointing.py`` sets its ``__path__`` to ``_public/`` of the
+private package, and the ``.pyi`` stubs under ``tinax/checkpointing/`` state
+the same names for type checkers (neither the module nor its submodules can
+sit where 0.2 installed ``tinax/checkpointing/__init__.py``,
+``legacy/__init__.py`` and ``legacy/v0.py``: pip deletes 0.2's recorded paths
+after installing 0.3).
 """
 
 from __future__ import annotations

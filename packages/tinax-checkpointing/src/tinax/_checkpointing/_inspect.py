@@ -30,7 +30,7 @@ from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leave
 from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
-from tinax._checkpointing._training import SEPARATE_STEP_CHECKPOINTABLE, STEP_KEY, TrainingCheckpointNames
+from tinax._checkpointing._training import STEP_KEY, TrainingCheckpointNames
 from tinax._core._command._report import InspectOptions, Report
 
 __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
@@ -61,7 +61,7 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     training = all(part in names for part in _PARTS)
     report.summary["training checkpoint"] = training
     if training:
-        report.summary["step"] = _step(path, names)
+        report.summary["step"] = _step(path)
     part_rows = []
     array_rows: list[dict[str, Any]] = []
     for name in names:
@@ -87,14 +87,9 @@ def _handlers(path: pathlib.Path) -> dict[str, str]:
     return {name: str(handler).rsplit(".", 1)[-1] for name, handler in handlers.items()}
 
 
-def _step(path: pathlib.Path, names: list[str]) -> int | None:
-    """Reads only the step scalar, from its own part (an early 0.3 layout) or from the auxiliary part."""
-    if SEPARATE_STEP_CHECKPOINTABLE in names and SEPARATE_STEP_CHECKPOINTABLE not in _PARTS:
-        part = SEPARATE_STEP_CHECKPOINTABLE
-    else:
-        # tinax 0.2's layout: the auxiliary part is {"state": auxiliary, "step": step}.
-        part = TrainingCheckpointNames().auxiliary
-    value = read_scalar(path, part, (STEP_KEY,))
+def _step(path: pathlib.Path) -> int | None:
+    """Reads only the step scalar, from the auxiliary part ``{"state": auxiliary, "step": step}``."""
+    value = read_scalar(path, TrainingCheckpointNames().auxiliary, (STEP_KEY,))
     try:
         step = int(value)
     except (TypeError, ValueError, OverflowError):

@@ -55,9 +55,11 @@ from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotF
 from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (
+    MAX_STEP,
     TrainingCheckpoint,
     TrainingCheckpointNames,
     load_training_checkpoint,
+    require_step,
     save_training_checkpoint,
 )
 from tinax._core import validation
@@ -73,8 +75,6 @@ if sys.platform != "win32":
 
 __all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager", "scan_root"]
 
-# The largest step a training checkpoint stores.
-_MAX_STEP = 2**64 - 1
 # The caller-supplied metric of each step, kept next to the step folders (never
 # inside a checkpoint, whose format stays save_training_checkpoint's).
 METRICS_FILE = "tinax-step-metrics.json"
@@ -365,8 +365,8 @@ class TrainingCheckpointManager:
           TypeError: If ``step`` is not an int (bools are refused).
           ValueError: If ``step`` is negative or above 2**64 - 1.
         """
-        if type(step) is not int or not 0 <= step <= _MAX_STEP:
-            step = _require_step(step)
+        if type(step) is not int or not 0 <= step <= MAX_STEP:
+            step = require_step(step)
         if self._exchange_preemption:
             self._exchange_preemption_flag()
         elif self._signal_received:
@@ -433,7 +433,7 @@ class TrainingCheckpointManager:
           StepDisagreementError: In a multi-process run, if the processes see
             different committed steps.
         """
-        checked = _require_step(step)
+        checked = require_step(step)
         value = self._require_metric(metric)
         # A preempted job must get its last save in, so it waits whatever the policy says.
         if self.save_in_flight and not self._wait_for_previous_save and not self._preemption_requested:
@@ -519,7 +519,7 @@ class TrainingCheckpointManager:
           StepDisagreementError: In a multi-process run, if the processes see
             different committed steps.
         """
-        checked = _require_step(step)
+        checked = require_step(step)
         committed = self.committed_steps()
         if checked not in committed:
             raise CheckpointNotFoundError(
@@ -731,16 +731,8 @@ class TrainingCheckpointManager:
         return local
 
     def _exchange_preemption_flag(self) -> None:
-        import numpy as np
-        from jax.experimental import multihost_utils
-
-        flags = multihost_utils.process_allgather(np.array([self._signal_received], dtype=np.uint8))
-        if bool(np.asarray(flags).any()):
+        if _any_process(self._signal_received):
             self._preemption_requested = True
-
-
-def _require_step(step: object) -> int:
-    return validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
 
 
 def _step_of(name: str) -> int | None:
@@ -748,7 +740,7 @@ def _step_of(name: str) -> int | None:
     if not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
         return None
     step = int(name)
-    return step if step <= _MAX_STEP else None
+    return step if step <= MAX_STEP else None
 
 
 def _finished(response: Any) -> bool:

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
     from grain import DatasetIterator
 
 __all__ = [
+    "MAX_STEP",
     "STEP_KEY",
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
     "load_training_checkpoint",
+    "require_step",
     "save_training_checkpoint",
 ]
 
@@ -49,9 +51,7 @@ __all__ = [
 # unsigned 64-bit value.
 _AUXILIARY_STATE_KEY = "state"
 STEP_KEY = "step"
-_MAX_STEP = 2**64 - 1
-# Still imported by _inspect.py (another change removes its use); nothing here reads that layout any more.
-SEPARATE_STEP_CHECKPOINTABLE = "step"
+MAX_STEP = 2**64 - 1
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 _logger = get_logger("checkpointing")
 # Grain's checkpoint handler writes one iterator state per process under this name.
@@ -208,7 +208,7 @@ def save_training_checkpoint(
       >>> response.result()
     """
     validation.require_path(path, "path")
-    checked_step = validation.require_int(step, "step", minimum=0, maximum=_MAX_STEP, bounds_text="in [0, 2**64 - 1]")
+    checked_step = require_step(step)
     parts = {"model": model, "optimizer": optimizer, "rng": rng}
     for argument, value in parts.items():
         if not jax.tree_util.tree_leaves(value) and is_empty_container(value):
@@ -364,6 +364,11 @@ def load_training_checkpoint(
     )
 
 
+def require_step(step: object) -> int:
+    """Checks a training step: an int in [0, 2**64 - 1] (NumPy integers accepted, bools refused)."""
+    return validation.require_int(step, "step", minimum=0, maximum=MAX_STEP, bounds_text="in [0, 2**64 - 1]")
+
+
 def _require_iterator(iterator: object) -> None:
     # grain imports orbax and array_record, so it is imported only here.
     import grain
@@ -492,7 +497,7 @@ def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[st
 def _stored_step(stored: Any, source: pathlib.Path) -> int:
     """Reads the step out of the loaded auxiliary part, refusing anything but an int in [0, 2**64 - 1]."""
     value: Any = stored.get(STEP_KEY) if isinstance(stored, dict) else None
-    if not (type(value) is int and 0 <= value <= _MAX_STEP):
+    if not (type(value) is int and 0 <= value <= MAX_STEP):
         raise ValueError(
             f"the training checkpoint at {str(source)!r} holds a damaged step: expected a non-negative "
             f"int, got {validation.describe(value)}"
