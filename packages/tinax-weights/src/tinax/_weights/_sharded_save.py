@@ -168,32 +168,29 @@ def save_sharded_safetensors(
         require_storable_metadata(stored_metadata, metadata_limit)
 
     operation = Operation(_logger, "exported", f"{count_tensors(len(described))} to", file_path)
-    if file_limit is None:
-        entries, header = plan_file(described, stored_metadata)
-        total = _owned_nbytes(entries, given)
-        with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
-            _write_file(file_path, header, entries, given, reporter, overwrite=overwrite)
-        operation.done(nbytes=total, detail=whose_shards())
-        return
-
-    groups = _split(described, file_limit)
-    require_writable_destination(file_path, overwrite=overwrite)
     replaced = None  # The bytes of the index this export replaces.
-    if overwrite:
-        with contextlib.suppress(FileNotFoundError):
-            replaced = file_path.read_bytes()
-    plans = [plan_file(group, stored_metadata) for group in groups]
-    tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
-    part_names = part_file_names(file_path, len(groups), tag=tag)
-    files = [(file_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
-    for destination, _, _ in files:
-        require_writable_destination(destination, overwrite=overwrite)
-    weight_map: dict[str, str] = {}
+    if file_limit is None:
+        files = [(file_path, *plan_file(described, stored_metadata))]
+    else:
+        require_writable_destination(file_path, overwrite=overwrite)
+        if overwrite:
+            with contextlib.suppress(FileNotFoundError):
+                replaced = file_path.read_bytes()
+        plans = [plan_file(group, stored_metadata) for group in _split(described, file_limit)]
+        tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
+        part_names = part_file_names(file_path, len(plans), tag=tag)
+        files = [(file_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
+        for destination, _, _ in files:
+            require_writable_destination(destination, overwrite=overwrite)
     total = sum(_owned_nbytes(entries, given) for _, entries, _ in files)
     with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
         for destination, entries, header in files:
             _write_file(destination, header, entries, given, reporter, overwrite=overwrite)
-            weight_map.update((name, destination.name) for name, *_ in entries)
+    if file_limit is None:
+        operation.done(nbytes=total, detail=whose_shards())
+        return
+
+    weight_map = {name: destination.name for destination, entries, _ in files for name, *_ in entries}
     total_size = sum(end - start for _, entries, _ in files for *_, start, end in entries)
     index = encode_index(weight_map, total_size)
 
