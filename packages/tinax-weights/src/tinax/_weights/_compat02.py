@@ -3,27 +3,11 @@
 tinax 0.2 let the operating system's, safetensors' and msgpack's own errors
 reach the caller. Code written against 0.2 catches those types, so each
 error here is also of the type 0.2 raised, next to the ValueError that 0.3
-raises for every bad value. Each class and builder says which 0.2 behaviour
-it keeps:
-
-- a directory given as a file path: the operating system's
-  IsADirectoryError on a save (:class:`DirectoryPathError`), and the
-  FileNotFoundError of a msgpack load (:class:`MissingFilePathError`);
-- a path that cannot lead to a file: FileNotFoundError
-  (:class:`UnreachablePathError`), and NotADirectoryError where a save's
-  folder is a file (:class:`NotADirectoryPathError`);
-- an int leaf beyond msgpack's range: msgpack's OverflowError
-  (:class:`IntegerRangeError`);
-- a malformed safetensors file: ``safetensors.SafetensorError``
-  (:func:`malformed_safetensors`);
-- a malformed msgpack file: ``msgpack.ExtraData``, ``msgpack.FormatError``
-  and ``msgpack.StackError`` (:func:`malformed_msgpack`,
-  :func:`trailing_msgpack_data`).
-
-The last two kinds subclass upstream classes, and importing safetensors or
-msgpack is what ``import tinax.weights`` must not do, so they are declared
-in :mod:`tinax._weights._compat02_upstream`, which the builders import only
-when there is such an error to raise.
+raises for every bad value; each class and builder says which 0.2
+behaviour it keeps. The errors that subclass safetensors' or msgpack's own
+classes are declared in :mod:`tinax._weights._compat02_upstream`, which the
+builders import only when there is such an error to raise: importing
+either library is what ``import tinax.weights`` must not do.
 """
 
 from __future__ import annotations
