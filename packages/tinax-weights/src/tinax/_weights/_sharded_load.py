@@ -307,10 +307,7 @@ def _staged_together(plan: _Plan) -> bool:
     """
     if plan.nbytes > STAGING_BATCH_BYTES:
         return False
-    if plan.device_nbytes <= BATCHED_PLACEMENT_BYTES:
-        return True
-    boxes = list(plan.shards)
-    return _union_box(boxes) is not None and len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) > 1
+    return plan.device_nbytes <= BATCHED_PLACEMENT_BYTES or _whole_box(plan) is not None
 
 
 def _staging_nbytes(plan: _Plan) -> int:
@@ -373,8 +370,8 @@ def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.
     each shard is a view of it; each byte is still read once.
     """
     boxes = list(plan.shards)
-    union = _union_box(boxes)
-    if union is None or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
+    union = _whole_box(plan)
+    if union is None:
         buffers = {box: arena.take(box_shape(box), plan.dtype) for box in boxes}
         for box, buffer in buffers.items():
             _read_into(plan, box, buffer, reporter)
@@ -388,9 +385,10 @@ def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.
     }
 
 
-def _union_box(boxes: list[Box]) -> Box | None:
-    """Returns the box that ``boxes`` (the tiles of one sharding) exactly fill, or None if they fill none."""
-    if len(boxes) < 2:
+def _whole_box(plan: _Plan) -> Box | None:
+    """Returns the box that a tensor's local shards exactly fill where each would take several reads, else None."""
+    boxes = list(plan.shards)
+    if len(boxes) < 2 or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
         return None
     bounds = tuple(
         (min(box[axis][0] for box in boxes), max(box[axis][1] for box in boxes)) for axis in range(len(boxes[0]))
