@@ -69,7 +69,7 @@ def _rich_records() -> list[dict[str, Any]]:
                 "nothing": None,
                 # Extents vary from record to record; dtype and ndim do not.
                 "tokens": np.arange(index, dtype=np.int32),
-                "image": np.full((2, index, 3), index, dtype=np.uint8),
+                "image": np.full((2, 3, index), index, dtype=np.uint8),
                 "scalar": np.asarray(index * 1.25, dtype=np.float64),
                 "swapped": (np.arange(3) + index).astype(">f4"),
                 "halves": np.linspace(0, 1, 4, dtype=np.float16),
@@ -454,6 +454,19 @@ def test_parquet_records_neither_pyarrow_nor_the_format_take_give_pyarrows_error
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("shapes", [[(0, 3)], [(2, 3), (0, 3)], [(1, 0, 2), (1, 1, 2)]], ids=str)
+def test_parquet_arrays_with_a_zero_extent_before_a_non_zero_one_give_pyarrows_error_as_in_02(tmp_path, shapes):
+    # Nested lists would lose the extents after the zero one: 0.2's ArrowInvalid, with a note saying why the
+    # format refused too. ArrayRecord files keep every extent.
+    records = [{"x": np.zeros(shape, np.float32)} for shape in shapes]
+    with pytest.raises(pa.ArrowInvalid) as caught:
+        write_parquet_record(tmp_path / "d.parquet", records)
+    (note,) = caught.value.__notes__
+    assert "field 'x' holds an array of shape (" in note
+    assert "no Parquet column of the format keeps" in note
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_parquet_field_that_records_0_lacks_is_refused_instead_of_dropped(tmp_path):
     # tinax 0.2 kept only records[0]'s fields and lost this one without a word.
     with pytest.raises(ValueError, match=r"records\[1\] must have only fields that records\[0\] has.*'b'"):
@@ -772,14 +785,15 @@ def _raw_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
     pq.write_table(table.replace_schema_metadata({"tinax.records": json.dumps(header)}), path)
 
 
-def _sealed_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
+def _sealed_parquet(path, table: pa.Table, header: dict[str, Any], row_group_size: int | None = None) -> None:
     # A crafted file with valid checksums, as write_parquet_record seals its files.
     from tinax._data import _parquet
 
-    groups = 1
+    row_group_size = row_group_size or len(table)
+    groups = -(-len(table) // row_group_size)
     placeholder = _parquet._checksum_value("0" * 64, ["0" * 64] * groups)
     metadata = {"tinax.records": json.dumps(header), "tinax.records.checksums": placeholder}
-    pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=len(table))
+    pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=row_group_size)
     _parquet.seal_checksums(path)
 
 
@@ -838,46 +852,42 @@ def test_a_corrupt_array_record_record_fails_at_its_index(tmp_path):
         dataset[1]
 
 
-def _legacy_array_column(arrays: list[np.ndarray], shapes: list[list[int]]) -> pa.Array:
-    # Early tinax 0.3 development files stored arrays as their extents and raw bytes.
-    shape_type = pa.list_(pa.field("element", pa.int64(), nullable=False))
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([array.nbytes for array in arrays], out=offsets[1:])
-    data = pa.py_buffer(b"".join(array.tobytes() for array in arrays))
-    payloads = pa.Array.from_buffers(pa.large_binary(), len(arrays), [None, pa.py_buffer(offsets), data])
-    fields = [pa.field("shape", shape_type, nullable=False), pa.field("data", pa.large_binary(), nullable=False)]
-    return pa.StructArray.from_arrays([pa.array(shapes, shape_type), payloads], fields=fields)
-
-
-def test_files_in_the_early_03_array_layout_still_read_exactly(tmp_path):
-    arrays = [np.arange(index * 2, dtype="<f4").reshape(index, 2) for index in range(5)]
-    column = _legacy_array_column(arrays, [[index, 2] for index in range(5)])
-    table = pa.table({"id": pa.array(range(5), pa.int64()), "x": column})
-    fields = [{"kind": "int", "name": "id"}, {"dtype": "<f4", "kind": "array", "name": "x", "ndim": 2}]
-    header = _header(fields=fields, count=5)
+@pytest.mark.parametrize("shape", [[1, 2], [0, 2], [-1, 0]])
+def test_files_in_the_struct_array_layout_of_03_development_builds_are_refused(tmp_path, shape):
+    # No release wrote arrays as struct<shape, data> (extents and raw bytes); such a file names the column
+    # and the layouts that are read when it is opened.
+    extents = pa.list_(pa.field("element", pa.int64(), nullable=False))
+    column_type = pa.struct(
+        [pa.field("shape", extents, nullable=False), pa.field("data", pa.large_binary(), nullable=False)]
+    )
+    column = pa.array([{"shape": shape, "data": b"\x00" * 8}], column_type)
+    header = _header(count=1, fields=[{"dtype": "<f4", "kind": "array", "name": "x", "ndim": 2}])
     path = tmp_path / "early.parquet"
-    _sealed_parquet(path, table, header)
-    for index, record in enumerate(read_parquet_record(path)):
-        assert record["id"] == index
-        assert record["x"].dtype == np.float32
-        assert record["x"].shape == (index, 2)
-        np.testing.assert_array_equal(record["x"], arrays[index])
+    _sealed_parquet(
+        path, pa.table({"x": column}, schema=pa.schema([pa.field("x", column_type, nullable=False)])), header
+    )
+    expected = (
+        rf"'{path}' is not a readable tinax Parquet record file: its columns .* do not match the header's fields .*"
+        r"column 'x' is struct<shape: .*data: large_binary.*>, and an array field is read only from a "
+        r"fixed_shape_tensor column, nested large_list columns or, for 0-d arrays, a column of its values"
+    )
+    with pytest.raises(ValueError, match=expected):
+        read_parquet_record(path)
 
 
 def test_a_corrupt_parquet_record_fails_at_its_index(tmp_path):
-    valid = _valid_file(tmp_path, _parquet_container())
-    table = pq.read_table(valid)
-    header = json.loads(pq.ParquetFile(valid).metadata.metadata[b"tinax.records"])
-    arrays = [np.arange(index, dtype=np.float32) for index in range(len(table))]
-    shapes = [[len(array)] for array in arrays]
-    # Record 5 claims 6 elements but keeps the 5 * 4 bytes it has.
-    shapes[5] = [6]
-    broken = _legacy_array_column(arrays, shapes)
+    arrays = [[[float(index)] * 2] * index for index in range(10)]
+    # Record 5's nested lists are not rectangular, so they hold no array of the header's 2 dimensions.
+    arrays[5] = [[1.0, 2.0], [3.0]]
+    column_type = pa.large_list(pa.large_list(pa.float32()))
+    table = pa.table({"id": pa.array(range(10), pa.int64()), "x": pa.array(arrays, column_type)})
+    fields = [{"kind": "int", "name": "id"}, {"dtype": "<f4", "kind": "array", "name": "x", "ndim": 2}]
     path = tmp_path / "corrupt.parquet"
-    _sealed_parquet(path, table.set_column(1, pa.field("x", broken.type, nullable=False), broken), header)
+    _sealed_parquet(path, table, _header(fields=fields, count=10), row_group_size=1)
     dataset = read_parquet_record(path)
     assert dataset[4]["id"] == 4
-    expected = rf"'{path}': record 5 is malformed \(column 'x': an array of shape \(6,\) .* got 20\)"
+    assert dataset[6]["x"].shape == (6, 2)
+    expected = rf"'{path}': record 5 cannot be read \(row group 5: field 'x' has nested lists that are not rectangular"
     with pytest.raises(ValueError, match=expected):
         dataset[5]
 
@@ -1243,25 +1253,6 @@ def test_array_record_extents_beyond_int64_give_value_error_naming_file_and_fiel
         dataset[0]
 
 
-@pytest.mark.parametrize("shape", [[-1], [-1, 0], [0, -5], [-2, -2]])
-def test_parquet_negative_extents_give_value_error_naming_file_and_field(tmp_path, shape):
-    path = tmp_path / "negative.parquet"
-    header = _header(count=1, fields=[{"name": "x", "kind": "array", "dtype": "|u1", "ndim": len(shape)}])
-    column_type = pa.struct(
-        [
-            pa.field("shape", pa.list_(pa.field("element", pa.int64(), nullable=False)), nullable=False),
-            pa.field("data", pa.large_binary(), nullable=False),
-        ]
-    )
-    column = pa.array([{"shape": shape, "data": b"\x00" * 4}], column_type)
-    _sealed_parquet(
-        path, pa.table({"x": column}, schema=pa.schema([pa.field("x", column_type, nullable=False)])), header
-    )
-    dataset = read_parquet_record(path)
-    with pytest.raises(ValueError, match=rf"'{path}': record 0 is malformed \(.*negative extents"):
-        dataset[0]
-
-
 # ---------------------------------------------------------------------------
 # Hardening: paths that cannot name a file
 
@@ -1463,8 +1454,7 @@ def _fuzz_records() -> list[dict[str, Any]]:
             "name": "é" * index,
             "blob": bytes(range(index)),
             "nothing": None,
-            # Record 0's (0, 2) keeps this field in the extents-and-bytes layout.
-            "x": np.arange(index * 2, dtype=">f4").reshape(index, 2),
+            "x": np.arange(index * 2, dtype=">f4").reshape(index, 2) if index else np.zeros((1, 2), ">f4"),
             "y": np.asarray(index, dtype=ml_dtypes.bfloat16),
             # The Arrow-native layouts: a tensor, nested lists, float pairs, raw bits.
             "t": np.full((2, 3), index, dtype=np.float32),

@@ -18,7 +18,7 @@ from tinax._data._parquet import write_parquet_record
 from tinax._data._parquet_open import read_parquet_record
 from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
 from tinax._data._redeal import redeal_state
-from tinax._data._sources import InMemorySource
+from tinax._data._source_identity import InMemorySource
 from tinax._data._splits import split_by_column, split_random
 from tinax._data._workers import open_multiprocessing_iterator
 

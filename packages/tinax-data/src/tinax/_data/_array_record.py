@@ -40,9 +40,21 @@ from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.optional import import_optional
 from tinax._core.progress import Progress, require_progress
-from tinax._data._paths import DestinationErrors, EmptyPathError, require_record_path, writable_destination
+from tinax._data._compat02 import (
+    ArrayRecordWriteError,
+    UnreadableArrayRecordError,
+    _DestinationIsFolderError,
+    _EmptyDestinationError,
+    _FolderIsFileError,
+    _FolderMissingError,
+    _IndexTypeError,
+    _NotJsonError,
+    _OutsideTheFormatError,
+    _UnwritableError,
+)
+from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
-from tinax._data._record_source import RecordFileSource
+from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 
 if TYPE_CHECKING:
@@ -65,43 +77,6 @@ _READER_OPTIONS = "readahead_buffer_size:0"
 _FILE_READER_BUFFER_SIZE = 32768
 
 
-class ArrayRecordWriteError(OSError, RuntimeError):
-    """Writing an ArrayRecord file failed.
-
-    An OSError, as tinax reports file-system failures, and a RuntimeError,
-    which is what array-record (and so tinax 0.2) raised.
-    """
-
-
-class _FolderMissingError(FileNotFoundError, ArrayRecordWriteError):
-    """The folder of the destination does not exist."""
-
-
-class _FolderIsFileError(NotADirectoryError, ArrayRecordWriteError):
-    """A part of the destination's folder is a regular file."""
-
-
-class _DestinationIsFolderError(IsADirectoryError, ArrayRecordWriteError):
-    """The destination is a folder."""
-
-
-class _UnwritableError(PermissionError, ArrayRecordWriteError):
-    """The file system does not let this process write there."""
-
-
-class _EmptyDestinationError(EmptyPathError, ArrayRecordWriteError):
-    """The destination path is empty (array-record could not open it in tinax 0.2)."""
-
-
-class _OutsideTheFormatError(validation.TypeAndValueError):
-    """A record after the first does not fit the tinax format that the first record chose.
-
-    A ValueError, as tinax reports a bad value, and a TypeError, which is what
-    tinax 0.2 raised for these records: their first record was already not
-    JSON.
-    """
-
-
 _DESTINATION_ERRORS = DestinationErrors(_FolderMissingError, _FolderIsFileError, _DestinationIsFolderError)
 _WRITE_ERRORS: tuple[tuple[type[OSError], type[ArrayRecordWriteError]], ...] = (
     (FileNotFoundError, _FolderMissingError),
@@ -109,39 +84,6 @@ _WRITE_ERRORS: tuple[tuple[type[OSError], type[ArrayRecordWriteError]], ...] = (
     (IsADirectoryError, _DestinationIsFolderError),
     (PermissionError, _UnwritableError),
 )
-
-
-class _NotJsonError(json.JSONDecodeError):
-    """A record of a file without the tinax header is not JSON: the message names the file and ``decode``."""
-
-    def __init__(self, message: str, doc: str, pos: int) -> None:
-        super().__init__(message, doc, pos)
-        # JSONDecodeError appends the line and column; the message already says what matters.
-        self.args = (message,)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.args[0], self.doc, self.pos))
-
-
-class _IndexTypeError(TypeError, AttributeError):
-    """A record index is not an int.
-
-    A TypeError, as tinax reports the wrong kind of index, and an
-    AttributeError, which is what tinax 0.2 let through from array-record
-    (it asked the index for ``__index__``).
-    """
-
-
-class UnreadableArrayRecordError(ValueError, RuntimeError):
-    """A file is not an ArrayRecord file tinax can read.
-
-    A ValueError, as tinax reports malformed files, and a RuntimeError, which
-    is what array-record (and so tinax 0.2) raised for a file that is not
-    ArrayRecord at all.
-    """
 
 
 def _array_record_module(function: str) -> Any:
@@ -467,7 +409,7 @@ def read_array_record(
     _array_record_module("read_array_record")
     require_record_file(file, "ArrayRecord")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
-    from tinax._data._datasets import source_dataset
+    from tinax._data._reader_datasets import source_dataset
 
     return source_dataset(ArrayRecordSource(file.absolute(), decode=decode))
 

@@ -19,9 +19,10 @@ as ``large_list`` nested once per dimension when extents vary. Elements
 Arrow has no type for are stored as the nearest one (raw bits for
 ``ml_dtypes`` types, float pairs for complex numbers, little-endian values
 for big-endian arrays), and each array column's field metadata names the
-exact dtype. A field whose arrays have a zero extent before a non-zero one
-keeps the layout of earlier 0.3 files, ``struct<shape: list<int64>, data:
-large_binary>``, which also still reads. The file's key-value metadata holds
+exact dtype. Arrays with a zero extent before a non-zero one (say ``(0,
+3)``) have no such column, since nested lists lose the extents after the
+zero one: such records are refused, with pyarrow's error, as tinax 0.2
+refused them. The file's key-value metadata holds
 the JSON header of ``tinax._data._record_codec`` under ``tinax.records`` and
 the checksums under ``tinax.records.checksums``. Other Parquet readers see
 numbers; tinax reads the arrays back exactly, whatever the mapping.
@@ -68,7 +69,6 @@ from tinax._data._record_codec import (
     FieldSpec,
     RecordHeader,
     RecordSchema,
-    array_bytes,
     dtype_descriptor,
 )
 
@@ -92,19 +92,6 @@ _ROW_GROUP_MAX_ROWS = 4096
 DEFAULT_CACHE_BYTES = 512 << 20
 #: Key, in the Arrow field metadata of an array column, of the field's exact dtype.
 FIELD_DTYPE_KEY = b"tinax.dtype"
-
-
-def _legacy_arrow_type(field: FieldSpec) -> pa.DataType:
-    """The column type of an early tinax 0.3 file, which stored arrays as shapes and raw bytes."""
-    import pyarrow as pa
-
-    if field.kind == KIND_ARRAY:
-        # The child field is named as Parquet names list elements, so the schema reads back unchanged.
-        shape = pa.list_(pa.field("element", pa.int64(), nullable=False))
-        return pa.struct(
-            [pa.field("shape", shape, nullable=False), pa.field("data", pa.large_binary(), nullable=False)]
-        )
-    return _plain_arrow_type(field.kind)
 
 
 def _plain_arrow_type(kind: str) -> pa.DataType:
@@ -156,18 +143,12 @@ def _to_storage(array: np.ndarray[Any, Any], storage: _Storage) -> np.ndarray[An
     return array.astype(storage.dtype, copy=False)
 
 
-_LEGACY = "legacy"
-
-
-def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | str | None) -> pa.DataType:
+def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | None) -> pa.DataType:
     """The Arrow-native column type of a field; arrays of one shape in every record are tensors."""
     import pyarrow as pa
 
     if field.kind != KIND_ARRAY:
         return _plain_arrow_type(field.kind)
-    if fixed_shape == _LEGACY:
-        return _legacy_arrow_type(field)
-    assert not isinstance(fixed_shape, str)
     assert field.dtype is not None
     assert field.ndim is not None
     storage = _storage(field.dtype)
@@ -181,7 +162,7 @@ def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | str | No
     return arrow_type
 
 
-def _native_arrow_schema(schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | str | None]) -> pa.Schema:
+def _native_arrow_schema(schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | None]) -> pa.Schema:
     import pyarrow as pa
 
     fields = []
@@ -319,14 +300,14 @@ def write_parquet_record(
         operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
         return
     try:
-        schema = _tinax_schema(records)
+        schema, fixed_shapes = _tinax_schema(records)
     except _OutsideTheFormatError as outside:
         # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
         refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
         raise refused from None
     destination = writable_destination(destination, DestinationErrors())
     with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
-        _write_tinax_records(destination, schema, records, overwrite=overwrite, reporter=reporter)
+        _write_tinax_records(destination, schema, fixed_shapes, records, overwrite=overwrite, reporter=reporter)
     operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
 
 
@@ -379,11 +360,18 @@ def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
-def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> RecordSchema:
+def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> tuple[RecordSchema, dict[str, tuple[int, ...] | None]]:
     """The schema of records in the tinax format, every record checked against it.
 
+    Returns:
+      The schema, and for every array field the shape each record's array
+      has (a tensor column), or None where shapes vary or hold no element
+      (nested lists).
+
     Raises:
-      _OutsideTheFormatError: If a record does not fit the format.
+      _OutsideTheFormatError: If a record does not fit the format, or an
+        array has a zero extent before a non-zero one: nested lists lose
+        the extents after it, and Arrow has no empty tensors.
     """
     try:
         schema = RecordSchema.from_first_record(records[0])
@@ -393,50 +381,26 @@ def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> RecordSchema:
         raise _OutsideTheFormatError from error
     if not schema.fields:
         raise _OutsideTheFormatError from ValueError("records[0] has no fields")
-    return schema
-
-
-def _fixed_shapes(
-    schema: RecordSchema, records: Sequence[Mapping[str, Any]]
-) -> dict[str, tuple[int, ...] | str | None]:
-    """The layout of every array field: the shape every record's array has, None where shapes vary.
-
-    A field with an empty array of two or more dimensions is ``_LEGACY``: stored
-    as extents and raw bytes, the one layout that keeps every extent of it.
-
-    Records that break the format are found later, when each is checked; here
-    anything without the first record's shape only makes the field vary.
-    """
-    shapes: dict[str, tuple[int, ...]] = {}
+    fixed_shapes: dict[str, tuple[int, ...] | None] = {}
     for field in schema.fields:
-        if field.kind == KIND_ARRAY:
-            shapes[field.name] = tuple(records[0][field.name].shape)
-    varying, hollow = set(), set()
-    for record in records:
-        for name, shape in shapes.items():
-            found = getattr(record.get(name), "shape", None)
-            if found != shape:
-                varying.add(name)
-            if isinstance(found, tuple) and any(
-                extent == 0 and any(found[position + 1 :]) for position, extent in enumerate(found)
-            ):
-                hollow.add(name)
-    layouts: dict[str, tuple[int, ...] | str | None] = {}
-    for name, shape in shapes.items():
-        if name not in varying and math.prod(shape) > 0:
-            layouts[name] = shape
-        elif name in hollow:
-            # Nested lists lose the extents after a zero one, and Arrow has no
-            # empty tensors: such a field keeps the extents and raw bytes.
-            layouts[name] = _LEGACY
-        else:
-            layouts[name] = None
-    return layouts
+        if field.kind != KIND_ARRAY:
+            continue
+        shapes = {tuple(record[field.name].shape) for record in records}
+        for shape in shapes:
+            if any(extent == 0 and any(shape[position + 1 :]) for position, extent in enumerate(shape)):
+                raise _OutsideTheFormatError from ValueError(
+                    f"field {field.name!r} holds an array of shape {shape}, whose extents after the zero one "
+                    "no Parquet column of the format keeps"
+                )
+        shape = next(iter(shapes))
+        fixed_shapes[field.name] = shape if len(shapes) == 1 and math.prod(shape) > 0 else None
+    return schema, fixed_shapes
 
 
 def _write_tinax_records(
     destination: pathlib.Path,
     schema: RecordSchema,
+    fixed_shapes: Mapping[str, tuple[int, ...] | None],
     records: Sequence[Mapping[str, Any]],
     *,
     overwrite: bool,
@@ -446,7 +410,7 @@ def _write_tinax_records(
     import pyarrow.parquet as pq
 
     count = len(records)
-    arrow_schema = _native_arrow_schema(schema, _fixed_shapes(schema, records))
+    arrow_schema = _native_arrow_schema(schema, fixed_shapes)
     digest = hashlib.sha256()
     with atomic_path(destination, overwrite=overwrite) as temporary:
         # Dictionary encoding only for plain values: an array column's numbers rarely repeat, and the
@@ -679,26 +643,12 @@ def _row_group_table(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[l
         elif field.kind == KIND_STR:
             # The values are already UTF-8; view them as strings without decoding.
             columns.append(pa.array(values, pa.large_binary()).view(pa.large_string()))
-        elif field.kind == KIND_ARRAY and pa.types.is_struct(arrow_type):
-            columns.append(_legacy_array_column(arrow_type, values))
         elif field.kind == KIND_ARRAY:
             assert field.dtype is not None
             columns.append(_array_column(arrow_type, _storage(field.dtype), values))
         else:
             columns.append(pa.array(values, arrow_type))
     return pa.Table.from_arrays(columns, schema=arrow_schema)
-
-
-def _legacy_array_column(arrow_type: pa.StructType, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
-    import pyarrow as pa
-
-    shape_field, data_field = arrow_type.field(0), arrow_type.field(1)
-    shapes = pa.array([list(array.shape) for array in arrays], shape_field.type)
-    offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([array.nbytes for array in arrays], out=offsets[1:])
-    data = pa.py_buffer(b"".join(array_bytes(array) for array in arrays))
-    payloads = pa.Array.from_buffers(pa.large_binary(), len(arrays), [None, pa.py_buffer(offsets), data])
-    return pa.StructArray.from_arrays([shapes, payloads], fields=[shape_field, data_field])
 
 
 def _array_column(arrow_type: pa.DataType, storage: _Storage, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:

@@ -81,7 +81,7 @@ def read_parquet_record(
     require_record_file(file, "Parquet")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1, and the
     # reader, which imports pyarrow.
-    from tinax._data._datasets import source_dataset
     from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._reader_datasets import source_dataset
 
     return source_dataset(ParquetRecordSource(file.absolute(), mapping=mapping, cache_bytes=cache_bytes))

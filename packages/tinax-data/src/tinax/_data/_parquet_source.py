@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as types
 
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable
+from tinax._data._compat02 import CorruptParquetError
 from tinax._data._parquet import (
     CHECKSUM_KEY,
     DEFAULT_CACHE_BYTES,
@@ -38,7 +39,6 @@ from tinax._data._parquet import (
     _footer_digest,
     _footer_holds_checksums,
     _is_native_array_type,
-    _legacy_arrow_type,
     _parse_checksums,
     _plain_arrow_type,
     _read_raw_footer,
@@ -51,10 +51,9 @@ from tinax._data._record_codec import (
     FieldSpec,
     RecordHeader,
     RecordSchema,
-    array_from_bytes,
     record_position,
 )
-from tinax._data._record_source import RecordFileSource
+from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 
 __all__ = ["PLANNED_ROWS_IN_CACHE", "CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
@@ -68,10 +67,6 @@ _SYSTEM_POOL = pa.system_memory_pool()
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
     """The file is not Parquet: a ValueError, and the ``pyarrow.ArrowInvalid`` tinax 0.2 let through."""
-
-
-class CorruptParquetError(OSError, ValueError):
-    """A Parquet footer pyarrow cannot decode: the OSError pyarrow raised, and a ValueError."""
 
 
 class _RowGroup:
@@ -119,8 +114,6 @@ def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Cal
             raise ValueError(f"field {field.name!r} has missing values")
         if field.kind != KIND_ARRAY:
             getters.append((field.name, column_getter(column, "python")))
-        elif column.type == _legacy_arrow_type(field):
-            getters.append((field.name, _legacy_array_getter(field, column, table.num_rows)))
         else:
             getters.append((field.name, _native_array_getter(field, column)))
     return getters
@@ -137,42 +130,20 @@ def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
     return arrays.getter()
 
 
-def _legacy_array_getter(field: FieldSpec, column: Any, rows: int) -> Callable[[int], Any]:
-    assert field.dtype is not None
-    assert field.ndim is not None
-    dtype, ndim = field.dtype, field.ndim
-    shape_lists, payloads = column.flatten()
-    if shape_lists.null_count or payloads.null_count:
-        raise ValueError(f"field {field.name!r} has missing values")
-    shape_offsets = np.asarray(shape_lists.offsets)
-    if len(shape_offsets) != rows + 1 or np.any(np.diff(shape_offsets) != ndim):
-        raise ValueError(f"field {field.name!r} holds shapes that do not have {ndim} dimensions")
-    shape_values = np.asarray(shape_lists.values)[shape_offsets[0] : shape_offsets[-1]]
-    shapes = [tuple(shape) for shape in shape_values.reshape(rows, ndim).tolist()]
-    buffers = payloads.buffers()
-    offsets = np.frombuffer(buffers[1], np.int64, rows + 1, payloads.offset * 8).tolist()
-    data = buffers[2] if buffers[2] is not None else b""
-
-    def get(row: int) -> Any:
-        start = offsets[row]
-        return array_from_bytes(data, start, offsets[row + 1] - start, dtype, shapes[row])
-
-    return get
-
-
-def _tinax_columns_match(schema: RecordSchema, arrow_schema: pa.Schema) -> bool:
-    """Whether a file's columns are those the header's fields are written as (this or the earlier layout)."""
+def _mismatched_column(schema: RecordSchema, arrow_schema: pa.Schema) -> str | None:
+    """Why a file's columns are not those the header's fields are written as; None where they are."""
     if list(arrow_schema.names) != list(schema.names):
-        return False
+        return "their names differ"
     for field, arrow_type in zip(schema.fields, arrow_schema.types, strict=True):
-        if arrow_type == _legacy_arrow_type(field):
-            continue
-        if field.kind == KIND_ARRAY:
-            if not _is_native_array_type(field, arrow_type):
-                return False
-        elif arrow_type != _plain_arrow_type(field.kind):
-            return False
-    return True
+        if field.kind == KIND_ARRAY and not _is_native_array_type(field, arrow_type):
+            # Also the struct<shape, data> columns of tinax 0.3 development builds, which no release wrote.
+            return (
+                f"column {field.name!r} is {arrow_type}, and an array field is read only from a fixed_shape_tensor "
+                "column, nested large_list columns or, for 0-d arrays, a column of its values"
+            )
+        if field.kind != KIND_ARRAY and arrow_type != _plain_arrow_type(field.kind):
+            return f"column {field.name!r} is {arrow_type}, not {_plain_arrow_type(field.kind)}"
+    return None
 
 
 class _Footer(NamedTuple):
@@ -336,10 +307,11 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         except ValueError as error:
             raise self._unreadable(str(error)) from error
         # Names and types must match; nullability may differ, since missing values are refused when read.
-        if not _tinax_columns_match(header.schema, arrow_schema):
+        mismatch = _mismatched_column(header.schema, arrow_schema)
+        if mismatch is not None:
             found = {name: str(kind) for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)}
             wanted = {field.name: field.describe() for field in header.schema.fields}
-            raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}")
+            raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}: {mismatch}")
         if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
             raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
         if stored_checksums is None:

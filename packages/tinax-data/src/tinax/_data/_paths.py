@@ -17,17 +17,9 @@ import pathlib
 import stat
 
 from tinax._core import validation
+from tinax._data._compat02 import EmptyPathError
 
 __all__ = ["DestinationErrors", "EmptyPathError", "require_record_path", "writable_destination"]
-
-
-class EmptyPathError(ValueError, FileNotFoundError):
-    """The path is empty.
-
-    A ValueError, as tinax reports a bad argument value, and a
-    FileNotFoundError, which is what tinax 0.2 raised: it read the empty path
-    as the current folder, where no file is.
-    """
 
 
 def require_record_path(

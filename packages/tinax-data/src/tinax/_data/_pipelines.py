@@ -11,7 +11,7 @@ naming the field that differs instead of silently resuming somewhere else. A
 bare grain state, as tinax 0.2's iterators saved it, carries no description:
 it is handed to grain as it is.
 
-The grain classes behind the pipelines live in ``_pipeline_datasets``, which
+The grain classes behind the pipelines live in ``_checked_datasets``, which
 imports grain at its top: the functions here import it when they run, so
 importing ``tinax.data`` starts neither grain nor what grain imports (JAX,
 Orbax, array-record).
@@ -34,8 +34,9 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
+from tinax._data._compat02 import TooManyBatchesError, _TooManyBatchesAfterWideningError
 from tinax._data._pipeline_states import in_process_description
-from tinax._data._sources import find_source_id
+from tinax._data._source_identity import find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
@@ -56,19 +57,6 @@ BatchT = TypeVar("BatchT")
 BatchTransform: TypeAlias = Callable[[Sequence[T]], BatchT]
 """Turns the records of one batch (a sequence of up to ``batch_size`` records)
 into the batch the pipeline yields, for example by stacking arrays."""
-
-
-class TooManyBatchesError(ValueError, OverflowError):
-    """``num_epochs`` asks for more batches than grain can count.
-
-    A ValueError, as tinax reports a bad argument value, and an
-    OverflowError, which is what ``len()`` of the dataset raised in tinax 0.2,
-    where grain's index-sized length overflowed.
-    """
-
-
-class _TooManyBatchesAfterWideningError(TooManyBatchesError, TypeError):
-    """:class:`TooManyBatchesError` for a NumPy integer argument, which tinax 0.2 refused with TypeError."""
 
 
 def _widened(shard_options: object, *values: object) -> bool:
@@ -214,8 +202,8 @@ def training_batches(
         if not shuffle:
             fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
         blocks = _row_group_ends(dataset)
+    from tinax._data._checked_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
     from tinax._data._grain_compat import BulkBatchMapDataset
-    from tinax._data._pipeline_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
 
     ordered = dataset.seed(seed)
     if blocks is not None:
@@ -346,7 +334,7 @@ def evaluation_batches(
         **shard,
         "batch_size": batch_size,
     }
-    from tinax._data._pipeline_datasets import CheckedMapDataset
+    from tinax._data._checked_datasets import CheckedMapDataset
 
     return CheckedMapDataset(
         batched, in_process_description(description), default_read_options=_default_read_options(dataset)
@@ -355,8 +343,8 @@ def evaluation_batches(
 
 def _default_read_options(dataset: Any) -> Any:
     """The read options a pipeline over ``dataset`` iterates with when given none, or None for Grain's."""
-    from tinax._data._datasets import record_source_of
-    from tinax._data._pipeline_datasets import IN_TURN_READ_OPTIONS
+    from tinax._data._checked_datasets import IN_TURN_READ_OPTIONS
+    from tinax._data._reader_datasets import record_source_of
 
     # Only the reader's own dataset: a transformation in front may wait on anything.
     if getattr(record_source_of(dataset), "reads_in_turn", False):
@@ -365,8 +353,8 @@ def _default_read_options(dataset: Any) -> Any:
 
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:
-    from tinax._data._datasets import record_source_of
     from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource:
@@ -419,7 +407,7 @@ def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
       :func:`training_batches` or :func:`evaluation_batches` on the way down
       ``dataset``'s parents, or None if there is none.
     """
-    from tinax._data._pipeline_datasets import CheckedIterDataset, CheckedMapDataset
+    from tinax._data._checked_datasets import CheckedIterDataset, CheckedMapDataset
 
     pending: list[Any] = [dataset]
     while pending:

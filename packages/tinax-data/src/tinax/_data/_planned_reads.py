@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 
 from tinax._core.logs import format_bytes, get_logger
-from tinax._data._datasets import RecordSourceMapDataset
 from tinax._data._grain_compat import SLICE_MAP_DATASET, BulkBatchMapDataset, read_many
+from tinax._data._reader_datasets import RecordSourceMapDataset
 
 __all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
 
@@ -422,8 +422,8 @@ def shuffled_batches(
       batch_fn: The batch function.
       num_epochs: The pipeline's epochs (None: endless).
     """
-    from tinax._data._datasets import record_source_of
     from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource:

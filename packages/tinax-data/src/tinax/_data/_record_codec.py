@@ -405,28 +405,6 @@ def array_bytes(array: np.ndarray[Any, Any]) -> memoryview:
     return array.reshape(-1).view(np.uint8).data
 
 
-def array_from_bytes(data: Any, offset: int, nbytes: int, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Any:
-    """Copies ``nbytes`` of ``data`` from ``offset`` into a new array.
-
-    Raises:
-      ValueError: If the byte count does not match the shape and dtype, or the
-        buffer is too short.
-    """
-    if any(extent < 0 for extent in shape):
-        raise ValueError(f"an array cannot have the negative extents of shape {shape}")
-    count = math.prod(shape)
-    if count * dtype.itemsize != nbytes:
-        raise ValueError(
-            f"an array of shape {shape} and dtype {dtype} needs {count * dtype.itemsize} bytes, got {nbytes}"
-        )
-    if offset + nbytes > len(data):
-        raise ValueError(f"the record ends inside an array of shape {shape}")
-    if count == 0:
-        return np.empty(shape, dtype)
-    # frombuffer views the (read-only) record; the copy gives an aligned, writable array of its own.
-    return np.frombuffer(data, dtype, count, offset).reshape(shape).copy()
-
-
 def _require_record(record: object, index: int) -> Mapping[str, Any]:
     where = f"records[{index}]"
     if not isinstance(record, Mapping):

@@ -33,7 +33,8 @@ from tinax._core.validation import (
     require_int,
     require_str,
 )
-from tinax._data._sources import find_source_id
+from tinax._data._compat02 import MissingColumnError
+from tinax._data._source_identity import find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
@@ -41,18 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["MissingColumnError", "split_by_column", "split_random"]
 
 _logger = get_logger("data")
-
-
-class MissingColumnError(KeyError, ValueError):
-    """A row lacks the column a split is made by.
-
-    A ValueError, as tinax reports bad values, and a KeyError, which is what
-    tinax 0.2 let through from the row lookup.
-    """
-
-    def __str__(self) -> str:
-        # KeyError shows its argument's repr; this error carries a sentence.
-        return str(self.args[0]) if self.args else ""
 
 
 class _DropColumn:
@@ -226,7 +215,7 @@ def split_by_column(
     )
     operation.done(rows=total)
 
-    from tinax._data._datasets import source_dataset
+    from tinax._data._reader_datasets import source_dataset
 
     parent_id = find_source_id(dataset)
     parts = []
@@ -250,8 +239,8 @@ def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None])
     other dataset (or a column the file lacks), whose rows are then read one
     by one.
     """
-    from tinax._data._datasets import record_source_of
     from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if type(source) is not ParquetRecordSource or column not in source.column_names:
@@ -261,7 +250,7 @@ def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None])
 
 def _logged_name(dataset: Any) -> str:
     """What the log line of a split names: the file of a reader's dataset, else the source identity or the dataset."""
-    from tinax._data._datasets import record_source_of
+    from tinax._data._reader_datasets import record_source_of
 
     path = getattr(record_source_of(dataset), "_path", None)
     if path is not None:
@@ -360,7 +349,7 @@ def split_random(
         shuffled = dataset.shuffle(seed=seed)
 
     first_count = min(max(round(ratio * total), 1), total - 1)
-    from tinax._data._datasets import MappedMapDataset, SlicedMapDataset
+    from tinax._data._reader_datasets import MappedMapDataset, SlicedMapDataset
 
     parent_id = find_source_id(dataset)
     parts = []

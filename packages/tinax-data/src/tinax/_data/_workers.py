@@ -18,6 +18,7 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
+from tinax._data._compat02 import _FlagsNotParsedAfterWideningError
 from tinax._data._pipeline_states import STATE_FORMAT
 from tinax._data._pipelines import find_pipeline_description
 
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["open_multiprocessing_iterator"]
 
 T = TypeVar("T")
-
-
-class _FlagsNotParsedAfterWideningError(RuntimeError, TypeError):
-    """absl flags are not parsed, and ``num_workers`` is a NumPy integer, which tinax 0.2 refused with TypeError."""
 
 
 @contextlib.contextmanager
@@ -102,7 +99,7 @@ def open_multiprocessing_iterator(
     import grain
     from absl import flags
 
-    from tinax._data._pipeline_datasets import CheckedIterator
+    from tinax._data._checked_datasets import CheckedIterator
 
     # After an argument tinax 0.2 refused with TypeError and 0.3 accepts (a
     # NumPy integer), a later refusal is also a TypeError.

@@ -1,4 +1,4 @@
-"""The grain dataset over a tinax data source: grain's own, refusing bool indices.
+"""The grain datasets the readers and splits return: grain's own, refusing bool indices, iterated in order.
 
 ``grain.MapDataset.source(source)`` reduces every index modulo the source's
 length before the source sees it, so ``True`` reaches a tinax source as the

@@ -1,4 +1,4 @@
-"""Random access over materialized records, and the identity of a dataset's source.
+"""The identity of a dataset's source, and InMemorySource, records in memory that carry one.
 
 A pipeline's iterator state records *which* data it walked, so that the state
 of one dataset is never restored into a pipeline over another. That identity
