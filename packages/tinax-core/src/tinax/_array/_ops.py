@@ -80,17 +80,13 @@ def _canonical(dtype: np.dtype[Any], name: str) -> np.dtype[Any]:
     return canonical
 
 
-def _iinfo(dtype: np.dtype[Any]) -> Any:
-    # ml_dtypes' iinfo/finfo also understand int4, bfloat16 and the float8 types.
-    return ml_dtypes.iinfo(dtype)  # type: ignore[no-untyped-call]
-
-
 def _finfo(dtype: np.dtype[Any]) -> Any:
+    # ml_dtypes' iinfo/finfo also understand int4, bfloat16 and the float8 types.
     return ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
 
 
 def _integer_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
-    info = _iinfo(dtype)
+    info = ml_dtypes.iinfo(dtype)  # type: ignore[no-untyped-call]
     return int(info.min), int(info.max)
 
 
