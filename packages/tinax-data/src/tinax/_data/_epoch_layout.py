@@ -36,6 +36,7 @@ __all__ = [
     "checked_redeal_record",
     "epoch_progress",
     "epoch_steps",
+    "exact_int",
     "plain_consumed",
     "resume_point",
 ]
@@ -190,7 +191,7 @@ def checked_redeal_record(record: object, where: str, num_rows: object) -> Redea
         fail_type(where, "a mapping with the keys 'epoch' and 'consumed', as re-dealt states hold", record)
     if set(record) != {"epoch", "consumed"}:
         fail_value(where, "a mapping with exactly the keys 'epoch' and 'consumed'", dict(record))
-    epoch = _exact_int(record["epoch"], f"{where}['epoch']", 0, None)
+    epoch = exact_int(record["epoch"], f"{where}['epoch']", 0)
     intervals = record["consumed"]
     if not isinstance(intervals, Sequence) or isinstance(intervals, (str, bytes)):
         fail_type(f"{where}['consumed']", "a list of [start, stop] pairs", intervals)
@@ -201,14 +202,14 @@ def checked_redeal_record(record: object, where: str, num_rows: object) -> Redea
         if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
             fail_type(name, "a [start, stop] pair of ints", pair)
         floor = consumed[-1][1] + 1 if consumed else 0
-        start = _exact_int(pair[0], f"{name}[0]", floor, None)
-        stop = _exact_int(pair[1], f"{name}[1]", start + 1, total)
+        start = exact_int(pair[0], f"{name}[0]", floor)
+        stop = exact_int(pair[1], f"{name}[1]", start + 1, total)
         consumed.append((start, stop))
     return RedealtEpoch(epoch, tuple(consumed))
 
 
-def _exact_int(value: object, where: str, minimum: int, maximum: int | None) -> int:
-    # Exact ints only: a float or bool that equals an int is a tampered state.
+def exact_int(value: object, where: str, minimum: int, maximum: int | None = None) -> int:
+    """Checks an int read from a saved state: exact ints only (a float or bool equal to one was tampered with)."""
     if type(value) is not int:
         fail_type(where, "an int", value)
     return require_int(value, where, minimum=minimum, maximum=maximum)

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tinax._core.validation import fail_type, fail_value, require_int
-from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record
+from tinax._core.validation import fail_type, fail_value
+from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record, exact_int
 
 __all__ = [
     "STATE_DESCRIPTION_KEY",
@@ -195,14 +195,6 @@ def _refuse_unknown_keys(state: Mapping[Any, Any], where: str, known: Sequence[s
         )
 
 
-def _checked_index(value: object, where: str, minimum: int, maximum: int | None) -> int:
-    # Exact ints only: NumPy integers never occur in a saved state, and a float
-    # or bool that happens to equal an int is a tampered state.
-    if type(value) is not int:
-        fail_type(where, "an int", value)
-    return require_int(value, where, minimum=minimum, maximum=maximum)
-
-
 def _checked_grain_state(grain_state: object, where: str, num_workers: object, length: int | None) -> dict[str, Any]:
     """Checks grain's part of an iterator state and returns a copy for grain."""
     if not isinstance(grain_state, Mapping):
@@ -210,13 +202,13 @@ def _checked_grain_state(grain_state: object, where: str, num_workers: object, l
     if type(num_workers) is not int or num_workers <= 0:
         _refuse_unknown_keys(grain_state, where, ("next_index",))
         maximum = length if length is not None and length < sys.maxsize else None
-        return {"next_index": _checked_index(grain_state["next_index"], f"{where}['next_index']", 0, maximum)}
+        return {"next_index": exact_int(grain_state["next_index"], f"{where}['next_index']", 0, maximum)}
     _refuse_unknown_keys(grain_state, where, _WORKER_STATE_KEYS)
     checked: dict[str, Any] = {
-        "next_index_in_cycle": _checked_index(
+        "next_index_in_cycle": exact_int(
             grain_state["next_index_in_cycle"], f"{where}['next_index_in_cycle']", 0, num_workers - 1
         ),
-        "next_index_in_datasets": _checked_index(
+        "next_index_in_datasets": exact_int(
             grain_state["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
         ),
     }
@@ -229,7 +221,7 @@ def _checked_grain_state(grain_state: object, where: str, num_workers: object, l
             fail_value(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
         lists[key] = list(value)
     checked["iterators_in_use_indices"] = [
-        _checked_index(value, f"{where}['iterators_in_use_indices'][{position}]", 0, num_workers - 1)
+        exact_int(value, f"{where}['iterators_in_use_indices'][{position}]", 0, num_workers - 1)
         for position, value in enumerate(lists["iterators_in_use_indices"])
     ]
     checked["iterators_in_use_states"] = [
@@ -237,8 +229,7 @@ def _checked_grain_state(grain_state: object, where: str, num_workers: object, l
         for position, value in enumerate(lists["iterators_in_use_states"])
     ]
     checked["exhausted"] = [
-        _checked_index(value, f"{where}['exhausted'][{position}]", 0, 1)
-        for position, value in enumerate(lists["exhausted"])
+        exact_int(value, f"{where}['exhausted'][{position}]", 0, 1) for position, value in enumerate(lists["exhausted"])
     ]
     future = grain_state["future_states"]
     if not isinstance(future, Mapping):
@@ -263,7 +254,7 @@ def _checked_worker_state(worker_state: object, where: str) -> Any:
         # iterator, so only the index every such state shares is checked.
         checked = dict(worker_state)
         if "next_index" in checked:
-            checked["next_index"] = _checked_index(checked["next_index"], f"{where}['next_index']", 0, None)
+            checked["next_index"] = exact_int(checked["next_index"], f"{where}['next_index']", 0)
         return checked
     _refuse_unknown_keys(worker_state, where, _state_keys(worker_state))
     description = worker_state[STATE_DESCRIPTION_KEY]

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 from tinax._core.validation import (
     fail_type,
     fail_value,
-    require_int,
     require_non_negative_int,
     require_positive_int,
 )
@@ -22,6 +21,7 @@ from tinax._data._epoch_layout import (
     Intervals,
     RedealtEpoch,
     epoch_progress,
+    exact_int,
     resume_point,
 )
 from tinax._data._pipeline_states import (
@@ -279,11 +279,11 @@ def _checked_position(state: object, where: str) -> tuple[int, dict[str, Any], _
         fail_value(
             f"{name}['state_format']", f"{STATE_FORMAT}, the format this tinax writes", description.get("state_format")
         )
-    num_rows = _field(description, name, "num_rows", 1)
-    shard_count = _field(description, name, "shard_count", 1)
-    shard_index = _field(description, name, "shard_index", 0, shard_count - 1)
-    batch_size = _field(description, name, "batch_size", 1, num_rows // shard_count)
-    num_workers = _field(description, name, "num_workers", 0)
+    num_rows = exact_int(description.get("num_rows"), f"{name}['num_rows']", 1)
+    shard_count = exact_int(description.get("shard_count"), f"{name}['shard_count']", 1)
+    shard_index = exact_int(description.get("shard_index"), f"{name}['shard_index']", 0, shard_count - 1)
+    batch_size = exact_int(description.get("batch_size"), f"{name}['batch_size']", 1, num_rows // shard_count)
+    num_workers = exact_int(description.get("num_workers"), f"{name}['num_workers']", 0)
     if description.get("sequential_slice") is not False:
         fail_value(
             f"{name}['sequential_slice']",
@@ -307,13 +307,6 @@ def _checked_position(state: object, where: str) -> tuple[int, dict[str, Any], _
             )
     plain = in_process_description(dict(description))
     return shard_index, plain, epoch_progress(num_rows, shard_count, batch_size, next_index, record)
-
-
-def _field(description: Mapping[str, Any], where: str, name: str, minimum: int, maximum: int | None = None) -> int:
-    value = description.get(name)
-    if type(value) is not int:
-        fail_type(f"{where}[{name!r}]", "an int", value)
-    return require_int(value, f"{where}[{name!r}]", minimum=minimum, maximum=maximum)
 
 
 def _workers_position(
