@@ -83,6 +83,8 @@ METADATA_KEY = b"tinax.records"
 #: Key of the checksums of a tinax-format file: the SHA-256 of the bytes of
 #: every row group, and of the footer (with its own digest written as zeros).
 CHECKSUM_KEY = b"tinax.records.checksums"
+#: How every checksum entry starts (see _checksum_value); no other file's footer holds it.
+CHECKSUM_MARKER = b'{"footer_sha256":"'
 _MAGIC = b"PAR1"
 _ZERO_DIGEST = "0" * 64
 _HASH_CHUNK = 1 << 20
@@ -512,23 +514,6 @@ def _digest_range(handle: Any, start: int, end: int) -> str:
         digest.update(chunk)
         remaining -= len(chunk)
     return digest.hexdigest()
-
-
-# How every checksum entry starts (see _checksum_value); no other file's footer holds it.
-_CHECKSUM_MARKER = b'{"footer_sha256":"'
-
-
-def _footer_holds_checksums(path: pathlib.Path) -> bool:
-    """Whether the raw footer of a file pyarrow parsed holds a tinax checksum entry."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(size - 8, 0))
-            length = int.from_bytes(handle.read(4), "little")
-            handle.seek(max(size - 8 - length, 0))
-            return _CHECKSUM_MARKER in handle.read(length)
-    except OSError:
-        return False
 
 
 def _footer_digest(footer: bytes, stored: bytes, group_digests: Sequence[str]) -> str:

@@ -33,11 +33,11 @@ from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, r
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._parquet import (
     CHECKSUM_KEY,
+    CHECKSUM_MARKER,
     DEFAULT_CACHE_BYTES,
     METADATA_KEY,
     _digest_range,
     _footer_digest,
-    _footer_holds_checksums,
     _is_native_array_type,
     _parse_checksums,
     _plain_arrow_type,
@@ -290,17 +290,17 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
-            if stored_checksums is not None or _footer_holds_checksums(self._path):
-                # A damaged footer can lose its key-value list and still parse:
-                # the checksum entry's bytes are still there, unparsed.
-                raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
-            if self._mapping == "numpy":
-                require_mappable(arrow_schema, repr(str(self._path)))
             try:
                 with open(self._path, "rb") as handle:
                     footer, _ = _read_raw_footer(handle, "the file")
             except ValueError as error:
                 raise self._unreadable(str(error)) from error
+            if stored_checksums is not None or CHECKSUM_MARKER in footer:
+                # A damaged footer can lose its key-value list and still parse:
+                # the checksum entry's bytes are still there, unparsed.
+                raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
+            if self._mapping == "numpy":
+                require_mappable(arrow_schema, repr(str(self._path)))
             return parquet_file, _Footer(None, group_ends, None, hashlib.sha256(footer).hexdigest())
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
@@ -351,23 +351,15 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 positions = None  # Checked one by one below, for the error naming the index.
         if positions is None:
             positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
-        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
-        # The batch's positions grouped by row group, each group's in batch order.
-        order = np.argsort(groups, kind="stable")
-        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        groups, _, chosen_by_group = self._by_row_group(positions)
         # Row groups are found (and read) under the lock; their records are
         # assembled after it, since a decoded row group is never changed and
         # grain's threads would otherwise queue on the lock for every batch.
         chosen_groups: list[tuple[np.ndarray[Any, Any], int, _RowGroup]] = []
         with self._lock:
-            for chosen in np.split(order, cuts) if len(order) else []:
+            for chosen in chosen_by_group:
                 group_index = int(groups[chosen[0]])
-                group = self._cache.get(group_index)
-                if group is None:
-                    group = self._load(group_index, int(positions[chosen[0]]))
-                else:
-                    self._cache.move_to_end(group_index)
-                chosen_groups.append((chosen, group_index, group))
+                chosen_groups.append((chosen, group_index, self._group(group_index, int(positions[chosen[0]]))))
         records: list[Any] = [None] * len(positions)
         for chosen, group_index, group in chosen_groups:
             offset = self._group_ends[group_index - 1] if group_index else 0
@@ -389,14 +381,28 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 records[slot] = record
         return records
 
+    def _by_row_group(
+        self, positions: np.ndarray[Any, Any]
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
+        """The row group of every position, and the positions' indices in row-group order, cut per row group."""
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        # Stable, so that each row group's positions keep their order.
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        return groups, order, np.split(order, cuts) if len(order) else []
+
+    def _group(self, group_index: int, position: int) -> _RowGroup:
+        # Called with the lock held: the cached row group, else the one read and cached now.
+        group = self._cache.get(group_index)
+        if group is None:
+            return self._load(group_index, position)
+        self._cache.move_to_end(group_index)
+        return group
+
     def _record(self, position: int) -> dict[str, Any]:
         # Called with the lock held.
         group_index = bisect.bisect_right(self._group_ends, position)
-        group = self._cache.get(group_index)
-        if group is None:
-            group = self._load(group_index, position)
-        else:
-            self._cache.move_to_end(group_index)
+        group = self._group(group_index, position)
         row = position - (self._group_ends[group_index - 1] if group_index else 0)
         try:
             return group.record(row)
@@ -510,9 +516,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             or pyarrow's errors, for a column it cannot take rows of. The
             caller then reads the same records the usual way.
         """
-        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
-        order = np.argsort(groups, kind="stable")
-        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        groups, order, chosen_by_group = self._by_row_group(positions)
         fits = self._fits_cache()
         if not fits:
             # The window takes the budget: cached row groups would only add to it.
@@ -520,16 +524,13 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 self._cache.clear()
                 self._cached_bytes = 0
         chunks: list[pa.Table] = []
-        for chosen in np.split(order, cuts) if len(order) else []:
+        for chosen in chosen_by_group:
             group_index = int(groups[chosen[0]])
             first = int(positions[chosen[0]])
             # The lock is taken for each row group, so that other readers take turns with the window.
             with self._lock:
-                group = self._cache.get(group_index)
-                if group is not None:
-                    self._cache.move_to_end(group_index)
-                elif fits:
-                    group = self._load(group_index, first)
+                if fits or group_index in self._cache:
+                    group = self._group(group_index, first)
                 else:
                     group = self._decode(group_index, first, own_memory=False)
             table = group.table
@@ -647,14 +648,13 @@ def _in_system_memory(table: pa.Table) -> pa.Table:
     left in pyarrow's allocator are reused by the next decode. The copy costs
     one memory copy of the decoded bytes.
     """
-    pool = pa.system_memory_pool()
     columns: list[pa.Array | pa.ChunkedArray] = []
     for column in table.columns:
         if column.num_chunks == 0:
             columns.append(column)
             continue
         try:
-            columns.append(pa.concat_arrays(column.chunks, memory_pool=pool))
+            columns.append(pa.concat_arrays(column.chunks, memory_pool=_SYSTEM_POOL))
         except pa.ArrowException:
             # A type pyarrow cannot concatenate, or a copy it cannot make, stays where it was decoded.
             columns.append(column)
