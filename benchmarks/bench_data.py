@@ -555,7 +555,8 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
                 print(
                     f"    [{side:>5}] {name[policy]:<17} {rate:11,.0f} rows/s "
                     f"({rate / rates[side]['sequential']:.3f}x sequential), peak RSS growth "
-                    f"{found['peak_growth_mib']:5.0f} MiB (cache {cache / 2**20:.0f} MiB)"
+                    f"{found['peak_growth_mib']:5.0f} MiB (cache {cache / 2**20:.0f} MiB, "
+                    f"+ one row group {(cache / 2**20 + decoded / written['row_groups']):.1f} MiB)"
                 )
         if "today" in rates:
             ours, today = rates["ours"], rates["today"]

@@ -90,13 +90,13 @@ class _Counted:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.windows = 0
-        original = ParquetRecordSource.planned_window
+        original = _planned_reads.read_window
 
         def counted(source: ParquetRecordSource, positions: np.ndarray) -> Any:
             self.windows += 1
             return original(source, positions)
 
-        monkeypatch.setattr(ParquetRecordSource, "planned_window", counted)
+        monkeypatch.setattr(_planned_reads, "read_window", counted)
 
 
 def _pipeline(path: Path, *, planned: bool, cache_bytes: int, shard: tuple[int, int] = (0, 1), **overrides: Any) -> Any:
@@ -150,6 +150,29 @@ def test_planned_global_shuffle_of_the_tinax_format_gives_the_unplanned_batches(
     expected = _everything(_pipeline(tinax_file, planned=False, cache_bytes=cache_bytes, batch_size=64))
     assert _everything(_pipeline(tinax_file, planned=True, cache_bytes=cache_bytes, batch_size=64)) == expected
     assert counted.windows > 0
+
+
+def test_a_window_past_the_cache_takes_the_caches_place_within_its_budget(plain_file, monkeypatch):
+    cache_bytes = CACHES["larger_than_the_cache"]
+    windows: list[tuple[int, int, int, int]] = []
+    original = _planned_reads.read_window
+
+    def watched(source: ParquetRecordSource, positions: np.ndarray) -> Any:
+        before = source._cached_bytes
+        table, rows = original(source, positions)
+        # The window's decoded bytes, the cache's before it was read and while it is held, its rows.
+        windows.append((table.nbytes, before, source._cached_bytes, len(positions)))
+        return table, rows
+
+    monkeypatch.setattr(_planned_reads, "read_window", watched)
+    expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes))
+    assert _everything(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes)) == expected
+    assert len(windows) > 2
+    assert max(rows for *_, rows in windows) > 16  # Windows of several batches.
+    for nbytes, before, during, _ in windows:
+        assert 0 < nbytes <= cache_bytes
+        # Every batch of the pass was read from a window, the first one too: the cache was never filled.
+        assert before == during == 0
 
 
 @pytest.mark.parametrize("cache", list(CACHES))

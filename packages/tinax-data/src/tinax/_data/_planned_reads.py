@@ -11,21 +11,22 @@ datasets compute it.
 replaces tinax's bulk batch, node for node) with a :class:`ReadPlanner`.
 Once batches are read one after another (every batch ``stride`` rows after
 the one before, as grain's iterator reads them, or each worker process its
-own share), the planner computes the source positions of a window of
-batches ahead through a twin of the pipeline's datasets over positions
+own share; the first read of a process is taken to be the first of one
+process's batches), the planner computes the source positions of a window
+of batches ahead through a twin of the pipeline's datasets over positions
 instead of records (the same grain classes, seeds and slices, so the same
-positions), asks the source for all their rows at once, each row group
-decoded once for the window in file order (``ParquetRecordSource.
-planned_window``), and serves the window's batches from that table. The
-batches, their order, lengths, random access, iterator states and re-deals
-are those of the pipeline without a plan: only where the rows are fetched
-from changes. Any read the window does not hold (random access, a batch a
+positions), reads all their rows at once, each row group decoded once for
+the window in file order (:func:`read_window`), and serves the window's
+batches from that table. The batches, their order, lengths, random access,
+iterator states and re-deals are those of the pipeline without a plan: only
+where the rows are fetched from changes. Any read the window does not hold (random access, a batch a
 slow thread asks for late, a window that could not be read) is read the
 usual way, so errors come at the batch, and with the message, they always
 came with.
 
-Windows grow fourfold from a few batches to the most rows the source allows
-(see ``planned_window_rows``), so the first batch comes as soon as before.
+Windows grow fourfold from one batch to the most rows the source's cache
+allows (see :func:`window_rows`), so the first batch comes as soon as before.
+Past the cache, a window takes the cache's place, within its budget.
 
 This module imports grain; instances pickle by reference to it, and a
 worker process's copy plans its own reads.
@@ -33,6 +34,7 @@ worker process's copy plans its own reads.
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 from collections.abc import Sequence
@@ -233,6 +235,166 @@ class _Window:
         return self._table.records(self._rows[slot * length : (slot + 1) * length])  # type: ignore[no-any-return]
 
 
+#: The rows of a window's piece: its rows are copied out of the row groups in
+#: file order and joined piece by piece, so that the taken rows and their
+#: joined copy are never both whole, and a batch's rows span few pieces.
+_PIECE_ROWS = 1 << 15
+#: What a planned row costs besides its decoded bytes while its window is
+#: read and held: its position, its place in file order, its row in the window.
+_INDEX_BYTES_PER_ROW = 32
+
+
+def window_rows(source: Any) -> int:
+    """The most rows a planned window over ``source`` takes.
+
+    Where the decoded file fits the cache, its row groups stay cached and
+    the window is small: it only saves taking rows from each row group for
+    every batch. Past the cache, the window takes the cache's place (see
+    :func:`read_window`): half the budget goes to its rows and their
+    indices, the other half to what reading them holds besides, the row
+    group being decoded and the piece being joined.
+    """
+    if not past_cache(source):
+        return _PIECE_ROWS
+    row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
+    return max(1, int(source.cache_bytes // 2 // row_bytes))
+
+
+def past_cache(source: Any) -> bool:
+    """Whether the decoded rows of ``source`` exceed its cache (with more than one row group)."""
+    return len(source.row_group_ends) > 1 and source.decoded_file_bytes() > source.cache_bytes
+
+
+class _Pieces:
+    """A window's rows in file order, in pieces of about :data:`_PIECE_ROWS` rows (a decoded table's ``records``)."""
+
+    def __init__(self, pieces: Sequence[Any], ends: Sequence[int]) -> None:
+        self._pieces = list(pieces)
+        self._ends = np.asarray(ends, dtype=np.int64)
+        self.nbytes = sum(int(piece.nbytes) for piece in self._pieces)
+
+    def records(self, rows: np.ndarray[Any, Any]) -> list[Any]:
+        """The records of ``rows`` of the window, in their order."""
+        which = np.searchsorted(self._ends, rows, side="right")
+        order = np.argsort(which, kind="stable")
+        cuts = np.flatnonzero(np.diff(which[order])) + 1
+        records: list[Any] = [None] * len(rows)
+        for chosen in np.split(order, cuts) if len(order) else []:
+            piece = int(which[chosen[0]])
+            first = int(self._ends[piece - 1]) if piece else 0
+            for slot, record in zip(chosen.tolist(), self._pieces[piece].records(rows[chosen] - first), strict=True):
+                records[slot] = record
+        return records
+
+
+def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
+    """Reads the records at many positions of a Parquet reader, each row group once, in file order.
+
+    Where the decoded file fits the cache, row groups are read through it.
+    Past the cache, the window takes the cache's place: the cache is emptied, and its memory handed back to
+    the system, before the first row group is decoded; each row group's
+    rows are taken out of it before the next is decoded, and joined piece
+    by piece; what the reads freed goes back to the system once the window
+    is read. The window then holds at most its rows (:func:`window_rows`
+    sizes it) and the process grows by the cache budget or the window, not
+    both.
+
+    Args:
+      source: A ``ParquetRecordSource``.
+      positions: Valid record positions (non-negative, below the count).
+
+    Returns:
+      A table whose ``records(rows[i:j])`` are the records of
+      ``positions[i:j]``, and those ``rows``.
+
+    Raises:
+      ValueError: As indexing would, for a row group that cannot be read;
+        or pyarrow's errors, for a column it cannot take rows of. The caller
+        then reads the same records the usual way.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from tinax._data._parquet_source import _in_system_memory, _RowGroup
+
+    past = past_cache(source)
+    if past:
+        with source._lock:
+            source._cache.clear()
+            source._cached_bytes = 0
+        _return_freed_memory()
+    ends = np.asarray(source.row_group_ends, dtype=np.int64)
+    order = np.argsort(np.searchsorted(ends, positions, side="right"), kind="stable")
+    ordered = positions[order]
+    groups = np.searchsorted(ends, ordered, side="right")
+    cuts = np.flatnonzero(np.diff(groups)) + 1
+    firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
+    pool = pa.system_memory_pool()
+    pieces: list[Any] = []
+    piece_ends: list[int] = []
+    taken: list[Any] = []
+    taken_rows = 0
+
+    def join() -> None:
+        nonlocal taken_rows
+        # The rows taken from each row group, joined into one table in the system allocator.
+        table = _in_system_memory(pa.concat_tables(taken))
+        taken.clear()
+        pieces.append(_RowGroup(source._getters(table), int(table.nbytes), table))
+        piece_ends.append((piece_ends[-1] if piece_ends else 0) + table.num_rows)
+        taken_rows = 0
+
+    try:
+        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
+            group_index = int(groups[first])
+            with source._lock:  # Other readers take turns with the window, row group by row group.
+                if past:
+                    group = source._decode(group_index, int(chosen[0]), own_memory=False)
+                else:
+                    group = source._cache.get(group_index)
+                    if group is None:
+                        group = source._load(group_index, int(chosen[0]))
+                    else:
+                        source._cache.move_to_end(group_index)
+            offset = int(ends[group_index - 1]) if group_index else 0
+            taken.append(pc.take(group.table, pa.array(chosen - offset, type=pa.int64()), memory_pool=pool))
+            taken_rows += len(chosen)
+            del group
+            if taken_rows >= _PIECE_ROWS:
+                join()
+        if taken:
+            join()
+        if not pieces:
+            raise ValueError("no rows to read")
+        del ordered, groups, cuts, firsts
+        rows = np.empty(len(positions), dtype=np.int64)
+        rows[order] = np.arange(len(positions), dtype=np.int64)
+        return _Pieces(pieces, piece_ends), rows
+    finally:
+        if past:
+            _return_freed_memory()
+
+
+def _return_freed_memory() -> None:
+    """Hands the memory the reads freed back to the system: pyarrow's allocator's, and the C library's.
+
+    A window's rows live in the system allocator (as the cache's row groups
+    do, see ``tinax._data._parquet_source``), and glibc keeps what it frees
+    for reuse, so a window built after the cache was emptied grew the
+    process by both; ``malloc_trim`` returns it. pyarrow's own allocator
+    keeps the decodes' memory likewise.
+    """
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    trim = getattr(_C_LIBRARY, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+_C_LIBRARY = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
+
+
 class ReadPlanner:
     """Plans the reads of a pipeline's batches ahead, in one process (see the module docstring).
 
@@ -276,6 +438,7 @@ class ReadPlanner:
         with self._lock:
             window = self._window
             if window is None or not window.holds(start, length):
+                window = None  # Not held here while the next window is read.
                 window = self._plan(start, length)
         if window is None:
             return None
@@ -288,20 +451,27 @@ class ReadPlanner:
         # Called with the lock held; returns the window holding this batch, if any.
         window = self._window
         if window is not None and start == window.last_start + window.stride:
-            stride: int | None = window.stride
+            stride: int = window.stride
             continues = steady = True
+        elif self._last_start is None:
+            # The first read: planned alone, as the batches of one process
+            # follow each other (``stride`` is confirmed, or not, by the next
+            # read), so that a pass past the cache never fills the cache.
+            stride, continues, steady = length, False, True
         else:
-            stride = None if self._last_start is None else start - self._last_start
+            stride = start - self._last_start
             continues = False
-            steady = stride is not None and stride >= length and stride == self._last_stride
+            steady = stride >= length and stride == self._last_stride
+        first_read = self._last_start is None
+        window = None  # The window read is done: its memory goes before the next one's comes.
         self._last_start, self._last_stride = start, stride
-        if not steady or stride is None:
+        if not steady:
             self._note_unplanned()
             return None
-        self._window = None  # The window read is done: its memory goes before the next one's comes.
+        self._window = None
         if not continues:
-            self._next_batches = _FIRST_WINDOW_BATCHES
-        most = max(1, self._source.planned_window_rows() // length)
+            self._next_batches = 1 if first_read else _FIRST_WINDOW_BATCHES
+        most = max(1, window_rows(self._source) // length)
         batches = min(self._next_batches, most)
         starts = [start + stride * step for step in range(batches) if start + stride * step + length <= self._limit]
         if not starts:
@@ -310,15 +480,22 @@ class ReadPlanner:
         indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
         try:
             if isinstance(self._positions, VectorPositions):
-                positions = self._positions.positions(indices)
+                # Piece by piece: the shuffle's arrays take many times the positions' bytes.
+                positions = np.empty(len(indices), dtype=np.int64)
+                for begin in range(0, len(indices), _PIECE_ROWS):
+                    positions[begin : begin + _PIECE_ROWS] = self._positions.positions(
+                        indices[begin : begin + _PIECE_ROWS]
+                    )
             else:
                 positions = np.asarray(read_many(self._positions, indices.tolist()), dtype=np.int64)
-            table, rows = self._source.planned_window(positions)
+            del indices
+            table, rows = read_window(self._source, positions)
+            del positions
         except Exception:  # Read the usual way, which raises at the batch it always raised at.
             return None
         self._window = _Window(starts, stride, length, table, rows)
         if batches == most:
-            self._tell(len(indices))
+            self._tell(len(rows))
         return self._window
 
     def _tell(self, rows: int) -> None:
