@@ -59,6 +59,7 @@ from tinax._checkpointing._training import (
     TrainingCheckpoint,
     TrainingCheckpointNames,
     load_training_checkpoint,
+    require_names,
     require_step,
     save_training_checkpoint,
 )
@@ -216,13 +217,7 @@ class TrainingCheckpointManager:
         validation.require_one_of(save_in_flight, "save_in_flight", _SAVE_IN_FLIGHT_CHOICES)
         self._wait_for_previous_save = save_in_flight == "wait"
         should_create = validation.require_bool(create, "create")
-        self._names = (
-            None
-            if names is None
-            else validation.require_instance(
-                names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None"
-            )
-        )
+        self._names = require_names(names)
         if not os.path.lexists(folder):
             if not should_create:
                 raise CheckpointNotFoundError(
@@ -718,15 +713,12 @@ class TrainingCheckpointManager:
                     self._write_metrics(remaining)
         _barrier("tinax-manager-retention")
 
-    def _local_scan(self) -> CheckpointScan:
-        return scan_root(self._root, self._complete)
-
     def _agreed_scan(self) -> CheckpointScan:
         if _process_count() == 1:
-            return self._local_scan()
+            return scan_root(self._root, self._complete)
         # Deletions and cleanups of process 0 end before it reaches this barrier.
         _barrier("tinax-manager-scan")
-        local = self._local_scan()
+        local = scan_root(self._root, self._complete)
         _agree_on_steps(self._root, local.committed)
         return local
 

@@ -42,6 +42,7 @@ __all__ = [
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
     "load_training_checkpoint",
+    "require_names",
     "require_step",
     "save_training_checkpoint",
 ]
@@ -214,7 +215,7 @@ def save_training_checkpoint(
         if not jax.tree_util.tree_leaves(value) and is_empty_container(value):
             validation.fail_value(argument, "state that is neither None nor an empty container", value)
     _require_iterator(iterator)
-    chosen = _require_names(names)
+    chosen = require_names(names)
     checkpointables = {
         chosen.model: model,
         chosen.optimizer: optimizer,
@@ -333,7 +334,7 @@ def load_training_checkpoint(
     if auxiliary_target is not None:
         require_restore_target(auxiliary_target, "auxiliary_target")
     _require_iterator(iterator)
-    chosen = _require_names(names)
+    chosen = require_names(names)
     redeal = validation.require_bool(redeal, "redeal")
     _require_parts(source, chosen)
     saved_states = _saved_iterator_states(source, chosen, redeal)
@@ -376,7 +377,8 @@ def _require_iterator(iterator: object) -> None:
     validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
 
 
-def _require_names(names: object) -> TrainingCheckpointNames:
+def require_names(names: object) -> TrainingCheckpointNames:
+    """Checks a ``names`` argument: a :class:`TrainingCheckpointNames`, or None for the default names."""
     if names is None:
         return TrainingCheckpointNames()
     return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
