@@ -128,11 +128,8 @@ def _tinax_value(field: FieldSpec, arrow_type: Any) -> str:
         return value_description(arrow_type, "python")
     assert field.dtype is not None
     assert field.ndim is not None
-    # A complex dtype is stored as float pairs on a trailing axis, which the
-    # header's ndim leaves out; a column in tinax 0.2's layout has no extents.
-    extents = shape_extents(arrow_type)[: field.ndim]
-    extents += [None] * (field.ndim - len(extents))
-    return array_description(field.dtype, extents)
+    # A complex dtype is stored as float pairs on a trailing axis, which the header's ndim leaves out.
+    return array_description(field.dtype, shape_extents(arrow_type)[: field.ndim])
 
 
 def _add_head(report: Report, source: Any, options: InspectOptions) -> None:

@@ -616,13 +616,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
     def __repr__(self) -> str:
         if self._schema is None:
-            return (
-                f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
-                f"row_groups={len(self._group_ends)}, plain Parquet rows, mapping={self._mapping!r})"
-            )
+            rows = f"plain Parquet rows, mapping={self._mapping!r}"
+        else:
+            rows = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
         return (
             f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
-            f"row_groups={len(self._group_ends)}, fields={list(self._schema.names)}, source_id={self.source_id!r})"
+            f"row_groups={len(self._group_ends)}, {rows})"
         )
 
 
