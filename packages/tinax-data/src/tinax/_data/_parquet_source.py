@@ -25,7 +25,6 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyarrow.types as types
 
@@ -56,12 +55,8 @@ from tinax._data._record_codec import (
 from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 
-__all__ = ["PLANNED_ROWS_IN_CACHE", "CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
+__all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
 
-#: The most rows of a planned window over a file whose decoded rows fit the
-#: cache: its row groups stay cached, and the window only saves taking rows
-#: from each row group for every batch (a few MiB of copies at most).
-PLANNED_ROWS_IN_CACHE = 1 << 15
 _SYSTEM_POOL = pa.system_memory_pool()
 
 
@@ -351,13 +346,16 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 positions = None  # Checked one by one below, for the error naming the index.
         if positions is None:
             positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
-        groups, _, chosen_by_group = self._by_row_group(positions)
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        # The batch's positions grouped by row group, each group's in batch order.
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
         # Row groups are found (and read) under the lock; their records are
         # assembled after it, since a decoded row group is never changed and
         # grain's threads would otherwise queue on the lock for every batch.
         chosen_groups: list[tuple[np.ndarray[Any, Any], int, _RowGroup]] = []
         with self._lock:
-            for chosen in chosen_by_group:
+            for chosen in np.split(order, cuts) if len(order) else []:
                 group_index = int(groups[chosen[0]])
                 chosen_groups.append((chosen, group_index, self._group(group_index, int(positions[chosen[0]]))))
         records: list[Any] = [None] * len(positions)
@@ -380,16 +378,6 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             for slot, record in zip(chosen.tolist(), found, strict=True):
                 records[slot] = record
         return records
-
-    def _by_row_group(
-        self, positions: np.ndarray[Any, Any]
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
-        """The row group of every position, and the positions' indices in row-group order, cut per row group."""
-        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
-        # Stable, so that each row group's positions keep their order.
-        order = np.argsort(groups, kind="stable")
-        cuts = np.flatnonzero(np.diff(groups[order])) + 1
-        return groups, order, np.split(order, cuts) if len(order) else []
 
     def _group(self, group_index: int, position: int) -> _RowGroup:
         # Called with the lock held: the cached row group, else the one read and cached now.
@@ -456,8 +444,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cached_bytes += group.nbytes
         return group
 
-    # Planned reads (``tinax._data._planned_reads``): the rows of many batches
-    # ahead, each row group decoded once for all of them, in file order.
+    # What planned reads (``tinax._data._planned_reads``) size their windows by.
 
     @property
     def cache_bytes(self) -> int:
@@ -478,81 +465,6 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def decoded_file_bytes(self) -> float:
         """The decoded size of every row, as :meth:`decoded_row_bytes` estimates it."""
         return self.decoded_row_bytes() * self._count
-
-    def _fits_cache(self) -> bool:
-        # The cache keeps the last row group read even where it alone exceeds the budget.
-        return len(self._group_ends) <= 1 or self.decoded_file_bytes() <= self._cache_bytes
-
-    def planned_window_rows(self) -> int:
-        """The most rows a planned window takes, so that it stays within the cache budget.
-
-        Where the decoded file fits the budget, its row groups stay in the
-        cache and a window is small (its rows are copied out of the cached
-        row groups). Where it does not, a window's rows take half the budget
-        (their copies in file order, then in one table) and the cache is
-        emptied for them: the budget plus the row group being decoded.
-        """
-        row_bytes = max(self.decoded_row_bytes(), 1.0)
-        if self._fits_cache():
-            return PLANNED_ROWS_IN_CACHE
-        # A third: the rows taken from each row group and their joined copy
-        # are both alive while the window is built.
-        return max(1, int(self._cache_bytes // 3 // row_bytes))
-
-    def planned_window(self, positions: np.ndarray[Any, Any]) -> tuple[_RowGroup, np.ndarray[Any, Any]]:
-        """Reads the records at many positions, each row group once, in file order.
-
-        Args:
-          positions: Valid record positions (non-negative, below the count).
-
-        Returns:
-          A decoded table of those rows and, for every entry of
-          ``positions``, the row of that table that holds it: the table's
-          ``records(rows[i:j])`` are the records indexing ``positions[i:j]``
-          gives.
-
-        Raises:
-          ValueError: As indexing would, for a row group that cannot be read;
-            or pyarrow's errors, for a column it cannot take rows of. The
-            caller then reads the same records the usual way.
-        """
-        groups, order, chosen_by_group = self._by_row_group(positions)
-        fits = self._fits_cache()
-        if not fits:
-            # The window takes the budget: cached row groups would only add to it.
-            with self._lock:
-                self._cache.clear()
-                self._cached_bytes = 0
-        chunks: list[pa.Table] = []
-        for chosen in chosen_by_group:
-            group_index = int(groups[chosen[0]])
-            first = int(positions[chosen[0]])
-            # The lock is taken for each row group, so that other readers take turns with the window.
-            with self._lock:
-                if fits or group_index in self._cache:
-                    group = self._group(group_index, first)
-                else:
-                    group = self._decode(group_index, first, own_memory=False)
-            table = group.table
-            if table is None:
-                raise ValueError(f"row group {group_index} holds no decoded table")
-            offset = self._group_ends[group_index - 1] if group_index else 0
-            # Taken into the system allocator, which returns freed memory, as
-            # the window's rows outlive the decode they come from.
-            chunks.append(
-                pc.take(table, pa.array(positions[chosen] - offset, type=pa.int64()), memory_pool=_SYSTEM_POOL)
-            )
-            del group, table
-        rows = np.empty(len(positions), dtype=np.int64)
-        rows[order] = np.arange(len(positions), dtype=np.int64)
-        if not chunks:
-            raise ValueError("no rows to read")
-        window = _in_system_memory(pa.concat_tables(chunks))
-        del chunks
-        if not fits:
-            # The decodes of the window are gone; pyarrow's allocator would keep their memory.
-            pa.default_memory_pool().release_unused()
-        return _RowGroup(self._getters(window), int(window.nbytes), window), rows
 
     def column_values(self, name: str, *, advance: Callable[[int], None] | None = None) -> list[Any]:
         """Reads one column of every row, in order, without reading the other columns.
