@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tinax._jit import _compat02
+from tinax._core import _compat02
 from tinax.jit import TraceBudgetExceededError, batched_jit, bounded_jit
 
 chex = pytest.importorskip("chex")

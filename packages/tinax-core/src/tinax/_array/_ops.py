@@ -12,25 +12,10 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from tinax._core import validation
+from tinax._core._compat02 import DTypeEncodingError
 from tinax._core.shapes import devices_of, is_extended_dtype, require_fits
 
 __all__ = ["is_value_preserving_cast", "one_hot", "safe_astype", "stack_batch"]
-
-
-class _DTypeEncodingError(validation.TypeAndValueError, UnicodeEncodeError):
-    """A dtype string that cannot even be encoded (a lone surrogate, say).
-
-    NumPy raises ``UnicodeEncodeError`` there, which tinax 0.2 let through;
-    this error is that too, besides the ``TypeError`` and ``ValueError``
-    that every other unusable dtype raises.
-    """
-
-    def __init__(self, message: str, cause: UnicodeEncodeError) -> None:
-        UnicodeEncodeError.__init__(self, cause.encoding, cause.object, cause.start, cause.end, cause.reason)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
 
 
 def _require_dtype(value: object, name: str) -> np.dtype[Any]:
@@ -49,7 +34,7 @@ def _require_dtype(value: object, name: str) -> np.dtype[Any]:
         extended = is_extended_dtype(value)
         dtype: np.dtype[Any] | None = None if extended else np.dtype(value)  # type: ignore[call-overload]
     except UnicodeEncodeError as error:
-        raise _DTypeEncodingError(validation.expectation_message(name, expected, value), error) from error
+        raise DTypeEncodingError(validation.expectation_message(name, expected, value), error) from error
     except Exception as error:
         # Whatever is not a dtype is refused, however NumPy says so: TypeError
         # for most, ValueError for a bad sub-array shape such as ("i4", -1) or

@@ -10,6 +10,7 @@ import numpy as np
 from jax.sharding import Sharding
 
 from tinax._core import validation
+from tinax._core._compat02 import DeletedProducerError, DLPackBufferError
 from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 from tinax._core.jax_compat import RuntimeValueError, is_tracer, require_concrete
 from tinax._core.shapes import is_extended_dtype
@@ -158,20 +159,6 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
     return host
 
 
-class _DLPackBufferError(ValueError, BufferError):
-    """A ``BufferError`` raised while importing, outside the producer's own methods."""
-
-
-class _DeletedProducerError(RuntimeValueError, TypeError):
-    """A deleted (or donated) ``jax.Array`` handed to ``from_dlpack``.
-
-    Like every deleted array tinax refuses, it is a ValueError that is also
-    ``jax.errors.JaxRuntimeError``. It is a ``TypeError`` too, the type the
-    deleted array's own ``__dlpack_device__`` raises (and tinax 0.2 let
-    through), so code that catches that keeps working.
-    """
-
-
 class _WatchedProducer:
     """Forwards the DLPack protocol to a producer and remembers what the producer raised.
 
@@ -258,7 +245,7 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
         validation.require_bool(copy, "copy")
     placement = _require_placement(device)
     if isinstance(array, jax.Array) and not is_tracer(array) and array.is_deleted():
-        raise _DeletedProducerError(
+        raise DeletedProducerError(
             validation.expectation_message("array", "a live array (it was deleted or donated)", array)
         )
     watched = None if _is_tensorflow_tensor(array) else _WatchedProducer(array)
@@ -296,7 +283,7 @@ def _import_error(error: Exception, array: object, copy: bool | None) -> Excepti
     if isinstance(error, RuntimeError):
         return RuntimeValueError(message)
     if isinstance(error, BufferError):
-        return _DLPackBufferError(message)
+        return DLPackBufferError(message)
     if isinstance(error, ValueError):
         return ValueError(message)
     return None

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 from tinax._core import validation
+from tinax._core._compat02 import TooLargeIntegerError
 from tinax._core.jax_compat import RuntimeValueError, is_tracer
 
 __all__ = [
@@ -30,17 +31,6 @@ __all__ = [
 #: process inside XLA ("overflow in static extent product") instead of
 #: raising, so tinax refuses it before JAX sees it.
 XLA_MAX_BYTES = 2**63 - 1
-
-
-class _TooLargeIntegerError(RuntimeValueError, validation.TypeAndValueError):
-    """A size too large for any array that tinax 0.2 refused with a ``TypeError``.
-
-    That is a size given as a NumPy (not a Python) integer, which 0.2
-    refused as a size, and a shape with an extent beyond the signed 64-bit
-    range, which JAX's shape builders refuse as an argument of the wrong
-    type. This error is a ``TypeError`` for those, besides what
-    :func:`require_fits` raises for any size that is too large.
-    """
 
 
 # The largest extent JAX's shape builders take; a larger one is refused
@@ -253,7 +243,7 @@ def require_fits(
     dtype_text = str(dtype) if is_extended_dtype(dtype) else str(np.dtype(dtype))
     needs = f"{what}, {dtype_text}[{extents}], would need {nbytes} bytes"
     refused_as_type = isinstance(value, np.integer) or any(extent > _INT64_MAX for extent in shape)
-    error = _TooLargeIntegerError if refused_as_type else RuntimeValueError
+    error = TooLargeIntegerError if refused_as_type else RuntimeValueError
     if nbytes > XLA_MAX_BYTES:
         raise error(
             validation.expectation_message(name, "small enough for the result to be representable by XLA", value)

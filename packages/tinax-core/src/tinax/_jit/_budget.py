@@ -13,8 +13,8 @@ from typing import Any, NamedTuple, TypeVar
 
 import jax
 
+from tinax._core._compat02 import chex_asserts_disabled, chex_counter_clears
 from tinax._core.jax_compat import is_tracer
-from tinax._jit._compat02 import chex_asserts_disabled, chex_counter_clears
 
 __all__ = ["TraceBudget", "TraceBudgetExceededError", "function_name", "wrap_site"]
 
@@ -243,7 +243,7 @@ class TraceBudget:
     trace whose arguments are all static (or that have no leaves at all)
     costs nothing, and neither does running the function's Python body
     eagerly (under ``jax.disable_jit``). Where the program uses chex, its
-    switches apply as they did to 0.2's budgets (see ``_compat02``).
+    switches apply as they did to 0.2's budgets (see ``tinax._core._compat02``).
 
     Budgets made for the same function (the same code) at the same place
     (see :func:`wrap_site`) count their traces together, as tinax 0.2's
