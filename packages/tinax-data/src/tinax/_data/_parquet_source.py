@@ -444,6 +444,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cached_bytes += group.nbytes
         return group
 
+    def empty_cache(self) -> None:
+        """Drops every cached row group: past the cache, a planned window takes the cache's place."""
+        with self._lock:
+            self._cache.clear()
+            self._cached_bytes = 0
+
     # What planned reads (``tinax._data._planned_reads``) size their windows by.
 
     @property

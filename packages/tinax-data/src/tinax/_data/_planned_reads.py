@@ -319,9 +319,7 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
 
     past = past_cache(source)
     if past:
-        with source._lock:
-            source._cache.clear()
-            source._cached_bytes = 0
+        source.empty_cache()
         _return_freed_memory()
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order = np.argsort(np.searchsorted(ends, positions, side="right"), kind="stable")
@@ -351,11 +349,7 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
                 if past:
                     group = source._decode(group_index, int(chosen[0]), own_memory=False)
                 else:
-                    group = source._cache.get(group_index)
-                    if group is None:
-                        group = source._load(group_index, int(chosen[0]))
-                    else:
-                        source._cache.move_to_end(group_index)
+                    group = source._group(group_index, int(chosen[0]))
             offset = int(ends[group_index - 1]) if group_index else 0
             taken.append(pc.take(group.table, pa.array(chosen - offset, type=pa.int64()), memory_pool=pool))
             taken_rows += len(chosen)
