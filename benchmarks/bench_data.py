@@ -46,7 +46,8 @@ skips them): a file of ``--policy-records`` rows in row groups of 4096, read
 by ``training_batches`` (batch 256, a stack batch_fn) sequentially, with
 ``shuffle_window`` and with the global shuffle, with the default cache and
 with caches a half and a third of the decoded size; rows/s after
-``--policy-warmup`` batches as ratios against sequential in the same run,
+``--policy-warmup`` batches, the median of ``--policy-rounds`` fresh
+processes whose sides alternate, as ratios against sequential in the same run,
 peak RSS growth, pyarrow's read_table of the whole file for reference, and
 with ``--baseline-src`` the same figures of an earlier tinax-data.
 Temporary files live in a temporary folder that is removed at the end.
@@ -531,37 +532,49 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
         f"file 2x the cache ({decoded / 2:.0f} MiB)": int(decoded / 2 * 2**20),
         f"file 3x the cache ({decoded / 3:.0f} MiB)": int(decoded / 3 * 2**20),
     }
+    name = {"sequential": "sequential", "window": f"shuffle_window={options.window}", "global": "global"}
     for title, cache in caches.items():
         print(f"  {title}:")
+        # One fresh process per side, policy and round, the sides alternating
+        # within a round, so a slow spell of the machine falls on both; each
+        # figure is the median of the rounds (the spread is printed beside it).
+        runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for _ in range(options.policy_rounds):
+            for policy in ("sequential", "window", "global"):
+                for side, src in sides.items():
+                    warmup, batches = options.policy_warmup, options.policy_batches
+                    if side == "today" and policy == "global" and cache < decoded * 2**20:
+                        # Today's global shuffle past the cache decodes row groups for every few rows.
+                        if runs.get((side, policy)):
+                            continue
+                        warmup, batches = 2, options.policy_slow_batches
+                    settings = {
+                        "policy": policy,
+                        "cache_bytes": cache,
+                        "window": options.window,
+                        "warmup": warmup,
+                        "batches": batches,
+                    }
+                    runs.setdefault((side, policy), []).append(_probe(_POLICY_PROBE, [path, json.dumps(settings)], src))
         rates: dict[str, dict[str, float]] = {}
-        for side, src in sides.items():
+        for side in sides:
             rates[side] = {}
             for policy in ("sequential", "window", "global"):
-                warmup, batches = options.policy_warmup, options.policy_batches
-                if side == "today" and policy == "global" and cache < decoded * 2**20:
-                    # Today's global shuffle past the cache decodes row groups for every few rows.
-                    warmup, batches = 2, options.policy_slow_batches
-                settings = {
-                    "policy": policy,
-                    "cache_bytes": cache,
-                    "window": options.window,
-                    "warmup": warmup,
-                    "batches": batches,
-                }
-                found = _probe(_POLICY_PROBE, [path, json.dumps(settings)], src)
-                rate = found["records"] / found["seconds"]
-                rates[side][policy] = rate
-                name = {"sequential": "sequential", "window": f"shuffle_window={options.window}", "global": "global"}
+                found = runs[side, policy]
+                each = sorted(run["records"] / run["seconds"] for run in found)
+                rate = rates[side][policy] = statistics.median(each)
+                growth = max(run["peak_growth_mib"] for run in found)
                 print(
                     f"    [{side:>5}] {name[policy]:<17} {rate:11,.0f} rows/s "
-                    f"({rate / rates[side]['sequential']:.3f}x sequential), peak RSS growth "
-                    f"{found['peak_growth_mib']:5.0f} MiB (cache {cache / 2**20:.0f} MiB, "
+                    f"(median of {len(each)}, {each[0]:,.0f} to {each[-1]:,.0f}; "
+                    f"{rate / rates[side]['sequential']:.3f}x sequential), peak RSS growth "
+                    f"{growth:5.0f} MiB at most (cache {cache / 2**20:.0f} MiB, "
                     f"+ one row group {(cache / 2**20 + decoded / written['row_groups']):.1f} MiB)"
                 )
         if "today" in rates:
             ours, today = rates["ours"], rates["today"]
             ratios = [f"{policy} {ours[policy] / today[policy]:.2f}x" for policy in ("sequential", "window", "global")]
-            print("    ours / today: " + ", ".join(ratios))
+            print("    ours / today (medians): " + ", ".join(ratios))
 
 
 _SPLIT_PROBE = r"""
@@ -817,6 +830,9 @@ def main() -> int:
     parser.add_argument("--policy-records", type=int, default=2_000_000, help="rows of the shuffle-policy figures")
     parser.add_argument("--policy-warmup", type=int, default=200, help="warm-up batches of each policy run")
     parser.add_argument("--policy-batches", type=int, default=1000, help="timed batches of each policy run")
+    parser.add_argument(
+        "--policy-rounds", type=int, default=3, help="alternating rounds of the shuffle-policy runs (medians)"
+    )
     parser.add_argument(
         "--policy-slow-batches", type=int, default=8, help="timed batches of today's global shuffle past the cache"
     )
