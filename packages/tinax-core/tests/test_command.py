@@ -18,8 +18,9 @@ from importlib import metadata
 import pytest
 
 from tinax._core._command._integrity import install_command
-from tinax._core._command._report import SCHEMA, Report, schema_problems
+from tinax._core._command._report import SCHEMA, Report
 from tinax_testing import run_tinax
+from tinax_testing.json_schema import schema_problems
 
 
 def test_help_lists_both_subcommands_and_starts_no_jax():

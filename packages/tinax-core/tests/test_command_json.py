@@ -31,11 +31,11 @@ from tinax._core._command._report import (
     error_document,
     json_key,
     json_value,
-    schema_problems,
     schema_text,
 )
 from tinax._core._command._versions import UNKNOWN_VERSION, distribution_version
 from tinax_testing import run_tinax
+from tinax_testing.json_schema import schema_problems
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 KEYS = list(SCHEMA["required"])

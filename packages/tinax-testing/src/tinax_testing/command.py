@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from tinax._core._command._report import schema_problems
+from tinax_testing.json_schema import schema_problems
 
 __all__ = ["Completed", "run_tinax"]
 
