@@ -144,7 +144,9 @@ def _run_member_suites(python: Path, our_wheels: Path, tmp_path: Path) -> None:
         workspace = tmp_path / f"suite-{member.name}"
         shutil.copytree(member / "tests", workspace / "tests")
         shutil.copy(member / "pyproject.toml", workspace / "pyproject.toml")
-        return member.name, _run([str(python), "-m", "pytest", "tests", "-q", "-x"], cwd=workspace)
+        # The seeded sweeps over damaged files test logic, not the install: the README run has them.
+        command = [str(python), "-m", "pytest", "tests", "-q", "-x", "-m", "not sweep"]
+        return member.name, _run(command, cwd=workspace)
 
     # One suite at a time: `hatch run test:all` runs this check next to the
     # whole pytest suite, which already keeps the second core busy.

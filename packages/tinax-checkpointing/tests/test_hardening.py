@@ -667,6 +667,7 @@ def _mutate_json(data: bytes, rng: random.Random) -> bytes:
 
 # A thousand loads: about three minutes on a loaded two-core machine, longer
 # than the suite's default limit.
+@pytest.mark.sweep
 @pytest.mark.timeout(900)
 def test_one_thousand_seeded_metadata_mutations_give_only_documented_errors(training_checkpoint, tmp_path):
     # A mutation may also leave a loadable checkpoint (a flipped bit in an

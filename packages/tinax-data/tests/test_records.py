@@ -1334,6 +1334,7 @@ def _read_all(path) -> list[dict[str, Any]]:
     return [dataset[index] for index in range(len(dataset))]
 
 
+@pytest.mark.sweep
 def test_every_single_bit_flip_in_a_tinax_parquet_file_is_detected(tmp_path, monkeypatch):
     path, records = _small_checksummed_file(tmp_path, monkeypatch)
     original = path.read_bytes()
@@ -1466,6 +1467,7 @@ def _fuzz_records() -> list[dict[str, Any]]:
     ]
 
 
+@pytest.mark.sweep
 @pytest.mark.parametrize("name", ["parquet", "array_record"])
 def test_seeded_mutations_give_only_documented_errors(tmp_path, monkeypatch, name):
     from tinax._data import _parquet
