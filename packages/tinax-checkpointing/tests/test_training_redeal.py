@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from absl import flags
 
 from tinax.checkpointing import (
     TrainingCheckpointManager,
@@ -32,6 +31,7 @@ from tinax.checkpointing import (
 # (its isolation check) has none, and skips these tests.
 pytest.importorskip("tinax.data", reason="re-dealing an iterator needs tinax-data")
 from tinax.data import InMemorySource, open_multiprocessing_iterator, training_batches
+from tinax_testing.flags import absl_flags_parsed
 
 ROWS = 40
 OLD_BATCH = 4  # per process, on two processes: a global batch of 8 rows
@@ -200,12 +200,8 @@ def test_redeal_must_be_a_bool(two_process_checkpoint, redeal):
 
 @pytest.fixture
 def parsed_flags() -> Iterator[None]:
-    was_parsed = flags.FLAGS.is_parsed()
-    if not was_parsed:
-        flags.FLAGS.mark_as_parsed()
-    yield
-    if not was_parsed:
-        flags.FLAGS.unparse_flags()
+    with absl_flags_parsed():
+        yield
 
 
 def test_redeal_restores_into_an_iterator_with_worker_processes(two_process_checkpoint, parsed_flags):

@@ -1,5 +1,17 @@
 """Runs tinax-data's tests on 8 CPU devices, set before any JAX backend starts."""
 
+from collections.abc import Iterator
+
+import pytest
+
 from tinax_testing import force_cpu_devices
+from tinax_testing.flags import absl_flags_parsed
 
 force_cpu_devices()
+
+
+@pytest.fixture
+def parsed_flags() -> Iterator[None]:
+    """absl flags parsed for the test, as grain's worker processes need."""
+    with absl_flags_parsed():
+        yield

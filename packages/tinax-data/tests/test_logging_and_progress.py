@@ -10,7 +10,6 @@ and nothing at all unless logging is configured for it. All three take
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import logging
 import pathlib
 import subprocess
@@ -30,8 +29,8 @@ from tinax.data import (
     write_parquet_record,
 )
 from tinax_testing import import_side_effects
+from tinax_testing.progress import assert_progress, progress_recorder, tinax_info_records
 
-Calls = list[tuple[int, int | None]]
 HAS_RICH = importlib.util.find_spec("rich") is not None
 HAS_TQDM = importlib.util.find_spec("tqdm") is not None
 
@@ -48,26 +47,6 @@ def _plain_records(count: int) -> list[dict[str, Any]]:
 def _tinax_records(count: int) -> list[dict[str, Any]]:
     # 2-d arrays: only the tinax format holds them, written row group by row group.
     return [{"id": index, "x": np.full((2, 2), index, dtype=np.float32)} for index in range(count)]
-
-
-def _recorder() -> tuple[Calls, Any]:
-    calls: Calls = []
-    return calls, lambda done, total: calls.append((done, total))
-
-
-def _assert_progress(calls: Calls, total: int) -> None:
-    """From (0, total) to (total, total), done growing at every call, the total never changing."""
-    assert calls[0] == (0, total)
-    assert calls[-1] == (total, total)
-    done = [done for done, _ in calls]
-    assert all(before < after for before, after in itertools.pairwise(done))
-    assert {seen for _, seen in calls} == {total}
-
-
-def _info_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    records = [record for record in caplog.records if record.name.startswith("tinax")]
-    assert all(record.name == "tinax.data" and record.levelno == logging.INFO for record in records)
-    return records
 
 
 def _assert_written(record: logging.LogRecord, rows: int, path: pathlib.Path) -> None:
@@ -93,7 +72,7 @@ def test_a_parquet_write_logs_one_info_line_with_its_rows_bytes_and_seconds(tmp_
     caplog.set_level(logging.INFO, logger="tinax")
     path = tmp_path / "rows.parquet"
     write_parquet_record(path, records)
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.data")
     _assert_written(record, 10, path)
 
 
@@ -105,7 +84,7 @@ def test_an_array_record_write_logs_one_info_line_with_its_rows_bytes_and_second
     caplog.set_level(logging.INFO, logger="tinax")
     path = tmp_path / "rows.array_record"
     write_array_record(path, records)
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.data")
     _assert_written(record, 0 if isinstance(records, list) and not records else 7, path)
 
 
@@ -119,7 +98,7 @@ def test_a_split_by_column_logs_one_info_line_with_the_rows_it_read(tmp_path, ca
         dataset, name = grain.MapDataset.source(InMemorySource(_plain_records(12), source_id="rows-v1")), "rows-v1"
     caplog.set_level(logging.INFO, logger="tinax")
     train, test = split_by_column(dataset, "split")
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.data")
     message = record.getMessage()
     assert message.startswith(f"split 12 rows by column 'split' into 9 'train' and 3 'test' of {name!r}: 12 rows in ")
     assert (len(train), len(test)) == (9, 3)
@@ -173,12 +152,12 @@ def test_an_application_that_configures_no_logging_sees_no_output(tmp_path):
 def test_parquet_progress_counts_rows_from_zero_to_the_total(tmp_path, monkeypatch):
     from tinax._data import _parquet
 
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     write_parquet_record(tmp_path / "plain.parquet", _plain_records(50), progress=record)
     # pyarrow writes a plain table in one piece: the count goes from 0 to the total at once.
     assert calls == [(0, 50), (50, 50)]
     monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 16)
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     write_parquet_record(tmp_path / "arrays.parquet", _tinax_records(50), progress=record)
     # The tinax format counts row group by row group.
     assert calls == [(0, 50), (16, 50), (32, 50), (48, 50), (50, 50)]
@@ -188,11 +167,11 @@ def test_parquet_progress_counts_rows_from_zero_to_the_total(tmp_path, monkeypat
 def test_array_record_progress_counts_records_and_is_unknown_for_a_generator(tmp_path, kind):
     _array_record_available()
     records = _plain_records(2500) if kind == "json" else _tinax_records(2500)
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     write_array_record(tmp_path / "list.array_record", records, progress=record)
-    _assert_progress(calls, 2500)
+    assert_progress(calls, 2500)
     assert len(calls) <= 1002, "a callback is called at most about a thousand times"
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     write_array_record(tmp_path / "generated.array_record", iter(records[:5]), progress=record)
     assert calls == [(0, None), (1, None), (2, None), (3, None), (4, None), (5, None), (5, 5)]
 
@@ -210,9 +189,9 @@ def test_split_by_column_progress_counts_the_rows_read(tmp_path, monkeypatch, so
         dataset = read_parquet_record(path)
     else:
         dataset = grain.MapDataset.source(InMemorySource(_plain_records(40), source_id="rows"))
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     split_by_column(dataset, "split", progress=record)
-    _assert_progress(calls, 40)
+    assert_progress(calls, 40)
     if source == "parquet":
         # Only the column is read, row group by row group.
         assert calls == [(0, 40), (16, 40), (32, 40), (40, 40)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from absl import flags
 from grain.sharding import ShardOptions
 
 from tinax._data import _planned_reads
@@ -242,16 +241,6 @@ def test_a_corrupt_row_group_fails_at_the_same_batch_with_the_same_error(tinax_f
             seen += 1
     assert failures[0] == failures[1]
     assert "row group 1" in failures[0][1]
-
-
-@pytest.fixture
-def parsed_flags() -> Iterator[None]:
-    was_parsed = flags.FLAGS.is_parsed()
-    if not was_parsed:
-        flags.FLAGS.mark_as_parsed()
-    yield
-    if not was_parsed:
-        flags.FLAGS.unparse_flags()
 
 
 def test_worker_processes_read_the_unplanned_batches_and_resume(parsed_flags, plain_file):

@@ -8,13 +8,12 @@ gives each process of a multi-process job.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import grain
 import numpy as np
 import pytest
-from absl import flags
 from grain.sharding import ShardOptions
 
 from tinax.data import (
@@ -343,16 +342,6 @@ def test_evaluation_pipelines_refuse_a_re_deal_record():
 
 # ---------------------------------------------------------------------------
 # Worker processes (spawned, so few of them: one old and one new iterator per source)
-
-
-@pytest.fixture
-def parsed_flags() -> Iterator[None]:
-    was_parsed = flags.FLAGS.is_parsed()
-    if not was_parsed:
-        flags.FLAGS.mark_as_parsed()
-    yield
-    if not was_parsed:
-        flags.FLAGS.unparse_flags()
 
 
 @pytest.mark.parametrize(

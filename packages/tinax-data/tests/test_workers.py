@@ -70,16 +70,6 @@ class _LeaveBlockError(Exception):
 
 
 @pytest.fixture
-def parsed_flags() -> Iterator[None]:
-    was_parsed = flags.FLAGS.is_parsed()
-    if not was_parsed:
-        flags.FLAGS.mark_as_parsed()
-    yield
-    if not was_parsed:
-        flags.FLAGS.unparse_flags()
-
-
-@pytest.fixture
 def unparsed_flags() -> Iterator[None]:
     was_parsed = flags.FLAGS.is_parsed()
     if was_parsed:

@@ -9,7 +9,6 @@ progress, in bytes, to a callback or a bar.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import logging
 import pathlib
 import subprocess
@@ -32,8 +31,8 @@ from tinax.weights import (
     save_sharded_safetensors,
 )
 from tinax_testing import import_side_effects, run_processes
+from tinax_testing.progress import ProgressCalls, assert_progress, progress_recorder, tinax_info_records
 
-Calls = list[tuple[int, int | None]]
 HAS_RICH = importlib.util.find_spec("rich") is not None
 HAS_TQDM = importlib.util.find_spec("tqdm") is not None
 
@@ -60,26 +59,6 @@ def _payload_bytes(arrays: dict[str, jax.Array]) -> int:
     return sum(array.nbytes for array in arrays.values())
 
 
-def _recorder() -> tuple[Calls, Any]:
-    calls: Calls = []
-    return calls, lambda done, total: calls.append((done, total))
-
-
-def _assert_progress(calls: Calls, total: int) -> None:
-    """From (0, total) to (total, total), done growing at every call, the total never changing."""
-    assert calls[0] == (0, total)
-    assert calls[-1] == (total, total)
-    done = [done for done, _ in calls]
-    assert all(before < after for before, after in itertools.pairwise(done))
-    assert {seen for _, seen in calls} == {total}
-
-
-def _info_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    records = [record for record in caplog.records if record.name.startswith("tinax")]
-    assert all(record.name == "tinax.weights" and record.levelno == logging.INFO for record in records)
-    return records
-
-
 def _assert_logged(record: logging.LogRecord, start: str, nbytes: int, path: pathlib.Path) -> None:
     message = record.getMessage()
     assert message.startswith(f"{start} {str(path)!r}: {nbytes} bytes"), message
@@ -98,7 +77,7 @@ def test_a_sharded_export_logs_one_info_line_with_its_bytes_and_seconds(tmp_path
     caplog.set_level(logging.INFO, logger="tinax")
     arrays = _arrays()
     save_sharded_safetensors(tmp_path / "model.safetensors", arrays, overwrite=False)
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.weights")
     _assert_logged(record, "exported 4 tensors to", _payload_bytes(arrays), tmp_path / "model.safetensors")
 
 
@@ -107,7 +86,7 @@ def test_a_multi_file_export_logs_one_line_naming_its_files(tmp_path, caplog):
     arrays = _arrays()
     index = tmp_path / "model.safetensors.index.json"
     save_sharded_safetensors(index, arrays, overwrite=False, max_file_bytes=4096)
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.weights")
     _assert_logged(record, "exported 4 tensors to", _payload_bytes(arrays), index)
     assert record.getMessage().endswith("; 3 files and their index")
 
@@ -118,7 +97,7 @@ def test_a_sharded_load_logs_one_info_line_with_the_bytes_read(tmp_path, caplog)
     caplog.set_level(logging.INFO, logger="tinax")
     shardings = {name: array.sharding for name, array in arrays.items()}
     loaded = load_sharded_safetensors(tmp_path / "model.safetensors", shardings=shardings, max_bytes=1 << 20)
-    [record] = _info_records(caplog)
+    [record] = tinax_info_records(caplog, "tinax.weights")
     _assert_logged(record, "loaded 4 tensors from", loaded.bytes_read, tmp_path / "model.safetensors")
 
 
@@ -127,7 +106,7 @@ def test_a_safetensors_save_and_load_log_one_info_line_each(tmp_path, caplog):
     path = tmp_path / "model.safetensors"
     save_safetensors(path, {"w": np.zeros((4, 4), np.float32)}, overwrite=False)
     load_safetensors(path, max_bytes=64)
-    saved, loaded = _info_records(caplog)
+    saved, loaded = tinax_info_records(caplog, "tinax.weights")
     _assert_logged(saved, "saved 1 tensor to", path.stat().st_size, path)
     _assert_logged(loaded, "loaded 1 tensor from", 64, path)
 
@@ -137,7 +116,7 @@ def test_a_msgpack_save_and_load_log_one_info_line_each(tmp_path, caplog):
     path = tmp_path / "state.msgpack"
     save_msgpack(path, {"w": np.zeros(4, np.float32), "step": 3}, overwrite=False)
     load_msgpack(path, {"w": np.zeros(4, np.float32), "step": 0}, max_bytes=1 << 20)
-    saved, loaded = _info_records(caplog)
+    saved, loaded = tinax_info_records(caplog, "tinax.weights")
     _assert_logged(saved, "saved a state dict to", path.stat().st_size, path)
     _assert_logged(loaded, "loaded a state dict from", path.stat().st_size, path)
 
@@ -189,21 +168,21 @@ def test_an_application_that_configures_no_logging_sees_no_output(tmp_path):
 @pytest.mark.parametrize("max_file_bytes", [None, 4096], ids=["one-file", "three-files"])
 def test_export_progress_grows_from_zero_to_the_bytes_this_process_writes(tmp_path, max_file_bytes):
     arrays = _arrays()
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     name = "model.safetensors" if max_file_bytes is None else "model.safetensors.index.json"
     save_sharded_safetensors(tmp_path / name, arrays, overwrite=False, max_file_bytes=max_file_bytes, progress=record)
-    _assert_progress(calls, _payload_bytes(arrays))
+    assert_progress(calls, _payload_bytes(arrays))
 
 
 def test_load_progress_grows_from_zero_to_the_bytes_read(tmp_path):
     arrays = _arrays()
     save_sharded_safetensors(tmp_path / "model.safetensors", arrays, overwrite=False)
-    calls, record = _recorder()
+    calls, record = progress_recorder()
     shardings = {name: array.sharding for name, array in arrays.items()}
     loaded = load_sharded_safetensors(
         tmp_path / "model.safetensors", shardings=shardings, max_bytes=1 << 20, progress=record
     )
-    _assert_progress(calls, loaded.bytes_read)
+    assert_progress(calls, loaded.bytes_read)
 
 
 def test_progress_moves_within_a_long_shard(tmp_path, monkeypatch):
@@ -213,10 +192,10 @@ def test_progress_moves_within_a_long_shard(tmp_path, monkeypatch):
     monkeypatch.setattr(_sharded_load, "_READ_CHUNK_BYTES", 1024)
     monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", 0)
     whole = jax.device_put(jnp.zeros((64, 64), jnp.float32), jax.devices()[0])  # One shard of 16 KiB.
-    written, record_written = _recorder()
+    written, record_written = progress_recorder()
     save_sharded_safetensors(tmp_path / "model.safetensors", {"w": whole}, overwrite=False, progress=record_written)
     assert written == [(done, whole.nbytes) for done in range(0, whole.nbytes + 1, 1024)]
-    read, record_read = _recorder()
+    read, record_read = progress_recorder()
     load_sharded_safetensors(
         tmp_path / "model.safetensors", shardings={"w": whole.sharding}, max_bytes=1 << 20, progress=record_read
     )
@@ -299,12 +278,12 @@ def _body_across_processes(folder: str) -> dict[str, Any]:
     rows = NamedSharding(jax.make_mesh((8,), ("x",)), PartitionSpec("x"))
     whole = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
     w = jax.make_array_from_callback(whole.shape, rows, lambda index: whole[index])
-    written: Calls = []
+    written: ProgressCalls = []
     path = pathlib.Path(folder) / "model.safetensors"
     save_sharded_safetensors(
         path, {"w": w}, overwrite=False, progress=lambda done, total: written.append((done, total))
     )
-    read: Calls = []
+    read: ProgressCalls = []
     load_sharded_safetensors(
         path, shardings={"w": rows}, max_bytes=1 << 20, progress=lambda done, total: read.append((done, total))
     )
@@ -318,8 +297,8 @@ def test_across_processes_each_reports_and_logs_the_bytes_of_its_own_shards(tmp_
     )
     half = 64 * 32 * 4 // 2
     for result in results:
-        _assert_progress([tuple(call) for call in result["written"]], half)
-        _assert_progress([tuple(call) for call in result["read"]], half)
+        assert_progress([tuple(call) for call in result["written"]], half)
+        assert_progress([tuple(call) for call in result["read"]], half)
         exported, loaded = result["records"]
         whose = f"; the shards of process {result['process']} of 2"
         assert exported.startswith(f"exported 1 tensor to {str(tmp_path / 'model.safetensors')!r}: {half} bytes")
