@@ -669,6 +669,12 @@ def _mutate_json(data: bytes, rng: random.Random) -> bytes:
 # than the suite's default limit.
 @pytest.mark.sweep
 @pytest.mark.timeout(900)
+# Some damaged metadata makes Orbax give up a part's load after it started the
+# read of that part's array metadata, which then never runs; Python warns when
+# it is collected. It is not in the error's traceback, so tinax cannot close it
+# (docs/upstream.md, "A failed load abandons its other reads"). This test is
+# about the error types, so that one upstream warning is ignored here.
+@pytest.mark.filterwarnings("ignore:coroutine 'Store._get_array_metadatas' was never awaited:RuntimeWarning")
 def test_one_thousand_seeded_metadata_mutations_give_only_documented_errors(training_checkpoint, tmp_path):
     # A mutation may also leave a loadable checkpoint (a flipped bit in an
     # ignored field, for one); what it may never do is escape as another type.
