@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pyarrow.types as types
 
+from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._parquet import (
@@ -58,6 +59,11 @@ from tinax._data._shutdown import check_reads_go_on
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
 
 _SYSTEM_POOL = pa.system_memory_pool()
+_logger = get_logger("data")
+# Reads out of order past the cache are told once a pass has loaded this many row groups, each serving
+# under a quarter of its rows on average.
+_LOADS_BEFORE_WARNING = 64
+_ROWS_SERVED_FRACTION = 4
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
@@ -216,6 +222,11 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         # Rows and bytes decoded so far in this process: the decoded size of a row, for planned reads.
         self._decoded_rows = 0
         self._decoded_bytes = 0
+        # Row groups loaded into the cache and rows served so far: a pass that decodes a row group for a
+        # few rows each reads out of order past the cache.
+        self._loads = 0
+        self._rows_served = 0
+        self._told_out_of_order = False
 
     def _unreadable(self, reason: str) -> ValueError:
         return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
@@ -333,6 +344,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = self._position(index)
         with self._lock:
+            self._rows_served += 1
             return self._record(position)
 
     def _getitems(self, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -355,6 +367,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         # grain's threads would otherwise queue on the lock for every batch.
         chosen_groups: list[tuple[np.ndarray[Any, Any], int, _RowGroup]] = []
         with self._lock:
+            self._rows_served += len(positions)
             for chosen in np.split(order, cuts) if len(order) else []:
                 group_index = int(groups[chosen[0]])
                 chosen_groups.append((chosen, group_index, self._group(group_index, int(positions[chosen[0]]))))
@@ -436,6 +449,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def _load(self, group_index: int, position: int) -> _RowGroup:
         # Called with the lock held.
         group = self._decode(group_index, position)
+        self._note_load()
         # Evicted first, so the budget holds while the new row group is added.
         while self._cache and self._cached_bytes + group.nbytes > self._cache_bytes:
             _, evicted = self._cache.popitem(last=False)
@@ -443,6 +457,37 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._cache[group_index] = group
         self._cached_bytes += group.nbytes
         return group
+
+    def _note_load(self) -> None:
+        # Called with the lock held. In order, or in windows of row groups, every load serves about a row
+        # group's rows; out of order past the cache, each serves a few before the cache drops it.
+        self._loads += 1
+        if self._told_out_of_order or self._loads < _LOADS_BEFORE_WARNING:
+            return
+        group_rows = self._count / max(len(self._group_ends), 1)
+        if _ROWS_SERVED_FRACTION * self._rows_served >= self._loads * group_rows:
+            return
+        if self.decoded_file_bytes() <= self._cache_bytes:
+            return
+        self.warn_out_of_order_once(
+            "rows of %s are read out of order (random access, or several threads taking rows out of turn): its "
+            "decoded rows (about %s) exceed its cache_bytes (%s), so %d row groups of about %d rows were decoded "
+            "for %d rows. Pass read_parquet_record a cache_bytes above the decoded size, or read in order "
+            "(training_batches plans the reads of a shuffled pass)",
+            str(self._path),
+            format_bytes(int(self.decoded_file_bytes())),
+            format_bytes(self._cache_bytes),
+            self._loads,
+            round(group_rows),
+            self._rows_served,
+        )
+
+    def warn_out_of_order_once(self, message: str, *args: object) -> None:
+        """Logs a warning that reads out of order past the cache decode row groups again, once per process."""
+        if self._told_out_of_order:
+            return
+        self._told_out_of_order = True
+        _logger.warning(message, *args)
 
     def empty_cache(self) -> None:
         """Drops every cached row group: past the cache, a planned window takes the cache's place."""

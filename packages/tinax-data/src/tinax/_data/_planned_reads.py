@@ -528,7 +528,8 @@ class ReadPlanner:
         if decoded <= source.cache_bytes:
             return
         self._told = True
-        _logger.warning(
+        # The reader's own warning about rows read out of order would say the same: one of the two is logged.
+        source.warn_out_of_order_once(
             "batches of a pipeline over %s are read out of order (random access, or several threads), so they "
             "cannot be planned: its decoded rows (about %s) exceed its cache_bytes (%s), and every batch of a "
             "shuffled order decodes row groups again for a few rows each. Pass read_parquet_record a cache_bytes "
