@@ -287,7 +287,7 @@ def test_a_pass_within_the_cache_logs_nothing(plain_file, caplog):
 
 
 @pytest.mark.parametrize(
-    "max_index", [1, 2, 3, 100, 65_535, 65_536, 65_537, 2**20 - 1, 2**20, 1_999_999, 2**31, 2**33 + 5, 2**45 + 7]
+    "max_index", [1, 2, 3, 52, 63, 100, 4_095, 65_535, 65_536, 65_537, 2**20 - 1, 2**20, 1_999_999, 2**31, 2**33 + 5, 2**45 + 7]
 )
 def test_the_vectorized_shuffle_gives_grains_own_positions_bit_for_bit(max_index):
     import random
@@ -326,3 +326,29 @@ def test_vector_positions_are_the_positions_grains_datasets_give_over_several_ep
     assert isinstance(vector, _planned_reads.VectorPositions)
     indices = np.random.default_rng(count).integers(0, 5 * len(twin), 2000)
     assert vector.positions(indices).tolist() == read_many(twin, indices.tolist())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 53, 64, 300])
+def test_a_small_file_shuffles_as_the_same_rows_in_memory(tmp_path, rows):
+    # A small file's shuffle permutes a domain of 2**16 positions, walking far for each row in range.
+    import grain
+
+    records = [{"id": index} for index in range(rows)]
+    path = tmp_path / "small.parquet"
+    write_parquet_record(path, records)
+
+    def ids(dataset: Any) -> list[int]:
+        batches = training_batches(
+            dataset,
+            shard_options=ShardOptions(0, 1, drop_remainder=True),
+            seed=7,
+            shuffle=True,
+            num_epochs=3,
+            batch_size=1,
+            batch_fn=_ids,
+        )
+        return [row for batch in batches for row in batch]
+
+    from_file = ids(read_parquet_record(path))
+    assert from_file == ids(grain.MapDataset.source(records))
+    assert sorted(from_file) == sorted(list(range(rows)) * 3)

@@ -81,6 +81,10 @@ def position_dataset(count: int) -> RecordSourceMapDataset:
 _MASK32 = 0xFFFFFFFF
 
 
+# Domains of at most this many bits are permuted whole (see shuffled_indices): 2**16 int64 values take 512 KiB.
+_TABLE_BITS = 16
+
+
 def _seed_sequence_words(seed: int, count: int) -> list[int]:
     """The ``count`` 32-bit words C++'s ``std::seed_seq{seed}.generate`` gives (the standard's algorithm)."""
     words = [0x8B8B8B8B] * count
@@ -147,17 +151,31 @@ def shuffled_indices(
         mixed: np.ndarray[Any, Any] = (rotate(value, 1) & rotate(value, 8)) ^ rotate(value, 2)
         return mixed
 
-    values = np.asarray(indices).astype(np.uint64)
-    result = np.empty(len(values), dtype=np.uint64)
-    pending = np.arange(len(values))
-    limit = np.uint64(max_index)
-    while len(pending):
+    def encrypt(values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         left = (values >> shift) & mask
         right = values & mask
         for step in range(0, rounds, 2):
             left = left ^ feistel(right) ^ keys[step]
             right = right ^ feistel(left) ^ keys[step + 1]
-        values = (left << shift) | right
+        encrypted: np.ndarray[Any, Any] = (left << shift) | right
+        return encrypted
+
+    values = np.asarray(indices).astype(np.uint64)
+    limit = np.uint64(max_index)
+    if bits <= _TABLE_BITS:
+        # A small range sits in a domain of at least 2**16 values, so a walk takes about 2**16 / max_index
+        # steps. Over the whole domain at once, the first value in range after each one is found by
+        # doubling how far each pointer reaches: bits + 1 passes over the table instead of a walk per index.
+        cipher = encrypt(np.arange(1 << bits, dtype=np.uint64)).astype(np.int64)
+        reach = np.where(np.arange(1 << bits) <= max_index, np.arange(1 << bits), cipher)
+        for _ in range(bits + 1):
+            reach = reach[reach]
+        # The cipher reads only the domain's bits of an index (2**bits itself, where max_index is that, as 0).
+        return reach[cipher[(values & np.uint64((1 << bits) - 1)).astype(np.int64)]].astype(np.int64)
+    result = np.empty(len(values), dtype=np.uint64)
+    pending = np.arange(len(values))
+    while len(pending):
+        values = encrypt(values)
         done = values <= limit
         result[pending[done]] = values[done]
         pending, values = pending[~done], values[~done]
