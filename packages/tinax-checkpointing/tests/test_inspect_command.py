@@ -167,3 +167,22 @@ def test_a_root_with_torn_and_temporary_folders_exits_1(root, tmp_path):
     ]
     # Nothing was removed.
     assert (copy / "8.orbax-checkpoint-tmp").is_dir()
+
+
+def test_a_step_that_lost_its_iterator_state_is_torn_in_the_root_and_incomplete_alone(root, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(root, copy)
+    (copy / "5" / "iterator" / "process_0-of-1.json").unlink()
+    result = run_tinax("inspect", str(copy), "--json")
+    assert result.code == 1
+    document = result.json()
+    assert document["summary"]["committed_steps"] == [3]
+    assert document["summary"]["latest_committed_step"] == 3
+    states = {row["name"]: row["state"] for row in document["tables"]["entries"]["rows"]}
+    assert states == {"3": "committed", "5": "torn"}
+    assert document["problems"] == ["5: a torn step folder (not a complete checkpoint)"]
+    alone = run_tinax("inspect", str(copy / "5"), "--json")
+    assert alone.code == 1
+    assert alone.json()["summary"]["complete"] is False
+    (problem,) = alone.json()["problems"]
+    assert "its iterator part 'iterator' holds no iterator state file" in problem

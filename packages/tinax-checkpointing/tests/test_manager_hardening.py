@@ -255,6 +255,10 @@ def _iterator_state_rewritten_in_place(step: Path) -> None:
     (step / "iterator" / "process_0-of-1.json").write_text("not json")
 
 
+def _iterator_state_deleted(step: Path) -> None:
+    (step / "iterator" / "process_0-of-1.json").unlink()
+
+
 def _without_a_part(step: Path) -> None:
     shutil.rmtree(step / "optimizer")
 
@@ -268,6 +272,7 @@ _DAMAGE: dict[str, Callable[[Path], None]] = {
     "pytree-metadata-deleted": _without_pytree_metadata,
     "top-metadata-rewritten-in-place": _top_metadata_rewritten_in_place,
     "iterator-state-rewritten-in-place": _iterator_state_rewritten_in_place,
+    "iterator-state-deleted": _iterator_state_deleted,
     "part-deleted": _without_a_part,
     "pytree-metadata-replaced": _pytree_metadata_replaced,
 }
@@ -288,6 +293,31 @@ def test_a_step_damaged_after_commit_stops_counting_for_the_same_manager_and_lat
     assert _restored_value(manager, manager.latest_committed_step()) == 1.0
     with pytest.raises(FileNotFoundError, match="committed steps are \\[1\\]"):
         _restored_value(manager, 2)
+
+
+def test_a_step_that_lost_its_iterator_state_is_torn_left_by_retention_and_removed_by_cleanup(tmp_path):
+    root = tmp_path / "run"
+    manager = _manager(root, keep_last=2)
+    for step in (1, 2, 3):
+        _save(manager, step)
+    manager.wait()
+    assert manager.committed_steps() == (2, 3)
+    _iterator_state_deleted(root / "3")
+    fresh = _manager(root, keep_last=2)
+    assert manager.latest_committed_step() == fresh.latest_committed_step() == 2
+    with pytest.raises(FileNotFoundError, match="committed steps are \\[2\\]"):
+        _restored_value(fresh, 3)
+    # A manager that resumed from step 2 cannot save over the torn step: only a cleanup removes it.
+    with pytest.raises(FileExistsError, match="scan\\(cleanup=True\\) removes it"):
+        _save(fresh, 3)
+    # Saving goes on after the newest step; retention counts committed steps only, so it keeps step 2 next to 4
+    # and leaves the torn step 3 alone.
+    _save(manager, 4)
+    manager.wait()
+    assert manager.committed_steps() == (2, 4)
+    assert _names(root) >= {"2", "3", "4"}
+    assert [entry.name for entry in fresh.scan(cleanup=True).removed] == ["3"]
+    assert _restored_value(fresh, fresh.latest_committed_step()) == 4.0
 
 
 # ---------------------------------------------------------------------------

@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import grain
+import jax
 import pytest
 
+from tinax.checkpointing import TrainingCheckpointManager, abstract_restore_target, load_training_checkpoint
 from tinax_testing import run_processes
 
 # Each test here starts several JAX processes: longer than the suite's default limit.
@@ -101,6 +104,78 @@ def _body_resume(root: str) -> dict[str, Any]:
     return {"process": jax.process_index(), "resumed": resumed}
 
 
+def _three_process_parts(scale: float) -> tuple[Any, ...]:
+    """A model holding ``scale`` * [0..5] split over 3 processes, and an iterator of this process."""
+    import grain
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    devices = sorted(jax.devices(), key=lambda device: (device.process_index, device.id))
+    mesh = jax.make_mesh((3,), ("data",), devices=devices)
+    values = np.arange(6.0, dtype=np.float32) * scale
+    weights = jax.make_array_from_callback(
+        values.shape, NamedSharding(mesh, PartitionSpec("data")), lambda index: values[index]
+    )
+    key = jax.jit(lambda: jax.random.key(7), out_shardings=NamedSharding(mesh, PartitionSpec()))()
+    iterator = iter(grain.MapDataset.range(30).to_iter_dataset())
+    return {"w": weights}, {"m": weights}, key, {"seen": scale}, iterator
+
+
+def _three_process_manager(root: str) -> Any:
+    from tinax.checkpointing import TrainingCheckpointManager
+
+    return TrainingCheckpointManager(
+        root,
+        save_interval_steps=1,
+        keep_last=5,
+        keep_every=None,
+        keep_best=None,
+        best_mode=None,
+        save_in_flight="wait",
+        create=True,
+    )
+
+
+def _body_save_two_steps_on_three_processes(root: str) -> dict[str, Any]:
+    import jax
+
+    manager = _three_process_manager(root)
+    model, optimizer, key, auxiliary, iterator = _three_process_parts(1.0)
+    for step in (1, 2):
+        next(iterator)
+        manager.save(step, model, optimizer, key, auxiliary, iterator)
+    manager.wait()
+    return {"process": jax.process_index(), "committed": list(manager.committed_steps())}
+
+
+def _body_resume_on_three_processes(root: str) -> dict[str, Any]:
+    import jax
+    import numpy as np
+
+    from tinax.checkpointing import abstract_restore_target
+
+    manager = _three_process_manager(root)
+    latest = manager.latest_committed_step()
+    model, optimizer, key, auxiliary, iterator = _three_process_parts(0.0)
+    targets = [abstract_restore_target(part) for part in (model, optimizer, key, auxiliary)]
+    try:
+        manager.restore(2, *targets, iterator)
+    except FileNotFoundError as error:
+        refused = str(error)
+    restored = manager.restore(latest, *targets, iterator)
+    shard = restored.model["w"].addressable_shards[0]
+    return {
+        "process": jax.process_index(),
+        "latest": latest,
+        "refused": refused,
+        "step": restored.step,
+        "values": np.asarray(shard.data).tolist(),
+        "expected": np.arange(6.0)[shard.index].tolist(),
+        "next": int(next(iterator)),
+    }
+
+
 # ---------------------------------------------------------------------------
 # The tests.
 
@@ -172,3 +247,58 @@ def test_both_processes_are_preempted_save_the_same_step_and_resume_bit_identica
         assert resumed["weights"] == reference["weights"]
         assert resumed["momentum"] == reference["momentum"]
         assert resumed["loss_sum"] == reference["loss_sum"]
+
+
+def test_a_step_that_lost_one_process_iterator_state_is_not_committed_anywhere(tmp_path):
+    root = tmp_path / "run"
+    saved = run_processes(
+        _body_save_two_steps_on_three_processes,
+        num_processes=3,
+        devices_per_process=1,
+        args=[str(root)],
+        timeout=TIMEOUT,
+    )
+    assert [result["committed"] for result in saved] == [[1, 2]] * 3
+    assert sorted(path.name for path in (root / "2" / "iterator").iterdir()) == [
+        f"process_{index}-of-3.json" for index in range(3)
+    ]
+    (root / "2" / "iterator" / "process_1-of-3.json").unlink()
+
+    # This process: a manager skips step 2, and neither restore path loads anything from it.
+    manager = TrainingCheckpointManager(
+        root,
+        save_interval_steps=1,
+        keep_last=5,
+        keep_every=None,
+        keep_best=None,
+        best_mode=None,
+        save_in_flight="wait",
+        create=False,
+    )
+    assert manager.latest_committed_step() == 1
+    assert manager.committed_steps() == (1,)
+    assert [entry.name for entry in manager.scan(cleanup=False).torn] == ["2"]
+    targets = [
+        abstract_restore_target({"w": jax.numpy.zeros(6)}),
+        abstract_restore_target({"m": jax.numpy.zeros(6)}),
+        abstract_restore_target(jax.random.key(0)),
+        {"seen": 0.0},
+    ]
+    iterator = iter(grain.MapDataset.range(30).to_iter_dataset())
+    with pytest.raises(FileNotFoundError, match=r"got 2; the committed steps are \[1\]"):
+        manager.restore(2, *targets, iterator, redeal=True)
+    with pytest.raises(ValueError, match=r"lacks the iterator states of processes \[1\] of 3 \(process_1-of-3\.json\)"):
+        load_training_checkpoint(root / "2", *targets, iterator, redeal=True)
+    assert next(iterator) == 0
+
+    # Three processes again: all of them resume from step 1, and none restores step 2.
+    resumed = run_processes(
+        _body_resume_on_three_processes, num_processes=3, devices_per_process=1, args=[str(root)], timeout=TIMEOUT
+    )
+    assert [result["process"] for result in resumed] == [0, 1, 2]
+    for result in resumed:
+        assert result["latest"] == 1
+        assert "the committed steps are [1]" in result["refused"]
+        assert result["step"] == 1
+        assert result["values"] == result["expected"]
+        assert result["next"] == 1

@@ -2,7 +2,9 @@
 
 Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
 A checkpoint is checked by the loader's own completeness check,
-:func:`~tinax._checkpointing._layout.require_complete_checkpoint`, and its
+:func:`~tinax._checkpointing._layout.require_complete_checkpoint` (and a
+training checkpoint by the training loader's, which also wants the iterator
+state file of every saving process), and its
 arrays are described from its metadata files alone
 (:func:`~tinax._checkpointing._abstract.stored_leaves`), never from array
 data and without starting a JAX backend; the one value read is a training
@@ -30,7 +32,7 @@ from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leave
 from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
-from tinax._checkpointing._training import STEP_KEY, TrainingCheckpointNames
+from tinax._checkpointing._training import STEP_KEY, TrainingCheckpointNames, require_iterator_states
 from tinax._core._command._report import InspectOptions, Report
 
 __all__ = ["inspect_checkpoint", "inspect_checkpoint_root"]
@@ -49,7 +51,10 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
     report = Report("inspect", "orbax-checkpoint", str(path))
     path = path.absolute()
     try:
-        names = sorted(require_complete_checkpoint(path))
+        held = require_complete_checkpoint(path)
+        training = all(part in held for part in _PARTS)
+        if training:
+            require_iterator_states(path, TrainingCheckpointNames().iterator)
     except (OSError, ValueError) as error:
         report.summary["complete"] = False
         report.problems.append(" ".join(str(error).split()))
@@ -57,8 +62,8 @@ def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
         report.summary["folders"] = present
         return report
     report.summary["complete"] = True
+    names = sorted(held)
     handlers = _handlers(path)
-    training = all(part in names for part in _PARTS)
     report.summary["training checkpoint"] = training
     if training:
         report.summary["step"] = _step(path)
@@ -136,7 +141,7 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
         create=False,
     )
     # The local scan: one process's view, which needs no JAX backend.
-    scan = scan_root(manager.root)
+    scan = scan_root(manager.root, TrainingCheckpointNames().iterator)
     report = Report("inspect", "checkpoint-root", str(path))
     report.summary["committed steps"] = list(scan.committed)
     report.summary["latest committed step"] = scan.committed[-1] if scan.committed else None

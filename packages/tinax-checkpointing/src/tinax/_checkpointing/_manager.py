@@ -10,8 +10,10 @@ exactly their format in ``<root>/<step>``.
 The guarantees, and why they are kept here rather than by the caller:
 
 - A step counts only once its folder passes the completeness check that
-  :func:`load_checkpointables` runs, so a save that never committed is never
-  chosen for a resume.
+  :func:`load_checkpointables` runs and, where it holds the iterator part,
+  its part holds the state file of every saving process (as
+  :func:`load_training_checkpoint` requires), so a save that never
+  committed, or a step that lost a file since, is never chosen for a resume.
 - Retention deletes only after a newer save has committed, and deletes a step
   by renaming it to a temporary name first, so a crash at any moment leaves
   every kept step whole and never leaves a half-deleted folder that looks
@@ -59,6 +61,7 @@ from tinax._checkpointing._training import (
     TrainingCheckpoint,
     TrainingCheckpointNames,
     load_training_checkpoint,
+    require_iterator_states,
     require_names,
     require_step,
     save_training_checkpoint,
@@ -113,7 +116,8 @@ class CheckpointScan:
     Attributes:
       committed: The steps whose folder is a complete checkpoint, ascending.
       torn: Step folders that are not complete checkpoints (a damaged or
-        half-deleted folder, or a step-named file).
+        half-deleted folder, one whose iterator part lost a state file, or a
+        step-named file).
       temporary: Unfinished saves: names containing ``.orbax-checkpoint-tmp``.
       unrelated: Every other name, which the manager never touches. The
         manager's metric file is not listed.
@@ -133,7 +137,8 @@ class TrainingCheckpointManager:
 
     Each step is one :func:`save_training_checkpoint` checkpoint in
     ``<root>/<step>``, and counts as committed once it passes the completeness
-    check of :func:`load_checkpointables`. After each commit, retention keeps
+    check of :func:`load_checkpointables` and its iterator part holds the
+    state file of every saving process. After each commit, retention keeps
     the newest ``keep_last`` steps, the steps divisible by ``keep_every`` and
     the ``keep_best`` best by metric, and deletes the other older steps, so a
     complete checkpoint always survives. Every process constructs the manager
@@ -715,10 +720,10 @@ class TrainingCheckpointManager:
 
     def _agreed_scan(self) -> CheckpointScan:
         if _process_count() == 1:
-            return scan_root(self._root, self._complete)
+            return scan_root(self._root, self._names.iterator, self._complete)
         # Deletions and cleanups of process 0 end before it reaches this barrier.
         _barrier("tinax-manager-scan")
-        local = scan_root(self._root, self._complete)
+        local = scan_root(self._root, self._names.iterator, self._complete)
         _agree_on_steps(self._root, local.committed)
         return local
 
@@ -887,17 +892,20 @@ def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
     )
 
 
-def scan_root(root: pathlib.Path, known_complete: dict[str, bytes] | None = None) -> CheckpointScan:
+def scan_root(root: pathlib.Path, iterator: str, known_complete: dict[str, bytes] | None = None) -> CheckpointScan:
     """Sorts the entries of a root of step folders as one process sees them; nothing is removed.
 
     This is the manager's own local scan, also used by ``tinax inspect``. A
     step is committed only if its name is a real folder of the root (no
     symbolic link, and its real path is ``<root>/<step>``) whose tree holds
-    no link, and the folder passes the completeness check; any other
-    step-named entry is torn.
+    no link, and the folder passes the completeness check and, where it
+    holds the part ``iterator``, :func:`require_iterator_states`; any
+    other step-named entry is torn. (A complete checkpoint of another kind
+    still counts; restoring it names the parts it lacks.)
 
     Args:
       root: The root folder.
+      iterator: The name of the steps' iterator part.
       known_complete: Step folder names found complete before, with the
         signature of their tree then (every entry's kind, inode, size and
         modification and change times); a folder whose tree still has it is
@@ -929,7 +937,9 @@ def scan_root(root: pathlib.Path, known_complete: dict[str, bytes] | None = None
             signature = _step_signature(entry, real_root)
             if cache.get(name) != signature:
                 cache.pop(name, None)
-                require_complete_checkpoint(entry)
+                if iterator in require_complete_checkpoint(entry):
+                    # Each process of a resume reads its own state file; restore refuses a step lacking one.
+                    require_iterator_states(entry, iterator)
                 # The signature taken before the check: a change during the check is seen at the next scan.
                 cache[name] = signature
         except (OSError, ValueError):

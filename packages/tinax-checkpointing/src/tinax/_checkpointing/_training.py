@@ -43,6 +43,8 @@ __all__ = [
     "TrainingCheckpointNames",
     "load_training_checkpoint",
     "require_names",
+    "require_iterator_states",
+    "require_training_checkpoint",
     "require_step",
     "save_training_checkpoint",
 ]
@@ -260,7 +262,8 @@ def load_training_checkpoint(
     every row the old ones had not read is read exactly once.
 
     Before anything loads, the folder is checked to be a complete checkpoint
-    that holds every part under ``names``. The states load first and the
+    that holds every part under ``names`` and the iterator state file of
+    every process that saved it. The states load first and the
     iterator last, so a load that fails on a state leaves the iterator where
     it was. When it succeeds, the load logs one INFO line to the
     ``tinax.checkpointing`` logger with the bytes of the parts' folders and
@@ -296,7 +299,8 @@ def load_training_checkpoint(
         holds an abstract array without a sharding, the folder is not a
         complete checkpoint, it lacks a part under the given ``names`` (a
         checkpoint saved with other names, or not by
-        :func:`save_training_checkpoint`), its step is damaged, an array
+        :func:`save_training_checkpoint`) or the iterator state file of a
+        saving process, its step is damaged, an array
         target's shape or rank differs from the saved one (checked before
         anything loads), or the values do not fit the targets or the
         iterator's pipeline. A missing part and
@@ -305,8 +309,8 @@ def load_training_checkpoint(
         another number of processes and ``redeal`` is False (an error that
         is also a ``KeyError``, as 0.2's was), or ``redeal`` is True and the
         saved states or the iterator cannot be re-dealt (the iterator is not
-        a ``training_batches`` iterator, the saved states are not all at one
-        step of its pipeline, or one is missing).
+        a ``training_batches`` iterator, or the saved states are not all at
+        one step of its pipeline).
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
 
@@ -336,8 +340,8 @@ def load_training_checkpoint(
     _require_iterator(iterator)
     chosen = require_names(names)
     redeal = validation.require_bool(redeal, "redeal")
-    _require_parts(source, chosen)
-    saved_states = _saved_iterator_states(source, chosen, redeal)
+    saved_count = require_training_checkpoint(source, chosen)
+    saved_states = _saved_iterator_states(source, chosen, saved_count, redeal)
     state_targets = {
         chosen.model: model_target,
         chosen.optimizer: optimizer_target,
@@ -384,48 +388,110 @@ def require_names(names: object) -> TrainingCheckpointNames:
     return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
 
 
-def _require_parts(source: pathlib.Path, names: TrainingCheckpointNames) -> None:
-    """Checks, before anything loads, that the checkpoint is complete and holds every part under ``names``."""
-    held = sorted(require_complete_checkpoint(source))
+def require_training_checkpoint(source: pathlib.Path, names: TrainingCheckpointNames) -> int:
+    """Checks, before anything loads, that ``source`` is a complete training checkpoint under ``names``.
+
+    Args:
+      source: The checkpoint folder, as an absolute path.
+      names: The names the checkpoint must hold its parts under.
+
+    Returns:
+      The number of processes whose iterator states the checkpoint holds.
+
+    Raises:
+      FileNotFoundError: If nothing exists at ``source`` (also a
+        ``ValueError``).
+      ValueError: If the folder is not a complete checkpoint (see
+        ``require_complete_checkpoint``), lacks a part under ``names``, or
+        its iterator part lacks the state file of a saving process (see
+        :func:`require_iterator_states`). All but the first are also a
+        ``KeyError``.
+    """
+    held = require_complete_checkpoint(source)
     expected = dataclasses.asdict(names)
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
     if missing:
         raise CheckpointKeyError(
             f"the training checkpoint at {str(source)!r} has no part {', '.join(missing)} under {names}; "
-            f"it holds {held}. Load it with the names it was saved with"
+            f"it holds {sorted(held)}. Load it with the names it was saved with"
         )
+    return require_iterator_states(source, names.iterator)
 
 
-def _saved_iterator_states(source: pathlib.Path, names: TrainingCheckpointNames, redeal: bool) -> list[Any] | None:
+def require_iterator_states(source: pathlib.Path, part: str) -> int:
+    """Checks that the iterator part of a complete checkpoint holds the state file of every saving process.
+
+    Grain writes ``process_<i>-of-<n>.json`` for each of the ``n`` saving
+    processes, and each process of a load reads only its own file, so a
+    missing one fails (or, re-dealt, loses rows) on one process only, and
+    only after the states have loaded. The files' JSON itself is checked by
+    ``require_complete_checkpoint``. ``TrainingCheckpointManager`` asks this
+    of every step that holds the part, so it never offers one that
+    :func:`load_training_checkpoint` refuses for it.
+
+    Args:
+      source: A complete checkpoint folder that holds ``part``.
+      part: The name of the iterator part.
+
+    Returns:
+      The number of processes whose states the part holds.
+
+    Raises:
+      CheckpointKeyError: If the part holds no state file, the files of
+        several process counts (no save writes that), or not the file of
+        every process of its count. It is a ``ValueError`` and a
+        ``KeyError``, as tinax 0.2 let Orbax's ``KeyError`` through for a
+        state it did not find.
+      OSError: If the part's folder cannot be listed.
+    """
+    folder = source / part
+    found: dict[int, set[int]] = {}
+    for entry in folder.iterdir():
+        match = _ITERATOR_FILE.fullmatch(entry.name)
+        # Only what Grain writes counts: a file, and an index below its count.
+        if match and int(match[1]) < int(match[2]) and entry.is_file():
+            found.setdefault(int(match[2]), set()).add(int(match[1]))
+    prefix = f"the training checkpoint at {str(source)!r} is incomplete: its iterator part {part!r}"
+    if not found:
+        raise CheckpointKeyError(
+            f"{prefix} holds no iterator state file (process_<i>-of-<n>.json, one per saving process); "
+            "it was deleted or the part was not written by a grain iterator"
+        )
+    if len(found) > 1:
+        raise CheckpointKeyError(
+            f"{prefix} holds iterator states of several process counts ({sorted(found)}); a save writes the "
+            "states of one run"
+        )
+    ((count, indices),) = found.items()
+    missing = sorted(set(range(count)) - indices)
+    if missing:
+        files = ", ".join(f"process_{index}-of-{count}.json" for index in missing)
+        raise CheckpointKeyError(
+            f"{prefix} lacks the iterator states of processes {missing} of {count} ({files}); every saving "
+            "process writes one, and a resume needs each"
+        )
+    return count
+
+
+def _saved_iterator_states(
+    source: pathlib.Path, names: TrainingCheckpointNames, saved_count: int, redeal: bool
+) -> list[Any] | None:
     """Checks, before anything loads, that the iterator's states fit this run's process count.
 
     Returns:
-      None when the iterator restores its own state (the process count is
-      the one the checkpoint was saved with, or the folder holds no state
-      files of grain's layout, which the load then reports); otherwise, with
-      ``redeal`` True, the parsed states of every saving process.
+      None when the iterator restores its own state (the checkpoint was
+      saved by this run's process count); otherwise, with ``redeal`` True,
+      the parsed states of every saving process.
 
     Raises:
       CheckpointKeyError: If the process count differs and ``redeal`` is
-        False, or the saved states are incomplete or not JSON. It is a
-        ``ValueError`` and a ``KeyError``, as tinax 0.2 raised Orbax's
-        ``KeyError`` for an iterator state it did not find.
+        False, or a saved state is not JSON. It is a ``ValueError`` and a
+        ``KeyError``, as tinax 0.2 raised Orbax's ``KeyError`` for an
+        iterator state it did not find.
     """
-    folder = source / names.iterator
-    found: dict[int, set[int]] = {}
-    for entry in folder.iterdir() if folder.is_dir() else ():
-        match = _ITERATOR_FILE.fullmatch(entry.name)
-        if match:
-            found.setdefault(int(match[2]), set()).add(int(match[1]))
     count = jax.process_count()
-    if not found or count in found:
+    if saved_count == count:
         return None
-    if len(found) > 1:
-        raise CheckpointKeyError(
-            f"the training checkpoint at {str(source)!r} holds iterator states of several process counts "
-            f"({sorted(found)}) under {names.iterator!r}; expected the states of one run"
-        )
-    ((saved_count, indices),) = found.items()
     if not redeal:
         raise CheckpointKeyError(
             f"the training checkpoint at {str(source)!r} was saved by {saved_count} processes and this run has "
@@ -433,15 +499,9 @@ def _saved_iterator_states(source: pathlib.Path, names: TrainingCheckpointNames,
             "repeat rows. Pass redeal=True to deal the rest of the epoch out to this run's processes "
             "(a tinax.data.training_batches iterator)"
         )
-    missing = sorted(set(range(saved_count)) - indices)
-    if missing:
-        raise CheckpointKeyError(
-            f"the training checkpoint at {str(source)!r} lacks the iterator states of processes {missing} of "
-            f"{saved_count} under {names.iterator!r}; a re-deal needs the states of every saving process"
-        )
     states = []
     for index in range(saved_count):
-        path = folder / f"process_{index}-of-{saved_count}.json"
+        path = source / names.iterator / f"process_{index}-of-{saved_count}.json"
         try:
             states.append(json.loads(path.read_text()))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
