@@ -71,7 +71,8 @@ _NDARRAY_HEADER_BYTES = 1024
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
 
-_PYTHON_LEAVES: tuple[type, ...] = (bool, int, float, complex, str, bytes, type(None))
+_PYTHON_NUMBERS: tuple[type, ...] = (bool, int, float, complex)
+_PYTHON_LEAVES: tuple[type, ...] = (*_PYTHON_NUMBERS, str, bytes, type(None))
 
 _LEAF_EXPECTATION = (
     "a mapping, list, tuple or namedtuple, a numpy.ndarray or jax.Array, a NumPy scalar, "
@@ -333,35 +334,29 @@ def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> byte
 
 
 @dataclass(frozen=True)
-class _ExpectedArray:
-    """What ``target`` asks for where it holds an array: an ndarray of this shape and dtype."""
+class _ExpectedNumeric:
+    """What ``target`` asks for where it holds an array or a number: any array or number of this shape.
+
+    The file's leaf comes back as the file holds it, whatever its type and
+    dtype, as flax's ``from_bytes`` returns it: a resumed flax ``TrainState``
+    legitimately differs from a fresh one there (``step`` is a Python int in
+    ``TrainState.create`` and an int32 array once a jitted step ran), and JAX
+    takes either where the other was.
+    """
 
     shape: tuple[int, ...]
-    dtype: np.dtype[Any]
+    target: str  # How messages name target's leaf.
 
     def expected(self) -> str:
-        return f"a {self.dtype}[{', '.join(map(str, self.shape))}] array"
+        return f"an array or number of shape {self.shape} (target holds {self.target})"
 
     def accepts(self, value: object) -> bool:
-        return isinstance(value, np.ndarray) and value.shape == self.shape and value.dtype == self.dtype
-
-
-@dataclass(frozen=True)
-class _ExpectedScalar:
-    """What ``target`` asks for where it holds a NumPy scalar: one of this dtype."""
-
-    dtype: np.dtype[Any]
-
-    def expected(self) -> str:
-        return f"a NumPy {self.dtype} scalar"
-
-    def accepts(self, value: object) -> bool:
-        return isinstance(value, np.generic) and value.dtype == self.dtype
+        return _numeric_shape(value) == self.shape
 
 
 @dataclass(frozen=True)
 class _ExpectedPythonValue:
-    """What ``target`` asks for where it holds a Python value: one of exactly this type."""
+    """What ``target`` asks for where it holds a str, bytes or None: one of exactly this type."""
 
     kind: type
 
@@ -372,7 +367,14 @@ class _ExpectedPythonValue:
         return type(value) is self.kind
 
 
-_Expected = _ExpectedArray | _ExpectedScalar | _ExpectedPythonValue
+def _numeric_shape(value: object) -> tuple[int, ...] | None:
+    """The shape of a loaded array or number, or None for a loaded str, bytes, None or container."""
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.shape
+    return () if type(value) in _PYTHON_NUMBERS else None
+
+
+_Expected = _ExpectedNumeric | _ExpectedPythonValue
 
 
 @dataclass(frozen=True)
@@ -408,12 +410,17 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     """Reads a Flax msgpack state dict into the structure of ``target``.
 
     Like ``flax.serialization.from_bytes`` for a state dict, without flax. The
-    file is compared with ``target`` key by key and leaf by leaf (shapes, dtypes
-    and Python types, never values), and every difference is reported at once;
-    keys of the file that a mapping of ``target`` lacks are left out, as flax
+    file is compared with ``target`` key by key and leaf by leaf, and every
+    difference is reported at once. Where ``target`` holds an array or a
+    number (a Python bool, int, float or complex, or a NumPy scalar), the
+    file must hold an array or number of the same shape (a number's is
+    ``()``), of any type and dtype: an int32 array loads where ``target``
+    holds the Python int ``0``, as flax loads it. A str, bytes or None of
+    ``target`` needs one of exactly that type. Values are never compared.
+    Keys of the file that a mapping of ``target`` lacks are left out, as flax
     leaves them out, while a list, tuple or namedtuple must have exactly the
-    file's items, as flax requires. The weights user guide's "How a file is matched against its target"
-    section gives the matching rules.
+    file's items, as flax requires. The weights user guide's "How a file is
+    matched against its target" section gives the matching rules.
 
     Args:
       path: The msgpack file.
@@ -433,9 +440,10 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       The loaded state with the structure of ``target``: plain dicts in
       ``target``'s key order and under its keys, lists, tuples and
       namedtuples of ``target``'s types, flax-registered types rebuilt by
-      flax's ``from_state_dict``, with NumPy arrays (fresh, writable and
-      C-contiguous; also where ``target`` holds a ``jax.Array``), NumPy
-      scalars and Python values as leaves.
+      flax's ``from_state_dict``, with the file's leaves as the file holds
+      them, whatever type and dtype ``target``'s leaf has: NumPy arrays
+      (fresh, writable and C-contiguous; also where ``target`` holds a
+      ``jax.Array``), NumPy scalars and Python values.
 
     When it succeeds, the load logs one INFO line to the ``tinax.weights``
     logger with the bytes read and the seconds it took.
@@ -519,7 +527,9 @@ def _expected_tree(container: Container, value: object, where: str, ancestors: f
 def _target_leaf(value: object, where: str) -> _Expected:
     expected = f"{_LEAF_EXPECTATION}, or an array-like with shape and dtype"
     if isinstance(value, np.generic):
-        return _ExpectedScalar(_require_carried_dtype(value, where))
+        return _ExpectedNumeric((), f"a NumPy {_require_carried_dtype(value, where)} scalar")
+    if type(value) in _PYTHON_NUMBERS:
+        return _ExpectedNumeric((), f"a Python {type(value).__name__}")
     if type(value) in _PYTHON_LEAVES:
         return _ExpectedPythonValue(type(value))
     shape = getattr(value, "shape", None)
@@ -534,7 +544,7 @@ def _target_leaf(value: object, where: str) -> _Expected:
     problem = numpy_shape_problem(extents, dtype.itemsize)
     if problem is not None:
         raise ValueError(f"{where}.shape is not a shape of any array: {problem}")
-    return _ExpectedArray(extents, dtype)
+    return _ExpectedNumeric(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
 
 
 def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, Any]:
