@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import pathlib
 import shutil
+import subprocess
+import sys
+from importlib import metadata
 from typing import Any
 
 import grain
@@ -147,6 +151,19 @@ def test_signatures_match_the_compatible_surface(name: str, parameters: list[tup
 @pytest.mark.parametrize("module", ["tinax.checkpointing.legacy", "tinax.checkpointing.legacy.v0"])
 def test_importing_the_legacy_modules_is_inert(module: str) -> None:
     assert import_side_effects(module) == {"backends_initialized": False, "integrations": []}
+
+
+@pytest.mark.parametrize("module", ["tinax.checkpointing.legacy", "tinax.checkpointing.legacy.v0"])
+def test_the_legacy_modules_have_the_version_of_tinax_checkpointing(module: str) -> None:
+    imported = importlib.import_module(module)
+    assert imported.__version__ == metadata.version("tinax-checkpointing") == tinax.checkpointing.__version__
+    # Not a public name, as in every public module.
+    assert "__version__" not in imported.__all__
+    # Also when the legacy module is the first thing a fresh interpreter imports.
+    code = f"import {module} as m; print(m.__version__)"
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == imported.__version__
 
 
 # --- pytrees: round trips and interoperability with Orbax's own V0 API -------------------------------------------

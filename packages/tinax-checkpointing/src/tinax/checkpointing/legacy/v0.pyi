@@ -11,3 +11,5 @@ __all__ = [
     "save_legacy_v0_grain_iterator",
     "save_legacy_v0_pytree",
 ]
+
+__version__: str

@@ -14,6 +14,7 @@ or ``ValueError`` that name the argument. Orbax and grain are imported only
 when a function runs.
 """
 
+import tinax.checkpointing as _parent
 from tinax._checkpointing._legacy_v0._iterator import load_legacy_v0_grain_iterator, save_legacy_v0_grain_iterator
 from tinax._checkpointing._legacy_v0._pytree import load_legacy_v0_pytree, save_legacy_v0_pytree
 
@@ -23,3 +24,7 @@ __all__ = [
     "save_legacy_v0_grain_iterator",
     "save_legacy_v0_pytree",
 ]
+
+#: The version of the installed tinax-checkpointing distribution, which ships this module (the parent module's; see
+#: ``tinax.checkpointing.legacy``).
+__version__: str = _parent.__version__
