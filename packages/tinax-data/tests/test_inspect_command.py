@@ -124,6 +124,24 @@ def test_a_plain_parquet_file_is_described_without_a_header(tmp_path):
     ]
     assert document["summary"]["values"].startswith("as read_parquet_record(path, mapping=...) gives them")
     assert document["tables"]["records"]["rows"] == [{"index": 0, "record": {"text": "a", "score": 1.0}}]
+    assert document["summary"]["footer_checksum"] == "none (not written by tinax 0.3)"
+    assert "row_group_checksums" not in document["summary"]
+
+
+def test_a_plain_parquet_file_tinax_wrote_shows_its_checksums_verified(tmp_path):
+    path = tmp_path / "plain.parquet"
+    write_parquet_record(path, [{"text": "a", "score": 1.0}, {"text": "b", "score": 2.0}])
+    summary = run_tinax("inspect", str(path), "--json", "--head", "1").json()["summary"]
+    assert summary["format"].startswith("plain Parquet")
+    assert summary["footer_checksum"] == "verified"
+    assert summary["row_group_checksums"] == "verified for the row groups of the first 1 records"
+    # A damaged column name: pyarrow reads the footer, its checksum does not match.
+    data = bytearray(path.read_bytes())
+    data[data.index(b"score")] ^= 0x01
+    path.write_bytes(bytes(data))
+    result = run_tinax("inspect", str(path))
+    assert result.code == 1
+    assert f"{str(path)!r} is not a readable Parquet file: its footer does not match its checksum" in result.stderr
 
 
 def test_a_damaged_footer_exits_1_with_the_readers_message(parquet):

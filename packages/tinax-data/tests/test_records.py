@@ -454,17 +454,139 @@ def test_parquet_records_neither_pyarrow_nor_the_format_take_give_pyarrows_error
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("shapes", [[(0, 3)], [(2, 3), (0, 3)], [(1, 0, 2), (1, 1, 2)]], ids=str)
-def test_parquet_arrays_with_a_zero_extent_before_a_non_zero_one_give_pyarrows_error_as_in_02(tmp_path, shapes):
-    # Nested lists would lose the extents after the zero one: 0.2's ArrowInvalid, with a note saying why the
-    # format refused too. ArrayRecord files keep every extent.
-    records = [{"x": np.zeros(shape, np.float32)} for shape in shapes]
-    with pytest.raises(pa.ArrowInvalid) as caught:
-        write_parquet_record(tmp_path / "d.parquet", records)
-    (note,) = caught.value.__notes__
-    assert "field 'x' holds an array of shape (" in note
-    assert "no Parquet column of the format keeps" in note
-    assert os.listdir(tmp_path) == []
+# Shapes with a zero extent, and other shapes of as many dimensions (zero extents among them) for the same field.
+_ZERO_EXTENT_SHAPES = [(0, 9), (0, 2), (0,), (3, 0), (0, 0, 4)]
+_OTHER_SHAPES = {
+    1: [(3,), (0,), (1,)],
+    2: [(2, 9), (0, 2), (1, 2), (0, 9), (0, 0), (4, 0), (0, 9)],
+    3: [(1, 2, 4), (0, 3, 4), (0, 0, 0), (2, 0, 4), (0, 0, 4), (0, 5, 1)],
+}
+_FORMAT_DTYPES = [
+    np.float32,
+    np.float64,
+    np.int64,
+    np.int8,
+    np.uint8,
+    np.bool_,
+    np.float16,
+    ">f4",
+    np.complex64,
+    ml_dtypes.bfloat16,
+    ml_dtypes.float8_e4m3fn,
+    ml_dtypes.int4,
+]
+
+
+def _array(shape: tuple[int, ...], dtype: Any, seed: int) -> np.ndarray:
+    return ((np.arange(math.prod(shape)) + seed) % 7).reshape(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", _FORMAT_DTYPES, ids=lambda dtype: np.dtype(dtype).str)
+def test_parquet_arrays_with_zero_extents_read_back_exactly_alone_and_among_other_shapes(tmp_path, dtype):
+    for shape in _ZERO_EXTENT_SHAPES:
+        mixed = [shape, *_OTHER_SHAPES[len(shape)], shape]
+        cases = {
+            "alone": [{"x": _array(shape, dtype, 0)}],
+            "repeated": [{"x": _array(shape, dtype, 0)} for _ in range(3)],
+            "mixed": [{"x": _array(other, dtype, index)} for index, other in enumerate(mixed)],
+            # Beside a 2-d field, a 1-d field is in the tinax format too.
+            "beside": [
+                {"id": index, "x": _array(other, dtype, index), "y": np.zeros((0, 3), np.float32)}
+                for index, other in enumerate(mixed)
+            ],
+        }
+        for name, records in cases.items():
+            path = tmp_path / f"{name}.parquet"
+            write_parquet_record(path, records)
+            try:
+                plain = pa.Table.from_pylist(records)
+            except (pa.ArrowException, ValueError, TypeError):
+                # Outside what tinax 0.2 could write: the tinax format, exact whatever the mapping.
+                for mapping in ("python", "numpy"):
+                    _assert_same_records(list(read_parquet_record(path, mapping=mapping)), records)
+            else:
+                # 1-d arrays of dtypes Arrow has: tinax 0.2's plain table of lists, read as 0.2 read it.
+                assert len(shape) == 1
+                assert repr(list(read_parquet_record(path))) == repr(plain.to_pylist())
+
+
+def test_zero_extent_arrays_have_the_same_source_id_and_records_in_both_containers(tmp_path):
+    array_record = _array_record_container()
+    shapes = [(0, 9), (2, 9), (0, 2), (0, 0), (3, 0), (0, 9)]
+    records = [{"id": index, "x": _array(shape, np.float32, index)} for index, shape in enumerate(shapes)]
+    array_record.write(tmp_path / "a.array_record", records)
+    write_parquet_record(tmp_path / "b.parquet", records)
+    from_array_record = array_record.read(tmp_path / "a.array_record")
+    from_parquet = read_parquet_record(tmp_path / "b.parquet")
+    _assert_same_records(list(from_array_record), records)
+    _assert_same_records(list(from_parquet), records)
+    assert _source(from_array_record).source_id == _source(from_parquet).source_id
+
+
+def test_parquet_keeps_the_extents_nested_lists_lose_in_the_field_metadata(tmp_path):
+    path = tmp_path / "d.parquet"
+    # Frames without detections beside frames with some: every empty one is (0, 4), which the fill gives.
+    write_parquet_record(path, [{"boxes": np.zeros((count, 4), np.float32)} for count in (0, 3, 0, 1)])
+    field = pq.read_schema(path).field("boxes")
+    assert field.type == pa.large_list(pa.large_list(pa.float32()))  # The one nested-list layout.
+    assert json.loads(field.metadata[b"tinax.empty_shapes"]) == {"fill": [4], "rows": []}
+    assert pq.read_table(path).column("boxes").to_pylist()[0] == []  # Other tools see an empty list.
+    # Rows the fill does not give are listed with their shapes.
+    write_parquet_record(path, [{"x": np.zeros(shape)} for shape in [(0, 9), (0, 2), (1, 2), (0, 9), (0, 0)]])
+    assert json.loads(pq.read_schema(path).field("x").metadata[b"tinax.empty_shapes"]) == {
+        "fill": [9],
+        "rows": [[1, [0, 2]], [4, [0, 0]]],
+    }
+    # Where nested lists keep every extent, there is no such metadata (the files are as before).
+    write_parquet_record(path, [{"x": np.zeros(shape)} for shape in [(3, 0), (2, 2), (0, 0)]])
+    assert pq.read_schema(path).field("x").metadata == {b"tinax.dtype": b"<f8"}
+
+
+def test_listed_zero_extent_shapes_read_back_through_every_read_path(tmp_path, monkeypatch):
+    from grain.sharding import ShardOptions
+
+    from tinax._data import _parquet, _planned_reads
+    from tinax.data import training_batches
+
+    original_read_window = _planned_reads.read_window
+    # Row groups of four records, and rows the fill does not give in most of them.
+    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 4)
+    shapes = [(0, 9), (2, 3), (0, 2), (1, 9), (0, 0), (0, 9), (0, 5)]
+    records = [
+        {"id": index, "x": _array(shapes[index % len(shapes)], np.int16, index), "name": f"r{index}"}
+        for index in range(40)
+    ]
+    path = tmp_path / "d.parquet"
+    write_parquet_record(path, records)
+    assert json.loads(pq.read_schema(path).field("x").metadata[b"tinax.empty_shapes"])["rows"]
+    dataset = read_parquet_record(path, cache_bytes=1)  # Past the cache: every read decodes again.
+    source = _source(dataset)
+    assert source.column_names == ("id", "x", "name")
+    _assert_same_records([dataset[index] for index in range(40)], records)
+    order = [int(index) for index in np.random.default_rng(0).permutation(40)]
+    _assert_same_records(source._getitems(order), [records[index] for index in order])
+    # One column alone, as split_by_column reads it.
+    for value, record in zip(source.column_values("x"), records, strict=True):
+        _assert_same_records([{"x": value}], [{"x": record["x"]}])
+    # An unpickled copy (a worker's) reads the same.
+    copy = pickle.loads(pickle.dumps(source))
+    _assert_same_records([copy[index] for index in range(40)], records)
+    # The planned reads of the global shuffle take rows of several row groups into one table.
+    windows = []
+    monkeypatch.setattr(_planned_reads, "read_window", lambda *args: windows.append(1) or original_read_window(*args))
+    for cache_bytes in (1, 1 << 30):
+        batches = training_batches(
+            read_parquet_record(path, cache_bytes=cache_bytes),
+            shard_options=ShardOptions(0, 1, drop_remainder=True),
+            seed=3,
+            shuffle=True,
+            num_epochs=1,
+            batch_size=8,
+            batch_fn=list,
+        )
+        for batch in batches:
+            _assert_same_records(batch, [records[row["id"]] for row in batch])
+    assert windows, "the planned reads read windows"
 
 
 def test_a_parquet_field_that_records_0_lacks_is_refused_instead_of_dropped(tmp_path):
@@ -1311,6 +1433,7 @@ def _small_checksummed_file(tmp_path, monkeypatch) -> tuple[Any, list[dict[str, 
 
     # Three row groups of two records: flips land in every part of the file.
     monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 2)
+    boxes = [(0, 4), (2, 4), (0, 2), (1, 4), (0, 4), (0, 0)]  # Extents the field metadata keeps, a row listed.
     records = [
         {
             "id": index,
@@ -1320,13 +1443,35 @@ def _small_checksummed_file(tmp_path, monkeypatch) -> tuple[Any, list[dict[str, 
             "blob": bytes([index, 255 - index]),
             "nothing": None,
             "x": np.arange(index + 1, dtype="<i2").reshape(1, -1),
+            "boxes": np.ones(boxes[index], np.float32),
         }
         for index in range(6)
     ]
     path = tmp_path / "small.parquet"
     write_parquet_record(path, records)
     assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    assert b"tinax.empty_shapes" in pq.read_schema(path).field("boxes").metadata
     return path, records
+
+
+def _small_plain_file(tmp_path, rows: int = 6) -> tuple[Any, list[dict[str, Any]]]:
+    """A file of records tinax 0.2 could write (ints, floats, strings, 1-d arrays): pyarrow's plain table."""
+    records = [
+        {
+            "id": index,
+            "score": index / 4,
+            "name": f"r{index % 3}",  # Repeated strings: a dictionary page.
+            "tokens": np.arange(index % 5, dtype=np.int64),
+            "x": np.full(2, index / 3, np.float32),
+        }
+        for index in range(rows)
+    ]
+    path = tmp_path / "plain.parquet"
+    write_parquet_record(path, records)
+    key_values = pq.ParquetFile(path).metadata.metadata
+    assert b"tinax.records" not in key_values
+    assert b"tinax.records.checksums" in key_values
+    return path, pa.Table.from_pylist(records).to_pylist()
 
 
 def _read_all(path) -> list[dict[str, Any]]:
@@ -1334,27 +1479,100 @@ def _read_all(path) -> list[dict[str, Any]]:
     return [dataset[index] for index in range(len(dataset))]
 
 
-@pytest.mark.sweep
-def test_every_single_bit_flip_in_a_tinax_parquet_file_is_detected(tmp_path, monkeypatch):
-    path, records = _small_checksummed_file(tmp_path, monkeypatch)
+def _exactly(value: Any) -> Any:
+    """A value as something equal only to the same value: arrays by dtype, shape and bytes, floats by bits."""
+    if isinstance(value, np.ndarray):
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, list):
+        return ("list", tuple(_exactly(item) for item in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((key, _exactly(item)) for key, item in value.items()))
+    return (type(value).__name__, value)
+
+
+class _Sweep(NamedTuple):
+    refused: int
+    identical: int
+    silent: list[tuple[int, int]]
+    wrong_errors: list[tuple[int, int, str]]
+
+
+def _flip_sweep(tmp_path, path, expected: list[dict[str, Any]], flips: list[tuple[int, int]]) -> _Sweep:
+    """Reads the file with each (byte, bit) flipped: refused with a ValueError naming the file, or identical?"""
     original = path.read_bytes()
-    _assert_same_records(_read_all(path), records)
-    flipped_path = tmp_path / "flipped.parquet"
-    undetected, unnamed = [], []
-    for position in range(len(original)):
-        for bit in range(8):
-            data = bytearray(original)
-            data[position] ^= 1 << bit
-            flipped_path.write_bytes(bytes(data))
-            try:
-                _read_all(flipped_path)
-            except ValueError as error:
-                if str(flipped_path) not in str(error):
-                    unnamed.append((position, bit, str(error)))
-                continue
-            undetected.append((position, bit))
-    assert unnamed == [], "every refusal names the file"
-    assert undetected == [], f"{len(undetected)} of {8 * len(original)} flips went unnoticed, first at {undetected[:5]}"
+    wanted = _exactly(expected)
+    assert _exactly(_read_all(path)) == wanted
+    flipped_path = tmp_path / f"flipped-{path.name}"
+    refused = identical = 0
+    silent, wrong_errors = [], []
+    for position, bit in flips:
+        data = bytearray(original)
+        data[position] ^= 1 << bit
+        flipped_path.write_bytes(bytes(data))
+        try:
+            found = _read_all(flipped_path)
+        except ValueError as error:
+            refused += 1
+            if str(flipped_path) not in str(error):
+                wrong_errors.append((position, bit, f"unnamed: {error}"))
+            continue
+        except Exception as error:  # Any other type is undocumented.
+            wrong_errors.append((position, bit, repr(error)))
+            continue
+        if _exactly(found) == wanted:
+            identical += 1
+        else:
+            silent.append((position, bit))
+    return _Sweep(refused, identical, silent, wrong_errors)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("kind", ["tinax-format", "plain-table"])
+def test_every_single_bit_flip_in_a_small_parquet_file_is_detected(tmp_path, monkeypatch, kind):
+    # The plain table is what records tinax 0.2 could write become; the tinax format the rest.
+    if kind == "plain-table":
+        path, expected = _small_plain_file(tmp_path)
+    else:
+        path, expected = _small_checksummed_file(tmp_path, monkeypatch)
+    flips = [(position, bit) for position in range(path.stat().st_size) for bit in range(8)]
+    sweep = _flip_sweep(tmp_path, path, expected, flips)
+    assert sweep.wrong_errors == [], f"every refusal is a ValueError naming the file: {sweep.wrong_errors[:5]}"
+    assert sweep.silent == [], f"{len(sweep.silent)} of {len(flips)} flips read back different records"
+    # The checksums cover every byte: no flip even reads back the same records.
+    assert (sweep.refused, sweep.identical) == (len(flips), 0)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("kind", ["tinax-format", "plain-table"])
+def test_seeded_bit_flips_in_a_larger_parquet_file_are_detected(tmp_path, monkeypatch, kind):
+    from tinax._data import _parquet
+
+    if kind == "plain-table":
+        path, expected = _small_plain_file(tmp_path, rows=3000)
+    else:
+        monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 700)
+        expected = [
+            {
+                "id": index,
+                "name": f"n{index % 13}",
+                "image": np.full((2, 3), index, np.float32),
+                "tokens": np.arange(index % 9, dtype=np.int32),
+                "boxes": np.ones((index % 3, 4 if index % 5 else 2), ml_dtypes.bfloat16),
+            }
+            for index in range(3000)
+        ]
+        path = tmp_path / "larger.parquet"
+        write_parquet_record(path, expected)
+        assert pq.ParquetFile(path).metadata.num_row_groups == 5
+    rng = np.random.default_rng(20261202)
+    size = path.stat().st_size
+    flips = [(int(rng.integers(size)), int(rng.integers(8))) for _ in range(200)]
+    sweep = _flip_sweep(tmp_path, path, expected, flips)
+    assert sweep.wrong_errors == [], f"every refusal is a ValueError naming the file: {sweep.wrong_errors[:5]}"
+    assert sweep.silent == [], f"{len(sweep.silent)} of {len(flips)} flips read back different records"
+    assert (sweep.refused, sweep.identical) == (len(flips), 0)
 
 
 def test_a_corrupt_row_group_names_the_file_and_the_row_group_and_others_still_read(tmp_path, monkeypatch):
@@ -1383,7 +1601,8 @@ def test_a_damaged_footer_names_the_file(tmp_path, monkeypatch):
         (where + len(stored) - 5, 0x01, mismatch),  # The last row group's digest.
         (where + len(stored) - 1, 0x01, "checksum entry is not JSON"),
         (original.index(b"tinax.records.checksums") + 20, 0x20, "a tinax header but no checksums"),
-        (original.index(b"tinax.records") + 2, 0x20, "tinax checksums but no tinax header"),
+        # Without its header the file is a plain table, whose footer still fails its checksum.
+        (original.index(b"tinax.records") + 2, 0x20, "is not a readable Parquet file: its footer does not match"),
         (len(original) - 5, 0x01, "not a readable Parquet file"),  # The trailer's magic.
         (1, 0x01, "does not start with the Parquet magic"),
     ]:
@@ -1394,25 +1613,103 @@ def test_a_damaged_footer_names_the_file(tmp_path, monkeypatch):
             _read_all(path)
 
 
-def test_writers_put_page_checksums_in_plain_parquet_files_and_plain_files_read_as_before(tmp_path):
-    path = tmp_path / "plain.parquet"
-    rows = [{"id": index, "values": [index, index + 1]} for index in range(5)]
-    write_parquet_record(path, rows)
-    metadata = pq.ParquetFile(path).metadata.metadata or {}
-    assert b"tinax.records" not in metadata
-    assert b"tinax.records.checksums" not in metadata
+def test_plain_parquet_files_carry_the_checksums_and_a_damaged_footer_names_the_file(tmp_path):
+    from tinax._data._compat02 import CorruptParquetError
+
+    path, rows = _small_plain_file(tmp_path)
+    original = path.read_bytes()
+    # The columns, row groups and Arrow schema are pyarrow's write_table's, as tinax 0.2 wrote them.
+    assert pq.read_schema(path).metadata is None
     assert _read_all(path) == rows
-    # A page whose bytes no longer match its CRC is refused by pyarrow's page checksum check.
+    assert _source(read_parquet_record(path)).checksummed
+    stored = pq.ParquetFile(path).metadata.metadata[b"tinax.records.checksums"]
+    for offset, bit, message in [
+        (original.index(b"tinax.records.checksums") + 3, 0x01, "holds a tinax checksum entry that pyarrow does not"),
+        (original.index(stored) + 30, 0x01, "footer does not match its checksum"),
+        # Flips pyarrow reads without complaint: the Arrow schema's key (pyarrow then ignores the
+        # schema), a column name ("vokens").
+        (original.index(b"ARROW:schema") + 1, 0x01, "footer does not match its checksum"),
+        (original.index(b"tokens"), 0x02, "footer does not match its checksum"),
+    ]:
+        data = bytearray(original)
+        data[offset] ^= bit
+        path.write_bytes(bytes(data))
+        with pytest.raises(ValueError, match=rf"'{path}' is not a readable Parquet file: .*{message}"):
+            _read_all(path)
+    # A damaged page: its row group fails its digest, an OSError as pyarrow's errors for damaged pages are.
+    path.write_bytes(original)
     chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
-    data = bytearray(path.read_bytes())
+    data = bytearray(original)
     data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
     path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=rf"'{path}': record 0 cannot be read \(row group 0"):
+    with pytest.raises(CorruptParquetError, match=rf"'{path}': record 0 cannot be read \(row group 0: .*corrupt"):
         _read_all(path)
-    # A plain file without page checksums (as other tools and tinax 0.2 write them) reads as before.
+
+
+def test_page_checksums_of_other_writers_are_verified_and_files_without_them_read_as_before(tmp_path):
+    from tinax._data._compat02 import CorruptParquetError
+
+    rows = [{"id": index, "name": f"n{index % 2}", "values": [index, index + 1]} for index in range(5)]
     other = tmp_path / "other.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), other, write_page_checksum=True, compression="none")
+    assert _read_all(other) == rows
+    assert not _source(read_parquet_record(other)).checksummed  # No tinax checksums: pages only.
+    metadata = pq.ParquetFile(other).metadata.row_group(0)
+    original = other.read_bytes()
+    for column in range(metadata.num_columns):
+        chunk = metadata.column(column)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        # The last byte of each column chunk's last page, and the last value of a dictionary page.
+        positions = [start + chunk.total_compressed_size - 1]
+        if chunk.has_dictionary_page:
+            positions.append(chunk.data_page_offset - 1)
+        for position in positions:
+            data = bytearray(original)
+            data[position] ^= 0x01
+            other.write_bytes(bytes(data))
+            # pyarrow's OSError for a failed page checksum (so an OSError as in 0.2), and a ValueError.
+            with pytest.raises(CorruptParquetError, match=rf"'{other}': record 0 cannot be read .*CRC"):
+                _read_all(other)
+    # A file without page checksums (as other tools and tinax 0.2 write them) reads as before.
     pq.write_table(pa.Table.from_pylist(rows), other)
     assert _read_all(other) == rows
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (b"{", "field metadata 'tinax.empty_shapes' is not JSON"),
+        (b'{"fill": [4]}', "is malformed"),
+        (b'{"fill": [-1], "rows": []}', "is malformed"),
+        (b'{"fill": [4, 1], "rows": []}', "is malformed"),
+        (b'{"fill": [true], "rows": []}', "is malformed"),
+        (b'{"fill": [4], "rows": [[9, [0, 4]]]}', "is malformed"),  # Beyond the records.
+        (b'{"fill": [4], "rows": [[1, [0, 4]], [0, [0, 4]]]}', "is malformed"),  # Not ascending.
+        (b'{"fill": [4], "rows": [[0, [2, 4]]]}', "is malformed"),  # Nothing lost.
+    ],
+)
+def test_malformed_empty_shapes_metadata_is_refused_naming_the_file(tmp_path, monkeypatch, entry, message):
+    from tinax._data import _parquet
+
+    monkeypatch.setattr(_parquet, "empty_shapes_entry", lambda shapes: entry)
+    path = tmp_path / "d.parquet"
+    write_parquet_record(path, [{"x": np.zeros((0, 4))}, {"x": np.zeros((2, 4))}])
+    with pytest.raises(
+        ValueError, match=rf"'{path}' is not a readable tinax Parquet record file: column 'x': .*{message}"
+    ):
+        read_parquet_record(path)
+
+
+def test_a_listed_shape_that_contradicts_the_nested_lists_fails_at_its_record(tmp_path, monkeypatch):
+    from tinax._data import _parquet
+
+    monkeypatch.setattr(_parquet, "empty_shapes_entry", lambda shapes: b'{"fill":[0,0],"rows":[[1,[1,0,3]]]}')
+    path = tmp_path / "d.parquet"
+    write_parquet_record(path, [{"x": np.zeros((1, 1, 3))}, {"x": np.zeros((2, 0, 3))}])
+    dataset = read_parquet_record(path)
+    assert dataset[0]["x"].shape == (1, 1, 3)
+    with pytest.raises(ValueError, match=rf"'{path}': record 1 is malformed \(column 'x': field 'x': the shape"):
+        dataset[1]
 
 
 # ---------------------------------------------------------------------------

@@ -10,8 +10,8 @@ the type 0.2 raised for the same input; each class says which:
   unreadable file, the TypeError of records that do not fit the format the
   first record chose, json's JSONDecodeError for a record that is not JSON,
   and the AttributeError for an index that is not an int;
-- Parquet files: the OSError pyarrow raised for a footer it cannot decode
-  (:class:`CorruptParquetError`);
+- Parquet files: the OSError pyarrow raised for a footer or page it cannot
+  decode or whose page checksum fails (:class:`CorruptParquetError`);
 - pipelines: the OverflowError of too many batches, and the TypeError 0.2
   raised for the NumPy integers 0.3 accepts;
 - splits: the KeyError for a row without the split column.
@@ -128,7 +128,12 @@ class UnreadableArrayRecordError(ValueError, RuntimeError):
 
 
 class CorruptParquetError(OSError, ValueError):
-    """A Parquet footer pyarrow cannot decode: the OSError pyarrow raised, and a ValueError."""
+    """A damaged Parquet file: a ValueError naming it, and the OSError pyarrow raised (so tinax 0.2 let through).
+
+    pyarrow raises a plain OSError for a footer or page it cannot decode and
+    for a page that fails its checksum; a row group that fails the digest
+    tinax wrote for it is the same kind of damage, so the same class.
+    """
 
 
 # Pipelines.

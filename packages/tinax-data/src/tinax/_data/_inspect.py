@@ -46,7 +46,8 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     report.summary["format"] = "tinax records" if tinax_format else "plain Parquet (read as tinax 0.2 did)"
     report.summary["records"] = len(source)
     report.summary["row groups"] = len(ends)
-    report.summary["footer checksum"] = "verified" if tinax_format else "none (not written by tinax)"
+    checksummed = source.checksummed
+    report.summary["footer checksum"] = "verified" if checksummed else "none (not written by tinax 0.3)"
     if tinax_format:
         report.summary["source id"] = source.source_id
     arrow_schema = source.arrow_schema
@@ -90,9 +91,9 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     ]
     report.add_table("row groups", ("row group", "first record", "records"), groups)
     _add_head(report, source, options)
-    if options.head and tinax_format:
+    if options.head and checksummed:
         report.summary["row group checksums"] = f"verified for the row groups of the first {options.head} records"
-    elif tinax_format:
+    elif checksummed:
         report.summary["row group checksums"] = "present (verified when records are read; --head N reads some)"
     return report
 

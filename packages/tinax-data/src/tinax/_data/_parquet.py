@@ -2,11 +2,12 @@
 
 :func:`write_parquet_record` writes every input tinax 0.2 could write as 0.2
 wrote it: a plain Arrow table built by ``pyarrow.Table.from_pylist``, whose
-types pyarrow infers (a 1-d NumPy array becomes a list column). Such files,
-and any other Parquet file (other tools' included), read under the caller's
-mapping (``tinax._data._arrow_values``): pyarrow's ``to_pylist`` rows by
-default, as 0.2 read them, so 0.2 and 0.3 read the same rows from the files
-either wrote.
+types pyarrow infers (a 1-d NumPy array becomes a list column), written by
+pyarrow's ``write_table`` writer with its defaults. Such files, and any other
+Parquet file (other tools' included), read under the caller's mapping
+(``tinax._data._arrow_values``): pyarrow's ``to_pylist`` rows by default, as
+0.2 read them, so 0.2 and 0.3 read the same rows from the files either
+wrote. The bytes differ from 0.2's by the checksums alone (below).
 
 Records pyarrow cannot convert (arrays of two or more dimensions, 0-d
 arrays, ``ml_dtypes`` and complex elements, big-endian arrays) are written
@@ -19,13 +20,20 @@ as ``large_list`` nested once per dimension when extents vary. Elements
 Arrow has no type for are stored as the nearest one (raw bits for
 ``ml_dtypes`` types, float pairs for complex numbers, little-endian values
 for big-endian arrays), and each array column's field metadata names the
-exact dtype. Arrays with a zero extent before a non-zero one (say ``(0,
-3)``) have no such column, since nested lists lose the extents after the
-zero one: such records are refused, with pyarrow's error, as tinax 0.2
-refused them. The file's key-value metadata holds
-the JSON header of ``tinax._data._record_codec`` under ``tinax.records`` and
-the checksums under ``tinax.records.checksums``. Other Parquet readers see
-numbers; tinax reads the arrays back exactly, whatever the mapping.
+exact dtype. Nested lists lose the extents after a zero one (an array of
+shape ``(0, 4)`` is an empty list): the field metadata ``tinax.empty_shapes``
+of such a column gives them back (:class:`EmptyShapes`). The file's
+key-value metadata holds the JSON header of ``tinax._data._record_codec``
+under ``tinax.records``. Other Parquet readers see numbers; tinax reads the
+arrays back exactly, whatever the mapping.
+
+Checksums, in every file this module writes: Parquet's CRC-32 page
+checksums, and under ``tinax.records.checksums`` in the key-value metadata
+the SHA-256 of each row group's bytes and of the footer (with its own digest
+written as zeros). The row groups tile the file between the leading magic
+and the footer, so together they cover every byte: the page checksums leave
+the page headers and the footer (schema, offsets, column names) unchecked,
+where a flipped bit can still decode to different values.
 
 Row groups of the tinax format hold about 1 MiB of data (at most 4096
 records, at least one). The reader, ``tinax._data._parquet_source``, opens
@@ -34,13 +42,15 @@ a memory budget, so random access works on files much larger than memory.
 
 Why not pyarrow alone: pyarrow has no Arrow type for ``bfloat16``, the float8
 types or ``int4``, and its page checksums leave the footer (where the header
-lives) unchecked, so the array columns, the dtype metadata and the row-group
-and footer digests are written here; pyarrow still does all Parquet encoding
-and decoding.
+and the schema live) and the page headers unchecked, so the array columns,
+the dtype metadata and the row-group and footer digests are written here;
+pyarrow still does all Parquet encoding and decoding.
 """
 
 from __future__ import annotations
 
+import bisect
+import collections
 import contextlib
 import dataclasses
 import hashlib
@@ -49,12 +59,12 @@ import math
 import os
 import pathlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from tinax._core import validation
-from tinax._core.files import atomic_path, atomic_write
+from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, Reporter, require_progress
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
@@ -90,10 +100,14 @@ _ZERO_DIGEST = "0" * 64
 _HASH_CHUNK = 1 << 20
 _ROW_GROUP_TARGET_BYTES = 1 << 20
 _ROW_GROUP_MAX_ROWS = 4096
+#: The rows of a row group pyarrow's ``write_table`` makes by default (its ``_DEFAULT_ROW_GROUP_SIZE``).
+_PYARROW_ROW_GROUP_ROWS = 1024 * 1024
 #: The default memory budget of a reader's cache of decoded row groups.
 DEFAULT_CACHE_BYTES = 512 << 20
 #: Key, in the Arrow field metadata of an array column, of the field's exact dtype.
 FIELD_DTYPE_KEY = b"tinax.dtype"
+#: Key, in the Arrow field metadata of a nested-list array column, of the extents its lists lose (EmptyShapes).
+FIELD_EMPTY_SHAPES_KEY = b"tinax.empty_shapes"
 
 
 def _plain_arrow_type(kind: str) -> pa.DataType:
@@ -164,17 +178,21 @@ def _native_arrow_type(field: FieldSpec, fixed_shape: tuple[int, ...] | None) ->
     return arrow_type
 
 
-def _native_arrow_schema(schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | None]) -> pa.Schema:
+def _native_arrow_schema(
+    schema: RecordSchema, fixed_shapes: Mapping[str, tuple[int, ...] | None], empty_shapes: Mapping[str, bytes]
+) -> pa.Schema:
     import pyarrow as pa
 
     fields = []
     for field in schema.fields:
-        metadata = None
+        metadata: dict[bytes, bytes | str] | None = None
         if field.kind == KIND_ARRAY:
             assert field.dtype is not None
             # Where Arrow has no such dtype (bfloat16, float8, int4, complex, big-endian), other tools
             # see the stored numbers; this names the exact dtype for them.
             metadata = {FIELD_DTYPE_KEY: dtype_descriptor(field.dtype) or ""}
+            if field.name in empty_shapes:
+                metadata[FIELD_EMPTY_SHAPES_KEY] = empty_shapes[field.name]
         arrow_type = _native_arrow_type(field, fixed_shapes.get(field.name))
         fields.append(pa.field(field.name, arrow_type, nullable=field.kind == KIND_NONE, metadata=metadata))
     return pa.schema(fields)
@@ -221,7 +239,10 @@ def write_parquet_record(
     holding one kind of plain value or NumPy array: arrays of two or more
     dimensions, 0-d arrays, ``bfloat16`` and the other ``ml_dtypes``,
     complex numbers, big-endian arrays, ...) are written in that format, as
-    native Arrow columns that read back exactly. The file appears at
+    native Arrow columns that read back exactly (arrays with zero extents
+    included). Every file carries Parquet page checksums and tinax's
+    checksums of its row groups and footer, which the reader verifies. The
+    file appears at
     ``path`` only once every record is written and flushed; a refused record
     leaves the file that was there as it was. The data user guide's
     "Writing Parquet files" section gives the column types.
@@ -302,14 +323,16 @@ def write_parquet_record(
         operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
         return
     try:
-        schema, fixed_shapes = _tinax_schema(records)
+        schema, fixed_shapes, empty_shapes = _tinax_schema(records)
     except _OutsideTheFormatError as outside:
         # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
         refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
         raise refused from None
     destination = writable_destination(destination, DestinationErrors())
     with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
-        _write_tinax_records(destination, schema, fixed_shapes, records, overwrite=overwrite, reporter=reporter)
+        _write_tinax_records(
+            destination, schema, fixed_shapes, empty_shapes, records, overwrite=overwrite, reporter=reporter
+        )
     operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
 
 
@@ -362,18 +385,19 @@ def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
-def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> tuple[RecordSchema, dict[str, tuple[int, ...] | None]]:
+def _tinax_schema(
+    records: Sequence[Mapping[str, Any]],
+) -> tuple[RecordSchema, dict[str, tuple[int, ...] | None], dict[str, bytes]]:
     """The schema of records in the tinax format, every record checked against it.
 
     Returns:
-      The schema, and for every array field the shape each record's array
-      has (a tensor column), or None where shapes vary or hold no element
-      (nested lists).
+      The schema; for every array field the shape each record's array has
+      (a tensor column), or None where shapes vary or hold no element
+      (nested lists); and for array fields whose nested lists lose extents
+      (after a zero one), the field metadata that gives them back.
 
     Raises:
-      _OutsideTheFormatError: If a record does not fit the format, or an
-        array has a zero extent before a non-zero one: nested lists lose
-        the extents after it, and Arrow has no empty tensors.
+      _OutsideTheFormatError: If a record does not fit the format.
     """
     try:
         schema = RecordSchema.from_first_record(records[0])
@@ -384,25 +408,137 @@ def _tinax_schema(records: Sequence[Mapping[str, Any]]) -> tuple[RecordSchema, d
     if not schema.fields:
         raise _OutsideTheFormatError from ValueError("records[0] has no fields")
     fixed_shapes: dict[str, tuple[int, ...] | None] = {}
+    empty_shapes: dict[str, bytes] = {}
     for field in schema.fields:
         if field.kind != KIND_ARRAY:
             continue
-        shapes = {tuple(record[field.name].shape) for record in records}
-        for shape in shapes:
-            if any(extent == 0 and any(shape[position + 1 :]) for position, extent in enumerate(shape)):
-                raise _OutsideTheFormatError from ValueError(
-                    f"field {field.name!r} holds an array of shape {shape}, whose extents after the zero one "
-                    "no Parquet column of the format keeps"
-                )
-        shape = next(iter(shapes))
-        fixed_shapes[field.name] = shape if len(shapes) == 1 and math.prod(shape) > 0 else None
-    return schema, fixed_shapes
+        shapes = [tuple(record[field.name].shape) for record in records]
+        shape = shapes[0]
+        if math.prod(shape) > 0 and shapes.count(shape) == len(shapes):
+            fixed_shapes[field.name] = shape
+            continue
+        fixed_shapes[field.name] = None
+        entry = empty_shapes_entry(shapes)
+        if entry is not None:
+            empty_shapes[field.name] = entry
+    return schema, fixed_shapes, empty_shapes
+
+
+class EmptyShapes(NamedTuple):
+    """The extents of arrays with no element that a nested-list column cannot hold.
+
+    Nested lists keep an array's extents up to its first zero one; the
+    extents after it have no list to be the length of. They are kept here:
+    a row whose extents after the first zero one are ``fill``'s (from the
+    same dimension on) is not listed, every other such row is.
+
+    Attributes:
+      fill: The extent of each dimension after the first, for rows whose
+        nested lists stop before it.
+      rows: The rows (record positions, ascending) whose extents ``fill``
+        does not give.
+      shapes: The full shape of each of those rows.
+    """
+
+    fill: tuple[int, ...]
+    rows: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    def shape(self, extents: tuple[int, ...], row: int | None) -> tuple[int, ...]:
+        """The shape of an array with no element, from the extents its nested lists give (zeros after the first).
+
+        Args:
+          extents: What the nested lists give: extents up to the first zero
+            one, zeros after it.
+          row: The record's position, or None where no row is listed.
+
+        Raises:
+          ValueError: If a listed shape contradicts the nested lists.
+        """
+        first = extents.index(0)
+        if row is not None:
+            found = bisect.bisect_left(self.rows, row)
+            if found < len(self.rows) and self.rows[found] == row:
+                listed = self.shapes[found]
+                if listed[: first + 1] != extents[: first + 1]:
+                    raise ValueError(
+                        f"the shape {listed} that field metadata {FIELD_EMPTY_SHAPES_KEY.decode()!r} lists for "
+                        f"record {row} contradicts its nested lists, whose extents begin {extents[: first + 1]}"
+                    )
+                return listed
+        return extents[: first + 1] + self.fill[first:]
+
+
+def empty_shapes_entry(shapes: Sequence[tuple[int, ...]]) -> bytes | None:
+    """The field metadata of an array field stored as nested lists; None where they keep every extent.
+
+    ``fill`` holds, for each dimension after the first, its most common
+    extent among the arrays that lose it (the smallest of equally common
+    ones), so a field whose empty arrays share their trailing extents (no
+    detections: ``(0, 4)`` beside ``(3, 4)``) lists no row.
+    """
+    losing = [(row, shape, shape.index(0)) for row, shape in enumerate(shapes) if 0 in shape[:-1]]
+    if not any(any(shape[first + 1 :]) for _, shape, first in losing):
+        return None  # Zeros after the first zero: what nested lists give back anyway.
+    ndim = len(shapes[0])
+    fill = []
+    for dimension in range(1, ndim):
+        counts = collections.Counter(shape[dimension] for _, shape, first in losing if first < dimension)
+        fill.append(min(counts, key=lambda extent: (-counts[extent], extent)) if counts else 0)
+    listed = [[row, list(shape)] for row, shape, first in losing if list(shape[first + 1 :]) != fill[first:]]
+    return json.dumps({"fill": fill, "rows": listed}, separators=(",", ":")).encode("ascii")
+
+
+def parse_empty_shapes(value: bytes, ndim: int, count: int) -> EmptyShapes:
+    """Reads and checks the field metadata :func:`empty_shapes_entry` writes.
+
+    Args:
+      value: The metadata value.
+      ndim: The field's number of dimensions.
+      count: The number of records in the file.
+
+    Raises:
+      ValueError: If it is not what the writer writes for such a field.
+    """
+    key = FIELD_EMPTY_SHAPES_KEY.decode()
+    try:
+        entry = json.loads(value.decode("ascii"))
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"field metadata {key!r} is not JSON") from error
+
+    def extents(value: object, length: int) -> tuple[int, ...] | None:
+        if not isinstance(value, list) or len(value) != length:
+            return None
+        if not all(type(extent) is int and 0 <= extent < 2**63 for extent in value):
+            return None
+        return tuple(value)
+
+    malformed = ValueError(f"field metadata {key!r} is malformed for an array field of {ndim} dimensions")
+    if not isinstance(entry, dict) or set(entry) != {"fill", "rows"} or not isinstance(entry["rows"], list):
+        raise malformed
+    fill = extents(entry["fill"], ndim - 1)
+    if fill is None or ndim < 2:
+        raise malformed
+    rows: list[int] = []
+    shapes: list[tuple[int, ...]] = []
+    for item in entry["rows"]:
+        if not isinstance(item, list) or len(item) != 2:
+            raise malformed
+        row, shape = item[0], extents(item[1], ndim)
+        if type(row) is not int or not 0 <= row < count or (rows and row <= rows[-1]):
+            raise malformed
+        if shape is None or 0 not in shape[:-1]:
+            raise malformed
+        rows.append(row)
+        shapes.append(shape)
+    return EmptyShapes(fill, tuple(rows), tuple(shapes))
 
 
 def _write_tinax_records(
     destination: pathlib.Path,
     schema: RecordSchema,
     fixed_shapes: Mapping[str, tuple[int, ...] | None],
+    empty_shapes: Mapping[str, bytes],
     records: Sequence[Mapping[str, Any]],
     *,
     overwrite: bool,
@@ -412,7 +548,7 @@ def _write_tinax_records(
     import pyarrow.parquet as pq
 
     count = len(records)
-    arrow_schema = _native_arrow_schema(schema, fixed_shapes)
+    arrow_schema = _native_arrow_schema(schema, fixed_shapes, empty_shapes)
     digest = hashlib.sha256()
     with atomic_path(destination, overwrite=overwrite) as temporary:
         # Dictionary encoding only for plain values: an array column's numbers rarely repeat, and the
@@ -586,14 +722,35 @@ def _is_digest(value: object) -> bool:
 
 
 def _write_plain_table(destination: pathlib.Path, table: pa.Table, *, overwrite: bool, reporter: Reporter) -> None:
+    """Writes the table as ``pyarrow.parquet.write_table`` writes it, plus page checksums and the checksum entry.
+
+    The entry holds a digest per row group, so its length depends on how
+    many row groups pyarrow cuts the table into: pyarrow's default row-group
+    length says, and a file that turns out otherwise is written again with
+    the count it has.
+    """
     import pyarrow.parquet as pq
 
-    with atomic_write(destination, overwrite=overwrite) as handle:
-        # Page checksums, which pyarrow verifies when reading through tinax.
-        pq.write_table(table, handle, write_page_checksum=True)
+    with atomic_path(destination, overwrite=overwrite) as temporary:
+        groups = max(1, -(-table.num_rows // _PYARROW_ROW_GROUP_ROWS))
+        _write_table_with_entry(temporary, table, groups)
+        written = pq.ParquetFile(temporary).metadata.num_row_groups
+        if written != groups:
+            _write_table_with_entry(temporary, table, written)
+        seal_checksums(temporary)
         # One write, as tinax 0.2 wrote the table (its row groups are pyarrow's), so one step; before the
         # file is published, so that a callback that raises still leaves nothing behind.
         reporter.advance(table.num_rows)
+
+
+def _write_table_with_entry(path: pathlib.Path, table: pa.Table, groups: int) -> None:
+    import pyarrow.parquet as pq
+
+    # pyarrow.parquet.write_table's own writer and defaults (so 0.2's columns, encodings and row groups),
+    # with page checksums and, after the Arrow schema in the key-value metadata, the checksum entry.
+    with pq.ParquetWriter(path, table.schema, write_page_checksum=True) as writer:
+        writer.write_table(table)
+        writer.add_key_value_metadata({CHECKSUM_KEY: _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * groups)})
 
 
 def _close_quietly(writer: Any) -> None:

@@ -1,11 +1,13 @@
 """Random access to the rows of a Parquet file: the reader behind ``read_parquet_record``.
 
-Opening reads the footer only, and checks a tinax-format file's header,
-columns and footer checksum against it. Indexing reads the one row group
-that holds the record (checking its digest first, for the tinax format) and
-keeps it as Arrow buffers in a per-process cache bounded by a memory budget,
-least recently used first out; rows are assembled from views of those
-buffers (``tinax._data._arrow_values``), never from per-row Python objects.
+Opening reads the footer only, checks it against its checksum where tinax
+wrote one (a plain table tinax 0.3 wrote, or the tinax format), and checks a
+tinax-format file's header and columns. Indexing reads the one row group
+that holds the record (checking its digest first, where there is one, and
+every page checksum the file has) and keeps it as Arrow buffers in a
+per-process cache bounded by a memory budget, least recently used first
+out; rows are assembled from views of those buffers
+(``tinax._data._arrow_values``), never from per-row Python objects.
 
 This module imports pyarrow at its top, so ``read_parquet_record`` imports
 it when it runs (importing ``tinax.data`` imports no pyarrow). The layout
@@ -20,7 +22,7 @@ import hashlib
 import os
 import pathlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,7 +37,9 @@ from tinax._data._parquet import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
     DEFAULT_CACHE_BYTES,
+    FIELD_EMPTY_SHAPES_KEY,
     METADATA_KEY,
+    EmptyShapes,
     _digest_range,
     _footer_digest,
     _is_native_array_type,
@@ -44,6 +48,7 @@ from tinax._data._parquet import (
     _read_raw_footer,
     _row_group_ranges,
     _storage,
+    parse_empty_shapes,
 )
 from tinax._data._record_codec import (
     KIND_ARRAY,
@@ -67,7 +72,10 @@ _ROWS_SERVED_FRACTION = 4
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
-    """The file is not Parquet: a ValueError, and the ``pyarrow.ArrowInvalid`` tinax 0.2 let through."""
+    """pyarrow refuses the file, or a row group of it, with ``pyarrow.ArrowInvalid`` (what tinax 0.2 let through).
+
+    A ValueError naming the file, as every ArrowInvalid is one.
+    """
 
 
 class _RowGroup:
@@ -103,8 +111,24 @@ class _RowGroup:
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
-def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
-    """Getters that give a tinax-format row group's records exactly as written (of the columns read)."""
+def _tinax_getters(
+    schema: RecordSchema,
+    table: pa.Table,
+    empty_shapes: Mapping[str, EmptyShapes],
+    positions_column: str | None,
+) -> list[tuple[str, Callable[[int], Any]]]:
+    """Getters that give a tinax-format row group's records exactly as written (of the columns read).
+
+    Args:
+      schema: The header's fields.
+      table: The decoded rows (a row group, or rows taken from several).
+      empty_shapes: The extents nested lists lose, by field.
+      positions_column: The name of the column of record positions the
+        reader added to ``table``, where ``empty_shapes`` lists rows.
+    """
+    positions = None
+    if positions_column is not None:
+        positions = np.asarray(table.column(positions_column).to_numpy(), dtype=np.int64)
     getters: list[tuple[str, Callable[[int], Any]]] = []
     present = set(table.column_names)
     for field in schema.fields:
@@ -116,11 +140,13 @@ def _tinax_getters(schema: RecordSchema, table: pa.Table) -> list[tuple[str, Cal
         if field.kind != KIND_ARRAY:
             getters.append((field.name, column_getter(column, "python")))
         else:
-            getters.append((field.name, _native_array_getter(field, column)))
+            getters.append((field.name, _native_array_getter(field, column, empty_shapes.get(field.name), positions)))
     return getters
 
 
-def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
+def _native_array_getter(
+    field: FieldSpec, column: Any, empty: EmptyShapes | None, positions: np.ndarray[Any, Any] | None
+) -> Callable[[int], Any]:
     assert field.dtype is not None
     assert field.ndim is not None
     storage = _storage(field.dtype)
@@ -128,7 +154,23 @@ def _native_array_getter(field: FieldSpec, column: Any) -> Callable[[int], Any]:
     if arrays.bad_rows:
         row, reason = next(iter(arrays.bad_rows.items()))
         raise ValueError(f"field {field.name!r} has {reason} in row {row}")
-    return arrays.getter()
+    getter = arrays.getter()
+    if empty is None:
+        return getter
+
+    def get(row: int) -> Any:
+        array = getter(row)
+        if array.size or 0 not in array.shape[:-1]:
+            return array
+        # No element, and extents after the first zero one that the nested lists cannot hold.
+        position = None if positions is None else int(positions[row])
+        try:
+            shape = empty.shape(array.shape, position)
+            return np.empty(shape, array.dtype)
+        except ValueError as error:
+            raise ValueError(f"field {field.name!r}: {error}") from error
+
+    return get
 
 
 def _mismatched_column(schema: RecordSchema, arrow_schema: pa.Schema) -> str | None:
@@ -154,13 +196,49 @@ class _Footer(NamedTuple):
     header_bytes: bytes | None
     #: The position after the last record of every row group.
     group_ends: tuple[int, ...]
-    #: The byte range and SHA-256 of every row group (tinax format only).
+    #: The byte range and SHA-256 of every row group (of files tinax 0.3 wrote).
     group_checks: tuple[tuple[int, int, str], ...] | None
     #: The SHA-256 of the raw footer of a file outside the tinax format, whose
     #: statistics and sizes change with its content: a file replaced by
     #: another one of as many rows is told apart. None in the tinax format,
     #: whose header and checksums say more.
     footer_sha256: str | None = None
+    #: The extents nested-list array columns lose, by field (tinax format only).
+    empty_shapes: tuple[tuple[str, EmptyShapes], ...] = ()
+
+
+def _verified_footer(
+    metadata: Any, stored: bytes, footer: bytes, footer_start: int
+) -> tuple[tuple[int, int, str], ...]:
+    """Checks a raw footer against its checksum entry; returns every row group's byte range and digest.
+
+    Raises:
+      ValueError: If the entry is malformed, the footer's digest differs, or
+        the row groups do not tile the bytes before the footer.
+    """
+    footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
+    if _footer_digest(footer, stored, group_digests) != footer_digest:
+        raise ValueError("its footer does not match its checksum: the footer is corrupt")
+    ranges = _row_group_ranges(metadata, footer_start, "the file")
+    return tuple((start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True))
+
+
+def _empty_shapes(header: RecordHeader, arrow_schema: pa.Schema) -> tuple[tuple[str, EmptyShapes], ...]:
+    """The extents each array field's nested lists lose, from its field metadata, checked."""
+    found = []
+    for field in header.schema.fields:
+        value = (arrow_schema.field(field.name).metadata or {}).get(FIELD_EMPTY_SHAPES_KEY)
+        if value is None:
+            continue
+        if field.kind != KIND_ARRAY or field.ndim is None:
+            raise ValueError(
+                f"column {field.name!r} has field metadata {FIELD_EMPTY_SHAPES_KEY.decode()!r} but holds no arrays"
+            )
+        try:
+            found.append((field.name, parse_empty_shapes(value, field.ndim, header.count)))
+        except ValueError as error:
+            raise ValueError(f"column {field.name!r}: {error}") from error
+    return tuple(found)
 
 
 class ParquetRecordSource(RecordFileSource[_Footer]):
@@ -228,13 +306,16 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._rows_served = 0
         self._told_out_of_order = False
 
-    def _unreadable(self, reason: str) -> ValueError:
-        return ValueError(f"{str(self._path)!r} is not a readable tinax Parquet record file: {reason}")
+    def _unreadable(self, reason: str, *, tinax_format: bool = True) -> ValueError:
+        what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
+        return ValueError(f"{str(self._path)!r} is not {what}: {reason}")
 
     def _adopt(self, header: _Footer) -> None:
         super()._adopt(header)
         self._group_ends = list(header.group_ends)
         self._group_checks = header.group_checks
+        self._empty_shapes = dict(header.empty_shapes)
+        self._positions_column: str | None = None
         if header.header_bytes is None:
             self._count = self._group_ends[-1] if self._group_ends else 0
             return
@@ -242,11 +323,21 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._schema = parsed.schema
         self._count = parsed.count
         self.source_id: str = parsed.source_id
+        if any(empty.rows for empty in self._empty_shapes.values()):
+            # Rows are listed by record position: decoded rows carry theirs, in a column of a name no field has.
+            self._positions_column = "tinax.position"
+            while self._positions_column in parsed.schema.names:
+                self._positions_column += "_"
 
     @property
     def row_group_ends(self) -> tuple[int, ...]:
         """The position after the last record of every row group, in file order."""
         return tuple(self._group_ends)
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether the file carries tinax checksums: its footer's, checked on open, and each row group's."""
+        return self._group_checks is not None
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -296,18 +387,23 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
+            # A plain table: 0.2's, another tool's, or one tinax 0.3 wrote with its checksum entry.
             try:
                 with open(self._path, "rb") as handle:
-                    footer, _ = _read_raw_footer(handle, "the file")
+                    footer, footer_start = _read_raw_footer(handle, "the file")
+                if stored_checksums is not None:
+                    group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
+                elif CHECKSUM_MARKER in footer:
+                    # A damaged footer can lose its key-value list, or the
+                    # entry's key, and still parse: the entry's bytes are there.
+                    raise ValueError("its footer holds a tinax checksum entry that pyarrow does not find in it")
+                else:
+                    group_checks = None
             except ValueError as error:
-                raise self._unreadable(str(error)) from error
-            if stored_checksums is not None or CHECKSUM_MARKER in footer:
-                # A damaged footer can lose its key-value list and still parse:
-                # the checksum entry's bytes are still there, unparsed.
-                raise self._unreadable("it carries tinax checksums but no tinax header: its footer is damaged")
+                raise self._unreadable(str(error), tinax_format=False) from error
             if self._mapping == "numpy":
                 require_mappable(arrow_schema, repr(str(self._path)))
-            return parquet_file, _Footer(None, group_ends, None, hashlib.sha256(footer).hexdigest())
+            return parquet_file, _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -326,20 +422,13 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 "development version wrote it"
             )
         try:
-            group_checks = self._verified_footer(metadata, stored_checksums)
-        except (OSError, ValueError) as error:
+            with open(self._path, "rb") as handle:
+                footer, footer_start = _read_raw_footer(handle, "the file")
+            group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
+            empty_shapes = _empty_shapes(header, arrow_schema)
+        except ValueError as error:
             raise self._unreadable(str(error)) from error
-        return parquet_file, _Footer(header_bytes, group_ends, group_checks)
-
-    def _verified_footer(self, metadata: Any, stored: bytes) -> tuple[tuple[int, int, str], ...]:
-        """Checks the footer's digest and returns every row group's range and digest."""
-        footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
-        with open(self._path, "rb") as handle:
-            footer, footer_start = _read_raw_footer(handle, "the file")
-        if _footer_digest(footer, stored, group_digests) != footer_digest:
-            raise ValueError("its footer does not match its checksum: the footer is corrupt")
-        ranges = _row_group_ranges(metadata, footer_start, "the file")
-        return tuple((start, end, digest) for (start, end), digest in zip(ranges, group_digests, strict=True))
+        return parquet_file, _Footer(header_bytes, group_ends, group_checks, empty_shapes=empty_shapes)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = self._position(index)
@@ -418,14 +507,18 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             self._verify_row_group(group_index)
             self._verified.add(group_index)
         table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
-        expected_rows = self._group_ends[group_index] - (self._group_ends[group_index - 1] if group_index else 0)
+        first = self._group_ends[group_index - 1] if group_index else 0
+        expected_rows = self._group_ends[group_index] - first
         if table.num_rows != expected_rows:
             raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
+        if self._positions_column is not None:
+            positions = pa.array(np.arange(first, first + expected_rows, dtype=np.int64))
+            table = table.append_column(self._positions_column, positions)
         return table
 
     def _getters(self, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
         if self._schema is not None:
-            return _tinax_getters(self._schema, table)
+            return _tinax_getters(self._schema, table, self._empty_shapes, self._positions_column)
         return [
             (name, column_getter(_one_array(table.column(index)), self._mapping))
             for index, name in enumerate(table.column_names)
@@ -439,7 +532,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)
         except (pa.ArrowException, OSError, ValueError) as error:
-            raise ValueError(
+            raise _read_error(error)(
                 f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
             ) from error
         self._decoded_rows += table.num_rows
@@ -540,7 +633,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                     table = self._read_group(group_index, [name])
                     (getter,) = self._getters(table)
                 except (pa.ArrowException, OSError, ValueError) as error:
-                    raise ValueError(
+                    raise _read_error(error)(
                         f"{str(self._path)!r}: column {name!r} cannot be read (row group {group_index}: {error})"
                     ) from error
             column = table.column(0)
@@ -573,7 +666,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         with open(self._path, "rb") as handle:
             found = _digest_range(handle, start, end)
         if found != expected:
-            raise ValueError(
+            raise CorruptParquetError(
                 f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
             )
 
@@ -586,6 +679,21 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, {rows})"
         )
+
+
+def _read_error(error: BaseException) -> type[ValueError]:
+    """The class of the error for a row group that cannot be read, given the cause.
+
+    A damaged row group is a ValueError naming the file; where pyarrow
+    refused it (which is what tinax 0.2 let through), it is also pyarrow's
+    type: the plain OSError of a damaged page or a failed page checksum
+    (as is a row group that fails its digest), or ArrowInvalid.
+    """
+    if isinstance(error, CorruptParquetError) or type(error) is OSError:
+        return CorruptParquetError
+    if isinstance(error, pa.ArrowInvalid):
+        return UnreadableParquetError
+    return ValueError
 
 
 def _needs_getter(arrow_type: pa.DataType) -> bool:
