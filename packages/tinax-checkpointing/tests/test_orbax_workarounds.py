@@ -80,3 +80,27 @@ def test_the_save_response_is_one_class_of_ours(tmp_path):
     second.result()
     assert type(first) is SaveResponse
     assert type(second) is SaveResponse
+
+
+def test_orbax_still_runs_its_reads_through_run_sync_which_a_load_wraps(tmp_path):
+    from orbax.checkpoint._src import asyncio_utils
+
+    assert callable(getattr(asyncio_utils, "run_sync", None)), "Orbax's asyncio_utils.run_sync moved"
+    with compat.finish_abandoned_reads():
+        pass
+    assert compat.run_sync_wrapped()
+    # Outside a load the wrapper hands every coroutine to Orbax's own run_sync unchanged.
+    assert asyncio_utils.run_sync(_answer()) == 42
+
+
+async def _answer() -> int:
+    return 42
+
+
+def test_a_moved_run_sync_falls_back_to_doing_nothing(monkeypatch):
+    from orbax.checkpoint._src import asyncio_utils
+
+    monkeypatch.delattr(asyncio_utils, "run_sync")
+    with compat.finish_abandoned_reads():
+        pass
+    assert not compat.run_sync_wrapped()

@@ -4,7 +4,7 @@ Before any byte loads, the folder is checked to be a complete checkpoint
 (:mod:`~tinax._checkpointing._layout`), every name to load to have been saved,
 and every array target to have the saved shape. Orbax's failures are
 translated by :func:`~tinax._checkpointing._compat02.upstream_failure`, and the
-reads a failed load abandoned report nothing later
+reads a failed load abandoned finish or report nothing later
 (:mod:`~tinax._checkpointing._orbax_workarounds`).
 
 Orbax is imported when a load runs, never when this module is imported.
@@ -25,6 +25,7 @@ from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_check
 from tinax._checkpointing._orbax_workarounds import (
     ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
     collect_abandoned_reads,
+    finish_abandoned_reads,
     retire_abandoned_work,
     take_abandoned_orbax_task_reports,
 )
@@ -127,7 +128,8 @@ def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, 
             require_target_fits(target, stored, f"targets[{name!r}]", str(source))
         placed[name] = with_stored_placements(target, stored, f"targets[{name!r}]", str(source))
     try:
-        loaded = orbax.load_checkpointables(source, placed)
+        with finish_abandoned_reads():
+            loaded = orbax.load_checkpointables(source, placed)
     except Exception as error:
         retire_abandoned_work(error)
         raise upstream_failure(
@@ -170,6 +172,8 @@ def _run(coroutine: Coroutine[Any, Any, Any]) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        with finish_abandoned_reads():
+            return asyncio.run(coroutine)
+    # A pool's thread does not inherit this thread's context variables: the call there enters the load's own.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinax-metadata") as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(_run, coroutine).result()

@@ -3,16 +3,18 @@
 Every workaround names the test that fails without it and the upstream
 report (``docs/upstream.md``, "Orbax"). The private names they reach
 (Orbax's handler registry, operation ids, signalling threads and signals,
-and ``threading._register_atexit``) each fall back to doing less where they
-have moved; ``tests/test_orbax_workarounds.py`` fails when one has, so a
+its ``asyncio_utils.run_sync``, and ``threading._register_atexit``) each
+fall back to doing less where they have moved; ``tests/test_orbax_workarounds.py`` fails when one has, so a
 fallback is never taken unnoticed. Orbax is imported only when a function
 here runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
+import contextvars
 import gc
 import inspect
 import logging
@@ -26,13 +28,14 @@ import time
 import traceback
 import types
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
 __all__ = [
     "ENSURE_FUTURE_WRAPPER_NEVER_AWAITED",
     "collect_abandoned_reads",
     "current_operation_id",
+    "finish_abandoned_reads",
     "finish_at_exit",
     "forget_at_exit",
     "handler_lookup",
@@ -319,3 +322,99 @@ def _close_unstarted(values: Iterable[object], depth: int) -> None:
             _close_unstarted(value, depth - 1)
         elif depth > 0 and isinstance(value, dict):
             _close_unstarted(list(value.values()), depth - 1)
+
+
+# --- A failed load: the reads it abandoned finish before their event loop closes ------------------------------------
+# Orbax runs its reads through asyncio_utils.run_sync, each call on an event loop of its own (a uvloop loop in a
+# thread where a loop already runs, as inside every load; a fresh loop closed without cancelling anything on Orbax
+# 0.12.8 otherwise), and closes that loop as soon as one read fails while the sibling reads are still pending. Their
+# coroutines are then never awaited ("coroutine 'Store.read' was never awaited", "'_deserialize_arrays.<locals>.
+# _async_deserialize' was never awaited") and TensorStore, finishing a read later, calls back into the closed loop
+# ("RuntimeError: Event loop is closed", unraisable): warnings a -W error test suite fails on. While a tinax load runs
+# (a context variable, which asyncio carries into the tasks and loop threads the load starts), a coroutine handed to
+# run_sync waits, when it fails, for the other tasks of its loop to finish (at most _FINISH_SECONDS, after which they
+# are cancelled) before the loop closes. Saves, and whatever else runs outside a load, are left alone. (Cancelling
+# the pending reads is not enough: TensorStore still calls back into the closed loop when a cancelled read ends.)
+# Test: test_hardening.py's test_repeated_failed_loads_leave_no_warning_and_no_unraisable_error (fails without it on
+# Orbax 0.12.1 and 0.12.8). Upstream: docs/upstream.md, "Orbax: a failed load abandons its other reads".
+
+# A failed read's siblings are reads of the same part, which end by themselves; the bound only keeps a read that
+# never ends from holding the failure back for good.
+_FINISH_SECONDS = 60.0
+_CANCEL_SECONDS = 1.0  # Enough for a cancelled task to unwind.
+_loading: contextvars.ContextVar[bool] = contextvars.ContextVar("tinax_checkpointing_loading", default=False)
+_run_sync_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def finish_abandoned_reads() -> Iterator[None]:
+    """While active, an Orbax run that fails lets the reads it started finish before its loop closes.
+
+    Nothing changes where Orbax's ``asyncio_utils.run_sync`` has moved
+    (``tests/test_orbax_workarounds.py`` fails then).
+    """
+    _wrap_run_sync()
+    token = _loading.set(True)
+    try:
+        yield
+    finally:
+        _loading.reset(token)
+
+
+def run_sync_wrapped() -> bool:
+    """Whether Orbax's ``asyncio_utils.run_sync`` is the wrapper :func:`finish_abandoned_reads` needs."""
+    try:
+        from orbax.checkpoint._src import asyncio_utils
+    except ImportError:
+        return False
+    return getattr(getattr(asyncio_utils, "run_sync", None), "_tinax_wrapped", None) is not None
+
+
+def _wrap_run_sync() -> None:
+    """Puts, once, a wrapper in place of Orbax's ``run_sync`` that acts only within a load."""
+    try:
+        from orbax.checkpoint._src import asyncio_utils
+    except ImportError:
+        return
+    with _run_sync_lock:
+        original = getattr(asyncio_utils, "run_sync", None)
+        if not callable(original) or getattr(original, "_tinax_wrapped", None) is not None:
+            return
+
+        def run_sync(coroutine: Any) -> Any:
+            if _loading.get() and isinstance(coroutine, types.CoroutineType):
+                coroutine = _siblings_finished_on_failure(coroutine)
+            return original(coroutine)
+
+        run_sync._tinax_wrapped = original  # type: ignore[attr-defined]
+        asyncio_utils.run_sync = run_sync
+
+
+async def _siblings_finished_on_failure(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    try:
+        return await coroutine
+    except Exception:
+        # Orbax closes the loop once this returns: its other tasks finish first, so none is left behind.
+        await _finish_other_tasks()
+        raise
+
+
+async def _finish_other_tasks() -> None:
+    """Waits for the running loop's other tasks, also those started meanwhile; stragglers are cancelled."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _FINISH_SECONDS
+    current = asyncio.current_task()
+    while True:
+        others = {task for task in asyncio.all_tasks() if task is not current and not task.done()}
+        if not others:
+            return
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            for task in others:
+                task.cancel()
+            await asyncio.wait(others, timeout=_CANCEL_SECONDS)
+            return
+        done, _ = await asyncio.wait(others, timeout=remaining)
+        for task in done:
+            if not task.cancelled():
+                task.exception()  # Retrieved: the failure the load reports is the first one.

@@ -17,6 +17,7 @@ from tinax._checkpointing._legacy_v0._paths import (
     require_new_destination,
     save_with_v0,
 )
+from tinax._checkpointing._orbax_workarounds import finish_abandoned_reads
 from tinax._core import validation
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     import orbax.checkpoint as ocp
 
     try:
-        with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as checkpointer:
+        with ocp.Checkpointer(grain.checkpoint.CheckpointHandler()) as checkpointer, finish_abandoned_reads():
             restored: DatasetIterator[Any] = checkpointer.restore(
                 source, args=grain.checkpoint.CheckpointRestore(iterator)
             )

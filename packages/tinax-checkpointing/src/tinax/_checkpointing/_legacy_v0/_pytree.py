@@ -24,6 +24,7 @@ from tinax._checkpointing._legacy_v0._paths import (
     require_new_destination,
     save_with_v0,
 )
+from tinax._checkpointing._orbax_workarounds import finish_abandoned_reads
 from tinax._checkpointing._save_checks import is_empty_container
 from tinax._core import validation
 
@@ -149,7 +150,7 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
         _require_restorable_target(target)
     source = require_checkpoint_directory(requested)
     ocp = _import_orbax()
-    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer:
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler()) as checkpointer, finish_abandoned_reads():
         if target is None:
             arguments = ocp.args.PyTreeRestore()
         else:
