@@ -26,6 +26,15 @@ Resharding, on the same state saved from a 2x4 mesh (goal: at most 1.2x):
   load_checkpointables into targets on a 4x2 mesh  vs  into targets on the saving 2x4 mesh
   load_checkpointables into NumPy targets          vs  into targets on the saving 2x4 mesh
 ``--only resharding`` runs these alone.
+
+Restores against Orbax's one call, ``--only restores`` (goal at 1 and 8 MiB,
+``--size-mib 1`` and ``--size-mib 8``: at most 1.15x). Each pair runs once per
+round, the side that goes first flipping every round; the figure is the
+median of the rounds' ratios:
+  load_checkpointables(path, targets)  vs  ocp.load_checkpointables(path, targets)
+  load_training_checkpoint(path, ...)  vs  ocp.load_checkpointables(path, the five parts' targets)
+  manager.restore(step, ...)           vs  the same ocp.load_checkpointables call
+The manager's root holds that one step, already checked by an earlier scan.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ os.environ["JAX_NUM_CPU_DEVICES"] = "8"
 import argparse
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -255,13 +265,88 @@ def _manager_cases(state: dict[str, Any], scratch: Path, repeats: int, seed: int
     return save_ratio + load_ratio
 
 
+def _paired(
+    pairs: dict[str, tuple[Callable[[], Any], Callable[[], Any]]], repeats: int
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Each pair's seconds per round (ours, Orbax's), both timed once per round, the first side flipping every round."""
+    for ours, orbax in pairs.values():  # warm up: first-use set-up on both sides
+        ours()
+        orbax()
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in pairs}
+    for round_index in range(repeats):
+        for name, sides in pairs.items():
+            order = (0, 1) if round_index % 2 == 0 else (1, 0)
+            for side in order:
+                start = time.perf_counter()
+                jax.block_until_ready(sides[side]())
+                samples[name][side].append(time.perf_counter() - start)
+    return samples
+
+
+def _restore_cases(state: dict[str, Any], scratch: Path, repeats: int) -> dict[str, float]:
+    """The three restores against Orbax's own load of the same folder; returns each median ratio."""
+    layers = state["params"]
+    names = sorted(layers)
+    model = {name: layers[name] for name in names[:2]}
+    optimizer = {name: layers[name] for name in names[2:]}
+    iterator = iter(grain.MapDataset.range(1000).shuffle(seed=0).repeat(None))
+    saved = scratch / "restores-checkpointables"
+    save_checkpointables(saved, {"state": state}).result()
+    targets = {"state": abstract_restore_target(state)}
+    manager = _manager(scratch / "restores-root", 1)
+    manager.save(1, model, optimizer, state["key"], {"step": state["step"]}, iterator)
+    manager.wait()
+    step = manager.root / "1"
+    training = (
+        abstract_restore_target(model),
+        abstract_restore_target(optimizer),
+        abstract_restore_target(state["key"]),
+        {"step": 0},
+    )
+    manager.committed_steps()  # The step is checked once, as after the manager's own save.
+
+    def orbax_training() -> Any:
+        parts = dict(zip(("model", "optimizer", "rng"), training[:3], strict=True))
+        return ocp.load_checkpointables(
+            step, {**parts, "auxiliary": {"state": training[3], "step": 0}, "iterator": iterator}
+        )
+
+    samples = _paired(
+        {
+            "load_checkpointables": (
+                lambda: load_checkpointables(saved, targets),
+                lambda: ocp.load_checkpointables(saved, targets),
+            ),
+            "load_training_checkpoint": (lambda: load_training_checkpoint(step, *training, iterator), orbax_training),
+            "manager.restore": (lambda: manager.restore(1, *training, iterator), orbax_training),
+        },
+        repeats,
+    )
+    size = sum(array.nbytes for array in layers.values()) / (1024 * 1024)
+    print(
+        f"\nRestores of {size:g} MiB against ocp.load_checkpointables, median of {repeats} paired rounds "
+        "(goal <= 1.15):"
+    )
+    medians = {}
+    for name, (ours, orbax) in samples.items():
+        ratios = [mine / theirs for mine, theirs in zip(ours, orbax, strict=True)]
+        medians[name] = statistics.median(ratios)
+        print(
+            f"  {name:<26} {statistics.median(ours) * 1e3:8.2f} ms / ocp {statistics.median(orbax) * 1e3:8.2f} ms: "
+            f"ratio median {medians[name]:.3f}, spread {min(ratios):.3f}-{max(ratios):.3f}"
+        )
+    return medians
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--size-mib", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--directory", type=Path, default=None)
-    parser.add_argument("--only", choices=("all", "resharding"), default="all", help="the comparisons to run")
+    parser.add_argument(
+        "--only", choices=("all", "resharding", "restores"), default="all", help="the comparisons to run"
+    )
     options = parser.parse_args()
 
     print(f"jax {jax.__version__}, python {sys.version.split()[0]}, {jax.device_count()} CPU devices")
@@ -270,6 +355,12 @@ def main() -> int:
     checkpointables = {"state": state}
     targets = {"state": abstract_restore_target(state)}
     scratch = Path(tempfile.mkdtemp(prefix="tinax-bench-checkpointing-", dir=options.directory))
+    if options.only == "restores":
+        try:
+            _restore_cases(state, scratch, options.repeats)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return 0
     if options.only == "resharding":
         try:
             ratios = _resharding_cases(state, scratch, options.repeats, options.seed)

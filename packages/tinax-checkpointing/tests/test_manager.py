@@ -459,6 +459,25 @@ def test_bad_steps_and_metrics_are_refused(tmp_path):
     assert np.array_equal(np.asarray(restored.model["w"]), np.full((4,), 5.0, dtype=np.float32))
 
 
+def test_a_restore_checks_the_step_once_when_the_manager_already_found_it_complete(tmp_path, monkeypatch):
+    import tinax._checkpointing._training as training_module
+
+    manager = _manager(tmp_path / "run")
+    _save_steps(manager, [1, 2])  # Retention's scan found both complete.
+    checks: list[Path] = []
+    for module in (manager_module, training_module):
+        check = module.require_complete_checkpoint
+        monkeypatch.setattr(
+            module,
+            "require_complete_checkpoint",
+            lambda source, *rest, check=check: checks.append(source) or check(source, *rest),
+        )
+    model, optimizer, rng, _auxiliary, iterator = _parts(0.0)
+    targets = [abstract_restore_target(part) for part in (model, optimizer, rng)]
+    assert manager.restore(2, *targets, {"value": 0.0}, iterator).step == 2
+    assert checks == [tmp_path / "run" / "2"]
+
+
 def test_the_folders_are_plain_training_checkpoints(tmp_path):
     """The manager adds nothing to the checkpoint format: each step folder is what save_training_checkpoint writes."""
     manager = _manager(tmp_path / "run")

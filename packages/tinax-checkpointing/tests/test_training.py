@@ -446,13 +446,67 @@ def test_a_checkpoint_without_a_step_is_no_training_checkpoint(tmp_path: pathlib
         load(tmp_path / "checkpoint")
 
 
-def test_a_damaged_step_is_a_value_error(tmp_path: pathlib.Path) -> None:
+def test_a_damaged_step_is_a_value_error_and_leaves_the_iterator_where_it_was(tmp_path: pathlib.Path) -> None:
     state = training_state()
     checkpointables: dict[str, Any] = {**state, "iterator": iter(batches())}
     checkpointables["auxiliary"] = {"state": state["auxiliary"], "step": -3}
     save_checkpointables(tmp_path / "checkpoint", checkpointables).result()
+    iterator = iter(batches())
+    take(iterator, 2)
+    untouched = iter(batches())
+    take(untouched, 2)
     with pytest.raises(ValueError, match="holds a damaged step"):
-        load(tmp_path / "checkpoint")
+        load(tmp_path / "checkpoint", iterator)
+    assert take(iterator, 3) == take(untouched, 3)
+
+
+@pytest.mark.parametrize("part", ["auxiliary", "rng"])
+def test_a_part_that_fails_inside_orbax_before_or_after_the_iterator_leaves_it_where_it_was(
+    tmp_path: pathlib.Path, part: str
+) -> None:
+    # Orbax loads the parts in the order of their names: "auxiliary" fails before the iterator's turn, "rng" after.
+    save(tmp_path / "checkpoint").result()
+    targets = {name: abstract_restore_target(value) for name, value in zeros_like_state(training_state()).items()}
+    targets[part] = {"not": "saved"}
+    iterator = iter(batches())
+    take(iterator, 2)
+    untouched = iter(batches())
+    take(untouched, 2)
+    with abandoned_orbax_loads(), pytest.raises(ValueError, match="could not load the training checkpoint"):
+        load_training_checkpoint(
+            tmp_path / "checkpoint", targets["model"], targets["optimizer"], targets["rng"], targets["auxiliary"],
+            iterator,
+        )  # fmt: skip
+    assert take(iterator, 3) == take(untouched, 3)
+
+
+def test_a_training_load_checks_the_folder_once_reads_metadata_with_tinax_and_calls_orbax_once(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import orbax.checkpoint.experimental.v1 as ocp
+
+    import tinax._checkpointing._training as training_module
+
+    save(tmp_path / "checkpoint").result()
+    calls: list[str] = []
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls.append(name)
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(
+        training_module, "require_complete_checkpoint", counted("check", training_module.require_complete_checkpoint)
+    )
+    monkeypatch.setattr(ocp, "load_checkpointables", counted("orbax load", ocp.load_checkpointables))
+    monkeypatch.setattr(ocp.handlers.PyTreeHandler, "metadata", counted("orbax metadata", None))
+    iterator = iter(batches())
+    restored = load(tmp_path / "checkpoint", iterator)
+    assert calls == ["check", "orbax load"]
+    assert restored.step == 4
+    assert take(iterator, 1) == take(iter(batches()), 1)
 
 
 @pytest.mark.parametrize("name", ["step-3.orbax-checkpoint-tmp", "step-3.orbax-checkpoint-tmp-99"])

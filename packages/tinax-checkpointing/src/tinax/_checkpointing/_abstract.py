@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import os
 import pathlib
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tinax._checkpointing._compat02 import CheckpointKeyError
-from tinax._checkpointing._layout import PYTREE_METADATA, read_json_object, require_complete_checkpoint
+from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, read_json_object, require_complete_checkpoint
 from tinax._core import validation
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "abstract_checkpointables",
     "read_scalar",
     "stored_leaves",
+    "stored_leaves_of",
 ]
 
 # Orbax's value types (the ``value_type`` of a ``_METADATA`` entry).
@@ -197,7 +199,7 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
             f"names lists checkpointables {opaque} of {str(source)!r} that are no pytrees (a data iterator's "
             f"state, for one), so they have no abstract form; its pytrees are {pytrees}"
         )
-    return {name: _nest(stored_leaves(source, name), _abstract_leaf) for name in wanted}
+    return {name: _nest(leaves, _abstract_leaf) for name, leaves in stored_leaves_of(source, wanted).items()}
 
 
 def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
@@ -215,30 +217,66 @@ def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
       ValueError: If the metadata of an array cannot be read (also a
         ``KeyError``).
     """
-    metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA))
-    tree = metadata.get("tree_metadata")
-    entries = tree.values() if isinstance(tree, dict) else ()
-    shardings = _stored_shardings(source, name)
-    key_impls = _key_impls(source, name)
-    layout = _Layout(source / name, metadata)
-    leaves = []
-    for entry in entries:
-        key_levels = entry["key_metadata"]
-        keys = tuple(str(level["key"]) for level in key_levels)
-        sequence = tuple(level["key_type"] == _SEQUENCE_KEY for level in key_levels)
-        value_type = str(entry["value_metadata"]["value_type"])
-        leaves.append(StoredLeaf(keys, sequence, value_type))
-    with_data = [index for index, leaf in enumerate(leaves) if leaf.value_type in (JAX_ARRAY, NUMPY_ARRAY, SCALAR)]
-    described = layout.describe([".".join(leaves[index].keys) for index in with_data], source, name)
-    for index, (shape, dtype) in zip(with_data, described, strict=True):
-        leaf = leaves[index]
-        param = ".".join(leaf.keys)
-        key_impl = key_impls.get(param) if leaf.value_type == JAX_ARRAY else None
-        if key_impl is not None:
-            shape, dtype = _key_array(shape, key_impl)
-        sharding = shardings.get(param) if leaf.value_type == JAX_ARRAY else None
-        leaves[index] = dataclasses.replace(leaf, shape=shape, dtype=dtype, sharding=sharding, key_impl=key_impl)
-    return leaves
+    return stored_leaves_of(source, [name])[name]
+
+
+def stored_leaves_of(
+    source: pathlib.Path, names: Sequence[str], parsed: ParsedFiles | None = None
+) -> dict[str, list[StoredLeaf]]:
+    """:func:`stored_leaves` of several pytrees of one checkpoint, by name, their arrays all opened at once.
+
+    One TensorStore context serves every part, and every array is opened
+    before any opening is waited for, so the reads overlap. JSON files
+    listed in ``parsed`` (those the completeness check parsed) are not read
+    again.
+
+    Raises:
+      ValueError: If the metadata of an array cannot be read (also a
+        ``KeyError``).
+    """
+    import tensorstore
+
+    context = tensorstore.Context()
+    started = {name: _LeafReading(source, name, context, parsed) for name in names}
+    return {name: reading.finish() for name, reading in started.items()}
+
+
+class _LeafReading:
+    """One pytree's entries, read from its JSON metadata at once and from its arrays' Zarr metadata on finish()."""
+
+    def __init__(self, source: pathlib.Path, name: str, context: Any, parsed: ParsedFiles | None) -> None:
+        self._source = source
+        self._name = name
+        metadata = read_json_object(source, pathlib.PurePath(name, PYTREE_METADATA), parsed)
+        tree = metadata.get("tree_metadata")
+        entries = tree.values() if isinstance(tree, dict) else ()
+        self._shardings = _stored_shardings(source, name, parsed)
+        self._key_impls = _key_impls(source, name, parsed)
+        self._leaves = []
+        for entry in entries:
+            key_levels = entry["key_metadata"]
+            keys = tuple(str(level["key"]) for level in key_levels)
+            sequence = tuple(level["key_type"] == _SEQUENCE_KEY for level in key_levels)
+            value_type = str(entry["value_metadata"]["value_type"])
+            self._leaves.append(StoredLeaf(keys, sequence, value_type))
+        self._with_data = [
+            index for index, leaf in enumerate(self._leaves) if leaf.value_type in (JAX_ARRAY, NUMPY_ARRAY, SCALAR)
+        ]
+        self._params = [".".join(self._leaves[index].keys) for index in self._with_data]
+        layout = _Layout(source / name, metadata, context)
+        self._openings = [layout.open(param) for param in self._params]
+
+    def finish(self) -> list[StoredLeaf]:
+        leaves = list(self._leaves)
+        described = _Layout.describe(self._params, self._openings, self._source, self._name)
+        for index, param, (shape, dtype) in zip(self._with_data, self._params, described, strict=True):
+            leaf = leaves[index]
+            key_impl = self._key_impls.get(param) if leaf.value_type == JAX_ARRAY else None
+            if key_impl is not None:
+                shape, dtype = _key_array(shape, key_impl)
+            sharding = self._shardings.get(param) if leaf.value_type == JAX_ARRAY else None
+            leaves[index] = dataclasses.replace(leaf, shape=shape, dtype=dtype, sharding=sharding, key_impl=key_impl)
+        return leaves
 
 
 def read_scalar(source: pathlib.Path, name: str, keys: tuple[str, ...]) -> Any:
@@ -254,14 +292,20 @@ def read_scalar(source: pathlib.Path, name: str, keys: tuple[str, ...]) -> Any:
 class _Layout:
     """Where Orbax put a pytree's arrays: one OCDBT store or a folder per array, Zarr 3 or 2."""
 
-    def __init__(self, folder: pathlib.Path, metadata: dict[str, Any]) -> None:
-        """Reads the layout from the pytree's ``_METADATA`` (``use_ocdbt``, ``use_zarr3``)."""
+    def __init__(self, folder: pathlib.Path, metadata: dict[str, Any], context: Any = None) -> None:
+        """Reads the layout from the pytree's ``_METADATA`` (``use_ocdbt``, ``use_zarr3``).
+
+        Args:
+          folder: The pytree's folder.
+          metadata: Its ``_METADATA`` object.
+          context: The TensorStore context to open the arrays in; a new one when None.
+        """
         import tensorstore
 
         self._folder = folder
         self._use_ocdbt = metadata.get("use_ocdbt", True) is not False
         self._driver = "zarr3" if metadata.get("use_zarr3") else "zarr"
-        self._context = tensorstore.Context()
+        self._context = tensorstore.Context() if context is None else context
 
     def open(self, param: str) -> Any:
         import tensorstore
@@ -273,13 +317,13 @@ class _Layout:
         spec = {"driver": self._driver, "kvstore": kvstore}
         return tensorstore.open(spec, open=True, read=True, context=self._context)
 
+    @staticmethod
     def describe(
-        self, params: list[str], source: pathlib.Path, name: str
+        params: list[str], openings: list[Any], source: pathlib.Path, name: str
     ) -> list[tuple[tuple[int, ...], np.dtype[Any]]]:
-        """The shape and dtype of each array, all opened at once."""
-        pending = [self.open(param) for param in params]
+        """The shape and dtype of each array, from the openings :meth:`open` started."""
         described = []
-        for param, opening in zip(params, pending, strict=True):
+        for param, opening in zip(params, openings, strict=True):
             try:
                 store = opening.result()
             except Exception as error:  # TensorStore's own error kinds: a missing or damaged array
@@ -291,14 +335,14 @@ class _Layout:
         return described
 
 
-def _stored_shardings(source: pathlib.Path, name: str) -> dict[str, StoredSharding]:
+def _stored_shardings(source: pathlib.Path, name: str, parsed: ParsedFiles | None) -> dict[str, StoredSharding]:
     """The ``_sharding`` file's records, by parameter name (the file's keys are base64 of them)."""
     import base64
     import binascii
 
     if not (source / name / _SHARDING_FILE).is_file():
         return {}
-    records = read_json_object(source, pathlib.PurePath(name, _SHARDING_FILE))
+    records = read_json_object(source, pathlib.PurePath(name, _SHARDING_FILE), parsed)
     shardings = {}
     for encoded, text in records.items():
         try:
@@ -334,14 +378,14 @@ def _spec_entry(entry: object) -> str | tuple[str, ...] | None:
     return str(entry)
 
 
-def _key_impls(source: pathlib.Path, name: str) -> dict[str, str]:
+def _key_impls(source: pathlib.Path, name: str, parsed: ParsedFiles | None) -> dict[str, str]:
     """Which arrays are PRNG keys, from every process's array metadata file (a process lists the arrays it wrote)."""
     folder = source / name / _ARRAY_METADATAS
     impls: dict[str, str] = {}
     if not folder.is_dir():
         return impls
     for file in sorted(folder.iterdir()):
-        content = read_json_object(source, file.relative_to(source))
+        content = read_json_object(source, file.relative_to(source), parsed)
         for entry in content.get("array_metadatas", []):
             array = entry.get("array_metadata") if isinstance(entry, dict) else None
             extra = array.get("ext_metadata") if isinstance(array, dict) else None
@@ -353,11 +397,17 @@ def _key_impls(source: pathlib.Path, name: str) -> dict[str, str]:
 
 def _key_array(data_shape: tuple[int, ...], impl: str) -> tuple[tuple[int, ...], Any]:
     """The shape and key dtype of a PRNG key array whose key data has ``data_shape`` (traced, no backend)."""
+    trailing, dtype = _key_layout(impl)
+    return data_shape[: len(data_shape) - trailing], dtype
+
+
+@functools.cache
+def _key_layout(impl: str) -> tuple[int, Any]:
+    """How many trailing axes a key of ``impl`` adds to its key data, and its key dtype; traced once per process."""
     import jax
 
     key = jax.eval_shape(lambda: jax.random.key(0, impl=impl))
-    trailing = len(jax.eval_shape(jax.random.key_data, key).shape)
-    return data_shape[: len(data_shape) - trailing], key.dtype
+    return len(jax.eval_shape(jax.random.key_data, key).shape), key.dtype
 
 
 def _abstract_leaf(leaf: StoredLeaf) -> Any:

@@ -23,7 +23,10 @@ from typing import Any
 from tinax._checkpointing._compat02 import CheckpointKeyError, CheckpointNotFoundError
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 
-__all__ = ["CHECKPOINT_METADATA", "PYTREE_METADATA", "read_json_object", "require_complete_checkpoint"]
+__all__ = ["CHECKPOINT_METADATA", "PYTREE_METADATA", "ParsedFiles", "read_json_object", "require_complete_checkpoint"]
+
+#: JSON files of one checkpoint already parsed, by path relative to the checkpoint folder.
+ParsedFiles = dict[pathlib.PurePath, dict[str, Any]]
 
 # Files every committed Orbax V1 checkpoint holds at its top level. Orbax
 # publishes the folder by renaming it only once they and every checkpointable
@@ -45,11 +48,14 @@ _DICT_KEY = 2
 _EMPTY_VALUE_TYPES = frozenset({"None", "Dict", "List", "Tuple", "NamedTuple"})
 
 
-def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
+def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None = None) -> set[str]:
     """Checks that ``source`` is a committed checkpoint whose metadata Orbax can use, and returns its names.
 
     Args:
       source: The checkpoint folder, as an absolute path.
+      parsed: Where to keep every JSON file the check parsed, by its path
+        relative to ``source``, so that a load reads each only once; None
+        keeps nothing.
 
     Returns:
       The names of the checkpointables its metadata lists.
@@ -86,7 +92,7 @@ def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
             f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so it is no Orbax checkpoint "
             "or the folder was damaged"
         )
-    metadata = read_json_object(source, pathlib.PurePath(CHECKPOINT_METADATA))
+    metadata = read_json_object(source, pathlib.PurePath(CHECKPOINT_METADATA), parsed)
     handlers = metadata.get("item_handlers") if isinstance(metadata, dict) else None
     if not isinstance(handlers, dict) or not all(isinstance(name, str) for name in handlers):
         raise CheckpointKeyError(
@@ -120,7 +126,7 @@ def require_complete_checkpoint(source: pathlib.Path) -> set[str]:
                 f"{PYTREE_METADATA} file"
             )
         for relative in _json_files_of(source, name):
-            content = read_json_object(source, relative)
+            content = read_json_object(source, relative, parsed)
             if relative.parent.name == _ARRAY_METADATAS:
                 _require_array_metadatas(source, relative, content)
             elif is_pytree and relative.name == PYTREE_METADATA:
@@ -227,7 +233,9 @@ def _json_files_of(source: pathlib.Path, name: str) -> list[pathlib.PurePath]:
     return [entry.relative_to(source) for entry in found if entry.is_file()]
 
 
-def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[str, Any]:
+def read_json_object(
+    source: pathlib.Path, relative: pathlib.PurePath, parsed: ParsedFiles | None = None
+) -> dict[str, Any]:
     """Reads one JSON metadata file of the checkpoint at ``source``, refusing anything but a JSON object.
 
     Every way such a file can be damaged (unreadable, not UTF-8, not JSON,
@@ -240,6 +248,8 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
     Args:
       source: The checkpoint folder.
       relative: The file, relative to ``source``.
+      parsed: Files parsed before, by relative path: the file is taken from
+        there if it is listed, and kept there once parsed. None reads it.
 
     Returns:
       The file's top-level JSON object.
@@ -248,6 +258,8 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
       ValueError: If the file cannot be read or holds no JSON object. It is
         also a ``KeyError``.
     """
+    if parsed is not None and relative in parsed:
+        return parsed[relative]
     file = source / relative
     reason: str
     cause: BaseException | None = None
@@ -261,6 +273,8 @@ def read_json_object(source: pathlib.Path, relative: pathlib.PurePath) -> dict[s
         reason, cause = f"it is not readable JSON ({type(error).__name__}: {error})", error
     else:
         if isinstance(decoded, dict):
+            if parsed is not None:
+                parsed[relative] = decoded
             return decoded
         reason = f"it holds a JSON {type(decoded).__name__}, not an object"
     raise CheckpointKeyError(

@@ -20,8 +20,9 @@ import warnings
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
+from tinax._checkpointing._abstract import stored_leaves_of
 from tinax._checkpointing._compat02 import CheckpointKeyError, upstream_failure
-from tinax._checkpointing._layout import PYTREE_METADATA, require_complete_checkpoint
+from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, require_complete_checkpoint
 from tinax._checkpointing._orbax_workarounds import (
     ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
     collect_abandoned_reads,
@@ -29,11 +30,16 @@ from tinax._checkpointing._orbax_workarounds import (
     retire_abandoned_work,
     take_abandoned_orbax_task_reports,
 )
-from tinax._checkpointing._targets import require_restore_target, require_target_fits, with_stored_placements
+from tinax._checkpointing._targets import (
+    lacks_placement,
+    require_restore_target,
+    require_target_fits,
+    with_stored_placements,
+)
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger, tree_nbytes
 
-__all__ = ["load_checkpointables", "loaded_nbytes", "restore_checkpointables", "stored_tree"]
+__all__ = ["load_checkpointables", "loaded_nbytes", "restore_checkpointables", "restore_complete", "stored_tree"]
 
 _logger = get_logger("checkpointing")
 
@@ -112,8 +118,44 @@ def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, 
         validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)
     for name, target in named.items():
         require_restore_target(target, f"targets[{name!r}]")
-    saved = require_complete_checkpoint(source)
-    unknown = sorted(name for name in named if name not in saved)
+    parsed: ParsedFiles = {}
+    return restore_complete(source, require_complete_checkpoint(source, parsed), named, parsed)
+
+
+def restore_complete(
+    source: pathlib.Path, saved: set[str], targets: Mapping[str, Any], parsed: ParsedFiles | None = None
+) -> dict[str, Any]:
+    """Loads checked targets from a folder that passed the completeness check, in one Orbax call.
+
+    The caller has checked the targets (``require_restore_target``) and the
+    folder (``require_complete_checkpoint``, which gave ``saved``); each is
+    done once per load. Every pytree's metadata is read once, by tinax's own
+    reader, for the shape check; Orbax's metadata is read only for an
+    abstract array without a sharding, which takes the recorded placement.
+    Orbax loads the names one after another, in the order of their names,
+    and stops at the first that fails: a stateful checkpointable (an
+    iterator) of a later name is not restored then, one of an earlier name
+    already is.
+
+    Args:
+      source: The checkpoint folder, as an absolute path.
+      saved: The names its metadata lists.
+      targets: A checked restore target per name to load.
+      parsed: The JSON files the completeness check parsed, which are not
+        read again; None reads what is needed.
+
+    Returns:
+      The loaded values, by name.
+
+    Raises:
+      ValueError: If a name was not saved, an array target does not fit
+        (see ``require_target_fits`` and ``with_stored_placements``), or
+        Orbax fails (see :func:`load_checkpointables`). All are also
+        ``KeyError``.
+      TypeError: If Orbax rejects a target's kind (also a ``KeyError`` and a
+        ``ValueError``).
+    """
+    unknown = sorted(name for name in targets if name not in saved)
     if unknown:
         raise CheckpointKeyError(
             f"targets names checkpointables {unknown} that {str(source)!r} does not hold; it holds {sorted(saved)}"
@@ -121,21 +163,40 @@ def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, 
     import orbax.checkpoint.experimental.v1 as orbax  # Imported only when a load runs: it is slow to import.
 
     take_abandoned_orbax_task_reports()
+    pytrees = [name for name in targets if (source / name / PYTREE_METADATA).is_file()]
+    shapes = _stored_shapes(source, pytrees, parsed)
     placed = {}
-    for name, target in named.items():
-        stored = stored_tree(orbax, source, name)
-        if stored is not None:
-            require_target_fits(target, stored, f"targets[{name!r}]", str(source))
-        placed[name] = with_stored_placements(target, stored, f"targets[{name!r}]", str(source))
+    for name, target in targets.items():
+        where = f"targets[{name!r}]"
+        if name in shapes:
+            require_target_fits(target, shapes[name], where, str(source))
+        placed[name] = target
+        if lacks_placement(target):
+            placed[name] = with_stored_placements(target, stored_tree(orbax, source, name), where, str(source))
     try:
         with finish_abandoned_reads():
             loaded = orbax.load_checkpointables(source, placed)
     except Exception as error:
         retire_abandoned_work(error)
         raise upstream_failure(
-            f"could not load checkpointables {sorted(named)} from {str(source)!r} into the given targets", error
+            f"could not load checkpointables {sorted(targets)} from {str(source)!r} into the given targets", error
         ) from error
     return dict(loaded)
+
+
+def _stored_shapes(
+    source: pathlib.Path, names: list[str], parsed: ParsedFiles | None
+) -> dict[str, dict[tuple[str, ...], tuple[int, ...]]]:
+    """The saved shape of every array of the named pytrees, by key path; {} where the metadata cannot be read.
+
+    Metadata that cannot be read is no error here: the load itself then
+    reports whatever is wrong, as Orbax sees it.
+    """
+    try:
+        read = stored_leaves_of(source, names, parsed)
+    except Exception:  # Damage the completeness check cannot see (an array's Zarr metadata, for one).
+        return {}
+    return {name: {leaf.keys: leaf.shape for leaf in leaves if leaf.shape is not None} for name, leaves in read.items()}
 
 
 def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:

@@ -10,6 +10,7 @@ where the checkpoint recorded the saved array, as in tinax 0.2.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -22,6 +23,7 @@ from tinax._core.jax_compat import is_tracer
 
 __all__ = [
     "abstract_restore_target",
+    "lacks_placement",
     "require_placeable",
     "require_restore_target",
     "require_target_fits",
@@ -99,7 +101,9 @@ def require_restore_target(target: object, name: str) -> None:
             )
 
 
-def require_target_fits(target: object, stored: object, name: str, source: str) -> None:
+def require_target_fits(
+    target: object, stored_shapes: Mapping[tuple[str, ...], tuple[int, ...]], name: str, source: str
+) -> None:
     """Checks, before anything loads, that every array of a target has the shape that was saved.
 
     Every array target is checked alike: a ``jax.ShapeDtypeStruct``, a
@@ -112,7 +116,9 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
 
     Args:
       target: The restore target of one checkpointable.
-      stored: Orbax's metadata tree of that checkpointable.
+      stored_shapes: The saved shape of each array of that checkpointable,
+        by its keys as Orbax stores them (every key a string, an index
+        as its digits).
       name: How to refer to the target in messages, e.g. ``"targets['model']"``.
       source: The checkpoint folder, for messages.
 
@@ -126,7 +132,6 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
         ``KeyError``, as Orbax's error for an incompatible target was in
         tinax 0.2.
     """
-    stored_leaves = _leaves_by_key(stored)
     for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
         if not isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray)):
             continue
@@ -134,15 +139,21 @@ def require_target_fits(target: object, stored: object, name: str, source: str) 
             require_placeable(tuple(leaf.shape), leaf.sharding, name + jax.tree_util.keystr(path), source)
         if jnp.issubdtype(leaf.dtype, jax.dtypes.extended):
             continue
-        counterpart = stored_leaves.get(_leaf_key(path))
-        stored_shape = getattr(counterpart, "shape", None)
-        if not isinstance(stored_shape, tuple):
+        stored_shape = stored_shapes.get(_leaf_key(path))
+        if stored_shape is None:
             continue
         if tuple(leaf.shape) != stored_shape:
             raise CheckpointKeyError(
                 f"{name}{jax.tree_util.keystr(path)} is incompatible with the checkpoint at {source!r}: its shape "
                 f"{tuple(leaf.shape)} is not compatible with the stored shape {stored_shape}"
             )
+
+
+def lacks_placement(target: Any) -> bool:
+    """Whether a target holds a ``jax.ShapeDtypeStruct`` without a sharding (see :func:`with_stored_placements`)."""
+    return any(
+        isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None for leaf in jax.tree_util.tree_leaves(target)
+    )
 
 
 def with_stored_placements(target: Any, stored: object, name: str, source: str) -> Any:

@@ -18,13 +18,14 @@ import json
 import os
 import pathlib
 import re
+from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
 import jax
 
 from tinax._checkpointing._compat02 import CheckpointKeyError
-from tinax._checkpointing._layout import require_complete_checkpoint
-from tinax._checkpointing._load import loaded_nbytes, restore_checkpointables
+from tinax._checkpointing._layout import ParsedFiles, require_complete_checkpoint
+from tinax._checkpointing._load import loaded_nbytes, restore_complete
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
 from tinax._checkpointing._save import start_save
 from tinax._checkpointing._save_checks import is_empty_container
@@ -42,10 +43,10 @@ __all__ = [
     "TrainingCheckpoint",
     "TrainingCheckpointNames",
     "load_training_checkpoint",
-    "require_names",
     "require_iterator_states",
-    "require_training_checkpoint",
+    "require_names",
     "require_step",
+    "require_training_parts",
     "save_training_checkpoint",
 ]
 
@@ -263,11 +264,10 @@ def load_training_checkpoint(
 
     Before anything loads, the folder is checked to be a complete checkpoint
     that holds every part under ``names`` and the iterator state file of
-    every process that saved it. The states load first and the
-    iterator last, so a load that fails on a state leaves the iterator where
-    it was. When it succeeds, the load logs one INFO line to the
-    ``tinax.checkpointing`` logger with the bytes of the parts' folders and
-    the seconds it took.
+    every process that saved it. A load that fails (a state that does not
+    fit, a damaged step) leaves the iterator where it was. When it
+    succeeds, the load logs one INFO line to the ``tinax.checkpointing``
+    logger with the bytes of the parts' folders and the seconds it took.
 
     Args:
       path: The checkpoint folder.
@@ -331,7 +331,7 @@ def load_training_checkpoint(
       (1, 1)
     """
     operation = Operation(_logger, "loaded", "", "")
-    source = validation.require_path(path, "path")
+    source = validation.require_path(path, "path").absolute()
     targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}
     for argument, target in targets.items():
         require_restore_target(target, argument)
@@ -340,31 +340,40 @@ def load_training_checkpoint(
     _require_iterator(iterator)
     chosen = require_names(names)
     redeal = validation.require_bool(redeal, "redeal")
-    saved_count = require_training_checkpoint(source, chosen)
-    saved_states = _saved_iterator_states(source, chosen, saved_count, redeal)
-    state_targets = {
+    # The one completeness check of this load; the load below relies on it and on the files it parsed.
+    parsed: ParsedFiles = {}
+    held = require_complete_checkpoint(source, parsed)
+    saved_states = _saved_iterator_states(source, chosen, require_training_parts(source, held, chosen), redeal)
+    targets = {
         chosen.model: model_target,
         chosen.optimizer: optimizer_target,
         chosen.rng: rng_target,
         chosen.auxiliary: {_AUXILIARY_STATE_KEY: auxiliary_target, STEP_KEY: 0},
     }
-    states = _load(source, chosen, state_targets)
-    step = _stored_step(states[chosen.auxiliary], source)
-    # The iterator is moved only once every state has loaded, so a failed load
-    # leaves it where it was.
+    restored = None
     if saved_states is None:
-        _load(source, chosen, {chosen.iterator: iterator})
-    else:
+        # In the same Orbax call as the states. Orbax loads the parts one after another, in the order of their
+        # names, so the iterator may move before a later part fails: such a load puts it back where it was.
+        restored = _RestoredWhenAwaited(iterator)
+        targets[chosen.iterator] = restored
+    try:
+        loaded = _load(source, held, parsed, chosen, targets)
+        step = _stored_step(loaded[chosen.auxiliary], source)
+    except Exception:
+        if restored is not None:
+            restored.put_back()
+        raise
+    if saved_states is not None:
         _redeal_iterator(source, chosen, saved_states, iterator)
     operation.what = f"training checkpoint of step {step} from"
-    operation.target = str(source.absolute())
-    operation.done(nbytes=loaded_nbytes(operation, source, [*state_targets, chosen.iterator]))
+    operation.target = str(source)
+    operation.done(nbytes=loaded_nbytes(operation, source, dataclasses.astuple(chosen)))
     return TrainingCheckpoint(
         step=step,
-        model=states[chosen.model],
-        optimizer=states[chosen.optimizer],
-        rng=states[chosen.rng],
-        auxiliary=states[chosen.auxiliary][_AUXILIARY_STATE_KEY],
+        model=loaded[chosen.model],
+        optimizer=loaded[chosen.optimizer],
+        rng=loaded[chosen.rng],
+        auxiliary=loaded[chosen.auxiliary][_AUXILIARY_STATE_KEY],
         iterator=iterator,
     )
 
@@ -388,26 +397,25 @@ def require_names(names: object) -> TrainingCheckpointNames:
     return validation.require_instance(names, "names", TrainingCheckpointNames, "a TrainingCheckpointNames or None")
 
 
-def require_training_checkpoint(source: pathlib.Path, names: TrainingCheckpointNames) -> int:
-    """Checks, before anything loads, that ``source`` is a complete training checkpoint under ``names``.
+def require_training_parts(source: pathlib.Path, held: set[str], names: TrainingCheckpointNames) -> int:
+    """Checks, before anything loads, that a complete checkpoint holds every part of a training checkpoint.
+
+    With the completeness check before it, this is what
+    :func:`load_training_checkpoint` requires of a folder.
 
     Args:
       source: The checkpoint folder, as an absolute path.
+      held: The names ``require_complete_checkpoint`` found it to hold.
       names: The names the checkpoint must hold its parts under.
 
     Returns:
       The number of processes whose iterator states the checkpoint holds.
 
     Raises:
-      FileNotFoundError: If nothing exists at ``source`` (also a
-        ``ValueError``).
-      ValueError: If the folder is not a complete checkpoint (see
-        ``require_complete_checkpoint``), lacks a part under ``names``, or
-        its iterator part lacks the state file of a saving process (see
-        :func:`require_iterator_states`). All but the first are also a
-        ``KeyError``.
+      ValueError: If it lacks a part under ``names``, or its iterator part
+        lacks the state file of a saving process (see
+        :func:`require_iterator_states`). Also a ``KeyError``.
     """
-    held = require_complete_checkpoint(source)
     expected = dataclasses.asdict(names)
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
     if missing:
@@ -549,11 +557,64 @@ def _redeal_iterator(
         start()
 
 
-def _load(source: pathlib.Path, names: TrainingCheckpointNames, targets: dict[str, Any]) -> dict[str, Any]:
+def _load(
+    source: pathlib.Path, held: set[str], parsed: ParsedFiles, names: TrainingCheckpointNames, targets: dict[str, Any]
+) -> dict[str, Any]:
     try:
-        return restore_checkpointables(source, targets)
+        return restore_complete(source, held, targets, parsed)
     except (TypeError, ValueError) as error:
         raise type(error)(f"could not load the training checkpoint at {str(source)!r} with {names}: {error}") from error
+
+
+class _RestoredWhenAwaited:
+    """An iterator as a load target: moved only when Orbax awaits its turn, and put back if the load fails.
+
+    Orbax asks every checkpointable for its load before it loads any, and a
+    Grain iterator then creates the coroutine that reads its state; when an
+    earlier part fails, that coroutine is never awaited and Python warns
+    about it. Through this wrapper nothing is created before its turn. It
+    has the methods of Orbax's ``StatefulCheckpointable``, so Orbax restores
+    it with the handler the iterator was saved with.
+
+    Args:
+      iterator: The iterator to restore in place.
+    """
+
+    def __init__(self, iterator: DatasetIterator[Any]) -> None:
+        self._iterator = iterator
+        # Its state before the load; taken when its turn comes, so a load that fails earlier never touches it.
+        self._before: Any = None
+        self._moved = False
+
+    async def save(self, directory: Any) -> Any:
+        # Part of the protocol Orbax recognises; only loads see this wrapper.
+        raise NotImplementedError("a load target is never saved")
+
+    async def load(self, directory: Any) -> Any:
+        return _Awaited(self._read_state(directory))
+
+    def put_back(self) -> None:
+        """Returns the iterator to where it was before the load, if the load moved it."""
+        if self._moved:
+            self._iterator.set_state(self._before)
+
+    def _read_state(self, directory: Any) -> Callable[[], Coroutine[Any, Any, None]]:
+        async def read() -> None:
+            self._before = self._iterator.get_state()
+            self._moved = True
+            await (await self._iterator.load(directory))
+
+        return read
+
+
+class _Awaited:
+    """An awaitable that calls ``start`` only when awaited, so one never awaited leaves nothing behind."""
+
+    def __init__(self, start: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        self._start = start
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._start().__await__()
 
 
 def _stored_step(stored: Any, source: pathlib.Path) -> int:
