@@ -362,6 +362,23 @@ def _msgpack(cases: Cases) -> None:
     }
     for name, target in targets.items():
         cases.add(load, f"target-{name}", lambda folder, t=target: saved_then(folder, t))
+
+    # A leaf's kind may differ from the target's where flax restores it (a resumed TrainState's step).
+    def kind_then(folder: Path, saved: Any, target: Any) -> Any:
+        tw.save_msgpack(folder / "k.msgpack", {"v": saved}, overwrite=False)
+        return tw.load_msgpack(folder / "k.msgpack", {"v": target}, max_bytes=BIG)
+
+    kinds: dict[str, tuple[Any, Any]] = {
+        "array_into_int": (np.asarray(3), 0),
+        "int64_into_int": (np.int64(3), 0),
+        "float32_into_float": (np.float32(1.5), 0.0),
+        "int_into_array": (3, np.asarray(0)),
+        "float_into_float32_array": (1.5, np.zeros((), np.float32)),
+        "int_into_float": (3, 0.0),
+        "float32_into_float64": (np.arange(2, dtype=np.float32), np.zeros(2)),
+    }
+    for name, (saved, target) in kinds.items():
+        cases.add(load, f"leaf_kind-{name}", lambda folder, s=saved, t=target: kind_then(folder, s, t))
     for name, value in size_scalars():
         cases.add(
             load,
