@@ -54,10 +54,13 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
+import operator
 import os
 import pathlib
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -66,7 +69,7 @@ import numpy as np
 from tinax._core import validation
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
-from tinax._core.progress import Progress, Reporter, require_progress
+from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import (
     KIND_ARRAY,
@@ -100,6 +103,10 @@ _ZERO_DIGEST = "0" * 64
 _HASH_CHUNK = 1 << 20
 _ROW_GROUP_TARGET_BYTES = 1 << 20
 _ROW_GROUP_MAX_ROWS = 4096
+#: Records checked at a time: bounds the lists of field values the checks build.
+_CHECK_CHUNK = 1 << 16
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
 #: The rows of a row group pyarrow's ``write_table`` makes by default (its ``_DEFAULT_ROW_GROUP_SIZE``).
 _PYARROW_ROW_GROUP_ROWS = 1024 * 1024
 #: The default memory budget of a reader's cache of decoded row groups.
@@ -310,30 +317,78 @@ def write_parquet_record(
     reporting = require_progress(progress, needed_by="tinax.data.write_parquet_record")
     count = len(records)
     operation = Operation(_logger, "wrote", f"{count} {'record' if count == 1 else 'records'} to", destination)
-    # tinax 0.2's conversion first: what it converts is written as 0.2 wrote it.
-    try:
-        table = pa.Table.from_pylist([dict(record) for record in records])
-    except Exception as error:  # pyarrow's ArrowInvalid, ArrowTypeError, OverflowError, ...
-        refused = error
-    else:
-        destination = writable_destination(destination, DestinationErrors())
-        _require_columns(records)
-        with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
-            _write_plain_table(destination, table, overwrite=overwrite, reporter=reporter)
+    # tinax 0.2's conversion first: what it converts is written as 0.2 wrote it. Where pyarrow is sure
+    # to refuse the records, its conversion is put off until its error is the one to raise.
+    converted = None if _pyarrow_refuses(records[0]) else _plain_table(records)
+    if isinstance(converted, pa.Table):
+        destination = _publish_plain_table(destination, converted, records, overwrite=overwrite, reporting=reporting)
         operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
         return
     try:
-        schema, fixed_shapes, empty_shapes = _tinax_schema(records)
+        plan = _plan_tinax_records(records)
     except _OutsideTheFormatError as outside:
+        refused = _plain_table(records) if converted is None else converted
+        if isinstance(refused, pa.Table):
+            # Only if a pyarrow converts what _pyarrow_refuses says it cannot: then 0.2's path still holds.
+            destination = _publish_plain_table(destination, refused, records, overwrite=overwrite, reporting=reporting)
+            operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
+            return
         # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
         refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
         raise refused from None
     destination = writable_destination(destination, DestinationErrors())
     with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
-        _write_tinax_records(
-            destination, schema, fixed_shapes, empty_shapes, records, overwrite=overwrite, reporter=reporter
-        )
+        _write_tinax_records(destination, plan, records, overwrite=overwrite, reporter=reporter)
     operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
+
+
+def _pyarrow_refuses(first: Mapping[str, Any]) -> bool:
+    """Whether ``pyarrow.Table.from_pylist`` is certain to refuse records whose first one is ``first``.
+
+    pyarrow converts every column of the first record and takes NumPy
+    arrays of one dimension only, so an array of any other number of
+    dimensions there fails the whole conversion. Converting that one value
+    confirms it, should a later pyarrow take such arrays.
+    """
+    import pyarrow as pa
+
+    if type(first) is not dict:
+        return False
+    for value in first.values():
+        if type(value) is np.ndarray and value.ndim != 1:
+            try:
+                pa.array([value])
+            except Exception:  # pyarrow's ArrowInvalid today; any refusal will do.
+                return True
+    return False
+
+
+def _plain_table(records: Sequence[Mapping[str, Any]]) -> pa.Table | Exception:
+    """The records converted as tinax 0.2 converted them, or the error pyarrow raised."""
+    import pyarrow as pa
+
+    try:
+        # pyarrow reads the rows it is given without keeping them, so plain dicts need no copy.
+        exact = isinstance(records, (list, tuple)) and set(map(type, records)) == {dict}
+        return pa.Table.from_pylist(records if exact else [dict(record) for record in records])  # type: ignore[arg-type]
+    except Exception as error:  # pyarrow's ArrowInvalid, ArrowTypeError, OverflowError, ...
+        return error
+
+
+def _publish_plain_table(
+    destination: pathlib.Path,
+    table: pa.Table,
+    records: Sequence[Mapping[str, Any]],
+    *,
+    overwrite: bool,
+    reporting: ProgressChoice,
+) -> pathlib.Path:
+    """Writes records that pyarrow converted as tinax 0.2 wrote them; returns where the file is."""
+    destination = writable_destination(destination, DestinationErrors())
+    _require_columns(records)
+    with reporting.reporting(len(records), unit="rows", description=destination.name) as reporter:
+        _write_plain_table(destination, table, overwrite=overwrite, reporter=reporter)
+    return destination
 
 
 def _size(path: pathlib.Path) -> int | None:
@@ -355,9 +410,12 @@ def _require_records(records: object) -> None:
     )
     if isinstance(records, (str, bytes, bytearray)) or not isinstance(records, Sequence):
         validation.fail_type("records", expected, records)
-    for index, record in enumerate(records):
-        if not isinstance(record, Mapping):
-            validation.fail_type(f"records[{index}]", "a mapping of field names to values", record)
+    # An instance of a Mapping subclass is a Mapping, so one look per type clears the usual records at once;
+    # anything else is looked at record by record, to name the first that is not a mapping.
+    if not all(issubclass(kind, Mapping) for kind in set(map(type, records))):
+        for index, record in enumerate(records):
+            if not isinstance(record, Mapping):
+                validation.fail_type(f"records[{index}]", "a mapping of field names to values", record)
     if len(records) == 0:
         validation.fail_value("records", expected, records)
 
@@ -376,6 +434,8 @@ def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
         )
     # A field only some records lack is a null in those records, which the file can say.
     columns = set(records[0])
+    if all(map(columns.issuperset, records)):
+        return
     for index, record in enumerate(records):
         extra = [key for key in record if key not in columns]
         if extra:
@@ -385,26 +445,40 @@ def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
             )
 
 
-def _tinax_schema(
-    records: Sequence[Mapping[str, Any]],
-) -> tuple[RecordSchema, dict[str, tuple[int, ...] | None], dict[str, bytes]]:
-    """The schema of records in the tinax format, every record checked against it.
+@dataclasses.dataclass(frozen=True)
+class _TinaxPlan:
+    """What writing records in the tinax format needs to know before its first row group.
 
-    Returns:
-      The schema; for every array field the shape each record's array has
-      (a tensor column), or None where shapes vary or hold no element
-      (nested lists); and for array fields whose nested lists lose extents
-      (after a zero one), the field metadata that gives them back.
+    Attributes:
+      schema: The records' schema.
+      fixed_shapes: For every array field, the shape each record's array
+        has (a tensor column), or None where shapes vary or hold no element
+        (nested lists).
+      empty_shapes: For array fields whose nested lists lose extents (after
+        a zero one), the field metadata that gives them back.
+      group_ends: The record position after each row group, ascending.
+    """
+
+    schema: RecordSchema
+    fixed_shapes: dict[str, tuple[int, ...] | None]
+    empty_shapes: dict[str, bytes]
+    group_ends: list[int]
+
+
+def _plan_tinax_records(records: Sequence[Mapping[str, Any]]) -> _TinaxPlan:
+    """Checks every record against the tinax format, once, and plans the file.
 
     Raises:
       _OutsideTheFormatError: If a record does not fit the format.
     """
     try:
         schema = RecordSchema.from_first_record(records[0])
-        for index, record in enumerate(records):
-            schema.checked_values(record, index)
     except (TypeError, ValueError) as error:
         raise _OutsideTheFormatError from error
+    checker = _RecordChecker(schema)
+    cutter = _RowGroupCutter()
+    for start in range(0, len(records), _CHECK_CHUNK):
+        cutter.add(checker.checked_sizes(records, start, min(start + _CHECK_CHUNK, len(records))))
     if not schema.fields:
         raise _OutsideTheFormatError from ValueError("records[0] has no fields")
     fixed_shapes: dict[str, tuple[int, ...] | None] = {}
@@ -412,16 +486,174 @@ def _tinax_schema(
     for field in schema.fields:
         if field.kind != KIND_ARRAY:
             continue
-        shapes = [tuple(record[field.name].shape) for record in records]
-        shape = shapes[0]
-        if math.prod(shape) > 0 and shapes.count(shape) == len(shapes):
-            fixed_shapes[field.name] = shape
+        distinct = checker.shapes[field.name]
+        if len(distinct) == 1 and math.prod(next(iter(distinct))) > 0:
+            fixed_shapes[field.name] = next(iter(distinct))
             continue
         fixed_shapes[field.name] = None
-        entry = empty_shapes_entry(shapes)
+        entry = empty_shapes_entry([tuple(record[field.name].shape) for record in records])
         if entry is not None:
             empty_shapes[field.name] = entry
-    return schema, fixed_shapes, empty_shapes
+    return _TinaxPlan(schema, fixed_shapes, empty_shapes, cutter.finish())
+
+
+_EXACT_TYPES: dict[str, type] = {
+    KIND_NONE: type(None),
+    KIND_BOOL: bool,
+    KIND_INT: int,
+    KIND_FLOAT: float,
+    KIND_STR: str,
+    KIND_BYTES: bytes,
+}
+
+
+class _RecordChecker:
+    """Checks records against a schema a slice at a time, with the stored size of each.
+
+    A slice whose records are plain dicts of the schema's exact value types
+    is checked a field at a time, each check one pass of C over the slice
+    (type sets, min and max, the distinct dtypes and shapes). Any other
+    slice, or one that fails such a check, goes record by record through
+    ``RecordSchema.checked_values``, which accepts and refuses exactly as
+    before and names the first bad record and field; the quick checks only
+    ever accept what it accepts.
+
+    Attributes:
+      shapes: The distinct shapes of each array field's arrays seen so far.
+    """
+
+    def __init__(self, schema: RecordSchema) -> None:
+        self._schema = schema
+        self.shapes: dict[str, set[tuple[int, ...]]] = {
+            field.name: set() for field in schema.fields if field.kind == KIND_ARRAY
+        }
+        self._known_dtypes: dict[str, set[np.dtype[Any]]] = {name: set() for name in self.shapes}
+
+    def checked_sizes(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
+        """Checks ``records[start:stop]``; returns the stored size of each (what row groups are cut by).
+
+        Raises:
+          _OutsideTheFormatError: If a record does not fit the format.
+        """
+        sizes = self._quick_sizes(_record_slice(records, start, stop))
+        return sizes if sizes is not None else self._sizes_one_by_one(records, start, stop)
+
+    def _quick_sizes(self, rows: list[Mapping[str, Any]]) -> np.ndarray[Any, Any] | None:
+        fields = self._schema.fields
+        if not fields or set(map(type, rows)) != {dict} or set(map(len, rows)) != {len(fields)}:
+            return None
+        if set(map(type, itertools.chain.from_iterable(rows))) != {str}:
+            return None
+        sizes = np.zeros(len(rows), dtype=np.int64)
+        for field in fields:
+            try:
+                values = list(map(operator.itemgetter(field.name), rows))
+            except KeyError:
+                return None
+            # Having every field of the schema and no more fields than it, a row has exactly its fields.
+            size = self._array_sizes(field, values) if field.kind == KIND_ARRAY else _plain_sizes(field, values)
+            if size is None:
+                return None
+            sizes += size
+        return sizes
+
+    def _array_sizes(self, field: FieldSpec, values: list[Any]) -> int | np.ndarray[Any, Any] | None:
+        assert field.ndim is not None
+        if set(map(type, values)) != {np.ndarray}:
+            return None
+        # Equal dtypes are written alike (same descriptor), so one of each kind stands for the others.
+        for dtype in set(map(operator.attrgetter("dtype"), values)):
+            if dtype not in self._known_dtypes[field.name]:
+                if dtype_descriptor(dtype) is None or dtype != field.dtype:
+                    return None
+                self._known_dtypes[field.name].add(dtype)
+        shapes = set(map(operator.attrgetter("shape"), values))
+        if any(len(shape) != field.ndim for shape in shapes):
+            return None
+        self.shapes[field.name] |= shapes
+        if len(shapes) == 1:
+            return 8 * field.ndim + values[0].nbytes
+        return 8 * field.ndim + np.fromiter(map(operator.attrgetter("nbytes"), values), np.int64, len(values))
+
+    def _sizes_one_by_one(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
+        sizes = np.empty(stop - start, dtype=np.int64)
+        fields = self._schema.fields
+        for index in range(start, stop):
+            try:
+                values = self._schema.checked_values(records[index], index)
+            except (TypeError, ValueError) as error:
+                raise _OutsideTheFormatError from error
+            sizes[index - start] = _stored_size(self._schema, values)
+            for field, value in zip(fields, values, strict=True):
+                if field.kind == KIND_ARRAY:
+                    self.shapes[field.name].add(value.shape)
+        return sizes
+
+
+def _plain_sizes(field: FieldSpec, values: list[Any]) -> int | np.ndarray[Any, Any] | None:
+    """The stored size of each plain value of a field, or None unless each is as ``checked_values`` wants it."""
+    if set(map(type, values)) != {_EXACT_TYPES[field.kind]}:
+        return None
+    if field.kind == KIND_INT and (min(values) < _INT64_MIN or max(values) > _INT64_MAX):
+        return None
+    if field.kind == KIND_STR:
+        # An ASCII str is as long as its UTF-8 (and asking is free); others are encoded, which also
+        # refuses a lone surrogate as checked_values does.
+        if all(map(str.isascii, values)):
+            return 8 + np.fromiter(map(len, values), np.int64, len(values))
+        try:
+            return 8 + np.fromiter(map(len, map(str.encode, values)), np.int64, len(values))
+        except UnicodeEncodeError:
+            return None
+    if field.kind == KIND_BYTES:
+        return 8 + np.fromiter(map(len, values), np.int64, len(values))
+    return 8
+
+
+def _record_slice(records: Sequence[Mapping[str, Any]], start: int, stop: int) -> list[Mapping[str, Any]]:
+    if isinstance(records, (list, tuple)):
+        return list(records[start:stop])
+    return [records[index] for index in range(start, stop)]
+
+
+class _RowGroupCutter:
+    """Where row groups end: each closes at the record that brings it to the target bytes or row count.
+
+    Attributes:
+      ends: The record position after each closed row group.
+    """
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []
+        self._seen = 0
+        self._pending_rows = 0
+        self._pending_bytes = 0
+
+    def add(self, sizes: np.ndarray[Any, Any]) -> None:
+        """Takes the stored sizes of the next records."""
+        totals = np.cumsum(sizes)
+        count = len(sizes)
+        position = 0
+        while position < count:
+            before = int(totals[position - 1]) if position else 0
+            # The first record at which the bytes, or else the rows, reach their limit.
+            by_bytes = int(np.searchsorted(totals, before + _ROW_GROUP_TARGET_BYTES - self._pending_bytes))
+            last = min(by_bytes, position + _ROW_GROUP_MAX_ROWS - self._pending_rows - 1)
+            if last >= count:
+                self._pending_bytes += int(totals[-1]) - before
+                self._pending_rows += count - position
+                break
+            self.ends.append(self._seen + last + 1)
+            self._pending_rows = self._pending_bytes = 0
+            position = last + 1
+        self._seen += count
+
+    def finish(self) -> list[int]:
+        """Closes the last row group; returns every row group's end."""
+        if self._pending_rows:
+            self.ends.append(self._seen)
+            self._pending_rows = self._pending_bytes = 0
+        return self.ends
 
 
 class EmptyShapes(NamedTuple):
@@ -536,9 +768,7 @@ def parse_empty_shapes(value: bytes, ndim: int, count: int) -> EmptyShapes:
 
 def _write_tinax_records(
     destination: pathlib.Path,
-    schema: RecordSchema,
-    fixed_shapes: Mapping[str, tuple[int, ...] | None],
-    empty_shapes: Mapping[str, bytes],
+    plan: _TinaxPlan,
     records: Sequence[Mapping[str, Any]],
     *,
     overwrite: bool,
@@ -547,35 +777,24 @@ def _write_tinax_records(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    count = len(records)
-    arrow_schema = _native_arrow_schema(schema, fixed_shapes, empty_shapes)
+    schema = plan.schema
+    arrow_schema = _native_arrow_schema(schema, plan.fixed_shapes, plan.empty_shapes)
     digest = hashlib.sha256()
     with atomic_path(destination, overwrite=overwrite) as temporary:
         # Dictionary encoding only for plain values: an array column's numbers rarely repeat, and the
         # abandoned dictionary page of every row group would grow the file by half.
         plain = [field.name for field in schema.fields if field.kind != KIND_ARRAY]
         writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True, use_dictionary=plain)
-        groups = 0
         try:
-            pending: list[list[Any]] = []
-            pending_bytes = 0
-            for index in range(count):
-                values = schema.checked_values(records[index], index)
-                for part in schema.encode_parts(values):
-                    digest.update(part)
-                pending.append(values)
-                pending_bytes += _stored_size(schema, values)
-                if pending_bytes >= _ROW_GROUP_TARGET_BYTES or len(pending) >= _ROW_GROUP_MAX_ROWS:
-                    writer.write_table(_row_group_table(schema, arrow_schema, pending), row_group_size=len(pending))
-                    groups += 1
-                    reporter.advance(len(pending))
-                    pending, pending_bytes = [], 0
-            if pending:
-                writer.write_table(_row_group_table(schema, arrow_schema, pending), row_group_size=len(pending))
-                groups += 1
-                reporter.advance(len(pending))
-            header = RecordHeader(schema, count, digest.hexdigest())
-            placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * groups)
+            start = 0
+            for end in plan.group_ends:
+                # The records were checked when the plan was made; here they are only converted.
+                rows = _record_slice(records, start, end)
+                writer.write_table(_row_group_table(schema, arrow_schema, rows, digest), row_group_size=len(rows))
+                reporter.advance(len(rows))
+                start = end
+            header = RecordHeader(schema, len(records), digest.hexdigest())
+            placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * len(plan.group_ends))
             writer.add_key_value_metadata({METADATA_KEY: header.to_json_bytes(), CHECKSUM_KEY: placeholder})
         except pa.ArrowException as error:
             _close_quietly(writer)
@@ -773,24 +992,137 @@ def _stored_size(schema: RecordSchema, values: list[Any]) -> int:
     return size
 
 
-def _row_group_table(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[list[Any]]) -> pa.Table:
+#: A part of every record's encoding in a row group: a matrix of one row of bytes per record, or
+#: the per-record lengths and the concatenated bytes of a part whose length varies.
+_EncodedPart = np.ndarray[Any, Any] | tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
+
+
+def _row_group_table(
+    schema: RecordSchema, arrow_schema: pa.Schema, rows: list[Mapping[str, Any]], digest: Any
+) -> pa.Table:
+    """Converts checked records to one row group's columns, and adds their encodings to ``digest``.
+
+    Every column is built from all its values at once, and the encodings of
+    the records (the tinax record format's, which the header's content
+    digest covers) are assembled from the same columns in NumPy.
+    """
     import pyarrow as pa
 
+    count = len(rows)
     columns = []
+    parts: list[_EncodedPart] = []
     for position, field in enumerate(schema.fields):
-        values = [row[position] for row in rows]
+        values = list(map(operator.itemgetter(field.name), rows))
         arrow_type = arrow_schema.field(position).type
         if field.kind == KIND_NONE:
-            columns.append(pa.nulls(len(values)))
-        elif field.kind == KIND_STR:
-            # The values are already UTF-8; view them as strings without decoding.
-            columns.append(pa.array(values, pa.large_binary()).view(pa.large_string()))
-        elif field.kind == KIND_ARRAY:
-            assert field.dtype is not None
-            columns.append(_array_column(arrow_type, _storage(field.dtype), values))
-        else:
+            columns.append(pa.nulls(count))
+        elif field.kind in (KIND_INT, KIND_FLOAT):
+            numbers = np.array(values, dtype=np.int64 if field.kind == KIND_INT else np.float64)
+            columns.append(pa.array(numbers, arrow_type))
+            parts.append(_little_endian(numbers).view(np.uint8).reshape(count, 8))
+        elif field.kind == KIND_BOOL:
             columns.append(pa.array(values, arrow_type))
+            parts.append(np.array(values, dtype=np.bool_).view(np.uint8).reshape(count, 1))
+        elif field.kind in (KIND_STR, KIND_BYTES):
+            column = pa.array(values, arrow_type)
+            columns.append(column)
+            parts.extend(_sized_parts(column, count))
+        else:
+            assert field.dtype is not None
+            assert field.ndim is not None
+            column, array_parts = _array_column_and_parts(arrow_type, field.dtype, field.ndim, values)
+            columns.append(column)
+            parts.extend(array_parts)
+    _digest_encodings(digest, count, parts)
     return pa.Table.from_arrays(columns, schema=arrow_schema)
+
+
+def _little_endian(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    return array.astype(array.dtype.newbyteorder("<"), copy=False)
+
+
+def _sized_parts(column: pa.Array, count: int) -> list[_EncodedPart]:
+    """The encoding parts of a str or bytes column: each value's length as a uint64, then its bytes."""
+    _, offsets_buffer, data_buffer = column.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype="<i8", count=count + 1, offset=8 * column.offset)
+    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
+    lengths = np.diff(offsets)
+    header = lengths.astype("<u8").view(np.uint8).reshape(count, 8)
+    return [header, (lengths, data[offsets[0] : offsets[-1]])]
+
+
+def _array_column_and_parts(
+    arrow_type: pa.DataType, dtype: np.dtype[Any], ndim: int, arrays: list[np.ndarray[Any, Any]]
+) -> tuple[pa.Array, list[_EncodedPart]]:
+    """An array field's column and encoding parts (the extents as uint64s, then the elements)."""
+    import pyarrow as pa
+
+    count = len(arrays)
+    storage = _storage(dtype)
+    if isinstance(arrow_type, pa.FixedShapeTensorType) or not pa.types.is_large_list(arrow_type):
+        # One shape in every record: a single block holds the row group's arrays. The dtype is given
+        # because NumPy would otherwise turn big-endian elements native, and the encoding keeps their order.
+        block = np.concatenate(arrays, dtype=dtype) if ndim else np.stack(arrays, dtype=dtype)
+        block = block.reshape(count, *arrays[0].shape)
+        extents = np.frombuffer(struct.pack(f"<{ndim}Q", *block.shape[1:]), dtype=np.uint8)
+        parts: list[_EncodedPart] = [
+            np.broadcast_to(extents, (count, extents.size)),
+            block.reshape(count, -1).view(np.uint8),
+        ]
+        stored = _to_storage(block, storage)
+        if isinstance(arrow_type, pa.FixedShapeTensorType):
+            size = int(np.prod(arrow_type.shape, dtype=np.int64))
+            tensors = pa.FixedSizeListArray.from_arrays(pa.array(stored.reshape(-1)), size)
+            return pa.ExtensionArray.from_storage(arrow_type, tensors), parts
+        # 0-d arrays of one dtype: a plain column of their values.
+        return pa.array(stored.reshape(-1), arrow_type), parts
+    contiguous = [array if array.flags.c_contiguous else np.ascontiguousarray(array) for array in arrays]
+    shapes = np.array([array.shape for array in contiguous], dtype="<u8").reshape(count, ndim)
+    elements = [array.reshape(-1).view(np.uint8) for array in contiguous]
+    lengths = np.fromiter(map(len, elements), np.int64, count)
+    parts = [shapes.view(np.uint8).reshape(count, 8 * ndim), (lengths, np.concatenate(elements))]
+    return _array_column(arrow_type, storage, contiguous), parts
+
+
+def _digest_encodings(digest: Any, count: int, parts: list[_EncodedPart]) -> None:
+    """Adds the encodings of ``count`` records, laid out part after part within each record, to ``digest``."""
+    if not count:
+        return
+    # A part of one length in every record is a matrix too; runs of matrices are joined side by side.
+    joined: list[_EncodedPart] = []
+    run: list[np.ndarray[Any, Any]] = []
+    for part in parts:
+        if isinstance(part, tuple) and (part[0] == part[0][0]).all():
+            part = part[1].reshape(count, int(part[0][0]))
+        if isinstance(part, tuple):
+            if run:
+                joined.append(np.concatenate(run, axis=1))
+                run = []
+            joined.append(part)
+        else:
+            run.append(part)
+    if run:
+        joined.append(np.concatenate(run, axis=1))
+    if len(joined) == 1 and not isinstance(joined[0], tuple):
+        digest.update(joined[0])
+        return
+    # Parts of varying length: every byte is scattered to its place in the concatenated encodings.
+    widths = [np.full(count, part.shape[1], np.int64) if not isinstance(part, tuple) else part[0] for part in joined]
+    record_sizes = np.sum(widths, axis=0)
+    places = np.zeros(count, dtype=np.int64)
+    np.cumsum(record_sizes[:-1], out=places[1:])
+    encodings = np.empty(int(record_sizes.sum()), dtype=np.uint8)
+    for part, width in zip(joined, widths, strict=True):
+        if isinstance(part, tuple):
+            lengths, data = part
+            if data.size:
+                starts = np.zeros(count, dtype=np.int64)
+                np.cumsum(lengths[:-1], out=starts[1:])
+                encodings[np.arange(data.size) + np.repeat(places - starts, lengths)] = data
+        elif part.shape[1]:
+            encodings[(places[:, None] + np.arange(part.shape[1])).reshape(-1)] = part.reshape(-1)
+        places += width
+    digest.update(encodings)
 
 
 def _array_column(arrow_type: pa.DataType, storage: _Storage, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
