@@ -20,6 +20,7 @@ from tinax._data._pipelines import BatchTransform, evaluation_batches, training_
 from tinax._data._redeal import redeal_state
 from tinax._data._source_identity import InMemorySource
 from tinax._data._splits import split_by_column, split_random
+from tinax._data._stacking import stack_records
 from tinax._data._workers import open_multiprocessing_iterator
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "redeal_state",
     "split_by_column",
     "split_random",
+    "stack_records",
     "training_batches",
     "write_array_record",
     "write_parquet_record",

@@ -36,6 +36,7 @@ __all__ = [
     "array_description",
     "column_getter",
     "many_values",
+    "stacked_values",
     "require_mappable",
     "shape_extents",
     "unmapped_type",
@@ -113,15 +114,49 @@ def require_mappable(schema: pa.Schema, what: str) -> None:
             )
 
 
-def _with_batched_read(one: Getter, many: Callable[[np.ndarray[Any, Any]], list[Any]]) -> Getter:
-    """Gives a getter a way to read many rows at once (a NumPy array of rows), for :func:`many_values`."""
+def _with_batched_read(
+    one: Getter,
+    many: Callable[[np.ndarray[Any, Any]], list[Any]],
+    stacked: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = None,
+) -> Getter:
+    """Gives a getter a way to read many rows at once (a NumPy array of rows), for :func:`many_values`.
+
+    ``stacked``, where given, reads the rows as one array: what stacking the
+    ``np.asarray`` of each row's value gives, for :func:`stacked_values`.
+    """
     try:
         one.many = many  # type: ignore[attr-defined]
     except AttributeError:
         # A built-in method takes no attributes; a partial around it does.
         one = functools.partial(one)
         one.many = many  # type: ignore[attr-defined]
+    if stacked is not None:
+        one.stacked = stacked  # type: ignore[attr-defined]
     return one
+
+
+def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+    """The dtype ``np.asarray`` gives a list of the Python values a column of ``dtype`` reads as, or None.
+
+    Python bools, ints and floats become ``bool``, ``int64`` and ``float64``
+    arrays, whatever the column's width; a ``uint64`` column's ints may not
+    fit ``int64``, so it is left to stacking the values themselves.
+    """
+    if dtype.kind == "b":
+        return np.dtype(np.bool_)
+    if dtype.kind == "i" or (dtype.kind == "u" and dtype.itemsize < 8):
+        return np.dtype(np.int64)
+    if dtype.kind == "f":
+        return np.dtype(np.float64)
+    return None
+
+
+def stacked_values(getter: Getter, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
+    """Several rows of a column as one stacked array where the getter can give one, else None."""
+    stacked = getattr(getter, "stacked", None)
+    if stacked is None:
+        return None
+    return stacked(rows)  # type: ignore[no-any-return]
 
 
 #: NumPy type codes whose memoryview items are the Python values to_pylist gives (not float16).
@@ -190,7 +225,11 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
             # ten times faster than a NumPy scalar's item().
             one = memoryview(values).__getitem__  # type: ignore[arg-type]
         if valid is None:
-            return _with_batched_read(one, lambda rows: values[rows].tolist())
+            stacked_dtype = _stacked_dtype(values.dtype)
+            stacked = None
+            if stacked_dtype is not None:
+                stacked = lambda rows: values[rows].astype(stacked_dtype, copy=False)  # noqa: E731
+            return _with_batched_read(one, lambda rows: values[rows].tolist(), stacked)
         return _none_where_null(valid, one)
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
         return _sized_getter(column, decode=True)
@@ -380,10 +419,26 @@ class ArrayColumn:
             return [array.copy() for array in self._block[rows]]
         return [self.get(row) for row in rows.tolist()]
 
+    def stacked(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The arrays of several rows stacked on a leading axis, as ``np.stack`` of :meth:`many` gives them.
+
+        Raises:
+          ValueError: If the column's arrays do not all have one shape
+            (stack the rows themselves instead).
+        """
+        if self._fixed_shape is None:
+            raise ValueError("the column's arrays do not all have one shape")
+        stacked: np.ndarray[Any, Any] = self._block[rows]
+        if not stacked.dtype.isnative:
+            # np.stack gives arrays of another byte order in the native one.
+            stacked = stacked.astype(stacked.dtype.newbyteorder("="))
+        return stacked
+
     def getter(self) -> Getter:
         """:meth:`get`, able to read many rows at once."""
         # A partial, unlike a bound method, can carry the bulk reader as an attribute.
-        return _with_batched_read(functools.partial(ArrayColumn.get, self), self.many)
+        stacked = self.stacked if self._fixed_shape is not None else None
+        return _with_batched_read(functools.partial(ArrayColumn.get, self), self.many, stacked)
 
 
 def column_getter(column: pa.Array, mapping: str) -> Getter:

@@ -389,14 +389,18 @@ class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
             return self.slice(index)
         return self._unshuffled[self._position(index)]
 
-    def _getitems(self, indices: Sequence[int]) -> Any:
+    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The indices of the unshuffled dataset that several indices of this one read."""
         wanted = np.asarray(indices, dtype=np.int64)
         epochs, positions = np.divmod(wanted, self._length)
         found = np.empty(len(wanted), dtype=np.int64)
         for epoch in dict.fromkeys(epochs.tolist()):
             chosen = epochs == epoch
             found[chosen] = self._plan(epoch).rows(positions[chosen]) + epoch * self._length
-        return read_many(self._unshuffled, found.tolist())
+        return found
+
+    def _getitems(self, indices: Sequence[int]) -> Any:
+        return read_many(self._unshuffled, self.positions(np.asarray(indices, dtype=np.int64)).tolist())
 
     def __getstate__(self) -> dict[str, Any]:
         # The plans hold locks, and are computed again from the seed.

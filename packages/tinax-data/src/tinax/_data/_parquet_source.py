@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import pyarrow.types as types
 
 from tinax._core.logs import format_bytes, get_logger
-from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable
+from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable, stacked_values
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._parquet import (
     CHECKSUM_KEY,
@@ -60,6 +60,7 @@ from tinax._data._record_codec import (
 )
 from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
+from tinax._data._stacking import StackedColumns, join_stacked, stack_records, stack_values
 
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
 
@@ -109,6 +110,20 @@ class _RowGroup:
                 return [self.record(row) for row in rows.tolist()]
         names = [name for name, _ in self._getters]
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+
+    def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
+        """The fields of several rows, each stacked as ``stack_records`` stacks them from :meth:`records`.
+
+        Raises:
+          ValueError: If a row cannot be read, or a field's values do not
+            stack (the caller then stacks the records themselves, which
+            raises the error that names the record or the field).
+        """
+        stacked = {}
+        for name, getter in self._getters:
+            found = stacked_values(getter, rows)
+            stacked[name] = stack_values(name, many_values(getter, rows)) if found is None else found
+        return stacked
 
 
 def _tinax_getters(
@@ -447,6 +462,37 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 positions = None  # Checked one by one below, for the error naming the index.
         if positions is None:
             positions = np.asarray([record_position(index, count, path) for index in indices], dtype=np.int64)
+        return self.records_at(positions)
+
+    def stacked_at(self, positions: np.ndarray[Any, Any]) -> StackedColumns:
+        """The records at valid positions, stacked field by field as ``stack_records`` stacks them.
+
+        The rows are taken out of the decoded columns, one array per field,
+        without a record per row; where a field cannot be taken that way
+        (its arrays differ in shape, a row is malformed), the records are
+        read and stacked instead, which gives the same arrays or the same
+        error.
+
+        Args:
+          positions: Record positions, each at least 0 and below the count.
+        """
+        chosen_groups = self._chosen_groups(positions)
+        try:
+            columns = join_stacked(
+                [
+                    (chosen, group.stacked(positions[chosen] - self._group_offset(group_index)))
+                    for chosen, group_index, group in chosen_groups
+                ]
+            )
+        except ValueError:
+            return StackedColumns(stack_records(self.records_at(positions)), len(positions))
+        return StackedColumns(columns, len(positions))
+
+    def _group_offset(self, group_index: int) -> int:
+        return self._group_ends[group_index - 1] if group_index else 0
+
+    def _chosen_groups(self, positions: np.ndarray[Any, Any]) -> list[tuple[np.ndarray[Any, Any], int, _RowGroup]]:
+        """The row groups holding valid positions, each with the slots of the positions it holds."""
         groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
         # The batch's positions grouped by row group, each group's in batch order.
         order = np.argsort(groups, kind="stable")
@@ -460,6 +506,11 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             for chosen in np.split(order, cuts) if len(order) else []:
                 group_index = int(groups[chosen[0]])
                 chosen_groups.append((chosen, group_index, self._group(group_index, int(positions[chosen[0]]))))
+        return chosen_groups
+
+    def records_at(self, positions: np.ndarray[Any, Any]) -> list[dict[str, Any]]:
+        """The records at valid positions (each at least 0 and below the count), as indexing gives them."""
+        chosen_groups = self._chosen_groups(positions)
         records: list[Any] = [None] * len(positions)
         for chosen, group_index, group in chosen_groups:
             offset = self._group_ends[group_index - 1] if group_index else 0

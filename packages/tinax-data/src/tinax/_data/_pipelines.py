@@ -203,7 +203,8 @@ def training_batches(
             fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
         blocks = _row_group_ends(dataset)
     from tinax._data._checked_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
-    from tinax._data._grain_compat import BulkBatchMapDataset
+    from tinax._data._direct_reads import DirectBatchMapDataset, batch_positions
+    from tinax._data._reader_datasets import record_source_of
 
     ordered = dataset.seed(seed)
     if blocks is not None:
@@ -230,7 +231,17 @@ def training_batches(
             num_epochs=num_epochs,
         )
     if batches is None:
-        batches = BulkBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn)
+        # grain's own batch, each batch's rows read from the source at positions computed at once.
+        order = "none" if not shuffle else "window" if blocks is not None else "shuffle"
+        positions = batch_positions(dataset, ordered, rows, seed=seed, row_slices=row_slices, order=order)
+        batches = DirectBatchMapDataset(
+            rows,
+            batch_size,
+            drop_remainder=True,
+            batch_fn=batch_fn,
+            positions=positions,
+            source=record_source_of(dataset),
+        )
     batched = batches.repeat(num_epochs, reseed_each_epoch=True)
     description = {
         "kind": "training_batches",
@@ -322,11 +333,21 @@ def evaluation_batches(
     base, extra = divmod(total, count)
     start = index * base + min(index, extra)
     stop = start + base + (1 if index < extra else 0)
-    from tinax._data._grain_compat import BulkBatchMapDataset
+    from tinax._data._direct_reads import DirectBatchMapDataset, batch_positions
+    from tinax._data._reader_datasets import record_source_of
 
-    # grain's own batch, reading each batch's rows with one call down the chain.
-    shard_rows = dataset.slice(slice(start, stop))
-    batched = BulkBatchMapDataset(shard_rows, batch_size, drop_remainder=False, batch_fn=batch_fn)
+    # grain's own batch, each batch's rows read from the source at positions computed at once.
+    row_slice = slice(start, stop)
+    shard_rows = dataset.slice(row_slice)
+    positions = batch_positions(dataset, dataset, shard_rows, seed=None, row_slices=(row_slice,), order="none")
+    batched = DirectBatchMapDataset(
+        shard_rows,
+        batch_size,
+        drop_remainder=False,
+        batch_fn=batch_fn,
+        positions=positions,
+        source=record_source_of(dataset),
+    )
     description = {
         "kind": "evaluation_batches",
         "source_id": find_source_id(dataset),

@@ -43,8 +43,10 @@ from typing import Any
 import numpy as np
 
 from tinax._core.logs import format_bytes, get_logger
-from tinax._data._grain_compat import SLICE_MAP_DATASET, BulkBatchMapDataset, read_many
+from tinax._data._direct_reads import DirectBatchMapDataset
+from tinax._data._grain_compat import SLICE_MAP_DATASET, read_many
 from tinax._data._reader_datasets import RecordSourceMapDataset
+from tinax._data._stacking import StackedColumns, join_stacked
 
 __all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
 
@@ -183,22 +185,32 @@ def shuffled_indices(
 
 
 class VectorPositions:
-    """The source positions a position twin (slices over grain's shuffle over a source) gives, with NumPy.
+    """The source positions a position twin (slices over an order over a source) gives, with NumPy.
 
     grain maps an index through each node one Python int at a time; a
     window of a few hundred thousand rows would cost more in those ints than
     in reading the rows. This computes the same map on arrays: a slice's
-    ``start + offset * step + epoch * parent_length``, the shuffle's
-    :func:`shuffled_indices` per epoch, the source's modulo.
+    ``start + offset * step + epoch * parent_length``, then the order's:
+    grain's shuffle (:func:`shuffled_indices` per epoch), the window shuffle
+    (its plan per epoch), or none; then the source's modulo.
+
+    Args:
+      slices: The twin's slice datasets, outermost first.
+      ordered: The dataset under the slices: the seeded source, grain's
+        shuffle of it, or the window shuffle of it.
+      order: Which of the three ``ordered`` is: ``"none"``, ``"shuffle"``
+        or ``"window"``.
     """
 
-    def __init__(self, slices: Sequence[Any], shuffled: Any) -> None:
+    def __init__(self, slices: Sequence[Any], ordered: Any, order: str = "shuffle") -> None:
         # Outermost first: (start, step, length, parent_length) of each slice.
         self._slices = [(node._start, node._step, len(node), node._parent_length) for node in slices]
-        self._length = len(slices[0]) if slices else len(shuffled)
-        self._shuffle_length = len(shuffled)
-        self._seed = int(shuffled._seed)
-        self._count = len(shuffled.parents[0])
+        self._length = len(slices[0]) if slices else len(ordered)
+        self._ordered_length = len(ordered)
+        self._order = order
+        self._seed = int(ordered._seed) if order == "shuffle" else 0
+        self._window = ordered if order == "window" else None
+        self._count = len(ordered.parents[0]) if order == "shuffle" else len(ordered)
 
     def __len__(self) -> int:
         return self._length
@@ -209,24 +221,28 @@ class VectorPositions:
         for start, step, length, parent_length in self._slices:
             epochs, offsets = np.divmod(values, length)
             values = start + offsets * step + epochs * parent_length
-        epochs, within = np.divmod(values, self._shuffle_length)
+        if self._window is not None:
+            return self._window.positions(values) % self._count  # type: ignore[no-any-return]
+        if self._order != "shuffle":
+            return values % self._count
+        epochs, within = np.divmod(values, self._ordered_length)
         shuffled = np.empty(len(within), dtype=np.int64)
         order = np.argsort(epochs, kind="stable")
         for chosen in np.split(order, np.flatnonzero(np.diff(epochs[order])) + 1) if len(order) else []:
             epoch = int(epochs[chosen[0]])
             seed = (self._seed + epoch) % 2**32
-            permuted = shuffled_indices(within[chosen], max_index=self._shuffle_length - 1, seed=seed)
-            shuffled[chosen] = permuted + epoch * self._shuffle_length
+            permuted = shuffled_indices(within[chosen], max_index=self._ordered_length - 1, seed=seed)
+            shuffled[chosen] = permuted + epoch * self._ordered_length
         return shuffled % self._count
 
 
-def _vector_positions(twin: Any, shuffled: Any, slices: Sequence[Any]) -> Any:
+def _vector_positions(twin: Any, ordered: Any, slices: Sequence[Any], order: str = "shuffle") -> Any:
     """:class:`VectorPositions` of ``twin``, where it agrees with grain's own map on a sample, else ``twin``.
 
     The two are compared on indices spread over two epochs; should a grain
     release ever map indices otherwise, grain's own datasets stay.
     """
-    vector = VectorPositions(slices, shuffled)
+    vector = VectorPositions(slices, ordered, order)
     length = len(twin)
     sample = sorted({int(index) for index in np.linspace(0, 2 * length - 1, num=min(2 * length, 257))})
     if vector.positions(np.asarray(sample, dtype=np.int64)).tolist() != list(read_many(twin, sample)):
@@ -248,9 +264,12 @@ class _Window:
     def holds(self, start: int, length: int) -> bool:
         return length == self.length and start in self._slots
 
-    def records(self, start: int, length: int) -> list[Any]:
+    def records(self, start: int, length: int, *, stacked: bool = False) -> Any:
         slot = self._slots[start]
-        return self._table.records(self._rows[slot * length : (slot + 1) * length])  # type: ignore[no-any-return]
+        rows = self._rows[slot * length : (slot + 1) * length]
+        if stacked:
+            return StackedColumns(self._table.stacked(rows), length)
+        return self._table.records(rows)
 
 
 #: The rows of a window's piece: its rows are copied out of the row groups in
@@ -303,6 +322,23 @@ class _Pieces:
             for slot, record in zip(chosen.tolist(), self._pieces[piece].records(rows[chosen] - first), strict=True):
                 records[slot] = record
         return records
+
+    def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, Any]:
+        """The fields of ``rows`` of the window, stacked as ``stack_records`` stacks their records.
+
+        Raises:
+          ValueError: Where a field does not stack column-wise (the caller
+            reads the batch the usual way then).
+        """
+        which = np.searchsorted(self._ends, rows, side="right")
+        order = np.argsort(which, kind="stable")
+        cuts = np.flatnonzero(np.diff(which[order])) + 1
+        parts = []
+        for chosen in np.split(order, cuts) if len(order) else []:
+            piece = int(which[chosen[0]])
+            first = int(self._ends[piece - 1]) if piece else 0
+            parts.append((chosen, self._pieces[piece].stacked(rows[chosen] - first)))
+        return join_stacked(parts)
 
 
 def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
@@ -442,8 +478,11 @@ class ReadPlanner:
         self._limit = state["limit"]
         self._start_process()
 
-    def read(self, items: range) -> list[Any] | None:
-        """The records of one batch's rows from a planned window, or None to read them the usual way."""
+    def read(self, items: range, *, stacked: bool = False) -> Any:
+        """The records of one batch's rows from a planned window, or None to read them the usual way.
+
+        With ``stacked``, the rows come as :class:`StackedColumns` instead.
+        """
         start, length = items.start, len(items)
         if length == 0 or items.step != 1:
             return None
@@ -455,7 +494,7 @@ class ReadPlanner:
         if window is None:
             return None
         try:
-            return window.records(start, length)
+            return window.records(start, length, stacked=stacked)
         except Exception:  # Read again the usual way, which raises at this batch as it always did.
             return None
 
@@ -558,8 +597,8 @@ class ReadPlanner:
         )
 
 
-class PlannedBatchMapDataset(BulkBatchMapDataset):
-    """tinax's bulk batch, reading batches from a :class:`ReadPlanner`'s windows where it holds them."""
+class PlannedBatchMapDataset(DirectBatchMapDataset):
+    """tinax's direct batch, reading batches from a :class:`ReadPlanner`'s windows where it holds them."""
 
     def __init__(
         self,
@@ -569,18 +608,22 @@ class PlannedBatchMapDataset(BulkBatchMapDataset):
         drop_remainder: bool,
         batch_fn: Any,
         planner: ReadPlanner,
+        positions: VectorPositions | None,
+        source: Any,
     ) -> None:
-        super().__init__(parent, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
+        super().__init__(
+            parent, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn, positions=positions, source=source
+        )
         self._planner = planner
 
-    def _get_parent_items_fn(self, items: range) -> list[Any]:
+    def _get_parent_items_fn(self, items: range) -> Any:
         from tinax._data._shutdown import check_reads_go_on
 
         check_reads_go_on("a batch")
-        found = self._planner.read(items)
+        found = self._planner.read(items, stacked=self._stacked)
         if found is not None:
             return found
-        return read_many(self.parents[0], items)
+        return self.read_rows(items)
 
 
 def planned_limit(rows_length: int, num_epochs: int | None) -> int:
@@ -633,4 +676,7 @@ def shuffled_batches(
     if all(type(node) is SLICE_MAP_DATASET for node in slices):
         twin = _vector_positions(twin, shuffled, slices)
     planner = ReadPlanner(twin, source, limit=planned_limit(len(rows), num_epochs))
-    return PlannedBatchMapDataset(rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner)
+    vector = twin if isinstance(twin, VectorPositions) else None
+    return PlannedBatchMapDataset(
+        rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner, positions=vector, source=source
+    )
