@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 import pathlib
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tinax._core import validation
@@ -279,8 +279,14 @@ def _write_records(
             _write_record(writer, data, destination)
             advance(1)
             count = 1
+            # The loop of _json_record and _write_record, inlined: it runs once per record.
+            dumps, write = json.dumps, writer.write
             for record in records:
-                _write_record(writer, _json_record(record), destination)
+                data = dumps(record).encode("utf-8")
+                try:
+                    write(data)
+                except RuntimeError as error:
+                    raise _write_failed(destination, error) from error
                 advance(1)
                 count += 1
             return count
@@ -307,17 +313,24 @@ def _write_tinax_records(
     _write_record(writer, data, destination)
     advance(1)
     count = 1
+    # The loop of _tinax_record and _write_record, inlined: it runs once per record.
+    encode, names, update, write = schema.encode, schema.names, digest.update, writer.write
     for index, record in enumerate(rest, start=1):
         try:
-            data = _tinax_record(schema, record, index)
+            data = encode(record, index)
+            if tuple(record) != names:
+                raise _fields_out_of_order(schema, record, index)
         except TypeError:
             raise
         except ValueError as error:
             raise _OutsideTheFormatError(
                 f"{error}; records must all fit the tinax record format once records[0] is not JSON ({refused})"
             ) from error
-        digest.update(data)
-        _write_record(writer, data, destination)
+        update(data)
+        try:
+            write(data)
+        except RuntimeError as error:
+            raise _write_failed(destination, error) from error
         advance(1)
         count += 1
     header = RecordHeader(schema, count, digest.hexdigest())
@@ -333,12 +346,16 @@ def _tinax_record(schema: RecordSchema, record: Any, index: int) -> bytes:
         of no supported kind.
       ValueError: If the record does not agree with the schema.
     """
-    data = b"".join(schema.encode_parts(schema.checked_values(record, index)))
+    data = schema.encode(record, index)
     if tuple(record) != schema.names:
-        raise ValueError(
-            f"records[{index}] must have the fields of records[0] in its order {list(schema.names)}, got {list(record)}"
-        )
+        raise _fields_out_of_order(schema, record, index)
     return data
+
+
+def _fields_out_of_order(schema: RecordSchema, record: Any, index: int) -> ValueError:
+    return ValueError(
+        f"records[{index}] must have the fields of records[0] in its order {list(schema.names)}, got {list(record)}"
+    )
 
 
 def _json_record(record: Any) -> bytes:
@@ -350,7 +367,11 @@ def _write_record(writer: Any, data: bytes, destination: pathlib.Path) -> None:
     try:
         writer.write(data)
     except RuntimeError as error:
-        raise ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}") from error
+        raise _write_failed(destination, error) from error
+
+
+def _write_failed(destination: pathlib.Path, error: RuntimeError) -> ArrayRecordWriteError:
+    return ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}")
 
 
 def read_array_record(
@@ -521,9 +542,56 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         check_reads_go_on(f"record {position} of {str(self._path)!r}")
         reader = self._handle()
         try:
-            data = reader.read([position])[0]
+            # A one-record range: array-record reads a list of positions
+            # through its thread pool, a fixed cost many times one record's.
+            data = reader.read(position, position + 1)[0]
         except RuntimeError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} cannot be read ({error})") from error
+        return self._decoded(data, position)
+
+    def _getitems(self, indices: Sequence[int]) -> list[Any]:
+        """Returns the records at several indices, as indexing each would (grain's batched read).
+
+        The records are read with one array-record call (a range when the
+        positions are consecutive, as in order and in plain iteration) and
+        decoded together. Should the read or any record fail, the records
+        are read again one by one, so that the error is the one indexing
+        raises and names the record.
+        """
+        positions = self._positions(indices)
+        if not positions:
+            return []
+        check_reads_go_on(f"records {positions[0]} to {positions[-1]} of {str(self._path)!r}")
+        reader = self._handle()
+        first = positions[0]
+        try:
+            if positions[-1] - first == len(positions) - 1 and positions == list(range(first, first + len(positions))):
+                data = reader.read(first, first + len(positions))
+            else:
+                data = reader.read(positions)
+        except RuntimeError:
+            return [self[position] for position in positions]
+        if self._schema is not None:
+            records = self._schema.decode_many(data)
+            if records is not None:
+                return records
+        elif self._decode is None:
+            loads = json.loads
+            try:
+                return [loads(record) for record in data]
+            except Exception:
+                pass  # Decoded again below, one by one, for the error indexing raises.
+        return [self._decoded(record, position) for record, position in zip(data, positions, strict=True)]
+
+    def _positions(self, indices: Sequence[int]) -> list[int]:
+        """The positions of several indices, checked as indexing checks each."""
+        count = self._count
+        if all(type(index) is int and -count <= index < count for index in indices):
+            return [index + count if index < 0 else index for index in indices]
+        return [self._position(index) for index in indices]
+
+    def _decoded(self, data: bytes, position: int) -> Any:
+        """Decodes the record at ``position``, raising what indexing raises for a record that is not well formed."""
         if self._schema is None:
             if self._decode is not None:
                 try:

@@ -71,8 +71,8 @@ import pathlib
 import re
 import stat
 import struct
-from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
@@ -107,6 +107,7 @@ _PLAIN_KINDS: dict[type, str] = {
     str: KIND_STR,
     bytes: KIND_BYTES,
 }
+_PLAIN_TYPES: dict[str, type] = {kind: kind_type for kind_type, kind in _PLAIN_KINDS.items()}
 _KINDS = frozenset((*_PLAIN_KINDS.values(), KIND_ARRAY))
 _KIND_TEXT = {
     KIND_NONE: "None",
@@ -288,6 +289,14 @@ class RecordSchema:
         self.names = tuple(field.name for field in fields)
         self._name_set = frozenset(self.names)
         self._named_decoders = tuple((field.name, _decoder(field)) for field in fields)
+        # The exact Python type of each plain field (None for arrays), and each array
+        # field's packer of extents: bound once, used for every record.
+        self._plain_types = tuple(_PLAIN_TYPES.get(field.kind) for field in fields)
+        self._extents = tuple(
+            struct.Struct(f"<{field.ndim}Q") if field.kind == KIND_ARRAY else None for field in fields
+        )
+        self._batch_decoders = tuple(_batch_decoder(field) for field in fields)
+        self._encoders = tuple(zip(self.names, self._plain_types, self._extents, fields, strict=True))
 
     @classmethod
     def from_first_record(cls, record: object) -> RecordSchema:
@@ -328,12 +337,34 @@ class RecordSchema:
         if len(mapping) != len(self.fields) or not self._name_set.issuperset(mapping):
             self._fail_keys(mapping, index)
         values: list[Any] = []
-        for field in self.fields:
-            where = f"records[{index}][{field.name!r}]"
+        for field, plain_type in zip(self.fields, self._plain_types, strict=True):
             try:
                 value = mapping[field.name]
             except KeyError:
                 self._fail_keys(mapping, index)
+            # The common case first: a value of the field's exact type (and an
+            # array of its dtype and ndim) needs no classifying, and its
+            # message is only built when a check fails.
+            if plain_type is not None and type(value) is plain_type:
+                if plain_type is int:
+                    if not _INT64_MIN <= value <= _INT64_MAX:
+                        validation.fail_value(_where(index, field), "an int in [-2**63, 2**63 - 1]", value)
+                elif plain_type is str:
+                    try:
+                        value = value.encode("utf-8")
+                    except UnicodeEncodeError:
+                        validation.require_utf8(value, _where(index, field))
+                values.append(value)
+                continue
+            if (
+                plain_type is None
+                and type(value) is np.ndarray
+                and value.ndim == field.ndim
+                and value.dtype == field.dtype
+            ):
+                values.append(value if value.flags.c_contiguous else np.ascontiguousarray(value))
+                continue
+            where = _where(index, field)
             spec = _classify(value, where)
             if spec.kind != field.kind or spec.dtype != field.dtype or spec.ndim != field.ndim:
                 validation.fail_value(where, f"{field.describe()} like records[0][{field.name!r}]", value)
@@ -350,7 +381,7 @@ class RecordSchema:
           Bytes-like pieces; concatenated, they are the record's encoding.
         """
         parts: list[Any] = []
-        for field, value in zip(self.fields, values, strict=True):
+        for field, extents, value in zip(self.fields, self._extents, values, strict=True):
             kind = field.kind
             if kind == KIND_INT:
                 parts.append(_INT.pack(value))
@@ -362,9 +393,62 @@ class RecordSchema:
                 parts.append(_LENGTH.pack(len(value)))
                 parts.append(value)
             elif kind == KIND_ARRAY:
-                parts.append(struct.pack(f"<{value.ndim}Q", *value.shape))
+                parts.append(extents.pack(*value.shape))
                 parts.append(array_bytes(value))
         return parts
+
+    def encode(self, record: object, index: int) -> bytes:
+        """Checks one record against the schema and returns its encoding.
+
+        The same bytes and errors as joining :meth:`encode_parts` of
+        :meth:`checked_values`, which it is for any record outside the
+        common case: a ``dict`` of the schema's fields, each value of its
+        field's exact type (an array of its dtype and ndim).
+
+        Args:
+          record: The record.
+          index: Its position among the records, for messages.
+
+        Raises:
+          TypeError: As :meth:`checked_values` raises it.
+          ValueError: As :meth:`checked_values` raises it.
+        """
+        if type(record) is dict and len(record) == len(self.fields) and self._name_set.issuperset(record):
+            parts: list[Any] = []
+            append = parts.append
+            for name, plain_type, extents, field in self._encoders:
+                value = record[name]
+                if extents is not None:
+                    if type(value) is not np.ndarray or value.ndim != field.ndim or value.dtype != field.dtype:
+                        break
+                    if not value.flags.c_contiguous:
+                        value = np.ascontiguousarray(value)
+                    append(extents.pack(*value.shape))
+                    append(array_bytes(value))
+                elif type(value) is not plain_type:
+                    break
+                elif plain_type is int:
+                    if not _INT64_MIN <= value <= _INT64_MAX:
+                        break
+                    append(_INT.pack(value))
+                elif plain_type is float:
+                    append(_FLOAT.pack(value))
+                elif plain_type is str:
+                    try:
+                        value = value.encode("utf-8")
+                    except UnicodeEncodeError:
+                        break
+                    append(_LENGTH.pack(len(value)))
+                    append(value)
+                elif plain_type is bytes:
+                    append(_LENGTH.pack(len(value)))
+                    append(value)
+                elif plain_type is bool:
+                    append(_BOOL.pack(value))
+            else:
+                return b"".join(parts)
+        # Anything else is checked, and refused, the long way.
+        return b"".join(self.encode_parts(self.checked_values(record, index)))
 
     def decode(self, data: bytes) -> dict[str, Any]:
         """Decodes one record's encoding.
@@ -385,6 +469,46 @@ class RecordSchema:
         if offset != len(data):
             raise ValueError(f"the record has {len(data) - offset} bytes after its last field")
         return record
+
+    def decode_many(self, data: Sequence[bytes]) -> list[dict[str, Any]] | None:
+        """Decodes the encodings of several records at once, or says that one of them is not well formed.
+
+        Field by field, the offsets of all records are read together with
+        NumPy, so the Python left per record is building its values and its
+        dict. The records are those :meth:`decode` gives one by one: the same
+        types, dtypes and values, arrays of their own memory.
+
+        Args:
+          data: The records' encodings.
+
+        Returns:
+          The records, in order; None if any encoding is not a record of this
+          schema, in which case :meth:`decode` of each record says which and
+          why.
+        """
+        count = len(data)
+        if not count:
+            return []
+        joined = b"".join(data)
+        ends = np.cumsum(np.fromiter(map(len, data), np.int64, count))
+        # Each record's position in ``joined`` of the field being decoded.
+        offsets = np.empty(count, np.int64)
+        offsets[0] = 0
+        offsets[1:] = ends[:-1]
+        batch = _Batch(joined, np.frombuffer(joined, np.uint8), ends)
+        columns: list[list[Any]] = []
+        for decode_column in self._batch_decoders:
+            decoded = decode_column(batch, offsets)
+            if decoded is None:
+                return None
+            column, offsets = decoded
+            columns.append(column)
+        if not np.array_equal(offsets, ends):
+            return None  # Bytes after the last field.
+        if not columns:
+            return [{} for _ in range(count)]
+        names = self.names
+        return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def _fail_keys(self, mapping: Mapping[str, Any], index: int) -> NoReturn:
         missing = [name for name in self.names if name not in mapping]
@@ -483,6 +607,138 @@ def _decode_sized(data: bytes, offset: int) -> tuple[bytes, int]:
 def _decode_str(data: bytes, offset: int) -> tuple[Any, int]:
     raw, end = _decode_sized(data, offset)
     return raw.decode("utf-8"), end
+
+
+class _Batch(NamedTuple):
+    """The encodings of several records, joined, for :meth:`RecordSchema.decode_many`."""
+
+    #: Every record's encoding, one after the other.
+    joined: bytes
+    #: ``joined`` as a NumPy array of bytes (no copy).
+    octets: np.ndarray[Any, Any]
+    #: Where each record ends in ``joined``.
+    ends: np.ndarray[Any, Any]
+
+
+#: Decodes one field of every record of a batch, given each record's offset of the field: the
+#: values and the offsets after the field, or None where a record is not well formed.
+_BatchDecoder = Callable[[_Batch, np.ndarray[Any, Any]], tuple[list[Any], np.ndarray[Any, Any]] | None]
+
+# Extents from this far up are left to the one-record decoder and its messages.
+_BATCH_EXTENT_LIMIT = 2**40
+
+
+def _gathered(batch: _Batch, offsets: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any] | None:
+    """The ``size`` bytes at each offset, one row per record; None if a record ends before them."""
+    if (offsets + size > batch.ends).any():
+        return None
+    return batch.octets[offsets[:, None] + np.arange(size)]
+
+
+def _batch_decoder(field: FieldSpec) -> _BatchDecoder:
+    kind = field.kind
+    if kind == KIND_NONE:
+        return lambda batch, offsets: ([None] * len(offsets), offsets)
+    if kind == KIND_BOOL:
+        return _decode_bools
+    if kind in (KIND_INT, KIND_FLOAT):
+        number = np.dtype("<i8" if kind == KIND_INT else "<f8")
+
+        def decode_numbers(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
+            octets = _gathered(batch, offsets, 8)
+            if octets is None:
+                return None
+            # tolist gives Python ints and floats, as struct does.
+            return octets.view(number).ravel().tolist(), offsets + 8
+
+        return decode_numbers
+    if kind in (KIND_STR, KIND_BYTES):
+        text = kind == KIND_STR
+
+        def decode_sized(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
+            octets = _gathered(batch, offsets, 8)
+            if octets is None:
+                return None
+            lengths = octets.view("<u8").ravel()
+            starts = offsets + 8
+            # Compared as uint64, so that a crafted length of 2**63 or more stays a large number.
+            if (lengths > (batch.ends - starts).astype(np.uint64)).any():
+                return None
+            stops = starts + lengths.astype(np.int64)
+            joined = batch.joined
+            pieces = [joined[start:stop] for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)]
+            if text:
+                try:
+                    pieces = [piece.decode("utf-8") for piece in pieces]
+                except UnicodeDecodeError:
+                    return None
+            return pieces, stops
+
+        return decode_sized
+    assert field.dtype is not None
+    assert field.ndim is not None
+    return _array_batch_decoder(field.dtype, field.ndim)
+
+
+def _decode_bools(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
+    octets = _gathered(batch, offsets, 1)
+    if octets is None or (octets > 1).any():
+        return None
+    return (octets.ravel() == 1).tolist(), offsets + 1
+
+
+def _array_batch_decoder(dtype: np.dtype[Any], ndim: int) -> _BatchDecoder:
+    itemsize = dtype.itemsize
+    extents_size = 8 * ndim
+    frombuffer, empty, prod = np.frombuffer, np.empty, math.prod
+
+    def decode_arrays(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
+        count = len(offsets)
+        if ndim:
+            octets = _gathered(batch, offsets, extents_size)
+            if octets is None:
+                return None
+            extents = octets.view("<u8").reshape(count, ndim)
+            if (extents >= _BATCH_EXTENT_LIMIT).any():
+                return None
+        else:
+            extents = np.zeros((count, 0), np.uint64)
+        starts = offsets + extents_size
+        joined, ends = batch.joined, batch.ends
+        if (extents == extents[0]).all():
+            # Every record's array has the same shape (fixed-size fields):
+            # one check for all, then one copy each.
+            shape = tuple(extents[0].tolist())
+            size = prod(shape)
+            nbytes = size * itemsize
+            if nbytes > int((ends - starts).min()):
+                return None
+            if not size:
+                return [empty(shape, dtype) for _ in range(count)], starts
+            if ndim == 1:
+                arrays = [frombuffer(joined, dtype, size, start).copy() for start in starts.tolist()]
+            else:
+                arrays = [frombuffer(joined, dtype, size, start).reshape(shape).copy() for start in starts.tolist()]
+            return arrays, starts + nbytes
+        # Shapes differ from record to record (token sequences, say).
+        arrays = []
+        stops = []
+        for row, start, end in zip(extents.tolist(), starts.tolist(), ends.tolist(), strict=True):
+            shape = tuple(row)
+            size = prod(shape)
+            stop = start + size * itemsize
+            if stop > end:
+                return None
+            arrays.append(frombuffer(joined, dtype, size, start).reshape(shape).copy() if size else empty(shape, dtype))
+            stops.append(stop)
+        return arrays, np.asarray(stops, np.int64)
+
+    return decode_arrays
+
+
+def _where(index: int, field: FieldSpec) -> str:
+    """Names a field of a record in messages."""
+    return f"records[{index}][{field.name!r}]"
 
 
 @dataclasses.dataclass(frozen=True)
