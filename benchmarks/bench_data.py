@@ -50,6 +50,11 @@ with caches a half and a third of the decoded size; rows/s after
 processes whose sides alternate, as ratios against sequential in the same run,
 peak RSS growth, pyarrow's read_table of the whole file for reference, and
 with ``--baseline-src`` the same figures of an earlier tinax-data.
+Parquet writers (``--only-writers`` runs them alone; ``--writer-records 0``
+skips them): rows/s of write_parquet_record against
+``pq.write_table(pa.Table.from_pylist(rows))`` for ``--writer-records`` rows
+of the tinax record format and of tinax 0.2's plain records, medians of
+``--writer-rounds`` interleaved rounds (``_data_writers.py``).
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -77,6 +82,7 @@ import grain
 import numpy as np
 import pyarrow
 import pyarrow.parquet as pq
+from _data_writers import measure_parquet_writer
 from _timing import report, run
 from grain.sharding import ShardOptions
 
@@ -852,7 +858,14 @@ def main() -> int:
     parser.add_argument(
         "--policy-slow-batches", type=int, default=8, help="timed batches of today's global shuffle past the cache"
     )
+    parser.add_argument("--only-writers", action="store_true", help="run only the Parquet writer figures")
+    parser.add_argument("--writer-records", type=int, default=2_000_000, help="rows of the writer figures (0 skips)")
+    parser.add_argument("--writer-rounds", type=int, default=3, help="interleaved rounds of the writer figures")
     options = parser.parse_args()
+    if options.only_writers:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_parquet_writer(pathlib.Path(folder_name), options)
+        return 0
     if options.only_redeal:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_redeal(pathlib.Path(folder_name), options)
@@ -923,6 +936,9 @@ def main() -> int:
 
         if options.redeal_records > 0:
             measure_redeal(folder, options)
+
+        if options.writer_records > 0:
+            measure_parquet_writer(folder, options)
 
         compare_iteration(folder, records, options)
 

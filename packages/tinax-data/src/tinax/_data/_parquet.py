@@ -51,10 +51,10 @@ from __future__ import annotations
 
 import bisect
 import collections
+import concurrent.futures
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import operator
@@ -105,8 +105,6 @@ _ROW_GROUP_TARGET_BYTES = 1 << 20
 _ROW_GROUP_MAX_ROWS = 4096
 #: Records checked at a time: bounds the lists of field values the checks build.
 _CHECK_CHUNK = 1 << 16
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 #: The rows of a row group pyarrow's ``write_table`` makes by default (its ``_DEFAULT_ROW_GROUP_SIZE``).
 _PYARROW_ROW_GROUP_ROWS = 1024 * 1024
 #: The default memory budget of a reader's cache of decoded row groups.
@@ -542,15 +540,14 @@ class _RecordChecker:
         fields = self._schema.fields
         if not fields or set(map(type, rows)) != {dict} or set(map(len, rows)) != {len(fields)}:
             return None
-        if set(map(type, itertools.chain.from_iterable(rows))) != {str}:
-            return None
         sizes = np.zeros(len(rows), dtype=np.int64)
         for field in fields:
             try:
                 values = list(map(operator.itemgetter(field.name), rows))
             except KeyError:
                 return None
-            # Having every field of the schema and no more fields than it, a row has exactly its fields.
+            # A row with each field name and no more keys than fields has exactly the schema's keys. (A key
+            # of a class built to compare equal to a str would pass here; checked_values refuses it.)
             size = self._array_sizes(field, values) if field.kind == KIND_ARRAY else _plain_sizes(field, values)
             if size is None:
                 return None
@@ -594,8 +591,11 @@ def _plain_sizes(field: FieldSpec, values: list[Any]) -> int | np.ndarray[Any, A
     """The stored size of each plain value of a field, or None unless each is as ``checked_values`` wants it."""
     if set(map(type, values)) != {_EXACT_TYPES[field.kind]}:
         return None
-    if field.kind == KIND_INT and (min(values) < _INT64_MIN or max(values) > _INT64_MAX):
-        return None
+    if field.kind == KIND_INT:
+        try:
+            np.array(values, dtype=np.int64)  # Raises for an int outside 64 bits, unlike min and max, in one pass.
+        except OverflowError:
+            return None
     if field.kind == KIND_STR:
         # An ASCII str is as long as its UTF-8 (and asking is free); others are encoded, which also
         # refuses a lone surrogate as checked_values does.
@@ -786,13 +786,20 @@ def _write_tinax_records(
         plain = [field.name for field in schema.fields if field.kind != KIND_ARRAY]
         writer = pq.ParquetWriter(temporary, arrow_schema, write_page_checksum=True, use_dictionary=plain)
         try:
-            start = 0
-            for end in plan.group_ends:
-                # The records were checked when the plan was made; here they are only converted.
-                rows = _record_slice(records, start, end)
-                writer.write_table(_row_group_table(schema, arrow_schema, rows, digest), row_group_size=len(rows))
-                reporter.advance(len(rows))
-                start = end
+            # pyarrow encodes a row group, and hashlib hashes its records, without holding the GIL: one
+            # thread does both while this one converts the next row group, at most one ahead.
+            with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinax-parquet-writer") as thread:
+                written: concurrent.futures.Future[int] | None = None
+                start = 0
+                for end in plan.group_ends:
+                    # The records were checked when the plan was made; here they are only converted.
+                    table, encodings = _row_group_table(schema, arrow_schema, _record_slice(records, start, end))
+                    if written is not None:
+                        reporter.advance(written.result())
+                    written = thread.submit(_write_row_group, writer, table, digest, encodings)
+                    start = end
+                if written is not None:
+                    reporter.advance(written.result())
             header = RecordHeader(schema, len(records), digest.hexdigest())
             placeholder = _checksum_value(_ZERO_DIGEST, [_ZERO_DIGEST] * len(plan.group_ends))
             writer.add_key_value_metadata({METADATA_KEY: header.to_json_bytes(), CHECKSUM_KEY: placeholder})
@@ -997,10 +1004,17 @@ def _stored_size(schema: RecordSchema, values: list[Any]) -> int:
 _EncodedPart = np.ndarray[Any, Any] | tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]
 
 
+def _write_row_group(writer: Any, table: pa.Table, digest: Any, encodings: np.ndarray[Any, Any]) -> int:
+    """Writes a row group and adds its records' encodings to the content digest; returns its rows."""
+    digest.update(encodings)
+    writer.write_table(table, row_group_size=table.num_rows)
+    return int(table.num_rows)
+
+
 def _row_group_table(
-    schema: RecordSchema, arrow_schema: pa.Schema, rows: list[Mapping[str, Any]], digest: Any
-) -> pa.Table:
-    """Converts checked records to one row group's columns, and adds their encodings to ``digest``.
+    schema: RecordSchema, arrow_schema: pa.Schema, rows: list[Mapping[str, Any]]
+) -> tuple[pa.Table, np.ndarray[Any, Any]]:
+    """Converts checked records to one row group's columns and the records' encodings, concatenated.
 
     Every column is built from all its values at once, and the encodings of
     the records (the tinax record format's, which the header's content
@@ -1033,8 +1047,7 @@ def _row_group_table(
             column, array_parts = _array_column_and_parts(arrow_type, field.dtype, field.ndim, values)
             columns.append(column)
             parts.extend(array_parts)
-    _digest_encodings(digest, count, parts)
-    return pa.Table.from_arrays(columns, schema=arrow_schema)
+    return pa.Table.from_arrays(columns, schema=arrow_schema), _joined_encodings(count, parts)
 
 
 def _little_endian(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -1084,10 +1097,10 @@ def _array_column_and_parts(
     return _array_column(arrow_type, storage, contiguous), parts
 
 
-def _digest_encodings(digest: Any, count: int, parts: list[_EncodedPart]) -> None:
-    """Adds the encodings of ``count`` records, laid out part after part within each record, to ``digest``."""
+def _joined_encodings(count: int, parts: list[_EncodedPart]) -> np.ndarray[Any, Any]:
+    """The encodings of ``count`` records, each laid out part after part, one after the other."""
     if not count:
-        return
+        return np.empty(0, dtype=np.uint8)
     # A part of one length in every record is a matrix too; runs of matrices are joined side by side.
     joined: list[_EncodedPart] = []
     run: list[np.ndarray[Any, Any]] = []
@@ -1104,8 +1117,7 @@ def _digest_encodings(digest: Any, count: int, parts: list[_EncodedPart]) -> Non
     if run:
         joined.append(np.concatenate(run, axis=1))
     if len(joined) == 1 and not isinstance(joined[0], tuple):
-        digest.update(joined[0])
-        return
+        return np.ascontiguousarray(joined[0]).reshape(-1)
     # Parts of varying length: every byte is scattered to its place in the concatenated encodings.
     widths = [np.full(count, part.shape[1], np.int64) if not isinstance(part, tuple) else part[0] for part in joined]
     record_sizes = np.sum(widths, axis=0)
@@ -1122,7 +1134,7 @@ def _digest_encodings(digest: Any, count: int, parts: list[_EncodedPart]) -> Non
         elif part.shape[1]:
             encodings[(places[:, None] + np.arange(part.shape[1])).reshape(-1)] = part.reshape(-1)
         places += width
-    digest.update(encodings)
+    return encodings
 
 
 def _array_column(arrow_type: pa.DataType, storage: _Storage, arrays: list[np.ndarray[Any, Any]]) -> pa.Array:
