@@ -50,11 +50,6 @@ with caches a half and a third of the decoded size; rows/s after
 processes whose sides alternate, as ratios against sequential in the same run,
 peak RSS growth, pyarrow's read_table of the whole file for reference, and
 with ``--baseline-src`` the same figures of an earlier tinax-data.
-Parquet writers (``--only-writers`` runs them alone; ``--writer-records 0``
-skips them): rows/s of write_parquet_record against
-``pq.write_table(pa.Table.from_pylist(rows))`` for ``--writer-records`` rows
-of the tinax record format and of tinax 0.2's plain records, medians of
-``--writer-rounds`` interleaved rounds (``_data_writers.py``).
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -82,7 +77,7 @@ import grain
 import numpy as np
 import pyarrow
 import pyarrow.parquet as pq
-from _data_writers import measure_parquet_writer
+from _data_array_record import measure_array_record
 from _timing import report, run
 from grain.sharding import ShardOptions
 
@@ -844,6 +839,12 @@ def main() -> int:
         help="src folder of an earlier tinax-data (say, a git worktree at an older commit) to measure 'today'",
     )
     parser.add_argument("--only-scale", action="store_true", help="run only the scale figures")
+    parser.add_argument(
+        "--only-array-record", action="store_true", help="run only the ArrayRecord feeding and writing figures"
+    )
+    parser.add_argument(
+        "--array-record-records", type=int, default=20_000, help="rows of the ArrayRecord feeding figures (0 skips)"
+    )
     parser.add_argument("--redeal-records", type=int, default=1_000_000, help="rows of the re-deal figures (0 skips)")
     parser.add_argument("--redeal-rounds", type=int, default=3, help="fresh processes per re-deal figure")
     parser.add_argument("--redeal-trials", type=int, default=8, help="restores of each kind in each process")
@@ -858,14 +859,7 @@ def main() -> int:
     parser.add_argument(
         "--policy-slow-batches", type=int, default=8, help="timed batches of today's global shuffle past the cache"
     )
-    parser.add_argument("--only-writers", action="store_true", help="run only the Parquet writer figures")
-    parser.add_argument("--writer-records", type=int, default=2_000_000, help="rows of the writer figures (0 skips)")
-    parser.add_argument("--writer-rounds", type=int, default=3, help="interleaved rounds of the writer figures")
     options = parser.parse_args()
-    if options.only_writers:
-        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
-            measure_parquet_writer(pathlib.Path(folder_name), options)
-        return 0
     if options.only_redeal:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_redeal(pathlib.Path(folder_name), options)
@@ -873,6 +867,10 @@ def main() -> int:
     if options.only_policies:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_policies(pathlib.Path(folder_name), options)
+        return 0
+    if options.only_array_record:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_array_record(pathlib.Path(folder_name), options)
         return 0
     if options.only_scale:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
@@ -934,11 +932,11 @@ def main() -> int:
         if options.policy_records > 0:
             measure_policies(folder, options)
 
+        if options.array_record_records > 0:
+            measure_array_record(folder, options)
+
         if options.redeal_records > 0:
             measure_redeal(folder, options)
-
-        if options.writer_records > 0:
-            measure_parquet_writer(folder, options)
 
         compare_iteration(folder, records, options)
 
