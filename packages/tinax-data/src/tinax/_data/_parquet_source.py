@@ -493,6 +493,15 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
     def _chosen_groups(self, positions: np.ndarray[Any, Any]) -> list[tuple[np.ndarray[Any, Any], int, _RowGroup]]:
         """The row groups holding valid positions, each with the slots of the positions it holds."""
+        if len(positions):
+            lowest, highest = int(positions.min()), int(positions.max())
+            group_index = bisect.bisect_right(self._group_ends, lowest)
+            if group_index == bisect.bisect_right(self._group_ends, highest):
+                # One row group holds the batch (rows read in order, mostly): nothing to sort.
+                with self._lock:
+                    self._rows_served += len(positions)
+                    group = self._group(group_index, lowest)
+                return [(np.arange(len(positions)), group_index, group)]
         groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
         # The batch's positions grouped by row group, each group's in batch order.
         order = np.argsort(groups, kind="stable")

@@ -205,6 +205,8 @@ class VectorPositions:
     def __init__(self, slices: Sequence[Any], ordered: Any, order: str = "shuffle") -> None:
         # Outermost first: (start, step, length, parent_length) of each slice.
         self._slices = [(node._start, node._step, len(node), node._parent_length) for node in slices]
+        if any(step < 1 for _, step, _, _ in self._slices):
+            raise ValueError("only slices that step forward map with NumPy here")
         self._length = len(slices[0]) if slices else len(ordered)
         self._ordered_length = len(ordered)
         self._order = order
@@ -215,12 +217,25 @@ class VectorPositions:
     def __len__(self) -> int:
         return self._length
 
-    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The source positions of ``indices`` of the outermost dataset."""
-        values = np.asarray(indices, dtype=np.int64)
+    def _sliced(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The indices of the ordered dataset that indices of the outermost slice read."""
         for start, step, length, parent_length in self._slices:
             epochs, offsets = np.divmod(values, length)
             values = start + offsets * step + epochs * parent_length
+        return values
+
+    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The source positions of ``indices`` of the outermost dataset."""
+        values = np.asarray(indices, dtype=np.int64)
+        count = len(values)
+        if self._order == "none" and count > 2 and int(values[-1]) - int(values[0]) == count - 1:
+            # Consecutive indices (a batch read in order) map to consecutive positions unless they cross
+            # an epoch of a slice (the ends are then further apart than the rows) or of the source.
+            first, last = (int(end) for end in self._sliced(values[[0, -1]]))
+            consecutive = last - first == count - 1 and first // self._count == last // self._count
+            if consecutive and bool(np.all(np.diff(values) == 1)):
+                return np.arange(first, last + 1, dtype=np.int64) % self._count
+        values = self._sliced(values)
         if self._window is not None:
             return self._window.positions(values) % self._count  # type: ignore[no-any-return]
         if self._order != "shuffle":
@@ -242,7 +257,10 @@ def _vector_positions(twin: Any, ordered: Any, slices: Sequence[Any], order: str
     The two are compared on indices spread over two epochs; should a grain
     release ever map indices otherwise, grain's own datasets stay.
     """
-    vector = VectorPositions(slices, ordered, order)
+    try:
+        vector = VectorPositions(slices, ordered, order)
+    except ValueError:
+        return twin
     length = len(twin)
     sample = sorted({int(index) for index in np.linspace(0, 2 * length - 1, num=min(2 * length, 257))})
     if vector.positions(np.asarray(sample, dtype=np.int64)).tolist() != list(read_many(twin, sample)):

@@ -1,0 +1,202 @@
+"""Feeding a jitted train step: training_batches over a Parquet file against NumPy batches of the same rows.
+
+``measure_feeding`` writes a file of ``--feeding-records`` rows (``id``,
+``label`` and a ``float32[4, 4]`` ``x``, the tinax record format), then times
+rows per second through a small jitted train step (a linear model's SGD
+update on ``x`` and ``label``) fed by:
+
+- ``tinax stack_records``: ``training_batches(..., batch_fn=stack_records)``,
+  the column-wise batches;
+- ``tinax own batch_fn``: the same pipeline with a hand-written stacking
+  ``batch_fn`` over the records, as tinax 0.2 users write it;
+- ``numpy``: the same rows held in memory as NumPy arrays, fed as slices
+  (in order) or gathered with a permutation (the shuffles).
+
+Each policy (in order, ``shuffle_window=2``, the global shuffle) and batch
+size is timed over ``--feeding-batches`` batches after a warm-up, in
+``--feeding-rounds`` rounds whose sides run in a new order each round; the
+figures are the medians, and the ratios those of each round's figures. A
+last comparison reads a file three times ``cache_bytes`` (the reader's
+cache set to a third of the decoded rows) with the window and the global
+shuffle. Run it alone with ``hatch run bench:data --only-feeding``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pyarrow.parquet as pq
+from grain.sharding import ShardOptions
+
+from tinax.data import read_parquet_record, stack_records, training_batches, write_parquet_record
+
+__all__ = ["measure_feeding"]
+
+_POLICIES = ("in order", "window", "global")
+
+
+def own_stack(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """A batch function as users write it: one array per field, stacked from the records."""
+    return {
+        "id": np.asarray([row["id"] for row in rows]),
+        "label": np.asarray([row["label"] for row in rows]),
+        "x": np.stack([row["x"] for row in rows]),
+    }
+
+
+@jax.jit
+def train_step(weights: jax.Array, x: jax.Array, label: jax.Array) -> jax.Array:
+    """One SGD step of a linear model: small, so that feeding is what is measured."""
+
+    def loss(w: jax.Array) -> jax.Array:
+        prediction = x.reshape(x.shape[0], -1) @ w
+        return jnp.mean((prediction - label.astype(jnp.float32)) ** 2)
+
+    return weights - 1e-3 * jax.grad(loss)(weights)
+
+
+def _write(path: pathlib.Path, count: int) -> None:
+    x = np.random.default_rng(0).standard_normal((count, 4, 4), dtype=np.float32)
+    started = time.perf_counter()
+    write_parquet_record(path, [{"id": index, "label": index % 10, "x": x[index]} for index in range(count)])
+    seconds = time.perf_counter() - started
+    groups = pq.ParquetFile(path).metadata.num_row_groups
+    print(f"  wrote {count} rows in {groups} row groups, {path.stat().st_size / 2**20:.0f} MiB, in {seconds:.1f} s")
+
+
+def _in_memory(path: pathlib.Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(path)
+    x = table.column("x").combine_chunks().storage.flatten().to_numpy().reshape(-1, 4, 4)
+    return {"id": table.column("id").to_numpy(), "label": table.column("label").to_numpy(), "x": x}
+
+
+def _numpy_batches(columns: dict[str, np.ndarray], batch_size: int, shuffled: bool) -> Iterator[dict[str, Any]]:
+    count = len(columns["id"])
+    epoch = 0
+    while True:
+        order = np.random.default_rng(epoch).permutation(count) if shuffled else None
+        for start in range(0, count - batch_size + 1, batch_size):
+            if order is None:
+                yield {name: array[start : start + batch_size] for name, array in columns.items()}
+            else:
+                chosen = order[start : start + batch_size]
+                yield {name: array[chosen] for name, array in columns.items()}
+        epoch += 1
+
+
+def _tinax_batches(
+    path: pathlib.Path, batch_size: int, policy: str, batch_fn: Callable[..., Any], cache_bytes: int | None
+) -> Iterator[dict[str, Any]]:
+    options = {} if cache_bytes is None else {"cache_bytes": cache_bytes}
+    extra = {"shuffle_window": 2} if policy == "window" else {}
+    pipeline = training_batches(
+        read_parquet_record(path, **options),
+        shard_options=ShardOptions(0, 1, drop_remainder=True),
+        seed=0,
+        shuffle=policy != "in order",
+        num_epochs=None,
+        batch_size=batch_size,
+        batch_fn=batch_fn,
+        **extra,
+    )
+    return iter(pipeline)
+
+
+def _rows_per_second(batches: Iterator[dict[str, Any]], warmup: int, timed: int) -> float:
+    device = jax.devices()[0]
+    weights = jax.device_put(jnp.zeros(16, jnp.float32), device)
+    for _ in range(warmup):
+        batch = next(batches)
+        weights = train_step(weights, jax.device_put(batch["x"], device), jax.device_put(batch["label"], device))
+    weights.block_until_ready()
+    rows = 0
+    started = time.perf_counter()
+    for _ in range(timed):
+        batch = next(batches)
+        rows += len(batch["x"])
+        weights = train_step(weights, jax.device_put(batch["x"], device), jax.device_put(batch["label"], device))
+    weights.block_until_ready()
+    seconds = time.perf_counter() - started
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()
+    return rows / seconds
+
+
+def _compare(
+    title: str,
+    sides: dict[str, Callable[[], Iterator[dict[str, Any]]]],
+    baseline: str,
+    options: argparse.Namespace,
+    timed: int,
+) -> dict[str, float]:
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
+    shuffler = random.Random(options.seed)
+    for _ in range(options.feeding_rounds):
+        shuffler.shuffle(order)
+        for name in order:
+            samples[name].append(_rows_per_second(sides[name](), options.feeding_warmup, timed))
+    print(f"\n{title}")
+    for name, values in samples.items():
+        line = f"  {name:<22} {statistics.median(values):>12,.0f} rows/s"
+        if name != baseline:
+            ratio = statistics.median(new / old for new, old in zip(values, samples[baseline], strict=True))
+            line += f"   {ratio:.2f}x {baseline}"
+        print(line)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
+    """Rows/s of training_batches feeding a jitted step, against NumPy batches of the same rows."""
+    count = options.feeding_records
+    print(f"\nFeeding a jitted train step on {jax.devices()[0].platform}: {count} rows of id, label, float32[4, 4]")
+    path = folder / "feeding.parquet"
+    _write(path, count)
+    columns = _in_memory(path)
+    for batch_size in options.feeding_batch_sizes:
+        timed = max(20, options.feeding_rows // batch_size)
+        for policy in _POLICIES:
+            shuffled = policy != "in order"
+            numpy_name = "numpy gather" if shuffled else "numpy slices"
+            sides: dict[str, Callable[[], Iterator[dict[str, Any]]]] = {
+                numpy_name: lambda b=batch_size, s=shuffled: _numpy_batches(columns, b, s),
+                "tinax stack_records": lambda b=batch_size, p=policy: _tinax_batches(path, b, p, stack_records, None),
+                "tinax own batch_fn": lambda b=batch_size, p=policy: _tinax_batches(path, b, p, own_stack, None),
+            }
+            _compare(f"batch {batch_size}, {policy}: {timed} batches", sides, numpy_name, options, timed)
+    # Past the cache: the decoded rows are three times cache_bytes.
+    decoded = pq.read_table(path).nbytes
+    cache_bytes = max(1 << 20, decoded // 3)
+    for policy in ("window", "global"):
+        batch_size = max(options.feeding_batch_sizes)
+        timed = max(20, options.feeding_rows // batch_size)
+        sides = {
+            "numpy gather": lambda b=batch_size: _numpy_batches(columns, b, True),
+            "tinax stack_records": lambda b=batch_size, p=policy: _tinax_batches(
+                path, b, p, stack_records, cache_bytes
+            ),
+        }
+        title = f"batch {batch_size}, {policy}, past the cache (cache_bytes {cache_bytes / 2**20:.0f} MiB)"
+        _compare(title, sides, "numpy gather", options, timed)
+
+
+def add_feeding_options(parser: argparse.ArgumentParser) -> None:
+    """The command-line options of :func:`measure_feeding`."""
+    parser.add_argument("--only-feeding", action="store_true", help="run only the train-step feeding figures")
+    parser.add_argument("--feeding-records", type=int, default=2_000_000, help="rows of the feeding file (0 skips)")
+    parser.add_argument(
+        "--feeding-batch-sizes", type=int, nargs="+", default=[256, 2048], help="batch sizes of the feeding figures"
+    )
+    parser.add_argument("--feeding-rows", type=int, default=400_000, help="rows timed per feeding run")
+    parser.add_argument("--feeding-warmup", type=int, default=10, help="warm-up batches per feeding run")
+    parser.add_argument("--feeding-rounds", type=int, default=3, help="interleaved rounds of the feeding figures")
