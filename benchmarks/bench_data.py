@@ -50,6 +50,15 @@ with caches a half and a third of the decoded size; rows/s after
 processes whose sides alternate, as ratios against sequential in the same run,
 peak RSS growth, pyarrow's read_table of the whole file for reference, and
 with ``--baseline-src`` the same figures of an earlier tinax-data.
+Parquet writers (``--only-writers`` runs them alone; ``--writer-records 0``
+skips them): rows/s of write_parquet_record against
+``pq.write_table(pa.Table.from_pylist(rows))`` for ``--writer-records`` rows
+of the tinax record format and of tinax 0.2's plain records, medians of
+``--writer-rounds`` interleaved rounds (``_data_writers.py``).
+Feeding a jitted train step (``--only-feeding`` runs it alone;
+``--feeding-records 0`` skips it): training_batches with ``stack_records``
+and with a batch function of one's own, against NumPy batches of the same
+rows in memory, per policy and batch size (``_data_feeding.py``).
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -57,9 +66,10 @@ from __future__ import annotations
 
 import os
 
-# Eight CPU devices, as in the test suites; must be set before JAX starts.
-os.environ["JAX_PLATFORMS"] = "cpu"
-os.environ["JAX_NUM_CPU_DEVICES"] = "8"
+# Eight CPU devices, as in the test suites, unless the caller names the platform
+# (JAX_PLATFORMS=tpu for the feeding figures on an accelerator); set before JAX starts.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
 
 import argparse
 import collections
@@ -78,6 +88,8 @@ import numpy as np
 import pyarrow
 import pyarrow.parquet as pq
 from _data_array_record import measure_array_record
+from _data_feeding import add_feeding_options, measure_feeding
+from _data_writers import measure_parquet_writer
 from _timing import report, run
 from grain.sharding import ShardOptions
 
@@ -859,7 +871,19 @@ def main() -> int:
     parser.add_argument(
         "--policy-slow-batches", type=int, default=8, help="timed batches of today's global shuffle past the cache"
     )
+    parser.add_argument("--only-writers", action="store_true", help="run only the Parquet writer figures")
+    parser.add_argument("--writer-records", type=int, default=2_000_000, help="rows of the writer figures (0 skips)")
+    parser.add_argument("--writer-rounds", type=int, default=3, help="interleaved rounds of the writer figures")
+    add_feeding_options(parser)
     options = parser.parse_args()
+    if options.only_feeding:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_feeding(pathlib.Path(folder_name), options)
+        return 0
+    if options.only_writers:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_parquet_writer(pathlib.Path(folder_name), options)
+        return 0
     if options.only_redeal:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_redeal(pathlib.Path(folder_name), options)
@@ -937,6 +961,12 @@ def main() -> int:
 
         if options.redeal_records > 0:
             measure_redeal(folder, options)
+
+        if options.writer_records > 0:
+            measure_parquet_writer(folder, options)
+
+        if options.feeding_records > 0:
+            measure_feeding(folder, options)
 
         compare_iteration(folder, records, options)
 
