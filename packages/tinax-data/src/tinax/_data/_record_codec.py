@@ -291,7 +291,8 @@ class RecordSchema:
         self._named_decoders = tuple((field.name, _decoder(field)) for field in fields)
         # The exact Python type of each plain field (None for arrays), and each array
         # field's packer of extents: bound once, used for every record.
-        self._plain_types = tuple(_PLAIN_TYPES.get(field.kind) for field in fields)
+        # Typed Any: mypy would narrow a value of ``type(value) is plain_type`` to object.
+        self._plain_types: tuple[Any, ...] = tuple(_PLAIN_TYPES.get(field.kind) for field in fields)
         self._extents = tuple(
             struct.Struct(f"<{field.ndim}Q") if field.kind == KIND_ARRAY else None for field in fields
         )
@@ -339,7 +340,7 @@ class RecordSchema:
         values: list[Any] = []
         for field, plain_type in zip(self.fields, self._plain_types, strict=True):
             try:
-                value = mapping[field.name]
+                value: Any = mapping[field.name]
             except KeyError:
                 self._fail_keys(mapping, index)
             # The common case first: a value of the field's exact type (and an
@@ -393,6 +394,7 @@ class RecordSchema:
                 parts.append(_LENGTH.pack(len(value)))
                 parts.append(value)
             elif kind == KIND_ARRAY:
+                assert extents is not None
                 parts.append(extents.pack(*value.shape))
                 parts.append(array_bytes(value))
         return parts
@@ -417,7 +419,7 @@ class RecordSchema:
             parts: list[Any] = []
             append = parts.append
             for name, plain_type, extents, field in self._encoders:
-                value = record[name]
+                value: Any = record[name]
                 if extents is not None:
                     if type(value) is not np.ndarray or value.ndim != field.ndim or value.dtype != field.dtype:
                         break
@@ -666,7 +668,9 @@ def _batch_decoder(field: FieldSpec) -> _BatchDecoder:
                 return None
             stops = starts + lengths.astype(np.int64)
             joined = batch.joined
-            pieces = [joined[start:stop] for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)]
+            pieces: list[Any] = [
+                joined[start:stop] for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)
+            ]
             if text:
                 try:
                     pieces = [piece.decode("utf-8") for piece in pieces]
