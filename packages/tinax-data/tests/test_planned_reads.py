@@ -288,7 +288,27 @@ def test_a_pass_within_the_cache_logs_nothing(plain_file, caplog):
 
 @pytest.mark.parametrize(
     "max_index",
-    [1, 2, 3, 52, 63, 100, 4_095, 65_535, 65_536, 65_537, 2**20 - 1, 2**20, 1_999_999, 2**31, 2**33 + 5, 2**45 + 7],
+    [
+        1,
+        2,
+        3,
+        52,
+        63,
+        100,
+        4_095,
+        65_535,
+        65_536,
+        65_537,
+        2**20 - 1,
+        2**20,
+        1_999_999,
+        2**31,
+        2**32 - 1,
+        2**32,
+        2**32 + 1,
+        2**33 + 5,
+        2**45 + 7,
+    ],
 )
 def test_the_vectorized_shuffle_gives_grains_own_positions_bit_for_bit(max_index):
     import random

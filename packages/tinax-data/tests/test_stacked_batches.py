@@ -296,3 +296,61 @@ def test_stack_records_over_other_datasets_stacks_the_rows():
     assert sorted(np.concatenate([batch["id"] for batch in batches]).tolist()) == sorted(
         np.concatenate([batch["x"][:, 0] for batch in batches]).tolist()
     )
+
+
+def test_a_columnar_pipeline_reads_in_the_consumers_thread_unless_told_otherwise(tinax_file):
+    import threading
+
+    import grain
+
+    def batches_and_threads(iterable: Any) -> tuple[list[Any], int]:
+        before = {thread.ident for thread in threading.enumerate()}
+        iterator = iter(iterable)
+        found = [exact(batch) for batch in iterator]
+        started = [
+            thread
+            for thread in threading.enumerate()
+            if thread.ident not in before and thread.name.startswith("grain-prefetch")
+        ]
+        iterator.close()
+        return found, len(started)
+
+    pipelines = _pipelines(lambda: read_parquet_record(tinax_file), stack_records)
+    for name in ("in-order", "global-shuffle", "evaluation"):
+        default, threads = batches_and_threads(pipelines[name])
+        assert threads == 0, name
+        told, told_threads = batches_and_threads(pipelines[name].to_iter_dataset(grain.ReadOptions(num_threads=2)))
+        assert told == default, name
+        assert told_threads == 2, name
+
+
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 1 << 16], ids=["cached", "past-the-cache"])
+def test_a_globally_shuffled_columnar_pipeline_reads_planned_windows_of_stacked_fields(
+    tinax_file, cache_bytes, monkeypatch
+):
+    from tinax._data import _planned_reads
+
+    def pipeline(batch_fn: Any) -> Any:
+        dataset = read_parquet_record(tinax_file, cache_bytes=cache_bytes)
+        return training_batches(
+            dataset, shard_options=ShardOptions(1, 2, drop_remainder=True), seed=4, shuffle=True, num_epochs=2,
+            batch_size=100, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows)]
+    windows = []
+    original = _planned_reads.read_stacked_window
+
+    def counted(source: Any, positions: np.ndarray) -> Any:
+        found = original(source, positions)  # An error here would be read the usual way: counted only if read.
+        windows.append(len(positions))
+        return found
+
+    def no_records(*args: Any) -> Any:
+        raise AssertionError("records were read into a window")
+
+    monkeypatch.setattr(_planned_reads, "read_stacked_window", counted)
+    monkeypatch.setattr(_planned_reads, "read_window", no_records)
+    assert [exact(batch) for batch in pipeline(stack_records)] == expected
+    # Every batch came from a window, each window's rows read once.
+    assert sum(windows) == len(expected) * 100

@@ -111,6 +111,24 @@ class _RowGroup:
         names = [name for name, _ in self._getters]
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
+    def window_fields(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any] | list[Any]]:
+        """The fields of several rows for a window of stacked batches: arrays, or values where they do not stack.
+
+        A field whose values stack to the same dtype whatever the rows (numbers
+        without missing values, arrays of one shape) comes as its stacked
+        array; any other (text, missing values, arrays of several shapes) as
+        the list of its values, since the dtype its batches stack to depends
+        on which rows each batch holds.
+
+        Raises:
+          ValueError: If a row cannot be read.
+        """
+        fields: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
+        for name, getter in self._getters:
+            found = stacked_values(getter, rows)
+            fields[name] = many_values(getter, rows) if found is None else found
+        return fields
+
     def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
         """The fields of several rows, each stacked as ``stack_records`` stacks them from :meth:`records`.
 

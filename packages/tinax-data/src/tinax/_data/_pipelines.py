@@ -258,7 +258,7 @@ def training_batches(
     return CheckedMapDataset(
         batched,
         in_process_description(description),
-        default_read_options=_default_read_options(dataset),
+        default_read_options=_default_read_options(dataset, batch_fn),
         epoch_rows=EpochRows(ordered, batch_fn),
     )
 
@@ -358,18 +358,19 @@ def evaluation_batches(
     from tinax._data._checked_datasets import CheckedMapDataset
 
     return CheckedMapDataset(
-        batched, in_process_description(description), default_read_options=_default_read_options(dataset)
+        batched, in_process_description(description), default_read_options=_default_read_options(dataset, batch_fn)
     )
 
 
-def _default_read_options(dataset: Any) -> Any:
+def _default_read_options(dataset: Any, batch_fn: Any) -> Any:
     """The read options a pipeline over ``dataset`` iterates with when given none, or None for Grain's."""
-    from tinax._data._checked_datasets import IN_TURN_READ_OPTIONS
+    from tinax._data._checked_datasets import IN_TURN_READ_OPTIONS, STACKED_READ_OPTIONS
     from tinax._data._reader_datasets import record_source_of
+    from tinax._data._stacking import stacks_columns
 
     # Only the reader's own dataset: a transformation in front may wait on anything.
     if getattr(record_source_of(dataset), "reads_in_turn", False):
-        return IN_TURN_READ_OPTIONS
+        return STACKED_READ_OPTIONS if stacks_columns(batch_fn) else IN_TURN_READ_OPTIONS
     return None
 
 

@@ -46,7 +46,7 @@ from tinax._core.logs import format_bytes, get_logger
 from tinax._data._direct_reads import DirectBatchMapDataset
 from tinax._data._grain_compat import SLICE_MAP_DATASET, read_many
 from tinax._data._reader_datasets import RecordSourceMapDataset
-from tinax._data._stacking import StackedColumns, join_stacked
+from tinax._data._stacking import StackedColumns, join_stacked, stack_values, stacks_columns
 
 __all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
 
@@ -141,12 +141,17 @@ def shuffled_indices(
     bits = int(np.ceil(np.log2(max_index)))
     bits = max(bits + bits % 2, 16)
     width = bits // 2
-    mask = np.uint64((1 << width) - 1)
-    shift = np.uint64(width)
-    keys = [np.uint64(word & ((1 << width) - 1)) for word in _seed_sequence_words(seed, rounds)]
+    # A domain of up to 2**32 values fits 32-bit words (a half shifted left stays below 2**32): half the
+    # memory traffic of 64-bit ones, for the same bits.
+    word = np.uint32 if max_index < 2**32 else np.uint64
+    mask = word((1 << width) - 1)
+    shift = word(width)
+    keys = [word(value & ((1 << width) - 1)) for value in _seed_sequence_words(seed, rounds)]
+    shifts = {by: (word(by), word(width - by)) for by in (1, 2, 8)}
 
     def rotate(value: np.ndarray[Any, Any], by: int) -> np.ndarray[Any, Any]:
-        rotated: np.ndarray[Any, Any] = ((value << np.uint64(by)) | (value >> np.uint64(width - by))) & mask
+        left_by, right_by = shifts[by]
+        rotated: np.ndarray[Any, Any] = ((value << left_by) | (value >> right_by)) & mask
         return rotated
 
     def feistel(value: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -162,19 +167,19 @@ def shuffled_indices(
         encrypted: np.ndarray[Any, Any] = (left << shift) | right
         return encrypted
 
-    values = np.asarray(indices).astype(np.uint64)
-    limit = np.uint64(max_index)
+    values = np.asarray(indices).astype(word)
+    limit = word(max_index)
     if bits <= _TABLE_BITS:
         # A small range sits in a domain of at least 2**16 values, so a walk takes about 2**16 / max_index
         # steps. Over the whole domain at once, the first value in range after each one is found by
         # doubling how far each pointer reaches: bits + 1 passes over the table instead of a walk per index.
-        cipher = encrypt(np.arange(1 << bits, dtype=np.uint64)).astype(np.int64)
+        cipher = encrypt(np.arange(1 << bits, dtype=word)).astype(np.int64)
         reach = np.where(np.arange(1 << bits) <= max_index, np.arange(1 << bits), cipher)
         for _ in range(bits + 1):
             reach = reach[reach]
         # The cipher reads only the domain's bits of an index (2**bits itself, where max_index is that, as 0).
-        return reach[cipher[(values & np.uint64((1 << bits) - 1)).astype(np.int64)]].astype(np.int64)
-    result = np.empty(len(values), dtype=np.uint64)
+        return reach[cipher[(values & word((1 << bits) - 1)).astype(np.int64)]].astype(np.int64)
+    result = np.empty(len(values), dtype=word)
     pending = np.arange(len(values))
     while len(pending):
         values = encrypt(values)
@@ -441,6 +446,108 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
             _return_freed_memory()
 
 
+class _StackedWindow:
+    """A window's rows as stacked fields, in the order the batches ask for them (a table's ``stacked``).
+
+    Each field is an array of the window's rows, or, where the dtype of its
+    batches depends on their rows (see ``_RowGroup.window_fields``), the list
+    of its values, stacked batch by batch.
+    """
+
+    def __init__(self, columns: dict[str, np.ndarray[Any, Any] | list[Any]]) -> None:
+        self._columns = columns
+
+    def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
+        """The fields of ``rows`` of the window, each a new array."""
+        stacked = {}
+        for name, column in self._columns.items():
+            if isinstance(column, np.ndarray):
+                stacked[name] = column[rows]
+            else:
+                stacked[name] = stack_values(name, [column[row] for row in rows.tolist()])
+        return stacked
+
+    def records(self, rows: np.ndarray[Any, Any]) -> list[Any]:
+        raise ValueError("a window of stacked fields holds no records")
+
+
+def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
+    """Reads the fields at many positions of a Parquet reader as stacked arrays, each row group once.
+
+    The counterpart of :func:`read_window` for batches of ``stack_records``:
+    each row group gives the stacked fields of its rows (taken out of its
+    decoded columns, in file order), and the window joins them into one
+    array per field in the order of ``positions``, so that a batch is a slice
+    of it. Past the cache, the cache is emptied first and each row group is
+    decoded, taken from and let go before the next, as for :func:`read_window`.
+
+    Args:
+      source: A ``ParquetRecordSource``.
+      positions: Valid record positions (non-negative, below the count).
+
+    Returns:
+      A table whose ``stacked(rows[i:j])`` are the stacked fields of
+      ``positions[i:j]``, and those ``rows``.
+
+    Raises:
+      ValueError: For a row group that cannot be read, or a field that does
+        not stack column-wise. The caller then reads the batches the usual
+        way, which stacks them or raises as it always did.
+    """
+    past = past_cache(source)
+    if past:
+        source.empty_cache()
+        _return_freed_memory()
+    ends = np.asarray(source.row_group_ends, dtype=np.int64)
+    order = np.argsort(np.searchsorted(ends, positions, side="right"), kind="stable")
+    ordered = positions[order]
+    groups = np.searchsorted(ends, ordered, side="right")
+    cuts = np.flatnonzero(np.diff(groups)) + 1
+    firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
+    parts: list[dict[str, np.ndarray[Any, Any] | list[Any]]] = []
+    try:
+        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
+            group_index = int(groups[first])
+            with source._lock:  # Other readers take turns with the window, row group by row group.
+                if past:
+                    group = source._decode(group_index, int(chosen[0]), own_memory=False)
+                else:
+                    group = source._group(group_index, int(chosen[0]))
+            offset = int(ends[group_index - 1]) if group_index else 0
+            parts.append(group.window_fields(chosen - offset))
+            del group
+        if not parts:
+            raise ValueError("no rows to read")
+        del ordered, groups, cuts, firsts
+        # From file order to the order of ``positions``: row i of the window is positions[i].
+        columns: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
+        for name in list(parts[0]):
+            # Each field's parts go as soon as they are joined, so that the window is never held twice.
+            pieces = [part.pop(name) for part in parts]
+            if all(isinstance(piece, np.ndarray) for piece in pieces):
+                joined = np.concatenate(pieces)
+                in_order = np.empty_like(joined)
+                in_order[order] = joined
+                columns[name] = in_order
+            else:
+                # A part that stacked gives its rows back as the values themselves: Python
+                # scalars for numbers, the rows' arrays for arrays.
+                values = [
+                    value
+                    for piece in pieces
+                    for value in (piece.tolist() if isinstance(piece, np.ndarray) and piece.ndim == 1 else piece)
+                ]
+                listed: list[Any] = [None] * len(values)
+                for slot, value in zip(order.tolist(), values, strict=True):
+                    listed[slot] = value
+                columns[name] = listed
+            del pieces
+        return _StackedWindow(columns), np.arange(len(positions), dtype=np.int64)
+    finally:
+        if past:
+            _return_freed_memory()
+
+
 def _return_freed_memory() -> None:
     """Hands the memory the reads freed back to the system: pyarrow's allocator's, and the C library's.
 
@@ -472,10 +579,11 @@ class ReadPlanner:
         length times the epochs, or ``sys.maxsize`` for an endless repeat).
     """
 
-    def __init__(self, positions: Any, source: Any, *, limit: int) -> None:
+    def __init__(self, positions: Any, source: Any, *, limit: int, stacked: bool = False) -> None:
         self._positions = positions
         self._source = source
         self._limit = limit
+        self._stacked = stacked
         self._start_process()
 
     def _start_process(self) -> None:
@@ -488,12 +596,13 @@ class ReadPlanner:
         self._told = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"positions": self._positions, "source": self._source, "limit": self._limit}
+        return {"positions": self._positions, "source": self._source, "limit": self._limit, "stacked": self._stacked}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._positions = state["positions"]
         self._source = state["source"]
         self._limit = state["limit"]
+        self._stacked = state["stacked"]
         self._start_process()
 
     def read(self, items: range, *, stacked: bool = False) -> Any:
@@ -558,7 +667,7 @@ class ReadPlanner:
             else:
                 positions = np.asarray(read_many(self._positions, indices.tolist()), dtype=np.int64)
             del indices
-            table, rows = read_window(self._source, positions)
+            table, rows = self._read_window(positions)
             del positions
         except Exception:  # Read the usual way, which raises at the batch it always raised at.
             return None
@@ -566,6 +675,17 @@ class ReadPlanner:
         if batches == most:
             self._tell(len(rows))
         return self._window
+
+    def _read_window(self, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
+        """Reads a window: of stacked fields for ``stack_records``' batches, else of records."""
+        if self._stacked:
+            try:
+                return read_stacked_window(self._source, positions)
+            except ValueError:
+                # Fields that stack in no window (arrays whose shape changes from row group to row
+                # group): the windows hold records from now on, each batch stacked from them.
+                self._stacked = False
+        return read_window(self._source, positions)
 
     def _tell(self, rows: int) -> None:
         """Logs once what planned reads cost over a source larger than its cache."""
@@ -693,7 +813,7 @@ def shuffled_batches(
         return None
     if all(type(node) is SLICE_MAP_DATASET for node in slices):
         twin = _vector_positions(twin, shuffled, slices)
-    planner = ReadPlanner(twin, source, limit=planned_limit(len(rows), num_epochs))
+    planner = ReadPlanner(twin, source, limit=planned_limit(len(rows), num_epochs), stacked=stacks_columns(batch_fn))
     vector = twin if isinstance(twin, VectorPositions) else None
     return PlannedBatchMapDataset(
         rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner, positions=vector, source=source
