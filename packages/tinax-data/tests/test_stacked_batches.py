@@ -354,3 +354,25 @@ def test_a_globally_shuffled_columnar_pipeline_reads_planned_windows_of_stacked_
     assert [exact(batch) for batch in pipeline(stack_records)] == expected
     # Every batch came from a window, each window's rows read once.
     assert sum(windows) == len(expected) * 100
+
+
+@pytest.mark.parametrize(
+    ("count", "cuts"),
+    [(1000, [slice(0, 996), slice(498, 996)]), (37, [slice(0, 36), slice(18, 36)]), (50, [slice(3, 40)])],
+)
+def test_positions_of_a_range_are_grains_across_epochs_of_slices_and_source(count, cuts):
+    from tinax._data._grain_compat import read_many
+    from tinax._data._planned_reads import VectorPositions, _vector_positions, position_dataset
+
+    ordered = position_dataset(count).seed(5)
+    twin, slices = ordered, []
+    for cut in cuts:
+        twin = twin.slice(cut)
+        slices.insert(0, twin)
+    vector = _vector_positions(twin, ordered, slices, "none")
+    assert isinstance(vector, VectorPositions)
+    rng = np.random.default_rng(count)
+    for start in [0, len(twin) - 3, *rng.integers(0, 4 * len(twin), 40).tolist()]:
+        for length in (1, 2, 5, len(twin) + 7):
+            expected = read_many(twin, list(range(start, start + length)))
+            assert vector.range_positions(start, start + length).tolist() == expected

@@ -98,7 +98,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         if self._positions is None or items.step != 1 or not len(items):
             rows = read_many(self.parents[0], items)
             return StackedColumns(stack_records(rows), len(rows)) if self._stacked and rows else rows
-        positions = self._positions.positions(np.arange(items.start, items.stop, dtype=np.int64))
+        positions = self._positions.range_positions(items.start, items.stop)
         return read_positions(self._source, positions, stacked=self._stacked)
 
 

@@ -229,18 +229,27 @@ class VectorPositions:
             values = start + offsets * step + epochs * parent_length
         return values
 
-    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
-        """The source positions of ``indices`` of the outermost dataset."""
-        values = np.asarray(indices, dtype=np.int64)
-        count = len(values)
-        if self._order == "none" and count > 2 and int(values[-1]) - int(values[0]) == count - 1:
+    def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+        """The source positions of the indices ``range(start, stop)`` of the outermost dataset."""
+        if self._order == "none" and stop - start > 1:
             # Consecutive indices (a batch read in order) map to consecutive positions unless they cross
             # an epoch of a slice (the ends are then further apart than the rows) or of the source.
-            first, last = (int(end) for end in self._sliced(values[[0, -1]]))
-            consecutive = last - first == count - 1 and first // self._count == last // self._count
-            if consecutive and bool(np.all(np.diff(values) == 1)):
-                return np.arange(first, last + 1, dtype=np.int64) % self._count
-        values = self._sliced(values)
+            first, last = self._sliced_index(start), self._sliced_index(stop - 1)
+            if last - first == stop - start - 1 and first // self._count == last // self._count:
+                offset = first // self._count * self._count
+                return np.arange(first - offset, last + 1 - offset, dtype=np.int64)
+        return self.positions(np.arange(start, stop, dtype=np.int64))
+
+    def _sliced_index(self, value: int) -> int:
+        """:meth:`_sliced` of one index, in Python ints."""
+        for start, step, length, parent_length in self._slices:
+            epoch, offset = divmod(value, length)
+            value = start + offset * step + epoch * parent_length
+        return value
+
+    def positions(self, indices: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+        """The source positions of ``indices`` of the outermost dataset."""
+        values = self._sliced(np.asarray(indices, dtype=np.int64))
         if self._window is not None:
             return self._window.positions(values) % self._count  # type: ignore[no-any-return]
         if self._order != "shuffle":
