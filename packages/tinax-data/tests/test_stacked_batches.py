@@ -375,4 +375,4 @@ def test_positions_of_a_range_are_grains_across_epochs_of_slices_and_source(coun
     for start in [0, len(twin) - 3, *rng.integers(0, 4 * len(twin), 40).tolist()]:
         for length in (1, 2, 5, len(twin) + 7):
             expected = read_many(twin, list(range(start, start + length)))
-            assert vector.range_positions(start, start + length).tolist() == expected
+            assert list(vector.range_positions(start, start + length)) == expected

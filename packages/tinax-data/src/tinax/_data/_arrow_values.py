@@ -151,12 +151,32 @@ def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
     return None
 
 
-def stacked_values(getter: Getter, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any] | None:
-    """Several rows of a column as one stacked array where the getter can give one, else None."""
+def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any] | None:
+    """Several rows of a column as one stacked array where the getter can give one, else None.
+
+    Args:
+      getter: A column's getter.
+      rows: The rows, as an array of row numbers or a slice of consecutive ones.
+    """
     stacked = getattr(getter, "stacked", None)
     if stacked is None:
         return None
     return stacked(rows)  # type: ignore[no-any-return]
+
+
+def take_rows(
+    values: np.ndarray[Any, Any], rows: np.ndarray[Any, Any] | slice, *, dtype: np.dtype[Any] | None = None
+) -> np.ndarray[Any, Any]:
+    """A new, writable array of some rows of ``values`` (in ``dtype``, where given).
+
+    Consecutive rows come as a slice, copied in one piece: a gather through
+    an array of row numbers costs several times a copy, and a batch read in
+    order is one slice of its row group.
+    """
+    if isinstance(rows, slice):
+        return np.array(values[rows], dtype=dtype if dtype is not None else values.dtype)
+    taken = values[rows]
+    return taken if dtype is None else taken.astype(dtype, copy=False)
 
 
 #: NumPy type codes whose memoryview items are the Python values to_pylist gives (not float16).
@@ -228,7 +248,7 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
             stacked_dtype = _stacked_dtype(values.dtype)
             stacked = None
             if stacked_dtype is not None:
-                stacked = lambda rows: values[rows].astype(stacked_dtype, copy=False)  # noqa: E731
+                stacked = functools.partial(take_rows, values, dtype=stacked_dtype)
             return _with_batched_read(one, lambda rows: values[rows].tolist(), stacked)
         return _none_where_null(valid, one)
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
@@ -419,7 +439,7 @@ class ArrayColumn:
             return [array.copy() for array in self._block[rows]]
         return [self.get(row) for row in rows.tolist()]
 
-    def stacked(self, rows: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    def stacked(self, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any]:
         """The arrays of several rows stacked on a leading axis, as ``np.stack`` of :meth:`many` gives them.
 
         Raises:
@@ -428,7 +448,7 @@ class ArrayColumn:
         """
         if self._fixed_shape is None:
             raise ValueError("the column's arrays do not all have one shape")
-        stacked: np.ndarray[Any, Any] = self._block[rows]
+        stacked = take_rows(self._block, rows)
         if not stacked.dtype.isnative:
             # np.stack gives arrays of another byte order in the native one.
             stacked = stacked.astype(stacked.dtype.newbyteorder("="))

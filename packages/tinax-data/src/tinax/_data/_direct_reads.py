@@ -38,18 +38,25 @@ if TYPE_CHECKING:
 __all__ = ["DirectBatchMapDataset", "batch_positions", "read_positions"]
 
 
-def read_positions(source: Any, positions: np.ndarray[Any, Any], *, stacked: bool) -> Any:
+def read_positions(source: Any, positions: np.ndarray[Any, Any] | range, *, stacked: bool) -> Any:
     """The records of a source at valid positions, or, with ``stacked``, their :class:`StackedColumns`.
 
     Args:
       source: A reader's record source (or any random-access source).
-      positions: Positions in the source, each at least 0 and below its length.
+      positions: Positions in the source, each at least 0 and below its
+        length: an array, or a ``range`` of consecutive ones.
       stacked: Whether the caller's batch function is ``stack_records``.
     """
     if stacked:
+        if isinstance(positions, range):
+            stacked_range = getattr(source, "stacked_range", None)
+            if stacked_range is not None:
+                return stacked_range(positions)
         stacked_at = getattr(source, "stacked_at", None)
         if stacked_at is not None:
-            return stacked_at(positions)
+            return stacked_at(np.asarray(positions, dtype=np.int64))
+    if isinstance(positions, range):
+        positions = np.arange(positions.start, positions.stop, dtype=np.int64)
     records_at = getattr(source, "records_at", None)
     records = records_at(positions) if records_at is not None else read_many(source, positions.tolist())
     if stacked:

@@ -143,6 +143,20 @@ class _RowGroup:
             stacked[name] = stack_values(name, many_values(getter, rows)) if found is None else found
         return stacked
 
+    def stacked_slice(self, rows: slice) -> dict[str, np.ndarray[Any, Any]]:
+        """:meth:`stacked` of consecutive rows, each field copied out of its column in one piece.
+
+        Raises:
+          ValueError: As :meth:`stacked` raises.
+        """
+        stacked = {}
+        for name, getter in self._getters:
+            found = stacked_values(getter, rows)
+            if found is None:
+                found = stack_values(name, many_values(getter, np.arange(rows.start, rows.stop)))
+            stacked[name] = found
+        return stacked
+
 
 def _tinax_getters(
     schema: RecordSchema,
@@ -505,6 +519,22 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         except ValueError:
             return StackedColumns(stack_records(self.records_at(positions)), len(positions))
         return StackedColumns(columns, len(positions))
+
+    def stacked_range(self, positions: range) -> StackedColumns:
+        """:meth:`stacked_at` of consecutive positions: one slice of each field where one row group holds them."""
+        first, stop = positions.start, positions.stop
+        group_index = bisect.bisect_right(self._group_ends, first)
+        if stop - first < 1 or bisect.bisect_right(self._group_ends, stop - 1) != group_index:
+            return self.stacked_at(np.arange(first, stop, dtype=np.int64))
+        with self._lock:
+            self._rows_served += stop - first
+            group = self._group(group_index, first)
+        offset = self._group_offset(group_index)
+        try:
+            columns = group.stacked_slice(slice(first - offset, stop - offset))
+        except ValueError:
+            return StackedColumns(stack_records(self.records_at(np.arange(first, stop))), stop - first)
+        return StackedColumns(columns, stop - first)
 
     def _group_offset(self, group_index: int) -> int:
         return self._group_ends[group_index - 1] if group_index else 0

@@ -229,15 +229,20 @@ class VectorPositions:
             values = start + offsets * step + epochs * parent_length
         return values
 
-    def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any]:
-        """The source positions of the indices ``range(start, stop)`` of the outermost dataset."""
-        if self._order == "none" and stop - start > 1:
-            # Consecutive indices (a batch read in order) map to consecutive positions unless they cross
-            # an epoch of a slice (the ends are then further apart than the rows) or of the source.
+    def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
+        """The source positions of the indices ``range(start, stop)`` of the outermost dataset.
+
+        Returns:
+          The positions, as a ``range`` where they are consecutive (a batch
+          read in order), else as an array.
+        """
+        if self._order == "none" and stop - start > 0:
+            # Consecutive indices map to consecutive positions unless they cross an epoch of a
+            # slice (the ends are then further apart than the rows) or of the source.
             first, last = self._sliced_index(start), self._sliced_index(stop - 1)
             if last - first == stop - start - 1 and first // self._count == last // self._count:
                 offset = first // self._count * self._count
-                return np.arange(first - offset, last + 1 - offset, dtype=np.int64)
+                return range(first - offset, last + 1 - offset)
         return self.positions(np.arange(start, stop, dtype=np.int64))
 
     def _sliced_index(self, value: int) -> int:
