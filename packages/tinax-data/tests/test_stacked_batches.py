@@ -349,10 +349,14 @@ def test_a_globally_shuffled_columnar_pipeline_reads_planned_windows_of_stacked_
     def no_records(*args: Any) -> Any:
         raise AssertionError("records were read into a window")
 
+    def not_from_a_window(*args: Any) -> Any:
+        raise AssertionError("a batch was read outside the planned windows")
+
     monkeypatch.setattr(_planned_reads, "read_stacked_window", counted)
     monkeypatch.setattr(_planned_reads, "read_window", no_records)
+    monkeypatch.setattr(_direct_reads.DirectBatchMapDataset, "read_rows", not_from_a_window)
     assert [exact(batch) for batch in pipeline(stack_records)] == expected
-    # Every batch came from a window, each window's rows read once.
+    # Every batch came from a window, each window's rows read once (the next one read ahead in a thread).
     assert sum(windows) == len(expected) * 100
 
 

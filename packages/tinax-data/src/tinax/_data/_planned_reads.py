@@ -34,6 +34,7 @@ worker process's copy plans its own reads.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import sys
 import threading
@@ -55,6 +56,8 @@ _logger = get_logger("data")
 #: Batches of the first window; each next window is this factor larger, up to the source's limit.
 _FIRST_WINDOW_BATCHES = 4
 _GROWTH = 4
+#: Windows read ahead at once, each in a thread of its own, where the file fits the cache.
+_WINDOWS_AHEAD = 3
 #: Unplanned batch reads over a source larger than its cache before the planner says so, once.
 _UNPLANNED_WARNING_AFTER = 64
 
@@ -291,6 +294,7 @@ class _Window:
     """The rows of some batches ahead: a decoded table, and the row of it holding every batch's rows."""
 
     def __init__(self, starts: Sequence[int], stride: int, length: int, table: Any, rows: np.ndarray[Any, Any]) -> None:
+        self._count = len(rows)
         self._slots = {start: slot for slot, start in enumerate(starts)}
         self.stride = stride
         self.length = length
@@ -301,12 +305,51 @@ class _Window:
     def holds(self, start: int, length: int) -> bool:
         return length == self.length and start in self._slots
 
+    def __len__(self) -> int:
+        return self._count
+
     def records(self, start: int, length: int, *, stacked: bool = False) -> Any:
         slot = self._slots[start]
         rows = self._rows[slot * length : (slot + 1) * length]
         if stacked:
             return StackedColumns(self._table.stacked(rows), length)
         return self._table.records(rows)
+
+
+class _WindowAhead:
+    """A planner's next window, read in a daemon thread while the batches of the current one are served.
+
+    The thread reads one window and ends; what it reads is the window the
+    planner would read itself when the batches reach it, so a window that
+    cannot be read is None here too (its batches are then read the usual
+    way, raising where they always raised).
+    """
+
+    def __init__(self, planner: ReadPlanner, starts: list[int], stride: int, length: int, batches: int) -> None:
+        self._first = starts[0]
+        self.last_start = starts[-1]
+        self._stride = stride
+        self._length = length
+        self.batches = batches
+        self._window: _Window | None = None
+        self._done = threading.Event()
+        thread = threading.Thread(
+            target=self._read, args=(planner, starts, stride, length), name="tinax-data-window", daemon=True
+        )
+        thread.start()
+
+    def _read(self, planner: ReadPlanner, starts: list[int], stride: int, length: int) -> None:
+        try:
+            self._window = planner._read_batches(starts, stride, length)
+        finally:
+            self._done.set()
+
+    def holds(self, start: int, length: int, stride: int) -> bool:
+        return (start, length, stride) == (self._first, self._length, self._stride)
+
+    def result(self) -> _Window | None:
+        self._done.wait()
+        return self._window
 
 
 #: The rows of a window's piece: its rows are copied out of the row groups in
@@ -513,9 +556,10 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
         source.empty_cache()
         _return_freed_memory()
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
-    order = np.argsort(np.searchsorted(ends, positions, side="right"), kind="stable")
+    groups = np.searchsorted(ends, positions, side="right")
+    order = np.argsort(groups, kind="stable")
     ordered = positions[order]
-    groups = np.searchsorted(ends, ordered, side="right")
+    groups = groups[order]
     cuts = np.flatnonzero(np.diff(groups)) + 1
     firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
     parts: list[dict[str, np.ndarray[Any, Any] | list[Any]]] = []
@@ -608,6 +652,8 @@ class ReadPlanner:
         self._next_batches = _FIRST_WINDOW_BATCHES
         self._unplanned = 0
         self._told = False
+        self._ahead: collections.deque[_WindowAhead] = collections.deque()
+        self._ahead_batches = _FIRST_WINDOW_BATCHES
 
     def __getstate__(self) -> dict[str, Any]:
         return {"positions": self._positions, "source": self._source, "limit": self._limit, "stacked": self._stacked}
@@ -632,6 +678,8 @@ class ReadPlanner:
             if window is None or not window.holds(start, length):
                 window = None  # Not held here while the next window is read.
                 window = self._plan(start, length)
+            if window is not None and self._stacked:
+                self._read_ahead(window)
         if window is None:
             return None
         try:
@@ -661,14 +709,63 @@ class ReadPlanner:
             self._note_unplanned()
             return None
         self._window = None
+        ahead = self._ahead.popleft() if self._ahead else None
         if not continues:
             self._next_batches = 1 if first_read else _FIRST_WINDOW_BATCHES
         most = max(1, window_rows(self._source) // length)
+        if ahead is not None and continues and ahead.holds(start, length, stride):
+            # The window a thread read ahead: the one computed here, had it not.
+            self._next_batches = ahead.batches * _GROWTH
+            self._window = ahead.result()
+            if self._window is not None and ahead.batches == most:
+                self._tell(len(self._window))
+            return self._window
+        # Reads no longer in order: the windows read ahead are not the next ones.
+        self._ahead.clear()
         batches = min(self._next_batches, most)
-        starts = [start + stride * step for step in range(batches) if start + stride * step + length <= self._limit]
+        starts = self._window_starts(start, stride, length, batches)
         if not starts:
             return None
         self._next_batches = batches * _GROWTH
+        self._window = self._read_batches(starts, stride, length)
+        if self._window is not None and batches == most:
+            self._tell(len(self._window))
+        return self._window
+
+    def _window_starts(self, start: int, stride: int, length: int, batches: int) -> list[int]:
+        return [start + stride * step for step in range(batches) if start + stride * step + length <= self._limit]
+
+    def _read_ahead(self, window: _Window) -> None:
+        """Starts reading the window after ``window`` in a thread of its own (called with the lock held).
+
+        The pipeline's thread then only takes batches out of windows: the
+        shuffle's positions and the row groups' rows of the next window are
+        computed meanwhile, mostly outside the interpreter lock (NumPy and
+        pyarrow release it). Two windows are held at once, each within the
+        half of the budget :func:`window_rows` gives it.
+        """
+        # Several windows ahead where the file fits the cache (each a few thousand rows, read on cores of
+        # their own); past it, one, so that the two held at once stay within the budget.
+        wanted = 1 if past_cache(self._source) else _WINDOWS_AHEAD
+        if len(self._ahead) >= wanted:
+            return
+        most = max(1, window_rows(self._source) // window.length)
+        if self._ahead:
+            last = self._ahead[-1]
+            start, batches = last.last_start + window.stride, min(self._ahead_batches, most)
+        else:
+            start, batches = window.last_start + window.stride, min(self._next_batches, most)
+        while len(self._ahead) < wanted:
+            starts = self._window_starts(start, window.stride, window.length, batches)
+            if not starts:
+                return
+            self._ahead.append(_WindowAhead(self, starts, window.stride, window.length, batches))
+            start = starts[-1] + window.stride
+            batches = min(batches * _GROWTH, most)
+            self._ahead_batches = batches
+
+    def _read_batches(self, starts: list[int], stride: int, length: int) -> _Window | None:
+        """Reads the window of the batches at ``starts``, or None where it cannot (they are read the usual way)."""
         indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
         try:
             if isinstance(self._positions, VectorPositions):
@@ -685,10 +782,7 @@ class ReadPlanner:
             del positions
         except Exception:  # Read the usual way, which raises at the batch it always raised at.
             return None
-        self._window = _Window(starts, stride, length, table, rows)
-        if batches == most:
-            self._tell(len(rows))
-        return self._window
+        return _Window(starts, stride, length, table, rows)
 
     def _read_window(self, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
         """Reads a window: of stacked fields for ``stack_records``' batches, else of records."""
