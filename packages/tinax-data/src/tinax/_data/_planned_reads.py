@@ -47,6 +47,7 @@ from tinax._core.logs import format_bytes, get_logger
 from tinax._data._direct_reads import DirectBatchMapDataset
 from tinax._data._grain_compat import SLICE_MAP_DATASET, read_many
 from tinax._data._reader_datasets import RecordSourceMapDataset
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_values, stacks_columns
 
 __all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
@@ -317,7 +318,7 @@ class _Window:
 
 
 class _WindowAhead:
-    """A planner's next window, read in a daemon thread while the batches of the current one are served.
+    """A planner's next window, read in a thread of its own while the batches of the current one are served.
 
     The thread reads one window and ends; what it reads is the window the
     planner would read itself when the batches reach it, so a window that
@@ -333,8 +334,10 @@ class _WindowAhead:
         self.batches = batches
         self._window: _Window | None = None
         self._done = threading.Event()
+        # Not a daemon: the interpreter joins it before it exits, rather than stopping it inside pyarrow,
+        # and once shutdown starts its reads stop at the next row group (see ``_shutdown``).
         thread = threading.Thread(
-            target=self._read, args=(planner, starts, stride, length), name="tinax-data-window", daemon=True
+            target=self._read, args=(planner, starts, stride, length), name=f"{WINDOW_THREAD_PREFIX}-{starts[0]}"
         )
         thread.start()
 
@@ -566,6 +569,7 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
     try:
         for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
             group_index = int(groups[first])
+            check_reads_go_on("a window of planned batches")
             with source._lock:  # Other readers take turns with the window, row group by row group.
                 if past:
                     group = source._decode(group_index, int(chosen[0]), own_memory=False)
@@ -863,8 +867,6 @@ class PlannedBatchMapDataset(DirectBatchMapDataset):
         self._planner = planner
 
     def _get_parent_items_fn(self, items: range) -> Any:
-        from tinax._data._shutdown import check_reads_go_on
-
         check_reads_go_on("a batch")
         found = self._planner.read(items, stacked=self._stacked)
         if found is not None:

@@ -11,7 +11,8 @@ the pool takes no new work after that point, so an iterator read on from
 another thread fails when its queue runs dry anyway.
 
 So when shutdown starts, tinax's readers and batch reads stop working for
-grain's prefetch threads: a queued batch fails at its first read, and a
+grain's prefetch threads (and for tinax's own threads that read a planned
+window ahead, which the interpreter joins too): a queued batch fails at its first read, and a
 batch being read stops before its next row group (Parquet) or record
 (ArrayRecord), with :class:`ReadsStoppedError`, which nobody sees. Reads in
 the main thread (an ``atexit`` handler) and in the program's own threads go
@@ -42,11 +43,13 @@ import concurrent.futures.thread  # noqa: F401 - imported first, so that the hoo
 import threading
 from typing import Any
 
-__all__ = ["PREFETCH_THREAD_PREFIX", "ReadsStoppedError", "check_reads_go_on", "shutting_down"]
+__all__ = ["PREFETCH_THREAD_PREFIX", "WINDOW_THREAD_PREFIX", "ReadsStoppedError", "check_reads_go_on", "shutting_down"]
 
 
 #: The start of the names of the threads grain's prefetch (``MapDataset.to_iter_dataset``) reads in.
 PREFETCH_THREAD_PREFIX = "grain-prefetch"
+#: The start of the names of tinax's own threads that read a planned window ahead of the batches.
+WINDOW_THREAD_PREFIX = "tinax-data-window"
 
 
 class ReadsStoppedError(RuntimeError):
@@ -74,7 +77,7 @@ def check_reads_go_on(what: Any) -> None:
       ReadsStoppedError: If the interpreter is shutting down and the read
         runs in one of grain's prefetch threads.
     """
-    if _shutting_down and threading.current_thread().name.startswith(PREFETCH_THREAD_PREFIX):
+    if _shutting_down and threading.current_thread().name.startswith((PREFETCH_THREAD_PREFIX, WINDOW_THREAD_PREFIX)):
         raise ReadsStoppedError(
             f"reading {what} stopped: the interpreter is shutting down, and nothing can read what a prefetch "
             "thread reads after that; close an iterator you stop reading early"
