@@ -13,7 +13,9 @@ update on ``x`` and ``label``) fed by:
   (in order) or gathered with a permutation (the shuffles).
 
 Each policy (in order, ``shuffle_window=2``, the global shuffle) and batch
-size is timed over ``--feeding-batches`` batches after a warm-up, in
+size is timed over ``--feeding-rows`` rows after ``--feeding-warmup`` batches
+(a first pass, which decodes the file as it goes), and again for
+``stack_records`` after one whole epoch (the file decoded and cached), in
 ``--feeding-rounds`` rounds whose sides run in a new order each round; the
 figures are the medians, and the ratios those of each round's figures. A
 last comparison reads a file three times ``cache_bytes`` (the reader's
@@ -111,6 +113,13 @@ def _tinax_batches(
     return iter(pipeline)
 
 
+def _after_one_epoch(batches: Iterator[dict[str, Any]], count: int) -> Iterator[dict[str, Any]]:
+    """``batches`` once ``count`` batches (an epoch) were read, untimed and without the step."""
+    for _ in range(count):
+        next(batches)
+    return batches
+
+
 def _rows_per_second(batches: Iterator[dict[str, Any]], warmup: int, timed: int) -> float:
     device = jax.devices()[0]
     weights = jax.device_put(jnp.zeros(16, jnp.float32), device)
@@ -174,6 +183,21 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
                 "tinax own batch_fn": lambda b=batch_size, p=policy: _tinax_batches(path, b, p, own_stack, None),
             }
             _compare(f"batch {batch_size}, {policy}: {timed} batches", sides, numpy_name, options, timed)
+    # After one epoch: the file is decoded and cached, as in every epoch of a run but the first.
+    for batch_size in options.feeding_batch_sizes:
+        timed = max(20, options.feeding_rows // batch_size)
+        for policy in _POLICIES:
+            shuffled = policy != "in order"
+            numpy_name = "numpy gather" if shuffled else "numpy slices"
+            sides = {
+                numpy_name: lambda b=batch_size, s=shuffled: _numpy_batches(columns, b, s),
+                "tinax stack_records": lambda b=batch_size, p=policy: _after_one_epoch(
+                    _tinax_batches(path, b, p, stack_records, None), count // b
+                ),
+            }
+            _compare(
+                f"batch {batch_size}, {policy}, after one epoch: {timed} batches", sides, numpy_name, options, timed
+            )
     # Past the cache: the decoded rows are three times cache_bytes.
     decoded = pq.read_table(path).nbytes
     cache_bytes = max(1 << 20, decoded // 3)
