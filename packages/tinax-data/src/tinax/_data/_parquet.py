@@ -368,7 +368,7 @@ def _plain_table(records: Sequence[Mapping[str, Any]]) -> pa.Table | Exception:
     try:
         # pyarrow reads the rows it is given without keeping them, so plain dicts need no copy.
         exact = isinstance(records, (list, tuple)) and set(map(type, records)) == {dict}
-        return pa.Table.from_pylist(records if exact else [dict(record) for record in records])  # type: ignore[arg-type]
+        return pa.Table.from_pylist(records if exact else [dict(record) for record in records])
     except Exception as error:  # pyarrow's ArrowInvalid, ArrowTypeError, OverflowError, ...
         return error
 
@@ -569,7 +569,7 @@ class _RecordChecker:
             return None
         self.shapes[field.name] |= shapes
         if len(shapes) == 1:
-            return 8 * field.ndim + values[0].nbytes
+            return 8 * field.ndim + int(values[0].nbytes)
         return 8 * field.ndim + np.fromiter(map(operator.attrgetter("nbytes"), values), np.int64, len(values))
 
     def _sizes_one_by_one(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
