@@ -175,7 +175,7 @@ def take_rows(
     """
     if isinstance(rows, slice):
         return np.array(values[rows], dtype=dtype if dtype is not None else values.dtype)
-    taken = values[rows]
+    taken: np.ndarray[Any, Any] = values[rows]
     return taken if dtype is None else taken.astype(dtype, copy=False)
 
 

@@ -147,7 +147,7 @@ def shuffled_indices(
     width = bits // 2
     # A domain of up to 2**32 values fits 32-bit words (a half shifted left stays below 2**32): half the
     # memory traffic of 64-bit ones, for the same bits.
-    word = np.uint32 if max_index < 2**32 else np.uint64
+    word: type[np.unsignedinteger[Any]] = np.uint32 if max_index < 2**32 else np.uint64
     mask = word((1 << width) - 1)
     shift = word(width)
     keys = [word(value & ((1 << width) - 1)) for value in _seed_sequence_words(seed, rounds)]
@@ -182,7 +182,8 @@ def shuffled_indices(
         for _ in range(bits + 1):
             reach = reach[reach]
         # The cipher reads only the domain's bits of an index (2**bits itself, where max_index is that, as 0).
-        return reach[cipher[(values & word((1 << bits) - 1)).astype(np.int64)]].astype(np.int64)
+        domain = np.bitwise_and(values, word((1 << bits) - 1))
+        return reach[cipher[domain.astype(np.int64)]].astype(np.int64)
     result = np.empty(len(values), dtype=word)
     pending = np.arange(len(values))
     while len(pending):
