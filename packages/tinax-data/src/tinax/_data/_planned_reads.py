@@ -38,7 +38,7 @@ import collections
 import ctypes
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -425,6 +425,56 @@ class _Pieces:
         return join_stacked(parts)
 
 
+def _make_room(source: Any) -> bool:
+    """Empties the cache for a window that takes its place, and says whether it did (the file is past it)."""
+    past = past_cache(source)
+    if past:
+        source.empty_cache()
+        _return_freed_memory()
+    return past
+
+
+def _by_row_group(
+    source: Any, positions: np.ndarray[Any, Any], *, past: bool
+) -> tuple[np.ndarray[Any, Any], Iterator[tuple[Any, np.ndarray[Any, Any]]]]:
+    """The row groups that hold some positions, in file order, each read when its turn comes.
+
+    Args:
+      source: A ``ParquetRecordSource``.
+      positions: Valid record positions.
+      past: Whether the file is past the cache: each row group is then
+        decoded afresh, outside the cache; else read through it.
+
+    Returns:
+      The order that sorts ``positions`` by row group (stably), and an
+      iterator of each row group with the rows of it that ``positions`` hold,
+      in that order. A row group is read under the reader's lock, so other
+      readers take turns with the window; once shutdown starts, a thread that
+      reads windows ahead stops before the next one.
+    """
+    ends = np.asarray(source.row_group_ends, dtype=np.int64)
+    groups = np.searchsorted(ends, positions, side="right")
+    order = np.argsort(groups, kind="stable")
+
+    def read() -> Iterator[tuple[Any, np.ndarray[Any, Any]]]:
+        ordered, sorted_groups = positions[order], groups[order]
+        cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+        firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
+        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
+            group_index = int(sorted_groups[first])
+            check_reads_go_on("a window of planned batches")
+            with source._lock:
+                if past:
+                    group = source._decode(group_index, int(chosen[0]), own_memory=False)
+                else:
+                    group = source._group(group_index, int(chosen[0]))
+            yield group, chosen - (int(ends[group_index - 1]) if group_index else 0)
+            # Let go before the next one is decoded: past the cache, one decoded row group at a time.
+            del group
+
+    return order, read()
+
+
 def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
     """Reads the records at many positions of a Parquet reader, each row group once, in file order.
 
@@ -455,16 +505,8 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
 
     from tinax._data._parquet_source import _in_system_memory, _RowGroup
 
-    past = past_cache(source)
-    if past:
-        source.empty_cache()
-        _return_freed_memory()
-    ends = np.asarray(source.row_group_ends, dtype=np.int64)
-    order = np.argsort(np.searchsorted(ends, positions, side="right"), kind="stable")
-    ordered = positions[order]
-    groups = np.searchsorted(ends, ordered, side="right")
-    cuts = np.flatnonzero(np.diff(groups)) + 1
-    firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
+    past = _make_room(source)
+    order, row_groups = _by_row_group(source, positions, past=past)
     pool = pa.system_memory_pool()
     pieces: list[Any] = []
     piece_ends: list[int] = []
@@ -481,15 +523,8 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
         taken_rows = 0
 
     try:
-        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
-            group_index = int(groups[first])
-            with source._lock:  # Other readers take turns with the window, row group by row group.
-                if past:
-                    group = source._decode(group_index, int(chosen[0]), own_memory=False)
-                else:
-                    group = source._group(group_index, int(chosen[0]))
-            offset = int(ends[group_index - 1]) if group_index else 0
-            taken.append(pc.take(group.table, pa.array(chosen - offset, type=pa.int64()), memory_pool=pool))
+        for group, chosen in row_groups:
+            taken.append(pc.take(group.table, pa.array(chosen, type=pa.int64()), memory_pool=pool))
             taken_rows += len(chosen)
             del group
             if taken_rows >= _PIECE_ROWS:
@@ -498,7 +533,6 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
             join()
         if not pieces:
             raise ValueError("no rows to read")
-        del ordered, groups, cuts, firsts
         rows = np.empty(len(positions), dtype=np.int64)
         rows[order] = np.arange(len(positions), dtype=np.int64)
         return _Pieces(pieces, piece_ends), rows
@@ -555,33 +589,15 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
         not stack column-wise. The caller then reads the batches the usual
         way, which stacks them or raises as it always did.
     """
-    past = past_cache(source)
-    if past:
-        source.empty_cache()
-        _return_freed_memory()
-    ends = np.asarray(source.row_group_ends, dtype=np.int64)
-    groups = np.searchsorted(ends, positions, side="right")
-    order = np.argsort(groups, kind="stable")
-    ordered = positions[order]
-    groups = groups[order]
-    cuts = np.flatnonzero(np.diff(groups)) + 1
-    firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
+    past = _make_room(source)
+    order, row_groups = _by_row_group(source, positions, past=past)
     parts: list[dict[str, np.ndarray[Any, Any] | list[Any]]] = []
     try:
-        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
-            group_index = int(groups[first])
-            check_reads_go_on("a window of planned batches")
-            with source._lock:  # Other readers take turns with the window, row group by row group.
-                if past:
-                    group = source._decode(group_index, int(chosen[0]), own_memory=False)
-                else:
-                    group = source._group(group_index, int(chosen[0]))
-            offset = int(ends[group_index - 1]) if group_index else 0
-            parts.append(group.window_fields(chosen - offset))
+        for group, chosen in row_groups:
+            parts.append(group.window_fields(chosen))
             del group
         if not parts:
             raise ValueError("no rows to read")
-        del ordered, groups, cuts, firsts
         # From file order to the order of ``positions``: row i of the window is positions[i].
         columns: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
         for name in list(parts[0]):
