@@ -560,13 +560,16 @@ def _batches_and_threads(iterable: Any) -> tuple[list[Any], int]:
     """Every batch of ``iterable``, and how many of grain's prefetch threads its iterator started."""
     before = {thread.ident for thread in threading.enumerate()}
     iterator = iter(iterable)
-    found = [batch.tolist() for batch in iterator]
-    # Counted while the iterator lives: closing it lets its threads exit.
-    started = [
-        thread
-        for thread in threading.enumerate()
-        if thread.ident not in before and thread.name.startswith("grain-prefetch")
-    ]
+    found = []
+    started: set[int | None] = set()
+    for batch in iterator:
+        found.append(batch.tolist())
+        # Counted at every batch, while the iterator lives: once its work is done, a thread may exit.
+        started.update(
+            thread.ident
+            for thread in threading.enumerate()
+            if thread.ident not in before and thread.name.startswith("grain-prefetch")
+        )
     iterator.close()
     return found, len(started)
 

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _direct_reads
+from tinax._data import _direct_reads, _planned_reads
 from tinax._data._parquet_source import _RowGroup
 from tinax.data import (
     InMemorySource,
@@ -277,7 +277,7 @@ def test_direct_reads_give_the_batches_of_grains_own_chain(tinax_file, plain_fil
         return found
 
     direct = everything()
-    monkeypatch.setattr(_direct_reads, "batch_positions", lambda *args, **keywords: None)
+    monkeypatch.setattr(_planned_reads, "batch_positions", lambda *args, **keywords: None)
     assert everything() == direct
 
 
@@ -306,12 +306,16 @@ def test_a_columnar_pipeline_reads_in_the_consumers_thread_unless_told_otherwise
     def batches_and_threads(iterable: Any) -> tuple[list[Any], int]:
         before = {thread.ident for thread in threading.enumerate()}
         iterator = iter(iterable)
-        found = [exact(batch) for batch in iterator]
-        started = [
-            thread
-            for thread in threading.enumerate()
-            if thread.ident not in before and thread.name.startswith("grain-prefetch")
-        ]
+        found = []
+        started: set[int | None] = set()
+        for batch in iterator:
+            found.append(exact(batch))
+            # Counted at every batch, while the iterator lives: once its work is done, a thread may exit.
+            started.update(
+                thread.ident
+                for thread in threading.enumerate()
+                if thread.ident not in before and thread.name.startswith("grain-prefetch")
+            )
         iterator.close()
         return found, len(started)
 
@@ -328,8 +332,6 @@ def test_a_columnar_pipeline_reads_in_the_consumers_thread_unless_told_otherwise
 def test_a_globally_shuffled_columnar_pipeline_reads_planned_windows_of_stacked_fields(
     tinax_file, cache_bytes, monkeypatch
 ):
-    from tinax._data import _planned_reads
-
     def pipeline(batch_fn: Any) -> Any:
         dataset = read_parquet_record(tinax_file, cache_bytes=cache_bytes)
         return training_batches(

@@ -23,19 +23,22 @@ This module imports grain; instances pickle by reference to it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from tinax._data._grain_compat import SLICE_MAP_DATASET, BulkBatchMapDataset, read_many
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._grain_compat import BulkBatchMapDataset, read_many
 from tinax._data._stacking import StackedColumns, stack_records, stacks_columns
 
-if TYPE_CHECKING:
-    from tinax._data._planned_reads import VectorPositions
+__all__ = ["BatchPositions", "DirectBatchMapDataset", "read_positions"]
 
-__all__ = ["DirectBatchMapDataset", "batch_positions", "read_positions"]
+
+class BatchPositions(Protocol):
+    """Maps a batch's row indices to source positions at once (``_planned_reads.VectorPositions``)."""
+
+    def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
+        """The source positions of the indices ``range(start, stop)``."""
+        ...
 
 
 def read_positions(source: Any, positions: np.ndarray[Any, Any] | range, *, stacked: bool) -> Any:
@@ -84,7 +87,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         *,
         drop_remainder: bool,
         batch_fn: Any,
-        positions: VectorPositions | None,
+        positions: BatchPositions | None,
         source: Any,
     ) -> None:
         super().__init__(parent, batch_size, drop_remainder=drop_remainder, batch_fn=batch_fn)
@@ -107,59 +110,3 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
             return StackedColumns(stack_records(rows), len(rows)) if self._stacked and rows else rows
         positions = self._positions.range_positions(items.start, items.stop)
         return read_positions(self._source, positions, stacked=self._stacked)
-
-
-def batch_positions(
-    dataset: Any,
-    ordered: Any,
-    rows: Any,
-    *,
-    seed: int | None,
-    row_slices: Sequence[slice],
-    order: str,
-) -> VectorPositions | None:
-    """The positions of a pipeline's rows in its dataset's source, computed with NumPy, or None.
-
-    Args:
-      dataset: The pipeline's dataset; only a reader's own dataset (one
-        over a record source) has positions here.
-      ordered: The pipeline's dataset under its slices: ``dataset`` itself,
-        ``dataset.seed(seed)``, its grain shuffle or its window shuffle.
-      rows: ``ordered`` cut by ``row_slices``.
-      seed: The seed ``ordered`` was given, or None where it was not seeded.
-      row_slices: The slices that cut ``ordered`` into ``rows``, in turn.
-      order: ``"none"``, ``"shuffle"`` or ``"window"``: what ``ordered`` is.
-
-    Returns:
-      A :class:`VectorPositions` that maps ``rows``' indices to source
-      positions as grain's datasets do, or None where it cannot be built or
-      does not agree with them.
-    """
-    # The planned reads build on the direct batch, so their module is imported here.
-    from tinax._data._planned_reads import VectorPositions, _vector_positions, position_dataset
-
-    source = record_source_of(dataset)
-    if source is None:
-        return None
-    twin: Any = position_dataset(len(source))
-    if seed is not None:
-        twin = twin.seed(seed)
-    if order == "shuffle":
-        twin = twin.shuffle()
-    elif order == "window":
-        from tinax._data._checked_datasets import WindowShuffleMapDataset
-
-        twin = WindowShuffleMapDataset(twin, seed=ordered._seed, block_ends=ordered._block_ends, window=ordered._window)
-    # The same grain classes at the same depth under the same seed give the
-    # same order; should grain's seeding ever differ between the two, none.
-    if type(twin) is not type(ordered) or getattr(twin, "_seed", None) != getattr(ordered, "_seed", None):
-        return None
-    twin_ordered = twin
-    slices: list[Any] = []
-    for cut in row_slices:
-        twin = twin.slice(cut)
-        slices.insert(0, twin)
-    if len(twin) != len(rows) or not all(type(node) is SLICE_MAP_DATASET for node in slices):
-        return None
-    found = _vector_positions(twin, twin_ordered, slices, order)
-    return found if isinstance(found, VectorPositions) else None

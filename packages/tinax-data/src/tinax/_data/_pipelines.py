@@ -203,7 +203,8 @@ def training_batches(
             fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
         blocks = _row_group_ends(dataset)
     from tinax._data._checked_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
-    from tinax._data._direct_reads import DirectBatchMapDataset, batch_positions
+    from tinax._data._direct_reads import DirectBatchMapDataset
+    from tinax._data._planned_reads import batch_positions
     from tinax._data._reader_datasets import record_source_of
 
     ordered = dataset.seed(seed)
@@ -333,7 +334,8 @@ def evaluation_batches(
     base, extra = divmod(total, count)
     start = index * base + min(index, extra)
     stop = start + base + (1 if index < extra else 0)
-    from tinax._data._direct_reads import DirectBatchMapDataset, batch_positions
+    from tinax._data._direct_reads import DirectBatchMapDataset
+    from tinax._data._planned_reads import batch_positions
     from tinax._data._reader_datasets import record_source_of
 
     # grain's own batch, each batch's rows read from the source at positions computed at once.

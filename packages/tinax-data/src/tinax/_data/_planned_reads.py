@@ -50,7 +50,14 @@ from tinax._data._reader_datasets import RecordSourceMapDataset
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_values, stacks_columns
 
-__all__ = ["PlannedBatchMapDataset", "PositionSource", "ReadPlanner", "VectorPositions", "shuffled_indices"]
+__all__ = [
+    "PlannedBatchMapDataset",
+    "PositionSource",
+    "ReadPlanner",
+    "VectorPositions",
+    "batch_positions",
+    "shuffled_indices",
+]
 
 _logger = get_logger("data")
 
@@ -945,3 +952,58 @@ def shuffled_batches(
     return PlannedBatchMapDataset(
         rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner, positions=vector, source=source
     )
+
+
+def batch_positions(
+    dataset: Any,
+    ordered: Any,
+    rows: Any,
+    *,
+    seed: int | None,
+    row_slices: Sequence[slice],
+    order: str,
+) -> VectorPositions | None:
+    """The positions of a pipeline's rows in its dataset's source, computed with NumPy, or None.
+
+    Args:
+      dataset: The pipeline's dataset; only a reader's own dataset (one
+        over a record source) has positions here.
+      ordered: The pipeline's dataset under its slices: ``dataset`` itself,
+        ``dataset.seed(seed)``, its grain shuffle or its window shuffle.
+      rows: ``ordered`` cut by ``row_slices``.
+      seed: The seed ``ordered`` was given, or None where it was not seeded.
+      row_slices: The slices that cut ``ordered`` into ``rows``, in turn.
+      order: ``"none"``, ``"shuffle"`` or ``"window"``: what ``ordered`` is.
+
+    Returns:
+      A :class:`VectorPositions` that maps ``rows``' indices to source
+      positions as grain's datasets do, or None where it cannot be built or
+      does not agree with them.
+    """
+    from tinax._data._reader_datasets import record_source_of
+
+    source = record_source_of(dataset)
+    if source is None:
+        return None
+    twin: Any = position_dataset(len(source))
+    if seed is not None:
+        twin = twin.seed(seed)
+    if order == "shuffle":
+        twin = twin.shuffle()
+    elif order == "window":
+        from tinax._data._checked_datasets import WindowShuffleMapDataset
+
+        twin = WindowShuffleMapDataset(twin, seed=ordered._seed, block_ends=ordered._block_ends, window=ordered._window)
+    # The same grain classes at the same depth under the same seed give the
+    # same order; should grain's seeding ever differ between the two, none.
+    if type(twin) is not type(ordered) or getattr(twin, "_seed", None) != getattr(ordered, "_seed", None):
+        return None
+    twin_ordered = twin
+    slices: list[Any] = []
+    for cut in row_slices:
+        twin = twin.slice(cut)
+        slices.insert(0, twin)
+    if len(twin) != len(rows) or not all(type(node) is SLICE_MAP_DATASET for node in slices):
+        return None
+    found = _vector_positions(twin, twin_ordered, slices, order)
+    return found if isinstance(found, VectorPositions) else None
