@@ -7,7 +7,9 @@ from arrays held in memory: contiguous slices in order, and a gather in the
 pipeline's own shuffled order. Both sides build the same batch dict; the
 first batch of each pair is checked to be equal. The file is in the tinax
 record format (``x`` a float32 array); the same rows as 0.2-style JSON
-records (``x`` a list) are read too, for reference.
+records (``x`` a list) are read too, for reference. A last side reads a file
+of ``id`` and ``x`` alone with ``batch_fn=stack_records`` after one untimed
+epoch, so its batches are gathered from the stacked fields held whole.
 
 Writes: ``write_array_record`` against array-record's ``ArrayRecordWriter``
 writing ``json.dumps(record)`` for 0.2-style records, and writing the very
@@ -113,6 +115,9 @@ def measure_array_record(folder: pathlib.Path, options: argparse.Namespace) -> N
     tinax_path, json_path = folder / "rows.array_record", folder / "rows-json.array_record"
     tinax.data.write_array_record(tinax_path, records)
     tinax.data.write_array_record(json_path, json_records)
+    # Numbers and arrays only, so that stack_records batches come from the fields held whole.
+    numeric_path = folder / "rows-numeric.array_record"
+    tinax.data.write_array_record(numeric_path, [{"id": record["id"], "x": record["x"]} for record in records])
     print(
         f"\nArrayRecord feeding: {count} rows of id, label and float32[{features}], {repeats} interleaved rounds, "
         f"one epoch per call; rows/s (median) and ratios (median of per-round ratios)"
@@ -124,7 +129,11 @@ def measure_array_record(folder: pathlib.Path, options: argparse.Namespace) -> N
                 order = np.concatenate(list(_pipeline(tinax_path, shuffle=True, batch_size=batch_size, batch_fn=_ids)))
             ours = _pipeline(tinax_path, shuffle=shuffle, batch_size=batch_size, batch_fn=_stack)
             ours_json = _pipeline(json_path, shuffle=shuffle, batch_size=batch_size, batch_fn=_stack_json)
+            stacked = _pipeline(numeric_path, shuffle=shuffle, batch_size=batch_size, batch_fn=tinax.data.stack_records)
+            # After one epoch, as every later epoch of a run: its fields are held whole from then on.
+            _epoch(stacked)
             first = next(iter(ours))
+            assert np.array_equal(next(iter(stacked))["x"], first["x"])
             chosen = np.arange(batch_size) if order is None else order[:batch_size]
             assert np.array_equal(first["id"], ids[chosen])
             assert np.array_equal(first["x"], xs[chosen])
@@ -133,6 +142,7 @@ def measure_array_record(folder: pathlib.Path, options: argparse.Namespace) -> N
                     "numpy": lambda order=order, batch_size=batch_size: _numpy_epoch(ids, xs, order, batch_size),
                     "tinax": lambda ours=ours: _epoch(ours),
                     "json": lambda ours_json=ours_json: _epoch(ours_json),
+                    "stack_records": lambda stacked=stacked: _epoch(stacked),
                 },
                 calls=1,
                 repeats=repeats,
@@ -143,7 +153,9 @@ def measure_array_record(folder: pathlib.Path, options: argparse.Namespace) -> N
             print(
                 f"  shuffle={shuffle!s:<5} batch {batch_size:>4}: numpy {rates['numpy']:>13,.0f}  "
                 f"tinax format {rates['tinax']:>10,.0f} ({_ratio(samples, 'tinax', 'numpy'):.4f}x numpy)  "
-                f"JSON {rates['json']:>9,.0f} ({_ratio(samples, 'json', 'numpy'):.4f}x numpy)"
+                f"JSON {rates['json']:>9,.0f} ({_ratio(samples, 'json', 'numpy'):.4f}x numpy)  "
+                f"stack_records after one epoch {rates['stack_records']:>12,.0f} "
+                f"({_ratio(samples, 'stack_records', 'numpy'):.2f}x numpy)"
             )
 
     reader = ArrayRecordReader(str(tinax_path))

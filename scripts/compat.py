@@ -293,8 +293,11 @@ def main() -> int:
                 str(ROOT),
                 str(COMPAT),
                 "-q",
+                "-rfE",
                 "-p",
                 "no:cacheprovider",
+                # A report of its own beside 0.2's, so that a failure here is listed by name too.
+                f"--junitxml={scratch / 'artifacts-report.xml'}",
                 "--durations=8",
             ],
             cwd=ROOT,

@@ -145,14 +145,19 @@ def _run_member_suites(python: Path, our_wheels: Path, tmp_path: Path) -> None:
         shutil.copytree(member / "tests", workspace / "tests")
         shutil.copy(member / "pyproject.toml", workspace / "pyproject.toml")
         # The seeded sweeps over damaged files test logic, not the install: the README run has them.
-        command = [str(python), "-m", "pytest", "tests", "-q", "-x", "-m", "not sweep"]
+        command = [str(python), "-m", "pytest", "tests", "-q", "-rfE", "-x", "-m", "not sweep"]
         return member.name, _run(command, cwd=workspace)
 
     # One suite at a time: `hatch run test:all` runs this check next to the
     # whole pytest suite, which already keeps the second core busy.
     for member in MEMBER_FOLDERS:
         name, completed = run_suite(member)
-        assert completed.returncode == 0, f"{name}:\n{completed.stdout[-6000:]}{completed.stderr[-3000:]}"
+        # The failing tests first, so that a report's one-line summary names them.
+        failed = [line for line in completed.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
+        assert completed.returncode == 0, (
+            f"{name}: {'; '.join(failed) or 'exit ' + str(completed.returncode)}\n"
+            f"{completed.stdout[-6000:]}{completed.stderr[-3000:]}"
+        )
 
 
 def test_no_file_of_our_wheels_sits_at_a_path_that_tinax_02_recorded(our_wheels: Path) -> None:

@@ -558,17 +558,18 @@ def test_parquet_batches_are_the_batches_of_the_same_rows_in_memory(tmp_path, mo
 
 def _batches_and_threads(iterable: Any) -> tuple[list[Any], int]:
     """Every batch of ``iterable``, and how many of grain's prefetch threads its iterator started."""
-    before = {thread.ident for thread in threading.enumerate()}
+    # Threads themselves, not their idents, which a new thread may reuse from one that has exited.
+    before = set(threading.enumerate())
     iterator = iter(iterable)
     found = []
-    started: set[int | None] = set()
+    started: set[threading.Thread] = set()
     for batch in iterator:
         found.append(batch.tolist())
         # Counted at every batch, while the iterator lives: once its work is done, a thread may exit.
         started.update(
-            thread.ident
+            thread
             for thread in threading.enumerate()
-            if thread.ident not in before and thread.name.startswith("grain-prefetch")
+            if thread not in before and thread.name.startswith("grain-prefetch")
         )
     iterator.close()
     return found, len(started)

@@ -125,8 +125,9 @@ def test_iterating_a_dataset_tinax_returns_gives_the_rows_of_indexing_in_order(t
         assert _same(list(chosen.to_iter_dataset()), indexed), name
 
 
-def _grain_prefetch_threads() -> set[int]:
-    return {thread.ident for thread in threading.enumerate() if thread.name.startswith("grain-prefetch")}
+def _grain_prefetch_threads() -> set[threading.Thread]:
+    # Threads themselves, not their idents, which a new thread may reuse from one that has exited.
+    return {thread for thread in threading.enumerate() if thread.name.startswith("grain-prefetch")}
 
 
 @pytest.mark.parametrize("case", ["parquet/plain", "parquet/tinax", "array_record/tinax"])

@@ -101,7 +101,7 @@ def test_a_dictionary_index_outside_the_dictionary_is_a_value_error_naming_file_
     path = tmp_path / "names.parquet"
     pq.write_table(pa.table({"name": pa.array(["a", "b", "a", "b", None, "b"]).dictionary_encode()}), path)
     monkeypatch.setattr(
-        _parquet_source.ParquetRecordSource, "_read_group", lambda self, group, columns: pa.table({"name": damaged})
+        _parquet_source.ParquetRecordSource, "_read_group", lambda self, group, columns, parquet_file=None: pa.table({"name": damaged})
     )
     dataset = read_parquet_record(path)
     assert dataset[1] == {"name": "b"}

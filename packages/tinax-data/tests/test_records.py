@@ -1214,6 +1214,7 @@ def test_signatures_match_the_kept_api():
     assert parameter_summary(read_array_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),
         ("decode", "KEYWORD_ONLY", None),
+        ("cache_bytes", "KEYWORD_ONLY", 512 << 20),
     ]
     assert parameter_summary(write_parquet_record) == [
         ("path", "POSITIONAL_OR_KEYWORD", None),

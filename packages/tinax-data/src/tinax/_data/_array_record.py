@@ -32,8 +32,11 @@ import hashlib
 import json
 import os
 import pathlib
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from tinax._core import validation
 from tinax._core.files import atomic_path
@@ -52,10 +55,13 @@ from tinax._data._compat02 import (
     _OutsideTheFormatError,
     _UnwritableError,
 )
+from tinax._data._file_columns import WholeColumns, stacked_alike
+from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
 from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
+from tinax._data._stacking import StackedColumns, stack_records
 
 if TYPE_CHECKING:
     import grain
@@ -75,6 +81,8 @@ _HEADER_MAGIC = b"tinax-records\n"
 # size is the one Grain's own ArrayRecord source uses.
 _READER_OPTIONS = "readahead_buffer_size:0"
 _FILE_READER_BUFFER_SIZE = 32768
+#: The records read and stacked at once into the stacked fields held whole.
+_WHOLE_COLUMNS_BLOCK = 4096
 
 
 _DESTINATION_ERRORS = DestinationErrors(_FolderMissingError, _FolderIsFileError, _DestinationIsFolderError)
@@ -375,7 +383,10 @@ def _write_failed(destination: pathlib.Path, error: RuntimeError) -> ArrayRecord
 
 
 def read_array_record(
-    path: str | os.PathLike[str], *, decode: Callable[[bytes], Any] | None = None
+    path: str | os.PathLike[str],
+    *,
+    decode: Callable[[bytes], Any] | None = None,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> grain.MapDataset:
     """Opens an ArrayRecord file of records as a random-access dataset.
 
@@ -397,6 +408,12 @@ def read_array_record(
         record's bytes into the record (a protocol buffer parser, say). It
         must be picklable (a module-level function) to reach Grain's worker
         processes. Ignored for files in the tinax format.
+      cache_bytes: The memory budget, in bytes per process, of the fields
+        a pipeline with ``batch_fn=stack_records`` keeps decoded: where the
+        stacked fields of every record fit it (and stack alike: numbers,
+        arrays of one dtype and shape), they are held whole after their
+        first read and later batches are gathered from them. Other reads
+        keep nothing.
 
     Returns:
       A ``grain.MapDataset`` of records over an :class:`ArrayRecordSource`. A
@@ -406,8 +423,9 @@ def read_array_record(
       a note).
 
     Raises:
-      TypeError: If ``path`` is not a path, or ``decode`` is neither None nor
-        callable.
+      TypeError: If ``path`` is not a path, ``decode`` is neither None nor
+        callable, or ``cache_bytes`` is not an int.
+      ValueError: If ``cache_bytes`` is below 1.
       FileNotFoundError: If no file exists at ``path`` (a folder included),
         or ``path`` is empty (also a ValueError).
       UnreadableArrayRecordError: If ``path`` is not an ArrayRecord file, or
@@ -427,12 +445,13 @@ def read_array_record(
     file = require_record_path(path, "path")
     if decode is not None:
         validation.require_callable(decode, "decode")
+    cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
     _array_record_module("read_array_record")
     require_record_file(file, "ArrayRecord")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
     from tinax._data._reader_datasets import source_dataset
 
-    return source_dataset(ArrayRecordSource(file.absolute(), decode=decode))
+    return source_dataset(ArrayRecordSource(file.absolute(), decode=decode, cache_bytes=cache_bytes))
 
 
 class _LastRecord(NamedTuple):
@@ -464,7 +483,13 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
 
     _header_name = "last record"
 
-    def __init__(self, path: pathlib.Path, *, decode: Callable[[bytes], Any] | None = None) -> None:
+    def __init__(
+        self,
+        path: pathlib.Path,
+        *,
+        decode: Callable[[bytes], Any] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
         """Opens the file and reads its last record.
 
         Args:
@@ -472,29 +497,70 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
             working directory find it too.
           decode: Turns a record of a file without the tinax header into
             the record; None reads such records as JSON.
+          cache_bytes: The memory budget of the stacked fields held whole
+            for batches of ``stack_records``.
 
         Raises:
           UnreadableArrayRecordError: If the file is not ArrayRecord, or its
             tinax header is malformed.
         """
         self._decode = decode
+        self._cache_bytes = cache_bytes
         super().__init__(path)
 
     def _options(self) -> dict[str, Any]:
-        return {"decode": self._decode}
+        return {"decode": self._decode, "cache_bytes": self._cache_bytes}
 
     def _set_options(self, options: dict[str, Any]) -> None:
         self._decode = options["decode"]
+        self._cache_bytes = options.get("cache_bytes", DEFAULT_CACHE_BYTES)
+
+    def _start_process(self) -> None:
+        super()._start_process()
+        # Guards the stacked fields held whole (see ``_adopt``) while they are filled.
+        self._lock = threading.Lock()
 
     def _adopt(self, header: _LastRecord) -> None:
         super()._adopt(header)
         if header.header_bytes is None:
             self._count = header.total
-            return
-        parsed = self._parse_header(header.header_bytes)
-        self._schema = parsed.schema
-        self._count = parsed.count
-        self.source_id: str = parsed.source_id
+        else:
+            parsed = self._parse_header(header.header_bytes)
+            self._schema = parsed.schema
+            self._count = parsed.count
+            self.source_id: str = parsed.source_id
+        # Batches of stack_records read the stacked fields of every record, held whole where they fit the
+        # budget, filled block by block of records as batches reach them.
+        ends = [*range(_WHOLE_COLUMNS_BLOCK, self._count, _WHOLE_COLUMNS_BLOCK), self._count] if self._count else []
+        self._whole = WholeColumns(ends, self._cache_bytes, self._lock)
+
+    def stacked_at(self, positions: np.ndarray[Any, Any]) -> StackedColumns:
+        """The records at valid positions, stacked field by field as ``stack_records`` stacks them.
+
+        From the stacked fields of every record held whole, where they fit
+        ``cache_bytes`` and stack alike; else from the records themselves,
+        which gives the same arrays or the same error.
+
+        Args:
+          positions: Record positions, each at least 0 and below the count.
+        """
+        arrays = self._whole.arrays(positions, self._block_fields) if len(positions) else None
+        if arrays is not None:
+            return StackedColumns({name: array[positions] for name, array in arrays.items()}, len(positions))
+        return StackedColumns(stack_records(self._getitems(positions.tolist())), len(positions))
+
+    def stacked_range(self, positions: range) -> StackedColumns:
+        """:meth:`stacked_at` of consecutive positions."""
+        first, stop = positions.start, positions.stop
+        arrays = self._whole.arrays(positions, self._block_fields) if stop > first else None
+        if arrays is not None:
+            return StackedColumns({name: array[first:stop].copy() for name, array in arrays.items()}, stop - first)
+        return StackedColumns(stack_records(self._getitems(list(positions))), stop - first)
+
+    def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:
+        # Called with the lock held: a block's records, read and stacked, where they stack alike.
+        first = block * _WHOLE_COLUMNS_BLOCK
+        return stacked_alike(self._getitems(list(range(first, min(first + _WHOLE_COLUMNS_BLOCK, self._count)))))
 
     def _parse_header(self, header_bytes: bytes) -> RecordHeader:
         try:

@@ -33,8 +33,17 @@ from tinax._data._stacking import StackedColumns, stack_records, stacks_columns
 __all__ = ["BatchPositions", "DirectBatchMapDataset", "read_positions"]
 
 
+#: Rows whose shuffled positions are computed at once, for the batches ahead (half a MiB of int64).
+_POSITIONS_AHEAD = 1 << 16
+
+
 class BatchPositions(Protocol):
     """Maps a batch's row indices to source positions at once (``_planned_reads.VectorPositions``)."""
+
+    @property
+    def shuffled(self) -> bool:
+        """Whether consecutive indices map to scattered positions (computed ahead, then)."""
+        ...
 
     def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
         """The source positions of the indices ``range(start, stop)``."""
@@ -94,6 +103,8 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         self._positions = positions
         self._source = source
         self._stacked = stacks_columns(batch_fn)
+        # Source positions computed ahead: (first row, row after the last, positions).
+        self._ahead: tuple[int, int, np.ndarray[Any, Any]] | None = None
 
     def _get_parent_items_fn(self, items: range) -> Any:
         from tinax._data._shutdown import check_reads_go_on
@@ -108,5 +119,27 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         if self._positions is None or items.step != 1 or not len(items):
             rows = read_many(self.parents[0], items)
             return StackedColumns(stack_records(rows), len(rows)) if self._stacked and rows else rows
-        positions = self._positions.range_positions(items.start, items.stop)
-        return read_positions(self._source, positions, stacked=self._stacked)
+        return read_positions(self._source, self._positions_of(items.start, items.stop), stacked=self._stacked)
+
+    def _positions_of(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
+        """The source positions of rows ``start`` to ``stop``, from those computed ahead where they are.
+
+        Shuffled positions cost a few NumPy passes per call whatever their
+        number, so they are computed for :data:`_POSITIONS_AHEAD` rows at
+        once and the batches that follow take theirs from them.
+        """
+        assert self._positions is not None
+        ahead = self._ahead
+        if ahead is not None and ahead[0] <= start and stop <= ahead[1]:
+            return ahead[2][start - ahead[0] : stop - ahead[0]]
+        if not self._positions.shuffled:
+            return self._positions.range_positions(start, stop)
+        # Within the epoch of ``start``: grain's batch asks each epoch's rows as indices past the first's.
+        epoch_length = len(self.parents[0])
+        epoch_end = (start // epoch_length + 1) * epoch_length if epoch_length else stop
+        end = max(stop, min(start + _POSITIONS_AHEAD, epoch_end))
+        found = self._positions.range_positions(start, end)
+        if isinstance(found, range):
+            return range(found.start, found.start + stop - start)
+        self._ahead = (start, end, found)
+        return found[: stop - start]

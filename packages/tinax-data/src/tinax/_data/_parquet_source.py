@@ -33,6 +33,7 @@ import pyarrow.types as types
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable, stacked_values
 from tinax._data._compat02 import CorruptParquetError
+from tinax._data._file_columns import WholeColumns
 from tinax._data._parquet import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
@@ -59,7 +60,7 @@ from tinax._data._record_codec import (
     record_position,
 )
 from tinax._data._record_file_source import RecordFileSource
-from tinax._data._shutdown import check_reads_go_on
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records, stack_values
 
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
@@ -156,6 +157,27 @@ class _RowGroup:
                 found = stack_values(name, many_values(getter, np.arange(rows.start, rows.stop)))
             stacked[name] = found
         return stacked
+
+    def whole_stacked(self) -> dict[str, np.ndarray[Any, Any]] | None:
+        """Every row's fields, stacked, where each field's column stacks to one array by itself, else None.
+
+        Fields that stack only through their values (text, missing values,
+        arrays of several shapes), or a malformed row, give None: such a row
+        group is read row by row, as before.
+        """
+        if self.table is None:
+            return None
+        rows = slice(0, self.table.num_rows)
+        fields = {}
+        for name, getter in self._getters:
+            try:
+                found = stacked_values(getter, rows)
+            except ValueError:
+                return None
+            if found is None:
+                return None
+            fields[name] = found
+        return fields
 
 
 def _tinax_getters(
@@ -352,6 +374,8 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._loads = 0
         self._rows_served = 0
         self._told_out_of_order = False
+        # The thread filling the whole columns (see ``_adopt``) ahead of the batches.
+        self._filling: threading.Thread | None = None
 
     def _unreadable(self, reason: str, *, tinax_format: bool = True) -> ValueError:
         what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
@@ -360,6 +384,8 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def _adopt(self, header: _Footer) -> None:
         super()._adopt(header)
         self._group_ends = list(header.group_ends)
+        # Batches of stack_records read the stacked fields of the whole file, where they fit the budget.
+        self._whole = WholeColumns(self._group_ends, self._cache_bytes, self._lock)
         self._group_checks = header.group_checks
         self._empty_shapes = dict(header.empty_shapes)
         self._positions_column: str | None = None
@@ -508,6 +534,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         Args:
           positions: Record positions, each at least 0 and below the count.
         """
+        arrays = self._whole_columns(positions)
+        if arrays is not None:
+            return StackedColumns({name: array[positions] for name, array in arrays.items()}, len(positions))
         chosen_groups = self._chosen_groups(positions)
         try:
             columns = join_stacked(
@@ -523,6 +552,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def stacked_range(self, positions: range) -> StackedColumns:
         """:meth:`stacked_at` of consecutive positions: one slice of each field where one row group holds them."""
         first, stop = positions.start, positions.stop
+        arrays = self._whole_columns(positions) if stop > first else None
+        if arrays is not None:
+            return StackedColumns({name: array[first:stop].copy() for name, array in arrays.items()}, stop - first)
         group_index = bisect.bisect_right(self._group_ends, first)
         if stop - first < 1 or bisect.bisect_right(self._group_ends, stop - 1) != group_index:
             return self.stacked_at(np.arange(first, stop, dtype=np.int64))
@@ -535,6 +567,97 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         except ValueError:
             return StackedColumns(stack_records(self.records_at(np.arange(first, stop))), stop - first)
         return StackedColumns(columns, stop - first)
+
+    def may_hold_columns(self) -> bool:
+        """Whether batches of ``stack_records`` may be read from the file's stacked fields held whole.
+
+        False once a row group showed that they cannot: a field that does
+        not stack to one dtype and shape throughout the file, or stacked rows
+        beyond ``cache_bytes``. Asked first, it reads the first row group
+        into them to find out.
+        """
+        whole = self._whole
+        if whole.refused or self._count == 0:
+            return False
+        columns = whole.columns
+        if columns is not None and columns.arrays is not None:
+            return True
+        # The first row group tells: its fields' dtypes and shapes give the bytes of every row.
+        return self._whole_columns(range(1)) is not None
+
+    def _whole_columns(self, positions: np.ndarray[Any, Any] | range) -> dict[str, np.ndarray[Any, Any]] | None:
+        """The arrays of the file's stacked fields, holding at least the rows at ``positions``, or None.
+
+        The row groups of ``positions`` not held yet are decoded (or taken
+        from the cache) and copied in, in file order, under the lock; the
+        rest of the file follows in a thread of its own (:meth:`_fill_ahead`).
+        None where the fields cannot be held whole or a row group cannot be
+        read, and then never again in this process: the caller reads its
+        batches from the row groups, which raises where it always raised.
+        """
+        whole = self._whole
+        arrays = whole.arrays(positions, self._whole_stacked)
+        columns = whole.columns
+        if arrays is not None and columns is not None and not columns.complete and self._filling is None:
+            with self._lock:
+                # The cache makes room for the columns; the rest of the file is decoded from the row
+                # group after the last one a batch read (in order, the next batches').
+                self._fit_cache(0)
+                if self._filling is None:
+                    self._filling = threading.Thread(target=self._fill_ahead, name=f"{WINDOW_THREAD_PREFIX}-columns")
+                    self._filling.start()
+        return arrays
+
+    def _whole_stacked(self, group_index: int) -> dict[str, np.ndarray[Any, Any]] | None:
+        # Called with the lock held: one row group's stacked fields, from the cache or decoded for them.
+        group = self._cache.get(group_index)
+        if group is None:
+            group = self._decode(group_index, self._group_offset(group_index), own_memory=False)
+        return group.whole_stacked()
+
+    def _fill_ahead(self) -> None:
+        """Fills the row groups the whole columns lack, one at a time, until they hold all.
+
+        Runs in a thread of its own, started by the first batch that reads
+        them. It decodes with a handle of its own, outside the lock, so the
+        batches go on meanwhile (a batch that needs a row group not filled
+        yet reads it itself); only the copy into the columns takes the lock.
+        A row group that cannot be read stops it: the batch that needs it
+        reads it, and raises, as it always did. So does shutdown, before the
+        next row group (see ``_shutdown``).
+        """
+        whole = self._whole
+        parquet_file = None
+        try:
+            parquet_file, header = self._open()
+            if header != self._header:
+                return
+            while True:
+                with self._lock:
+                    columns = whole.columns
+                    if columns is None or columns.complete or whole.refused:
+                        return
+                    group_index = columns.next_missing(whole.cursor)
+                    whole.cursor = group_index + 1
+                group = self._decode(
+                    group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file
+                )
+                fields = group.whole_stacked()
+                del group
+                with self._lock:
+                    if columns is whole.columns and not columns.filled(group_index):
+                        if not whole.fill(columns, group_index, fields):
+                            return
+                        self._fit_cache(0)
+                del fields
+        except Exception:
+            return
+        finally:
+            if parquet_file is not None:
+                parquet_file.close()
+            with self._lock:
+                if self._filling is threading.current_thread():
+                    self._filling = None
 
     def _group_offset(self, group_index: int) -> int:
         return self._group_ends[group_index - 1] if group_index else 0
@@ -607,10 +730,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         except ValueError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} is malformed ({error})") from error
 
-    def _read_group(self, group_index: int, columns: Sequence[str] | None) -> pa.Table:
-        # Called with the lock held, so one thread reads the file at a time.
+    def _read_group(self, group_index: int, columns: Sequence[str] | None, parquet_file: Any = None) -> pa.Table:
+        # Called with the lock held, so one thread reads the file at a time; or with a handle of the
+        # caller's own (see ``_fill_ahead``).
         check_reads_go_on(f"row group {group_index} of {str(self._path)!r}")
-        parquet_file = self._handle()
+        if parquet_file is None:
+            parquet_file = self._handle()
         if self._group_checks is not None and group_index not in self._verified:
             self._verify_row_group(group_index)
             self._verified.add(group_index)
@@ -632,10 +757,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             for index, name in enumerate(table.column_names)
         ]
 
-    def _decode(self, group_index: int, position: int, *, own_memory: bool = True) -> _RowGroup:
-        # Called with the lock held: reads, checks and decodes one row group.
+    def _decode(
+        self, group_index: int, position: int, *, own_memory: bool = True, parquet_file: Any = None
+    ) -> _RowGroup:
+        # Called with the lock held, or with a handle of the caller's own: reads, checks and decodes one row group.
         try:
-            table = self._read_group(group_index, None)
+            table = self._read_group(group_index, None, parquet_file)
             if own_memory:
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)
@@ -651,13 +778,22 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         # Called with the lock held.
         group = self._decode(group_index, position)
         self._note_load()
-        # Evicted first, so the budget holds while the new row group is added.
-        while self._cache and self._cached_bytes + group.nbytes > self._cache_bytes:
-            _, evicted = self._cache.popitem(last=False)
-            self._cached_bytes -= evicted.nbytes
+        self._keep(group_index, group)
+        return group
+
+    def _keep(self, group_index: int, group: _RowGroup) -> None:
+        # Called with the lock held. Evicted first, so the budget holds while the new row group is added.
+        self._fit_cache(group.nbytes)
         self._cache[group_index] = group
         self._cached_bytes += group.nbytes
-        return group
+
+    def _fit_cache(self, adding: int) -> None:
+        # Called with the lock held: evicts row groups until ``adding`` more bytes fit the budget left
+        # beside the stacked fields held whole.
+        budget = self._cache_bytes - self._whole.nbytes
+        while self._cache and self._cached_bytes + adding > budget:
+            _, evicted = self._cache.popitem(last=False)
+            self._cached_bytes -= evicted.nbytes
 
     def _note_load(self) -> None:
         # Called with the lock held. In order, or in windows of row groups, every load serves about a row
@@ -695,6 +831,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         with self._lock:
             self._cache.clear()
             self._cached_bytes = 0
+            self._whole.columns = None
 
     # What planned reads (``tinax._data._planned_reads``) size their windows by.
 

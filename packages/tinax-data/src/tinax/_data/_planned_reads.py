@@ -234,6 +234,11 @@ class VectorPositions:
     def __len__(self) -> int:
         return self._length
 
+    @property
+    def shuffled(self) -> bool:
+        """Whether the order is a shuffle (grain's or the window shuffle), not dataset order."""
+        return self._order != "none"
+
     def _sliced(self, values: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
         """The indices of the ordered dataset that indices of the outermost slice read."""
         for start, step, length, parent_length in self._slices:
@@ -700,6 +705,10 @@ class ReadPlanner:
         """
         start, length = items.start, len(items)
         if length == 0 or items.step != 1:
+            return None
+        if stacked and isinstance(self._positions, VectorPositions) and self._source.may_hold_columns():
+            # The file's stacked fields held whole serve every batch with one gather per field: windows
+            # would only add a copy (read directly, which falls back here should they not fit).
             return None
         with self._lock:
             window = self._window

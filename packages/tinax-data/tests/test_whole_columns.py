@@ -1,0 +1,291 @@
+"""Batches of stack_records from a file's stacked fields held whole: the same batches, one gather per field."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from grain.sharding import ShardOptions
+
+from tinax._data import _direct_reads, _planned_reads
+from tinax._data._file_columns import FileColumns
+from tinax._data._parquet_source import ParquetRecordSource, _RowGroup
+from tinax._data._reader_datasets import record_source_of
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX
+from tinax.data import (
+    evaluation_batches,
+    open_multiprocessing_iterator,
+    read_parquet_record,
+    stack_records,
+    training_batches,
+    write_parquet_record,
+)
+
+ROWS = 9000
+
+
+def stack_the_rows(rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """What stack_records gives, built from the records as a user's batch function would."""
+    return {name: np.stack([np.asarray(row[name]) for row in rows]) for name in rows[0]}
+
+
+def exact(batch: dict[str, np.ndarray]) -> list[tuple[Any, ...]]:
+    """Equal means the same fields, dtypes, shapes and bits."""
+    return [(name, array.dtype.str, array.shape, array.tobytes()) for name, array in batch.items()]
+
+
+@pytest.fixture(scope="module")
+def numeric_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tinax-format file whose every field stacks to one dtype and shape, in several row groups."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((ROWS, 2, 3)).astype(np.float32)
+    brain = rng.standard_normal((ROWS, 4)).astype(ml_dtypes.bfloat16)
+    pairs = (rng.standard_normal((ROWS, 2)) + 1j * rng.standard_normal((ROWS, 2))).astype(np.complex64)
+    big = rng.integers(-1000, 1000, (ROWS, 3)).astype(">i4")
+    records = [
+        {
+            "id": index,
+            "score": float(index) / 3,
+            "flag": index % 3 == 0,
+            "x": x[index],
+            "brain": brain[index],
+            "pairs": pairs[index],
+            "big": big[index],
+            "scalar": np.asarray(index / 7, np.float64),
+        }
+        for index in range(ROWS)
+    ]
+    path = tmp_path_factory.mktemp("whole") / "numeric.parquet"
+    write_parquet_record(path, records, overwrite=False)
+    assert pq.ParquetFile(path).metadata.num_row_groups > 2
+    return path
+
+
+def _pipelines(dataset_of: Any, batch_fn: Any) -> dict[str, Any]:
+    def training(shard: tuple[int, int], **options: Any) -> Any:
+        arguments: dict[str, Any] = {"seed": 3, "num_epochs": 2, "batch_size": 64, "shuffle": True}
+        arguments.update(options)
+        return training_batches(
+            dataset_of(), shard_options=ShardOptions(*shard, drop_remainder=True), batch_fn=batch_fn, **arguments
+        )
+
+    return {
+        "in-order": training((0, 1), shuffle=False),
+        "in-order-shard-1-of-2": training((1, 2), shuffle=False, batch_size=7),
+        "global-shuffle": training((0, 1)),
+        "global-shuffle-shard-1-of-3": training((1, 3), batch_size=33),
+        "window-shuffle": training((0, 2), shuffle_window=1),
+        "evaluation": evaluation_batches(
+            dataset_of(), shard_options=ShardOptions(1, 3), batch_size=50, batch_fn=batch_fn
+        ),
+    }
+
+
+def _no_row_group_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Makes every read of a batch out of a row group's rows, or of a planned window, fail."""
+
+    def refused(*args: Any, **keywords: Any) -> Any:
+        raise AssertionError("a batch was read from the row groups")
+
+    for name in ("stacked", "stacked_slice", "records", "record"):
+        monkeypatch.setattr(_RowGroup, name, refused)
+    monkeypatch.setattr(_planned_reads, "read_stacked_window", refused)
+    monkeypatch.setattr(_planned_reads, "read_window", refused)
+
+
+def test_batches_from_the_whole_columns_are_the_stacked_records_bit_for_bit(numeric_file, monkeypatch):
+    expected = {
+        name: [exact(batch) for batch in pipeline]
+        for name, pipeline in _pipelines(lambda: read_parquet_record(numeric_file), stack_the_rows).items()
+    }
+    # Positions computed ahead in pieces smaller than a batch's span, so that batches straddle them.
+    monkeypatch.setattr(_direct_reads, "_POSITIONS_AHEAD", 50)
+    _no_row_group_reads(monkeypatch)
+    for name, pipeline in _pipelines(lambda: read_parquet_record(numeric_file), stack_records).items():
+        assert [exact(batch) for batch in pipeline] == expected[name], name
+        assert exact(pipeline[len(pipeline) - 1]) == expected[name][-1], name
+        assert exact(pipeline[3]) == expected[name][3], name
+
+
+def test_the_whole_columns_take_a_row_group_at_a_time_and_count_against_the_cache(numeric_file, monkeypatch):
+    # Only the batches fill them here: no thread fills the rest ahead.
+    monkeypatch.setattr(ParquetRecordSource, "_fill_ahead", lambda self: None)
+    dataset = read_parquet_record(numeric_file)
+    source = record_source_of(dataset)
+    assert isinstance(source, ParquetRecordSource)
+    pipeline = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
+        batch_size=100, batch_fn=stack_records,
+    )  # fmt: skip
+    iterator = iter(pipeline)
+    next(iterator)
+    columns = source._whole.columns
+    assert columns is not None
+    assert columns.arrays is not None
+    # In order, only the first row group is in: the rest come as the batches reach them.
+    assert not columns.complete
+    assert columns.missing_groups(range(100)) == []
+    assert len(columns.missing_groups(range(ROWS))) == len(source.row_group_ends) - 1
+    for _ in iterator:
+        pass
+    assert columns.complete
+    held = sum(array.nbytes for array in columns.arrays.values())
+    assert held == ROWS * (8 + 8 + 1 + 24 + 8 + 16 + 12 + 8)
+    assert source._cached_bytes + held <= source.cache_bytes
+
+
+def test_a_thread_fills_the_rest_of_the_file_ahead_of_the_batches(numeric_file, monkeypatch):
+    def pipeline() -> Any:
+        return training_batches(
+            read_parquet_record(numeric_file), shard_options=ShardOptions(1, 2, drop_remainder=True), seed=0,
+            shuffle=False, num_epochs=2, batch_size=100, batch_fn=stack_records,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline()]
+    dataset = read_parquet_record(numeric_file)
+    source = record_source_of(dataset)
+    filled_by: list[str] = []
+    original = FileColumns.fill
+
+    def noted(columns: FileColumns, group_index: int, fields: Any) -> bool:
+        if columns is source._whole.columns:  # Not the columns of another test's sources, filled ahead too.
+            filled_by.append(threading.current_thread().name)
+        return original(columns, group_index, fields)
+
+    monkeypatch.setattr(FileColumns, "fill", noted)
+    batches = training_batches(
+        dataset, shard_options=ShardOptions(1, 2, drop_remainder=True), seed=0, shuffle=False, num_epochs=2,
+        batch_size=100, batch_fn=stack_records,
+    )  # fmt: skip
+    iterator = iter(batches)
+    found = [exact(next(iterator))]
+    filling = source._filling
+    assert filling is not None
+    assert filling.name.startswith(WINDOW_THREAD_PREFIX)
+    assert not filling.daemon
+    filling.join(timeout=120)
+    assert source._whole.columns.complete
+    assert filled_by[0] == threading.main_thread().name
+    assert set(filled_by[1:]) == {filling.name}
+    # Every row group once; after the first batch's, the rest from this shard's next rows on, then the start.
+    assert len(filled_by) == len(source.row_group_ends)
+    found += [exact(batch) for batch in iterator]
+    assert found == expected
+    assert source._filling is None
+
+
+def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):
+    def pipeline(shuffle: bool) -> Any:
+        return training_batches(
+            read_parquet_record(numeric_file), shard_options=ShardOptions(0, 1, drop_remainder=True), seed=1,
+            shuffle=shuffle, num_epochs=2, batch_size=ROWS // 4, batch_fn=stack_records,
+        )  # fmt: skip
+
+    for shuffle in (False, True):
+        expected = [exact(batch) for batch in pipeline(shuffle)]
+        found = []
+        for batch in pipeline(shuffle):
+            found.append(exact(batch))
+            for array in batch.values():
+                assert array.flags.writeable
+                assert array.flags.owndata
+                array[...] = array[::-1] if array.ndim else array
+        assert found == expected
+
+
+def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_file, monkeypatch):
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return training_batches(
+            dataset,
+            shard_options=ShardOptions(0, 1, drop_remainder=True), seed=2, shuffle=True, num_epochs=1,
+            batch_size=100, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
+    windows = []
+    original = _planned_reads.read_stacked_window
+
+    def counted(source: Any, positions: np.ndarray) -> Any:
+        found = original(source, positions)
+        windows.append(len(positions))
+        return found
+
+    monkeypatch.setattr(_planned_reads, "read_stacked_window", counted)
+    dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+    assert sum(windows) == ROWS // 100 * 100
+    # The first row group told: the stacked rows (9000 of 85 bytes) exceed the 256 KiB budget.
+    assert not record_source_of(dataset).may_hold_columns()
+
+
+def _ragged_file(path: Path) -> Path:
+    """A plain file whose list column has one length in each row group, but not the same in all."""
+    schema = pa.schema([("id", pa.int64()), ("v", pa.list_(pa.float32()))])
+    with pq.ParquetWriter(path, schema) as writer:
+        first = 0
+        for rows, width in ((40, 3), (40, 3), (40, 2)):
+            table = pa.table(
+                {
+                    "id": pa.array(range(first, first + rows), pa.int64()),
+                    "v": pa.array([[float(first + row)] * width for row in range(rows)], pa.list_(pa.float32())),
+                },
+                schema=schema,
+            )
+            writer.write_table(table, row_group_size=rows)
+            first += rows
+    return path
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_arrays_whose_shape_changes_between_row_groups_give_what_stacking_the_records_gives(tmp_path, shuffle):
+    path = _ragged_file(tmp_path / "ragged.parquet")
+
+    def outcome(batch_fn: Any) -> list[Any]:
+        found: list[Any] = []
+        pipeline = training_batches(
+            read_parquet_record(path, mapping="numpy"), shard_options=ShardOptions(0, 1, drop_remainder=True),
+            seed=5, shuffle=shuffle, num_epochs=1, batch_size=20, batch_fn=batch_fn,
+        )  # fmt: skip
+        for index in range(len(pipeline)):
+            try:
+                found.append(exact(pipeline[index]))
+            except ValueError as error:
+                found.append(type(error))
+        return found
+
+    expected = outcome(stack_the_rows)
+    assert outcome(stack_records) == expected
+    if not shuffle:
+        assert ValueError not in expected  # In order, each batch sits in one row group.
+    else:
+        assert ValueError in expected
+
+
+def test_a_file_with_text_is_read_from_its_row_groups(tmp_path):
+    path = tmp_path / "text.parquet"
+    write_parquet_record(path, [{"id": index, "name": f"row {index}"} for index in range(300)], overwrite=False)
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    assert not source.may_hold_columns()
+    batches = evaluation_batches(dataset, shard_options=ShardOptions(0, 1), batch_size=64, batch_fn=stack_records)
+    names = [name for batch in batches for name in batch["name"].tolist()]
+    assert names == [f"row {index}" for index in range(300)]
+
+
+def test_whole_columns_are_held_per_process(numeric_file, parsed_flags):
+    del parsed_flags
+    pipeline = training_batches(
+        read_parquet_record(numeric_file), shard_options=ShardOptions(0, 1, drop_remainder=True), seed=4,
+        shuffle=True, num_epochs=1, batch_size=500, batch_fn=stack_records,
+    )  # fmt: skip
+    expected = [sorted(exact(batch)) for batch in pipeline]
+    # grain's worker processes hand dicts over with their keys sorted.
+    with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=2) as workers:
+        assert [sorted(exact(batch)) for batch in workers] == expected
