@@ -100,9 +100,11 @@ def test_a_dictionary_index_outside_the_dictionary_is_a_value_error_naming_file_
     # Through the reader, with the decoded row group damaged as a flipped bit damages it.
     path = tmp_path / "names.parquet"
     pq.write_table(pa.table({"name": pa.array(["a", "b", "a", "b", None, "b"]).dictionary_encode()}), path)
-    monkeypatch.setattr(
-        _parquet_source.ParquetRecordSource, "_read_group", lambda self, group, columns, parquet_file=None: pa.table({"name": damaged})
-    )
+
+    def damaged_group(self: Any, group: int, columns: Any, parquet_file: Any = None) -> pa.Table:
+        return pa.table({"name": damaged})
+
+    monkeypatch.setattr(_parquet_source.ParquetRecordSource, "_read_group", damaged_group)
     dataset = read_parquet_record(path)
     assert dataset[1] == {"name": "b"}
     with pytest.raises(ValueError, match=r"record 2 is malformed \(column 'name': row 2 holds the dictionary index 7"):
