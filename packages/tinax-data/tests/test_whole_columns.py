@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_batches_from_the_whole_columns_are_the_stacked_records_bit_for_bit(nume
 
 def test_the_whole_columns_take_a_row_group_at_a_time_and_count_against_the_cache(numeric_file, monkeypatch):
     # Only the batches fill them here: no thread fills the rest ahead.
-    monkeypatch.setattr(ParquetRecordSource, "_fill_ahead", lambda self: None)
+    monkeypatch.setattr(ParquetRecordSource, "_fill_next", lambda self, parquet_file: False)
     dataset = read_parquet_record(numeric_file)
     source = record_source_of(dataset)
     assert isinstance(source, ParquetRecordSource)
@@ -179,6 +180,37 @@ def test_a_thread_fills_the_rest_of_the_file_ahead_of_the_batches(numeric_file, 
     found += [exact(batch) for batch in iterator]
     assert found == expected
     assert source._filling is None
+
+
+def test_the_thread_filling_ahead_ends_once_nothing_else_holds_the_reader(numeric_file, monkeypatch):
+    proceed = threading.Event()
+    calls = []
+    original = ParquetRecordSource._fill_next
+
+    def held_back(self: ParquetRecordSource, parquet_file: Any) -> bool:
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            proceed.wait(timeout=60)
+        return original(self, parquet_file)
+
+    monkeypatch.setattr(ParquetRecordSource, "_fill_next", held_back)
+    dataset = read_parquet_record(numeric_file)
+    pipeline = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
+        batch_size=100, batch_fn=stack_records,
+    )  # fmt: skip
+    iterator = iter(pipeline)
+    next(iterator)
+    filling = record_source_of(dataset)._filling
+    assert filling is not None
+    iterator.close()
+    del iterator, pipeline, dataset
+    gc.collect()
+    proceed.set()
+    filling.join(timeout=60)
+    assert not filling.is_alive()
+    # The row group it was filling, and none after it: the reader was gone.
+    assert calls == [filling.name]
 
 
 def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):

@@ -22,6 +22,7 @@ import hashlib
 import os
 import pathlib
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -590,7 +591,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
         The row groups of ``positions`` not held yet are decoded (or taken
         from the cache) and copied in, in file order, under the lock; the
-        rest of the file follows in a thread of its own (:meth:`_fill_ahead`).
+        rest of the file follows in a thread of its own (``_fill_ahead``).
         None where the fields cannot be held whole or a row group cannot be
         read, and then never again in this process: the caller reads its
         batches from the row groups, which raises where it always raised.
@@ -604,7 +605,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 # group after the last one a batch read (in order, the next batches').
                 self._fit_cache(0)
                 if self._filling is None:
-                    self._filling = threading.Thread(target=self._fill_ahead, name=f"{WINDOW_THREAD_PREFIX}-columns")
+                    self._filling = threading.Thread(
+                        target=_fill_ahead, args=(weakref.ref(self),), name=f"{WINDOW_THREAD_PREFIX}-columns"
+                    )
                     self._filling.start()
         return arrays
 
@@ -615,49 +618,33 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             group = self._decode(group_index, self._group_offset(group_index), own_memory=False)
         return group.whole_stacked()
 
-    def _fill_ahead(self) -> None:
-        """Fills the row groups the whole columns lack, one at a time, until they hold all.
+    def _fill_next(self, parquet_file: Any) -> bool:
+        """Fills the next row group the whole columns lack, read through ``parquet_file``; False once none is left.
 
-        Runs in a thread of its own, started by the first batch that reads
-        them. It decodes with a handle of its own, outside the lock, so the
-        batches go on meanwhile (a batch that needs a row group not filled
-        yet reads it itself); only the copy into the columns takes the lock.
-        A row group that cannot be read stops it: the batch that needs it
-        reads it, and raises, as it always did. So does shutdown, before the
-        next row group (see ``_shutdown``).
+        The row group is decoded outside the lock, so the batches go on
+        meanwhile (a batch that needs a row group not filled yet reads it
+        itself); only the copy into the columns takes the lock.
+
+        Raises:
+          ValueError: If the row group cannot be read (the batch that needs
+            it reads it, and raises, as it always did).
         """
         whole = self._whole
-        parquet_file = None
-        try:
-            parquet_file, header = self._open()
-            if header != self._header:
-                return
-            while True:
-                with self._lock:
-                    columns = whole.columns
-                    if columns is None or columns.complete or whole.refused:
-                        return
-                    group_index = columns.next_missing(whole.cursor)
-                    whole.cursor = group_index + 1
-                group = self._decode(
-                    group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file
-                )
-                fields = group.whole_stacked()
-                del group
-                with self._lock:
-                    if columns is whole.columns and not columns.filled(group_index):
-                        if not whole.fill(columns, group_index, fields):
-                            return
-                        self._fit_cache(0)
-                del fields
-        except Exception:
-            return
-        finally:
-            if parquet_file is not None:
-                parquet_file.close()
-            with self._lock:
-                if self._filling is threading.current_thread():
-                    self._filling = None
+        with self._lock:
+            columns = whole.columns
+            if columns is None or columns.complete or whole.refused:
+                return False
+            group_index = columns.next_missing(whole.cursor)
+            whole.cursor = group_index + 1
+        group = self._decode(group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file)
+        fields = group.whole_stacked()
+        del group
+        with self._lock:
+            if columns is whole.columns and not columns.filled(group_index):
+                if not whole.fill(columns, group_index, fields):
+                    return False
+                self._fit_cache(0)
+        return True
 
     def _group_offset(self, group_index: int) -> int:
         return self._group_ends[group_index - 1] if group_index else 0
@@ -924,6 +911,39 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, {rows})"
         )
+
+
+def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
+    """Fills the row groups a reader's whole columns lack, one at a time, until they hold all.
+
+    Runs in a thread of its own, started by the first batch that reads the
+    columns, with a file handle of its own. It holds the reader only while
+    it fills a row group: once nothing else holds it (the pipelines over it
+    are gone), the thread ends before the next one. A row group that cannot
+    be read ends it too (the batch that needs it reads it, and raises, as it
+    always did), and so does shutdown (see ``_shutdown``).
+    """
+    source = reference()
+    if source is None:
+        return
+    parquet_file = None
+    try:
+        parquet_file, header = source._open()
+        if header != source._header:
+            return
+        while source is not None and source._fill_next(parquet_file):
+            del source
+            source = reference()
+    except Exception:
+        return
+    finally:
+        if parquet_file is not None:
+            parquet_file.close()
+        source = reference()
+        if source is not None:
+            with source._lock:
+                if source._filling is threading.current_thread():
+                    source._filling = None
 
 
 def _read_error(error: BaseException) -> type[ValueError]:
