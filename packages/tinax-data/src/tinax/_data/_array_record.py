@@ -55,7 +55,7 @@ from tinax._data._compat02 import (
     _OutsideTheFormatError,
     _UnwritableError,
 )
-from tinax._data._file_columns import WholeColumns, stacked_alike
+from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows, stacked_alike
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
@@ -546,7 +546,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         """
         arrays = self._whole.arrays(positions, self._block_fields) if len(positions) else None
         if arrays is not None:
-            return StackedColumns({name: array[positions] for name, array in arrays.items()}, len(positions))
+            return StackedColumns(gather_rows(arrays, positions), len(positions))
         return StackedColumns(stack_records(self._getitems(positions.tolist())), len(positions))
 
     def stacked_range(self, positions: range) -> StackedColumns:
@@ -554,7 +554,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         first, stop = positions.start, positions.stop
         arrays = self._whole.arrays(positions, self._block_fields) if stop > first else None
         if arrays is not None:
-            return StackedColumns({name: array[first:stop].copy() for name, array in arrays.items()}, stop - first)
+            return StackedColumns(slice_rows(arrays, first, stop), stop - first)
         return StackedColumns(stack_records(self._getitems(list(positions))), stop - first)
 
     def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FileColumns", "WholeColumns", "stacked_alike"]
+__all__ = ["FileColumns", "WholeColumns", "gather_rows", "slice_rows", "stacked_alike"]
 
 #: The dtype kinds kept whole: bool, signed and unsigned ints, floats, complex numbers.
 _KEPT_KINDS = frozenset("biufc")
@@ -135,15 +135,20 @@ class FileColumns:
         self.complete = False
         return False
 
-    def gather(self, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
-        """The fields of the rows at ``positions`` (all filled), as new arrays in that order."""
-        assert self.arrays is not None
-        return {name: array[positions] for name, array in self.arrays.items()}
 
-    def slice(self, positions: range) -> dict[str, np.ndarray[Any, Any]]:
-        """The fields of consecutive filled rows, as new arrays (a copy each, never a view of the arrays)."""
-        assert self.arrays is not None
-        return {name: array[positions.start : positions.stop].copy() for name, array in self.arrays.items()}
+def gather_rows(arrays: Mapping[str, np.ndarray[Any, Any]], positions: np.ndarray[Any, Any]) -> dict[str, Any]:
+    """The rows at ``positions`` of each array, as new arrays in that order."""
+    # np.take along the first axis copies whole rows of a many-dimensional array, which indexing
+    # with an array does element by element; for one dimension, indexing is the quicker.
+    return {
+        name: np.take(array, positions, axis=0) if array.ndim > 1 else array[positions]
+        for name, array in arrays.items()
+    }
+
+
+def slice_rows(arrays: Mapping[str, np.ndarray[Any, Any]], first: int, stop: int) -> dict[str, Any]:
+    """Consecutive rows of each array, as new arrays (a copy each, never a view of the arrays)."""
+    return {name: array[first:stop].copy() for name, array in arrays.items()}
 
 
 def stacked_alike(records: Sequence[Any]) -> dict[str, np.ndarray[Any, Any]] | None:

@@ -34,7 +34,7 @@ import pyarrow.types as types
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable, stacked_values
 from tinax._data._compat02 import CorruptParquetError
-from tinax._data._file_columns import WholeColumns
+from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows
 from tinax._data._parquet import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
@@ -537,7 +537,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         """
         arrays = self._whole_columns(positions)
         if arrays is not None:
-            return StackedColumns({name: array[positions] for name, array in arrays.items()}, len(positions))
+            return StackedColumns(gather_rows(arrays, positions), len(positions))
         chosen_groups = self._chosen_groups(positions)
         try:
             columns = join_stacked(
@@ -555,7 +555,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         first, stop = positions.start, positions.stop
         arrays = self._whole_columns(positions) if stop > first else None
         if arrays is not None:
-            return StackedColumns({name: array[first:stop].copy() for name, array in arrays.items()}, stop - first)
+            return StackedColumns(slice_rows(arrays, first, stop), stop - first)
         group_index = bisect.bisect_right(self._group_ends, first)
         if stop - first < 1 or bisect.bisect_right(self._group_ends, stop - 1) != group_index:
             return self.stacked_at(np.arange(first, stop, dtype=np.int64))
