@@ -142,7 +142,8 @@ def test_the_whole_columns_take_a_row_group_at_a_time_and_count_against_the_cach
     assert source._cached_bytes + held <= source.cache_bytes
 
 
-def test_a_thread_fills_the_rest_of_the_file_ahead_of_the_batches(numeric_file, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threads_fill_the_rest_of_the_file_ahead_of_the_batches(numeric_file, monkeypatch, threads):
     def pipeline() -> Any:
         return training_batches(
             read_parquet_record(numeric_file), shard_options=ShardOptions(1, 2, drop_remainder=True), seed=0,
@@ -161,39 +162,41 @@ def test_a_thread_fills_the_rest_of_the_file_ahead_of_the_batches(numeric_file, 
         return original(columns, group_index, fields)
 
     monkeypatch.setattr(FileColumns, "fill", noted)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: threads)
     batches = training_batches(
         dataset, shard_options=ShardOptions(1, 2, drop_remainder=True), seed=0, shuffle=False, num_epochs=2,
         batch_size=100, batch_fn=stack_records,
     )  # fmt: skip
     iterator = iter(batches)
     found = [exact(next(iterator))]
-    filling = source._filling
-    assert filling is not None
-    assert filling.name.startswith(WINDOW_THREAD_PREFIX)
-    assert not filling.daemon
-    filling.join(timeout=120)
+    filling = list(source._filling)
+    assert len(filling) == threads
+    assert all(thread.name.startswith(WINDOW_THREAD_PREFIX) and not thread.daemon for thread in filling)
+    for thread in filling:
+        thread.join(timeout=120)
     assert source._whole.columns.complete
     assert filled_by[0] == threading.main_thread().name
-    assert set(filled_by[1:]) == {filling.name}
-    # Every row group once; after the first batch's, the rest from this shard's next rows on, then the start.
+    assert set(filled_by[1:]) <= {thread.name for thread in filling}
+    # Every row group once: the first batch's, then the rest from this shard's next rows on, then the start.
     assert len(filled_by) == len(source.row_group_ends)
     found += [exact(batch) for batch in iterator]
     assert found == expected
-    assert source._filling is None
+    assert source._filling == []
 
 
-def test_the_thread_filling_ahead_ends_once_nothing_else_holds_the_reader(numeric_file, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_threads_filling_ahead_end_once_nothing_else_holds_the_reader(numeric_file, monkeypatch, threads):
     proceed = threading.Event()
     calls = []
     original = ParquetRecordSource._fill_next
 
     def held_back(self: ParquetRecordSource, parquet_file: Any) -> bool:
         calls.append(threading.current_thread().name)
-        if len(calls) == 1:
-            proceed.wait(timeout=60)
+        proceed.wait(timeout=60)
         return original(self, parquet_file)
 
     monkeypatch.setattr(ParquetRecordSource, "_fill_next", held_back)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: threads)
     dataset = read_parquet_record(numeric_file)
     pipeline = training_batches(
         dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
@@ -201,16 +204,21 @@ def test_the_thread_filling_ahead_ends_once_nothing_else_holds_the_reader(numeri
     )  # fmt: skip
     iterator = iter(pipeline)
     next(iterator)
-    filling = record_source_of(dataset)._filling
-    assert filling is not None
+    filling = list(record_source_of(dataset)._filling)
+    assert len(filling) == threads
     iterator.close()
     del iterator, pipeline, dataset
     gc.collect()
     proceed.set()
-    filling.join(timeout=60)
-    assert not filling.is_alive()
-    # The row group it was filling, and none after it: the reader was gone.
-    assert calls == [filling.name]
+    for thread in filling:
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+    if threads == 1:
+        # The row group it was filling, and none after it: the reader was gone.
+        assert calls == [filling[0].name]
+    else:
+        # Each ends once the others let go of the reader too: a few row groups at most, not the file.
+        assert len(calls) < 3 * threads
 
 
 def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):
@@ -257,6 +265,58 @@ def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_fil
     assert not record_source_of(dataset).may_hold_columns()
 
 
+def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numeric_file, monkeypatch):
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return training_batches(
+            dataset,
+            shard_options=ShardOptions(1, 2, drop_remainder=True), seed=6, shuffle=True, num_epochs=2,
+            batch_size=90, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
+    decoders: set[str] = set()
+    original = _RowGroup.window_fields
+
+    def noted(group: _RowGroup, rows: np.ndarray) -> Any:
+        decoders.add(threading.current_thread().name)
+        return original(group, rows)
+
+    def refused(*args: Any) -> Any:
+        raise AssertionError("the window was joined from parts")
+
+    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 3)
+    monkeypatch.setattr(_RowGroup, "window_fields", noted)
+    monkeypatch.setattr(_planned_reads, "_stacked_in_parts", refused)
+    monkeypatch.setattr(_direct_reads.DirectBatchMapDataset, "read_rows", refused)
+    dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+    assert len({name for name in decoders if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-")}) == 2
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith(f"{WINDOW_THREAD_PREFIX}-decode")]
+
+
+def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usual_reads(numeric_file, monkeypatch):
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return training_batches(
+            dataset,
+            shard_options=ShardOptions(0, 1, drop_remainder=True), seed=1, shuffle=True, num_epochs=1,
+            batch_size=100, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
+    original = ParquetRecordSource._decode
+
+    def flaky(source: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        # Only a decoding thread's own handle fails: the usual reads then read every row.
+        if options.get("parquet_file") is not None and group_index == 1:
+            raise ValueError("row group 1 cannot be read through this handle")
+        return original(source, group_index, position, **options)
+
+    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 2)
+    monkeypatch.setattr(ParquetRecordSource, "_decode", flaky)
+    dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+
+
 def _ragged_file(path: Path) -> Path:
     """A plain file whose list column has one length in each row group, but not the same in all."""
     schema = pa.schema([("id", pa.int64()), ("v", pa.list_(pa.float32()))])
@@ -275,15 +335,21 @@ def _ragged_file(path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("cache_bytes", [1 << 30, 1 << 10], ids=["cached", "past-the-cache"])
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_arrays_whose_shape_changes_between_row_groups_give_what_stacking_the_records_gives(tmp_path, shuffle):
+def test_arrays_whose_shape_changes_between_row_groups_give_what_stacking_the_records_gives(
+    tmp_path, shuffle, cache_bytes, monkeypatch
+):
     path = _ragged_file(tmp_path / "ragged.parquet")
+    # Past the cache, the windows' threads meet the row groups in any order: their parts differ in shape.
+    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 3)
 
     def outcome(batch_fn: Any) -> list[Any]:
         found: list[Any] = []
         pipeline = training_batches(
-            read_parquet_record(path, mapping="numpy"), shard_options=ShardOptions(0, 1, drop_remainder=True),
-            seed=5, shuffle=shuffle, num_epochs=1, batch_size=20, batch_fn=batch_fn,
+            read_parquet_record(path, mapping="numpy", cache_bytes=cache_bytes),
+            shard_options=ShardOptions(0, 1, drop_remainder=True), seed=5, shuffle=shuffle, num_epochs=1,
+            batch_size=20, batch_fn=batch_fn,
         )  # fmt: skip
         for index in range(len(pipeline)):
             try:

@@ -71,6 +71,8 @@ _logger = get_logger("data")
 # Reads out of order past the cache are told once a pass has loaded this many row groups, each serving
 # under a quarter of its rows on average.
 _LOADS_BEFORE_WARNING = 64
+#: The most threads that decode one reader's row groups at once (see ``decode_threads``).
+_MOST_DECODE_THREADS = 8
 _ROWS_SERVED_FRACTION = 4
 
 
@@ -375,8 +377,8 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._loads = 0
         self._rows_served = 0
         self._told_out_of_order = False
-        # The thread filling the whole columns (see ``_adopt``) ahead of the batches.
-        self._filling: threading.Thread | None = None
+        # The threads filling the whole columns (see ``_adopt``) ahead of the batches.
+        self._filling: list[threading.Thread] = []
 
     def _unreadable(self, reason: str, *, tinax_format: bool = True) -> ValueError:
         what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
@@ -599,17 +601,40 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         whole = self._whole
         arrays = whole.arrays(positions, self._whole_stacked)
         columns = whole.columns
-        if arrays is not None and columns is not None and not columns.complete and self._filling is None:
+        if arrays is not None and columns is not None and not columns.complete and not self._filling:
             with self._lock:
                 # The cache makes room for the columns; the rest of the file is decoded from the row
                 # group after the last one a batch read (in order, the next batches').
                 self._fit_cache(0)
-                if self._filling is None:
-                    self._filling = threading.Thread(
-                        target=_fill_ahead, args=(weakref.ref(self),), name=f"{WINDOW_THREAD_PREFIX}-columns"
-                    )
-                    self._filling.start()
+                if not self._filling:
+                    reference, name = weakref.ref(self), f"{WINDOW_THREAD_PREFIX}-columns"
+                    self._filling = [
+                        threading.Thread(target=_fill_ahead, args=(reference,), name=f"{name}-{index}")
+                        for index in range(self.decode_threads())
+                    ]
+                    for thread in self._filling:
+                        thread.start()
         return arrays
+
+    def largest_group_bytes(self) -> float:
+        """The decoded size of the largest row group, as :meth:`decoded_row_bytes` estimates it."""
+        firsts = (0, *self._group_ends[:-1])
+        most_rows = max((end - first for first, end in zip(firsts, self._group_ends, strict=True)), default=0)
+        return self.decoded_row_bytes() * most_rows
+
+    def decode_threads(self) -> int:
+        """How many threads decode this reader's row groups at once, each with a file handle of its own.
+
+        pyarrow decodes without the interpreter lock, so the threads that fill
+        the whole columns ahead, and those that read a window past the cache,
+        decode about as many times faster as there are cores. Each holds one
+        decoded row group, so together they hold at most a quarter of the
+        budget; one core is left to the pipeline and the train step.
+        """
+        # The cores this process may run on (the affinity mask, where the system has one).
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        fitting = int(self.cache_bytes // 4 // max(self.largest_group_bytes(), 1.0))
+        return max(1, min(_MOST_DECODE_THREADS, cores - 1, fitting))
 
     def _whole_stacked(self, group_index: int) -> dict[str, np.ndarray[Any, Any]] | None:
         # Called with the lock held: one row group's stacked fields, from the cache or decoded for them.
@@ -916,12 +941,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
     """Fills the row groups a reader's whole columns lack, one at a time, until they hold all.
 
-    Runs in a thread of its own, started by the first batch that reads the
-    columns, with a file handle of its own. It holds the reader only while
-    it fills a row group: once nothing else holds it (the pipelines over it
-    are gone), the thread ends before the next one. A row group that cannot
-    be read ends it too (the batch that needs it reads it, and raises, as it
-    always did), and so does shutdown (see ``_shutdown``).
+    Runs in threads of their own (``decode_threads`` of them), started by
+    the first batch that reads the columns, each with a file handle of its
+    own and taking the next row group no other has taken. Each holds the
+    reader only while it fills a row group: once nothing else holds it (the
+    pipelines over it are gone), the threads end before the next one. A row
+    group that cannot be read ends the thread that met it (the batch that
+    needs it reads it, and raises, as it always did), and shutdown ends them
+    all (see ``_shutdown``).
     """
     source = reference()
     if source is None:
@@ -942,8 +969,9 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
         source = reference()
         if source is not None:
             with source._lock:
-                if source._filling is threading.current_thread():
-                    source._filling = None
+                # Once the last one is out, a later batch may start them again (after the columns were dropped).
+                if threading.current_thread() in source._filling:
+                    source._filling.remove(threading.current_thread())
 
 
 def _read_error(error: BaseException) -> type[ValueError]:

@@ -382,15 +382,22 @@ def window_rows(source: Any) -> int:
 
     Where the decoded file fits the cache, its row groups stay cached and
     the window is small: it only saves taking rows from each row group for
-    every batch. Past the cache, the window takes the cache's place (see
-    :func:`read_window`): half the budget goes to its rows and their
-    indices, the other half to what reading them holds besides, the row
-    group being decoded and the piece being joined.
+    every batch. Past the cache, the windows take the cache's place (see
+    :func:`read_window`): two are held at once (the one served and the one
+    read ahead), so each gets half of what the budget leaves once the row
+    groups that :func:`decode_threads` decode at once beyond the first are
+    counted.
     """
     if not past_cache(source):
         return _PIECE_ROWS
     row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
-    return max(1, int(source.cache_bytes // 2 // row_bytes))
+    room = source.cache_bytes - (decode_threads(source) - 1) * source.largest_group_bytes()
+    return max(1, int(max(room, 0) // 2 // row_bytes))
+
+
+def decode_threads(source: Any) -> int:
+    """How many threads decode a window's row groups past the cache of ``source`` (its ``decode_threads``)."""
+    return int(source.decode_threads())
 
 
 def past_cache(source: Any) -> bool:
@@ -585,8 +592,9 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
     each row group gives the stacked fields of its rows (taken out of its
     decoded columns, in file order), and the window joins them into one
     array per field in the order of ``positions``, so that a batch is a slice
-    of it. Past the cache, the cache is emptied first and each row group is
-    decoded, taken from and let go before the next, as for :func:`read_window`.
+    of it. Past the cache, the cache is emptied first, and several threads
+    (:func:`decode_threads`) each decode a row group, copy its rows into
+    their places in the window's arrays and let it go before the next.
 
     Args:
       source: A ``ParquetRecordSource``.
@@ -602,41 +610,147 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
         way, which stacks them or raises as it always did.
     """
     past = _make_room(source)
-    order, row_groups = _by_row_group(source, positions, past=past)
-    parts: list[dict[str, np.ndarray[Any, Any] | list[Any]]] = []
     try:
-        for group, chosen in row_groups:
-            parts.append(group.window_fields(chosen))
-            del group
-        if not parts:
-            raise ValueError("no rows to read")
-        # From file order to the order of ``positions``: row i of the window is positions[i].
-        columns: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
-        for name in list(parts[0]):
-            # Each field's parts go as soon as they are joined, so that the window is never held twice.
-            pieces = [part.pop(name) for part in parts]
-            if all(isinstance(piece, np.ndarray) for piece in pieces):
-                joined = np.concatenate(pieces)
-                in_order = np.empty_like(joined)
-                in_order[order] = joined
-                columns[name] = in_order
-            else:
-                # A part that stacked gives its rows back as the values themselves: Python
-                # scalars for numbers, the rows' arrays for arrays.
-                values = [
-                    value
-                    for piece in pieces
-                    for value in (piece.tolist() if isinstance(piece, np.ndarray) and piece.ndim == 1 else piece)
-                ]
-                listed: list[Any] = [None] * len(values)
-                for slot, value in zip(order.tolist(), values, strict=True):
-                    listed[slot] = value
-                columns[name] = listed
-            del pieces
-        return _StackedWindow(columns), np.arange(len(positions), dtype=np.int64)
+        if past:
+            try:
+                columns: dict[str, np.ndarray[Any, Any] | list[Any]] = dict(_stacked_in_threads(source, positions))
+                return _StackedWindow(columns), np.arange(len(positions), dtype=np.int64)
+            except _UnlikePartsError:
+                pass  # Joined part by part below, where the dtypes of the parts may differ.
+        return _stacked_in_parts(source, positions, past=past)
     finally:
         if past:
             _return_freed_memory()
+
+
+class _UnlikePartsError(ValueError):
+    """A field whose row groups give parts of different dtypes or shapes, or values that do not stack."""
+
+
+def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
+    """The stacked fields at ``positions``, past the cache, decoded by :func:`decode_threads` threads.
+
+    Each thread opens the file itself, takes the next row group the
+    positions touch, decodes it outside the reader's lock, and copies the
+    rows it gives straight into their places in one array per field, which
+    the first row group read sizes. The arrays are those the parts joined
+    by :func:`_stacked_in_parts` would give, without holding the parts too.
+
+    Raises:
+      _UnlikePartsError: Where a field does not come as arrays of one dtype and
+        row shape from every row group (the caller joins parts then).
+      ValueError: For a row group that cannot be read.
+    """
+    ends = np.asarray(source.row_group_ends, dtype=np.int64)
+    groups = np.searchsorted(ends, positions, side="right")
+    order = np.argsort(groups, kind="stable")
+    sorted_groups = groups[order]
+    del groups
+    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+    firsts = np.concatenate([[0], cuts]).astype(np.int64)
+    lasts = np.concatenate([cuts, [len(order)]]).astype(np.int64)
+    tasks = iter(zip(sorted_groups[firsts].tolist(), firsts.tolist(), lasts.tolist(), strict=True))
+    del sorted_groups
+    lock = threading.Lock()
+    columns: dict[str, np.ndarray[Any, Any]] = {}
+    failures: list[BaseException] = []
+
+    def place(fields: dict[str, Any], slots: np.ndarray[Any, Any]) -> None:
+        with lock:
+            if not columns:
+                for name, values in fields.items():
+                    if not isinstance(values, np.ndarray):
+                        raise _UnlikePartsError(name)
+                    columns[name] = np.empty((len(positions), *values.shape[1:]), dtype=values.dtype)
+        if list(fields) != list(columns):
+            raise _UnlikePartsError("fields")
+        for name, values in fields.items():
+            column = columns[name]
+            if not isinstance(values, np.ndarray) or values.dtype != column.dtype:
+                raise _UnlikePartsError(name)
+            if values.shape[1:] != column.shape[1:]:
+                raise _UnlikePartsError(name)
+            column[slots] = values
+
+    def decode() -> None:
+        parquet_file = None
+        try:
+            parquet_file, header = source._open()
+            if header != source._header:
+                raise ValueError("the file changed since the reader opened it")
+            while not failures:
+                with lock:
+                    task = next(tasks, None)
+                if task is None:
+                    return
+                group_index, first, last = task
+                check_reads_go_on("a window of planned batches")
+                slots = order[first:last]
+                chosen = positions[slots]
+                group = source._decode(group_index, int(chosen[0]), own_memory=False, parquet_file=parquet_file)
+                fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
+                # Let go before the next one is decoded: one decoded row group per thread.
+                del group
+                place(fields, slots)
+                del fields
+        except BaseException as error:  # Raised again by the window's thread, which the pipeline's catches.
+            failures.append(error)
+        finally:
+            if parquet_file is not None:
+                parquet_file.close()
+
+    count = decode_threads(source)
+    threads = [
+        threading.Thread(target=decode, name=f"{WINDOW_THREAD_PREFIX}-decode-{index}") for index in range(count - 1)
+    ]
+    for thread in threads:
+        thread.start()
+    decode()  # The window's own thread decodes too.
+    for thread in threads:
+        thread.join()
+    if failures:
+        unlike = [failure for failure in failures if isinstance(failure, _UnlikePartsError)]
+        raise unlike[0] if unlike else failures[0]
+    if not columns:
+        raise ValueError("no rows to read")
+    return columns
+
+
+def _stacked_in_parts(
+    source: Any, positions: np.ndarray[Any, Any], *, past: bool
+) -> tuple[_StackedWindow, np.ndarray[Any, Any]]:
+    """The stacked fields at ``positions``, each row group's part read in turn and the parts joined."""
+    order, row_groups = _by_row_group(source, positions, past=past)
+    parts: list[dict[str, np.ndarray[Any, Any] | list[Any]]] = []
+    for group, chosen in row_groups:
+        parts.append(group.window_fields(chosen))
+        del group
+    if not parts:
+        raise ValueError("no rows to read")
+    # From file order to the order of ``positions``: row i of the window is positions[i].
+    columns: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
+    for name in list(parts[0]):
+        # Each field's parts go as soon as they are joined, so that the window is never held twice.
+        pieces = [part.pop(name) for part in parts]
+        if all(isinstance(piece, np.ndarray) for piece in pieces):
+            joined = np.concatenate(pieces)
+            in_order = np.empty_like(joined)
+            in_order[order] = joined
+            columns[name] = in_order
+        else:
+            # A part that stacked gives its rows back as the values themselves: Python
+            # scalars for numbers, the rows' arrays for arrays.
+            values = [
+                value
+                for piece in pieces
+                for value in (piece.tolist() if isinstance(piece, np.ndarray) and piece.ndim == 1 else piece)
+            ]
+            listed: list[Any] = [None] * len(values)
+            for slot, value in zip(order.tolist(), values, strict=True):
+                listed[slot] = value
+            columns[name] = listed
+        del pieces
+    return _StackedWindow(columns), np.arange(len(positions), dtype=np.int64)
 
 
 def _return_freed_memory() -> None:
@@ -747,12 +861,12 @@ class ReadPlanner:
             return None
         self._window = None
         ahead = self._ahead.popleft() if self._ahead else None
-        if not continues:
-            self._next_batches = 1 if first_read else _FIRST_WINDOW_BATCHES
         most = max(1, window_rows(self._source) // length)
+        if not continues:
+            self._next_batches = 1 if first_read else (most if past_cache(self._source) else _FIRST_WINDOW_BATCHES)
         if ahead is not None and continues and ahead.holds(start, length, stride):
             # The window a thread read ahead: the one computed here, had it not.
-            self._next_batches = ahead.batches * _GROWTH
+            self._next_batches = self._growth(ahead.batches, most)
             self._window = ahead.result()
             if self._window is not None and ahead.batches == most:
                 self._tell(len(self._window))
@@ -763,11 +877,21 @@ class ReadPlanner:
         starts = self._window_starts(start, stride, length, batches)
         if not starts:
             return None
-        self._next_batches = batches * _GROWTH
+        self._next_batches = self._growth(batches, most)
         self._window = self._read_batches(starts, stride, length)
         if self._window is not None and batches == most:
             self._tell(len(self._window))
         return self._window
+
+    def _growth(self, batches: int, most: int) -> int:
+        """The batches of the window after one of ``batches``.
+
+        Windows grow fourfold where the file fits the cache, so the first
+        batches come soon. Past it, a shuffled window decodes most of the
+        file's row groups whatever its size, so every window after the first
+        takes the most batches the budget allows.
+        """
+        return most if past_cache(self._source) else batches * _GROWTH
 
     def _window_starts(self, start: int, stride: int, length: int, batches: int) -> list[int]:
         return [start + stride * step for step in range(batches) if start + stride * step + length <= self._limit]
@@ -798,7 +922,7 @@ class ReadPlanner:
                 return
             self._ahead.append(_WindowAhead(self, starts, window.stride, window.length, batches))
             start = starts[-1] + window.stride
-            batches = min(batches * _GROWTH, most)
+            batches = min(self._growth(batches, most), most)
             self._ahead_batches = batches
 
     def _read_batches(self, starts: list[int], stride: int, length: int) -> _Window | None:
