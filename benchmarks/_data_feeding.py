@@ -26,9 +26,11 @@ shuffle. Run it alone with ``hatch run bench:data --only-feeding``.
 from __future__ import annotations
 
 import argparse
+import gc
 import pathlib
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,6 +41,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from grain.sharding import ShardOptions
 
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX
 from tinax.data import read_parquet_record, stack_records, training_batches, write_parquet_record
 
 __all__ = ["measure_feeding"]
@@ -138,7 +141,17 @@ def _rows_per_second(batches: Iterator[dict[str, Any]], warmup: int, timed: int)
     close = getattr(batches, "close", None)
     if close is not None:
         close()
+    del batches
+    _settle()
     return rows / seconds
+
+
+def _settle() -> None:
+    """Waits for the reads a closed pipeline left in flight, so that they do not slow down the next run."""
+    gc.collect()
+    for thread in threading.enumerate():
+        if thread.name.startswith(WINDOW_THREAD_PREFIX):
+            thread.join()
 
 
 def _compare(

@@ -221,6 +221,50 @@ def test_the_threads_filling_ahead_end_once_nothing_else_holds_the_reader(numeri
         assert len(calls) < 3 * threads
 
 
+def test_a_batch_waits_for_the_row_group_a_thread_ahead_is_decoding_rather_than_decode_it_again(
+    numeric_file, monkeypatch
+):
+    dataset = read_parquet_record(numeric_file)
+    source = record_source_of(dataset)
+    ends = source.row_group_ends
+    decoded: list[tuple[int, str]] = []
+    taken = threading.Event()
+    release = threading.Event()
+    original = ParquetRecordSource._decode
+
+    def watched(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        if self is source:
+            decoded.append((group_index, threading.current_thread().name))
+            if group_index == 1 and threading.current_thread() is not threading.main_thread():
+                taken.set()
+                assert release.wait(timeout=60)
+        return original(self, group_index, position, **options)
+
+    monkeypatch.setattr(ParquetRecordSource, "_decode", watched)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
+    batch_size = ends[0]  # A batch is a row group: the first batch fills row group 0, the thread takes 1.
+    pipeline = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
+        batch_size=batch_size, batch_fn=stack_records,
+    )  # fmt: skip
+    expected = [exact(batch) for batch in evaluation_batches(
+        read_parquet_record(numeric_file), shard_options=ShardOptions(0, 1), batch_size=batch_size,
+        batch_fn=stack_the_rows,
+    )][: len(pipeline)]  # fmt: skip
+    iterator = iter(pipeline)
+    found = [exact(next(iterator))]
+    assert taken.wait(timeout=60)
+    second = threading.Thread(target=lambda: found.append(exact(next(iterator))))
+    second.start()
+    second.join(timeout=1)
+    assert second.is_alive()  # Waiting for the thread ahead, not decoding row group 1 itself.
+    release.set()
+    second.join(timeout=60)
+    found += [exact(batch) for batch in iterator]
+    assert found == expected
+    assert [name for group_index, name in decoded if group_index == 1] == [f"{WINDOW_THREAD_PREFIX}-columns-0"]
+
+
 def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):
     def pipeline(shuffle: bool) -> Any:
         return training_batches(

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -83,12 +83,20 @@ class FileColumns:
         """Whether the arrays hold the row group."""
         return bool(self._filled[group_index])
 
-    def next_missing(self, start: int) -> int:
-        """The first row group not filled yet at or after ``start``, else the first one before it."""
-        after = np.flatnonzero(~self._filled[start:])
+    def next_missing(self, start: int, *, skip: Collection[int] = ()) -> int | None:
+        """The first row group not filled yet at or after ``start``, else the first one before it.
+
+        Row groups in ``skip`` (taken by other threads) are passed over;
+        None where every row group left is among them.
+        """
+        missing = ~self._filled
+        for group_index in skip:
+            missing[group_index] = False
+        after = np.flatnonzero(missing[start:])
         if len(after):
             return start + int(after[0])
-        return int(np.flatnonzero(~self._filled)[0])
+        before = np.flatnonzero(missing)
+        return int(before[0]) if len(before) else None
 
     def fill(self, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
         """Copies one row group's stacked fields into the arrays.
@@ -198,6 +206,8 @@ class WholeColumns:
         self.refused = False
         #: The block after the last one a batch filled: where filling ahead goes on from.
         self.cursor = 0
+        #: The blocks threads ahead are decoding now, each with the event set once it is filled (or failed).
+        self.in_flight: dict[int, threading.Event] = {}
 
     @property
     def nbytes(self) -> int:
@@ -233,6 +243,11 @@ class WholeColumns:
                 self.columns = FileColumns(self._group_ends, self._budget)
             columns = self.columns
             for group_index in columns.missing_groups(positions):
+                if self._awaited(group_index):
+                    if columns is not self.columns:
+                        return None
+                    if columns.filled(group_index):
+                        continue
                 try:
                     fields = fields_of(group_index)
                 except ValueError:
@@ -241,6 +256,23 @@ class WholeColumns:
                     return None
                 self.cursor = group_index + 1
             return columns.arrays
+
+    def _awaited(self, group_index: int) -> bool:
+        """Waits, without the lock, for a block a thread ahead is decoding; False where none is (lock held).
+
+        A batch that reaches a block the threads filling ahead took waits for
+        it rather than decode it a second time under the lock, which would
+        hold back every thread's next fill too.
+        """
+        pending = self.in_flight.get(group_index)
+        if pending is None:
+            return False
+        self._lock.release()
+        try:
+            pending.wait()
+        finally:
+            self._lock.acquire()
+        return True
 
     def fill(self, columns: FileColumns, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
         """Fills one block (called with the lock held); where it does not fit, refuses the columns for good."""

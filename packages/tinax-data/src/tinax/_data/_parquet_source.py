@@ -71,8 +71,9 @@ _logger = get_logger("data")
 # Reads out of order past the cache are told once a pass has loaded this many row groups, each serving
 # under a quarter of its rows on average.
 _LOADS_BEFORE_WARNING = 64
-#: The most threads that decode one reader's row groups at once (see ``decode_threads``).
-_MOST_DECODE_THREADS = 8
+#: The most threads that decode one reader's row groups at once (see ``decode_threads``): past a few, their
+#: work under the interpreter lock only slows down the pipeline's thread.
+_MOST_DECODE_THREADS = 3
 _ROWS_SERVED_FRACTION = 4
 
 
@@ -627,9 +628,13 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
         pyarrow decodes without the interpreter lock, so the threads that fill
         the whole columns ahead, and those that read a window past the cache,
-        decode about as many times faster as there are cores. Each holds one
-        decoded row group, so together they hold at most a quarter of the
-        budget; one core is left to the pipeline and the train step.
+        decode faster with more cores. What each does around the decode (the
+        row group's getters, the copy into the arrays) holds the lock, about
+        as long as the decode itself for small row groups, so past a few
+        threads they would only take turns with the pipeline's own thread:
+        at most three. Each holds one decoded row group, so together they
+        hold at most a quarter of the budget; one core is left to the
+        pipeline and the train step.
         """
         # The cores this process may run on (the affinity mask, where the system has one).
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -659,16 +664,26 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             columns = whole.columns
             if columns is None or columns.complete or whole.refused:
                 return False
-            group_index = columns.next_missing(whole.cursor)
+            group_index = columns.next_missing(whole.cursor, skip=whole.in_flight)
+            if group_index is None:
+                return False  # The rest is being decoded by the other threads.
             whole.cursor = group_index + 1
-        group = self._decode(group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file)
-        fields = group.whole_stacked()
-        del group
-        with self._lock:
-            if columns is whole.columns and not columns.filled(group_index):
-                if not whole.fill(columns, group_index, fields):
-                    return False
-                self._fit_cache(0)
+            done = whole.in_flight[group_index] = threading.Event()
+        try:
+            group = self._decode(
+                group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file
+            )
+            fields = group.whole_stacked()
+            del group
+            with self._lock:
+                if columns is whole.columns and not columns.filled(group_index):
+                    if not whole.fill(columns, group_index, fields):
+                        return False
+                    self._fit_cache(0)
+        finally:
+            with self._lock:
+                whole.in_flight.pop(group_index, None)
+            done.set()
         return True
 
     def _group_offset(self, group_index: int) -> int:
