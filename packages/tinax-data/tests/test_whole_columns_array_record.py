@@ -14,6 +14,7 @@ from grain.sharding import ShardOptions
 
 from tinax._data import _array_record
 from tinax._data._reader_datasets import record_source_of
+from tinax._data._record_codec import RecordSchema
 from tinax.data import evaluation_batches, read_array_record, stack_records, training_batches, write_array_record
 
 array_record_module = pytest.importorskip(
@@ -175,3 +176,99 @@ def test_a_corrupt_record_raises_at_its_batch_as_before(tmp_path):
 def test_cache_bytes_is_a_positive_int(tinax_file, cache_bytes, error):
     with pytest.raises(error, match="cache_bytes"):
         read_array_record(tinax_file, cache_bytes=cache_bytes)
+
+
+def _stacked_records(records: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    return {name: np.stack([np.asarray(record[name]) for record in records]) for name in records[0]}
+
+
+def _encodings(records: list[dict[str, Any]]) -> tuple[RecordSchema, list[bytes]]:
+    schema = RecordSchema.from_first_record(records[0])
+    return schema, [schema.encode(record, index) for index, record in enumerate(records)]
+
+
+def test_records_of_one_layout_decode_straight_into_the_stacked_records():
+    rng = np.random.default_rng(9)
+    records = [
+        {
+            "flag": index % 2 == 0,
+            "id": index - 50,
+            "score": float(rng.standard_normal()) if index else float("nan"),
+            "x": rng.standard_normal((2, 3)).astype(np.float32),
+            "brain": rng.standard_normal(4).astype(ml_dtypes.bfloat16),
+            "big": rng.integers(-1000, 1000, 3).astype(">i4"),
+            "pairs": (rng.standard_normal(2) + 1j).astype(np.complex128),
+            "scalar": np.asarray(index, np.uint16),
+            "empty": np.zeros((0, 5), np.int8),
+            "mask": rng.standard_normal(3) > 0,
+        }
+        for index in range(100)
+    ]
+    schema, data = _encodings(records)
+    stacked = schema.decode_stacked(data)
+    assert stacked is not None
+    assert exact(stacked) == exact(_stacked_records(schema.decode_many(data)))
+    assert all(array.flags.c_contiguous and array.flags.writeable for array in stacked.values())
+
+
+@pytest.mark.parametrize(
+    "records",
+    [
+        [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}],
+        [{"id": 1, "raw": b"a"}, {"id": 2, "raw": b"b"}],
+        [{"id": 1, "nothing": None}, {"id": 2, "nothing": None}],
+        # One length of record, but shapes that differ.
+        [{"x": np.zeros((2, 3), np.float32)}, {"x": np.zeros((3, 2), np.float32)}],
+        [{"x": np.zeros(2, np.float32)}, {"x": np.zeros(3, np.float32)}],
+    ],
+    ids=["text", "bytes", "none", "transposed", "two-lengths"],
+)
+def test_records_of_other_layouts_are_left_to_the_record_decoder(records):
+    schema, data = _encodings(records)
+    assert schema.decode_stacked(data) is None
+
+
+def test_malformed_encodings_of_one_length_are_left_to_the_record_decoder():
+    schema, data = _encodings([{"flag": True, "x": np.zeros(2, np.float32)} for _ in range(3)])
+    assert schema.decode_stacked(data) is not None
+    not_a_bool = [bytes([2]) + data[0][1:], *data[1:]]
+    assert schema.decode_stacked(not_a_bool) is None
+    with pytest.raises(ValueError, match="flag"):
+        schema.decode(not_a_bool[0])
+    longer_extent = bytearray(data[0])
+    longer_extent[1] = 3  # The array declares three elements; the record holds two.
+    assert schema.decode_stacked([bytes(longer_extent)] * 3) is None
+    assert schema.decode_stacked([data[0] + b"\0"] * 3) is None
+    assert schema.decode_stacked([]) is None
+
+
+def test_a_file_of_every_numeric_kind_is_held_whole_from_the_records_bytes(tmp_path, monkeypatch):
+    rng = np.random.default_rng(4)
+    path = tmp_path / "kinds.array_record"
+    write_array_record(
+        path,
+        [
+            {
+                "flag": index % 3 == 0,
+                "id": index,
+                "big": rng.integers(-1000, 1000, 3).astype(">i4"),
+                "pairs": (rng.standard_normal(2) + 1j).astype(np.complex64),
+                "scalar": np.asarray(index % 7, np.uint8),
+                "mask": rng.standard_normal(2) > 0,
+            }
+            for index in range(ROWS)
+        ],
+    )
+    decoded = []
+    original = RecordSchema.decode_stacked
+
+    def counted(schema: RecordSchema, data: Any) -> Any:
+        found = original(schema, data)
+        decoded.append(found is not None)
+        return found
+
+    monkeypatch.setattr(RecordSchema, "decode_stacked", counted)
+    source = _same_batches(path, monkeypatch)
+    assert source._whole.columns.complete
+    assert decoded
+    assert all(decoded)

@@ -55,7 +55,7 @@ from tinax._data._compat02 import (
     _OutsideTheFormatError,
     _UnwritableError,
 )
-from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows, stacked_alike
+from tinax._data._file_columns import WholeColumns, gather_rows, kept_whole, slice_rows, stacked_alike
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
@@ -560,7 +560,18 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
     def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:
         # Called with the lock held: a block's records, read and stacked, where they stack alike.
         first = block * _WHOLE_COLUMNS_BLOCK
-        return stacked_alike(self._getitems(list(range(first, min(first + _WHOLE_COLUMNS_BLOCK, self._count)))))
+        stop = min(first + _WHOLE_COLUMNS_BLOCK, self._count)
+        if self._schema is not None:
+            # Records of one layout (numbers, arrays of one shape) are stacked from their bytes directly.
+            check_reads_go_on(f"records {first} to {stop - 1} of {str(self._path)!r}")
+            try:
+                data = self._handle().read(first, stop)
+            except RuntimeError:
+                data = None  # Read again below, record by record, for the error indexing raises.
+            fields = None if data is None else self._schema.decode_stacked(data)
+            if fields is not None and all(kept_whole(array.dtype) for array in fields.values()):
+                return fields
+        return stacked_alike(self._getitems(list(range(first, stop))))
 
     def _parse_header(self, header_bytes: bytes) -> RecordHeader:
         try:

@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FileColumns", "WholeColumns", "gather_rows", "slice_rows", "stacked_alike"]
+__all__ = ["FileColumns", "WholeColumns", "gather_rows", "kept_whole", "slice_rows", "stacked_alike"]
 
 #: The dtype kinds kept whole: bool, signed and unsigned ints, floats, complex numbers.
 _KEPT_KINDS = frozenset("biufc")
 
 
-def _kept(dtype: np.dtype[Any]) -> bool:
+def kept_whole(dtype: np.dtype[Any]) -> bool:
     """Whether a stacked field of ``dtype`` is kept whole: a number's, built in or registered (ml_dtypes)."""
     # A registered scalar type (bfloat16, the float8s, int4) says kind "V", as raw bytes do; unlike them,
     # its width never depends on the values.
@@ -116,7 +116,8 @@ class FileColumns:
             return False
         first = int(self._ends[group_index - 1]) if group_index else 0
         stop = int(self._ends[group_index])
-        if fields is None or any(not _kept(array.dtype) or len(array) != stop - first for array in fields.values()):
+        rows = stop - first
+        if fields is None or any(not kept_whole(array.dtype) or len(array) != rows for array in fields.values()):
             return self._give_up()
         if self.arrays is None:
             row_bytes = sum(array.dtype.itemsize * math.prod(array.shape[1:]) for array in fields.values())
@@ -180,7 +181,7 @@ def stacked_alike(records: Sequence[Any]) -> dict[str, np.ndarray[Any, Any]] | N
     for name in names:
         arrays = [np.asarray(record[name]) for record in records]
         dtype, shape = arrays[0].dtype, arrays[0].shape
-        if not _kept(dtype) or any(array.dtype != dtype or array.shape != shape for array in arrays):
+        if not kept_whole(dtype) or any(array.dtype != dtype or array.shape != shape for array in arrays):
             return None
         # What stack_records gives: np.stack of each value's np.asarray.
         fields[name] = np.stack(arrays)

@@ -371,8 +371,13 @@ def _default_read_options(dataset: Any, batch_fn: Any) -> Any:
     from tinax._data._stacking import stacks_columns
 
     # Only the reader's own dataset: a transformation in front may wait on anything.
-    if getattr(record_source_of(dataset), "reads_in_turn", False):
+    source = record_source_of(dataset)
+    if getattr(source, "reads_in_turn", False):
         return STACKED_READ_OPTIONS if stacks_columns(batch_fn) else IN_TURN_READ_OPTIONS
+    if stacks_columns(batch_fn) and hasattr(source, "stacked_at"):
+        # An ArrayRecord reader's batches of stack_records come from its fields held whole, or are decoded
+        # a block of records at a time: handing them over from grain's threads costs more than they do.
+        return STACKED_READ_OPTIONS
     return None
 
 

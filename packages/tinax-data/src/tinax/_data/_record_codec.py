@@ -512,6 +512,72 @@ class RecordSchema:
         names = self.names
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
+    def decode_stacked(self, data: Sequence[bytes]) -> dict[str, np.ndarray[Any, Any]] | None:
+        """Decodes several records straight into one stacked array per field, where every record has one layout.
+
+        The arrays are those of stacking the fields of :meth:`decode_many`'s
+        records (``np.stack`` of each value's ``np.asarray``): ``bool``,
+        ``int64`` and ``float64`` for the plain numbers, the field's dtype with
+        a leading axis for arrays. They are read as byte columns of the
+        records laid side by side, with no value or array per record.
+
+        Args:
+          data: The records' encodings.
+
+        Returns:
+          The fields, in header order; None where the records do not all
+          have one length, a field holds text, bytes or ``None``, an array's
+          shape differs between records, or an encoding is not well formed
+          (the caller decodes the records, which says which and why).
+        """
+        count = len(data)
+        if not count:
+            return None
+        length = len(data[0])
+        if any(len(record) != length for record in data):
+            return None
+        # Row r holds record r's bytes: each fixed-size field is a block of columns.
+        table = np.frombuffer(b"".join(data), np.uint8).reshape(count, length)
+        offset = 0
+        stacked: dict[str, np.ndarray[Any, Any]] = {}
+        for field in self.fields:
+            kind = field.kind
+            if kind == KIND_BOOL:
+                if offset + 1 > length or (table[:, offset] > 1).any():
+                    return None
+                stacked[field.name] = table[:, offset] == 1
+                offset += 1
+            elif kind in (KIND_INT, KIND_FLOAT):
+                if offset + 8 > length:
+                    return None
+                number = np.dtype(np.int64 if kind == KIND_INT else np.float64)
+                octets = table[:, offset : offset + 8].copy()
+                stacked[field.name] = octets.view(number.newbyteorder("<")).reshape(count).astype(number, copy=False)
+                offset += 8
+            elif kind == KIND_ARRAY:
+                assert field.dtype is not None
+                assert field.ndim is not None
+                extents_size = 8 * field.ndim
+                if offset + extents_size > length:
+                    return None
+                extents = table[:, offset : offset + extents_size].copy().view("<u8").reshape(count, field.ndim)
+                if field.ndim and ((extents != extents[0]).any() or (extents[0] >= _BATCH_EXTENT_LIMIT).any()):
+                    return None
+                shape = tuple(int(extent) for extent in extents[0])
+                offset += extents_size
+                nbytes = math.prod(shape) * field.dtype.itemsize
+                if offset + nbytes > length:
+                    return None
+                elements = table[:, offset : offset + nbytes].copy().view(field.dtype).reshape(count, *shape)
+                # np.stack gives the native byte order of a dtype stored in the other one.
+                stacked[field.name] = elements.astype(np.stack([np.zeros(1, field.dtype)]).dtype, copy=False)
+                offset += nbytes
+            else:
+                return None
+        if offset != length:
+            return None  # Bytes after the last field.
+        return stacked
+
     def _fail_keys(self, mapping: Mapping[str, Any], index: int) -> NoReturn:
         missing = [name for name in self.names if name not in mapping]
         if missing:
