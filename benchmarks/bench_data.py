@@ -467,10 +467,11 @@ def stack(rows):
 
 path, options = sys.argv[1], json.loads(sys.argv[2])
 policy = options["policy"]
+batch_fn = data.stack_records if options.get("stack_records") else stack
 def pipeline(dataset, shuffle, **extra):
     return data.training_batches(
         dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=shuffle,
-        num_epochs=None, batch_size=256, batch_fn=stack, **extra)
+        num_epochs=None, batch_size=256, batch_fn=batch_fn, **extra)
 # grain's iteration machinery starts before anything is measured, over a few rows of the file.
 warm = iter(pipeline(data.read_parquet_record(path, cache_bytes=1 << 20), False))
 next(warm)
@@ -532,8 +533,9 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
         sides["today"] = options.baseline_src
     print(
         f"\nShuffle policies: {count} rows of (int id, int label, float32[4, 4]) in {written['row_groups']} row "
-        f"groups, file {os.path.getsize(path) / 2**20:.0f} MiB, decoded {decoded:.0f} MiB; batch 256, a stack "
-        f"batch_fn, {options.policy_warmup} warm-up batches then {options.policy_batches} timed, each run in a "
+        f"groups, file {os.path.getsize(path) / 2**20:.0f} MiB, decoded {decoded:.0f} MiB; batch 256, "
+        f"{'stack_records' if options.policy_stack_records else 'a stacking batch_fn'}, "
+        f"{options.policy_warmup} warm-up batches then {options.policy_batches} timed, each run in a "
         "fresh process" + (f"; 'today' is the tinax-data in {options.baseline_src}" if options.baseline_src else "")
     )
     print(
@@ -564,6 +566,7 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
                             continue
                         warmup, batches = 2, options.policy_slow_batches
                     settings = {
+                        "stack_records": options.policy_stack_records,
                         "policy": policy,
                         "cache_bytes": cache,
                         "window": options.window,
@@ -862,6 +865,11 @@ def main() -> int:
     parser.add_argument("--redeal-trials", type=int, default=8, help="restores of each kind in each process")
     parser.add_argument("--only-redeal", action="store_true", help="run only the re-deal figures")
     parser.add_argument("--only-policies", action="store_true", help="run only the shuffle-policy figures")
+    parser.add_argument(
+        "--policy-stack-records",
+        action="store_true",
+        help="the shuffle-policy runs batch with stack_records (the stacked fields) instead of a stacking batch_fn",
+    )
     parser.add_argument("--policy-records", type=int, default=2_000_000, help="rows of the shuffle-policy figures")
     parser.add_argument("--policy-warmup", type=int, default=200, help="warm-up batches of each policy run")
     parser.add_argument("--policy-batches", type=int, default=1000, help="timed batches of each policy run")
