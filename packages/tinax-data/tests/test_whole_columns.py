@@ -284,13 +284,17 @@ def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeri
         assert found == expected
 
 
+def _shuffled(dataset: Any, batch_fn: Any, *, shard: tuple[int, int], seed: int, epochs: int, batch_size: int) -> Any:
+    """A globally shuffled pipeline over ``dataset``."""
+    return training_batches(
+        dataset, shard_options=ShardOptions(*shard, drop_remainder=True), seed=seed, shuffle=True,
+        num_epochs=epochs, batch_size=batch_size, batch_fn=batch_fn,
+    )  # fmt: skip
+
+
 def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_file, monkeypatch):
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
-        return training_batches(
-            dataset,
-            shard_options=ShardOptions(0, 1, drop_remainder=True), seed=2, shuffle=True, num_epochs=1,
-            batch_size=100, batch_fn=batch_fn,
-        )  # fmt: skip
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=2, epochs=1, batch_size=100)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
     windows = []
@@ -311,11 +315,7 @@ def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_fil
 
 def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numeric_file, monkeypatch):
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
-        return training_batches(
-            dataset,
-            shard_options=ShardOptions(1, 2, drop_remainder=True), seed=6, shuffle=True, num_epochs=2,
-            batch_size=90, batch_fn=batch_fn,
-        )  # fmt: skip
+        return _shuffled(dataset, batch_fn, shard=(1, 2), seed=6, epochs=2, batch_size=90)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
     decoders: set[str] = set()
@@ -340,11 +340,7 @@ def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numer
 
 def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usual_reads(numeric_file, monkeypatch):
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
-        return training_batches(
-            dataset,
-            shard_options=ShardOptions(0, 1, drop_remainder=True), seed=1, shuffle=True, num_epochs=1,
-            batch_size=100, batch_fn=batch_fn,
-        )  # fmt: skip
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=1, epochs=1, batch_size=100)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
     original = ParquetRecordSource._decode
