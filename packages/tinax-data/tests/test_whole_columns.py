@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -263,6 +264,58 @@ def test_a_batch_waits_for_the_row_group_a_thread_ahead_is_decoding_rather_than_
     found += [exact(batch) for batch in iterator]
     assert found == expected
     assert [name for group_index, name in decoded if group_index == 1] == [f"{WINDOW_THREAD_PREFIX}-columns-0"]
+
+
+def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead_first(tmp_path, monkeypatch):
+    path = tmp_path / "small-groups.parquet"
+    table = pa.table({"id": pa.array(range(3000), pa.int64()), "v": pa.array(np.arange(3000) / 7, pa.float64())})
+    pq.write_table(table, path, row_group_size=100)
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    expected_order: list[list[int]] = []
+    original_expect = ParquetRecordSource.expect_positions
+
+    def noted_expect(self: ParquetRecordSource, positions: np.ndarray) -> None:
+        if self is source:
+            groups = np.searchsorted(np.asarray(self.row_group_ends), positions, side="right").tolist()
+            expected_order.append(list(dict.fromkeys(groups)))
+        original_expect(self, positions)
+
+    filled_ahead: list[int] = []
+    original_fill = FileColumns.fill
+
+    def noted_fill(columns: FileColumns, group_index: int, fields: Any) -> bool:
+        if columns is source._whole.columns and threading.current_thread() is not threading.main_thread():
+            filled_ahead.append(group_index)
+        return original_fill(columns, group_index, fields)
+
+    monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
+    monkeypatch.setattr(FileColumns, "fill", noted_fill)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
+    pipeline = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=8, shuffle=True, shuffle_window=1,
+        num_epochs=1, batch_size=50, batch_fn=stack_records,
+    )  # fmt: skip
+    iterator = iter(pipeline)
+    found = [exact(next(iterator))]
+    # The thread fills a few row groups before the next batches read (and would fill) them.
+    deadline = time.monotonic() + 60
+    while len(filled_ahead) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    found += [exact(batch) for batch in iterator]
+    reference = training_batches(
+        read_parquet_record(path), shard_options=ShardOptions(0, 1, drop_remainder=True), seed=8,
+        shuffle=True, shuffle_window=1, num_epochs=1, batch_size=50, batch_fn=stack_the_rows,
+    )  # fmt: skip
+    assert found == [exact(batch) for batch in reference]
+    assert expected_order
+    wanted = expected_order[0]
+    # The thread took the row groups the shuffled batches read next, in the order they read them (those the
+    # batches filled themselves left out), not the file's order.
+    taken = [group for group in filled_ahead if group in wanted]
+    assert taken == [group for group in wanted if group in taken]
+    assert len(taken) >= 3
+    assert taken != sorted(taken)
 
 
 def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):

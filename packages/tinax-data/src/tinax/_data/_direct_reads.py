@@ -142,4 +142,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         if isinstance(found, range):
             return range(found.start, found.start + stop - start)
         self._ahead = (start, end, found)
+        expect_positions = getattr(self._source, "expect_positions", None)
+        if self._stacked and expect_positions is not None:
+            expect_positions(found)
         return found[: stop - start]

@@ -18,6 +18,7 @@ groups as before, and so is one whose stacked rows exceed the budget.
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -209,6 +210,31 @@ class WholeColumns:
         self.cursor = 0
         #: The blocks threads ahead are decoding now, each with the event set once it is filled (or failed).
         self.in_flight: dict[int, threading.Event] = {}
+        #: The blocks the next batches read, in the order they first read them (see :meth:`expect`).
+        self._wanted: collections.deque[int] = collections.deque()
+
+    def expect(self, blocks: Sequence[int]) -> None:
+        """Says which blocks the next batches read, in that order, for the threads filling ahead to take first.
+
+        Called with the lock held. Replaces what was said before.
+        """
+        self._wanted = collections.deque(blocks)
+
+    def next_to_fill(self) -> int | None:
+        """The block a thread filling ahead takes next, or None where every block left is being filled.
+
+        Called with the lock held: the first block the next batches read
+        that is neither filled nor taken, else the first missing one from
+        :attr:`cursor` on, as :meth:`FileColumns.next_missing` finds it.
+        """
+        columns = self.columns
+        if columns is None:
+            return None
+        while self._wanted:
+            block = self._wanted.popleft()
+            if not columns.filled(block) and block not in self.in_flight:
+                return block
+        return columns.next_missing(self.cursor, skip=self.in_flight)
 
     @property
     def nbytes(self) -> int:

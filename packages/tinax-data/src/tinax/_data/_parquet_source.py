@@ -617,6 +617,25 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                         thread.start()
         return arrays
 
+    def expect_positions(self, positions: np.ndarray[Any, Any]) -> None:
+        """Tells the threads filling the whole columns ahead which rows the next batches read, in their order.
+
+        A shuffled pipeline computes its positions many batches ahead (see
+        ``_direct_reads``); the threads then decode the row groups of those
+        rows first, in the order the batches reach them, rather than the
+        file's order from the last row group a batch read.
+
+        Args:
+          positions: Valid record positions, in the order they will be read.
+        """
+        whole = self._whole
+        if whole.refused or (whole.columns is not None and whole.columns.complete) or not len(positions):
+            return
+        groups = np.searchsorted(np.asarray(self._group_ends, dtype=np.int64), positions, side="right")
+        _, firsts = np.unique(groups, return_index=True)
+        with self._lock:
+            whole.expect(groups[np.sort(firsts)].tolist())
+
     def largest_group_bytes(self) -> float:
         """The decoded size of the largest row group, as :meth:`decoded_row_bytes` estimates it."""
         firsts = (0, *self._group_ends[:-1])
@@ -664,10 +683,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             columns = whole.columns
             if columns is None or columns.complete or whole.refused:
                 return False
-            group_index = columns.next_missing(whole.cursor, skip=whole.in_flight)
+            group_index = whole.next_to_fill()
             if group_index is None:
                 return False  # The rest is being decoded by the other threads.
-            whole.cursor = group_index + 1
             done = whole.in_flight[group_index] = threading.Event()
         try:
             group = self._decode(
