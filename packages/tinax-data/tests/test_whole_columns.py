@@ -381,7 +381,7 @@ def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numer
     def refused(*args: Any) -> Any:
         raise AssertionError("the window was joined from parts")
 
-    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 3)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 3)
     monkeypatch.setattr(_RowGroup, "window_fields", noted)
     monkeypatch.setattr(_planned_reads, "_stacked_in_parts", refused)
     monkeypatch.setattr(_direct_reads.DirectBatchMapDataset, "read_rows", refused)
@@ -404,7 +404,7 @@ def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usu
             raise ValueError("row group 1 cannot be read through this handle")
         return original(source, group_index, position, **options)
 
-    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 2)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 2)
     monkeypatch.setattr(ParquetRecordSource, "_decode", flaky)
     dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
@@ -435,7 +435,7 @@ def test_arrays_whose_shape_changes_between_row_groups_give_what_stacking_the_re
 ):
     path = _ragged_file(tmp_path / "ragged.parquet")
     # Past the cache, the windows' threads meet the row groups in any order: their parts differ in shape.
-    monkeypatch.setattr(_planned_reads, "decode_threads", lambda source: 3)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 3)
 
     def outcome(batch_fn: Any) -> list[Any]:
         found: list[Any] = []

@@ -385,19 +385,14 @@ def window_rows(source: Any) -> int:
     every batch. Past the cache, the windows take the cache's place (see
     :func:`read_window`): two are held at once (the one served and the one
     read ahead), so each gets half of what the budget leaves once the row
-    groups that :func:`decode_threads` decode at once beyond the first are
-    counted.
+    groups the reader's ``decode_threads`` decode at once beyond the first
+    are counted.
     """
     if not past_cache(source):
         return _PIECE_ROWS
     row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
-    room = source.cache_bytes - (decode_threads(source) - 1) * source.largest_group_bytes()
+    room = source.cache_bytes - (source.decode_threads() - 1) * source.largest_group_bytes()
     return max(1, int(max(room, 0) // 2 // row_bytes))
-
-
-def decode_threads(source: Any) -> int:
-    """How many threads decode a window's row groups past the cache of ``source`` (its ``decode_threads``)."""
-    return int(source.decode_threads())
 
 
 def past_cache(source: Any) -> bool:
@@ -453,6 +448,31 @@ def _make_room(source: Any) -> bool:
     return past
 
 
+def _row_group_runs(
+    ends: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]
+) -> tuple[np.ndarray[Any, Any], list[tuple[int, int, int]]]:
+    """The order that sorts ``positions`` by row group (stably), and each row group's run of that order.
+
+    Args:
+      ends: The position after each row group.
+      positions: Valid record positions.
+
+    Returns:
+      ``order``, and ``(row group, first, last)`` for each row group some
+      positions fall in, in file order: ``positions[order[first:last]]`` are
+      its positions, in the order ``positions`` gives them.
+    """
+    groups = np.searchsorted(ends, positions, side="right")
+    order = np.argsort(groups, kind="stable")
+    if not len(order):
+        return order, []
+    sorted_groups = groups[order]
+    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
+    firsts = np.concatenate([[0], cuts])
+    lasts = np.concatenate([cuts, [len(order)]])
+    return order, list(zip(sorted_groups[firsts].tolist(), firsts.tolist(), lasts.tolist(), strict=True))
+
+
 def _by_row_group(
     source: Any, positions: np.ndarray[Any, Any], *, past: bool
 ) -> tuple[np.ndarray[Any, Any], Iterator[tuple[Any, np.ndarray[Any, Any]]]]:
@@ -472,15 +492,11 @@ def _by_row_group(
       reads windows ahead stops before the next one.
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
-    groups = np.searchsorted(ends, positions, side="right")
-    order = np.argsort(groups, kind="stable")
+    order, runs = _row_group_runs(ends, positions)
 
     def read() -> Iterator[tuple[Any, np.ndarray[Any, Any]]]:
-        ordered, sorted_groups = positions[order], groups[order]
-        cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
-        firsts = np.concatenate([[0], cuts]) if len(ordered) else cuts
-        for first, chosen in zip(firsts.tolist(), np.split(ordered, cuts) if len(ordered) else [], strict=True):
-            group_index = int(sorted_groups[first])
+        for group_index, first, last in runs:
+            chosen = positions[order[first:last]]
             check_reads_go_on("a window of planned batches")
             with source._lock:
                 if past:
@@ -593,7 +609,7 @@ def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[A
     decoded columns, in file order), and the window joins them into one
     array per field in the order of ``positions``, so that a batch is a slice
     of it. Past the cache, the cache is emptied first, and several threads
-    (:func:`decode_threads`) each decode a row group, copy its rows into
+    (the reader's ``decode_threads``) each decode a row group, copy its rows into
     their places in the window's arrays and let it go before the next.
 
     Args:
@@ -628,7 +644,7 @@ class _UnlikePartsError(ValueError):
 
 
 def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
-    """The stacked fields at ``positions``, past the cache, decoded by :func:`decode_threads` threads.
+    """The stacked fields at ``positions``, past the cache, decoded by the reader's ``decode_threads`` threads.
 
     Each thread opens the file itself, takes the next row group the
     positions touch, decodes it outside the reader's lock, and copies the
@@ -642,15 +658,8 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
       ValueError: For a row group that cannot be read.
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
-    groups = np.searchsorted(ends, positions, side="right")
-    order = np.argsort(groups, kind="stable")
-    sorted_groups = groups[order]
-    del groups
-    cuts = np.flatnonzero(np.diff(sorted_groups)) + 1
-    firsts = np.concatenate([[0], cuts]).astype(np.int64)
-    lasts = np.concatenate([cuts, [len(order)]]).astype(np.int64)
-    tasks = iter(zip(sorted_groups[firsts].tolist(), firsts.tolist(), lasts.tolist(), strict=True))
-    del sorted_groups
+    order, runs = _row_group_runs(ends, positions)
+    tasks = iter(runs)
     lock = threading.Lock()
     columns: dict[str, np.ndarray[Any, Any]] = {}
     failures: list[BaseException] = []
@@ -699,7 +708,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
             if parquet_file is not None:
                 parquet_file.close()
 
-    count = decode_threads(source)
+    count = source.decode_threads()
     threads = [
         threading.Thread(target=decode, name=f"{WINDOW_THREAD_PREFIX}-decode-{index}") for index in range(count - 1)
     ]
