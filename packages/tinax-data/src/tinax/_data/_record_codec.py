@@ -569,8 +569,10 @@ class RecordSchema:
                 if offset + nbytes > length:
                     return None
                 elements = table[:, offset : offset + nbytes].copy().view(field.dtype).reshape(count, *shape)
-                # np.stack gives the native byte order of a dtype stored in the other one.
-                stacked[field.name] = elements.astype(np.stack([np.zeros(1, field.dtype)]).dtype, copy=False)
+                if not elements.dtype.isnative:
+                    # np.stack gives arrays of another byte order in the native one (as ArrayColumn.stacked does).
+                    elements = elements.astype(elements.dtype.newbyteorder("="))
+                stacked[field.name] = elements
                 offset += nbytes
             else:
                 return None
