@@ -774,10 +774,11 @@ def test_array_record_file_system_failures_stay_runtime_errors_as_in_0_2(tmp_pat
     assert not isinstance(caught.value, RuntimeError)
 
 
-def test_a_missing_path_or_a_folder_gives_file_not_found(tmp_path, container):
+def test_a_missing_path_or_a_folder_without_files_gives_file_not_found(tmp_path, container):
     with pytest.raises(FileNotFoundError, match=r"No .* file at '.*nothing'"):
         container.read(tmp_path / "nothing")
-    with pytest.raises(FileNotFoundError, match="a folder is there"):
+    # A folder is a dataset of the files in it (see test_many_files.py): here, of none.
+    with pytest.raises(FileNotFoundError, match="No .* file in the folder"):
         container.read(tmp_path)
 
 

@@ -56,6 +56,7 @@ from tinax._data._compat02 import (
     _UnwritableError,
 )
 from tinax._data._file_columns import WholeColumns, gather_rows, kept_whole, slice_rows, stacked_alike
+from tinax._data._file_sets import FileSet, resolve_record_paths
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema, require_record_file
@@ -383,12 +384,12 @@ def _write_failed(destination: pathlib.Path, error: RuntimeError) -> ArrayRecord
 
 
 def read_array_record(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     *,
     decode: Callable[[bytes], Any] | None = None,
     cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> grain.MapDataset:
-    """Opens an ArrayRecord file of records as a random-access dataset.
+    """Opens an ArrayRecord file of records, or many as one dataset, as a random-access dataset.
 
     A file :func:`write_array_record` wrote in the tinax record format reads
     back exactly as written. Any other file's records are given by
@@ -402,8 +403,17 @@ def read_array_record(
     it can be sent to Grain's multiprocessing workers (each reopens the file
     on first use).
 
+    A folder, a glob pattern or a list of paths opens many files (the
+    shards an Apache Beam pipeline writes, say) as one dataset: their
+    records one file after the other, the files sorted by their paths
+    relative to the folder (of the pattern before its first wildcard, or
+    the folders the listed paths share), a folder's files being all those
+    whose names, and whose folders' names, do not start with ``.`` or
+    ``_``. Only each file's last record is read on open.
+
     Args:
-      path: The file.
+      path: The file; or a folder, a glob pattern or a sequence of paths of
+        many files.
       decode: For files without the tinax header: a function that turns one
         record's bytes into the record (a protocol buffer parser, say). It
         must be picklable (a module-level function) to reach Grain's worker
@@ -423,11 +433,15 @@ def read_array_record(
       a note).
 
     Raises:
-      TypeError: If ``path`` is not a path, ``decode`` is neither None nor
-        callable, or ``cache_bytes`` is not an int.
-      ValueError: If ``cache_bytes`` is below 1.
-      FileNotFoundError: If no file exists at ``path`` (a folder included),
-        or ``path`` is empty (also a ValueError).
+      TypeError: If ``path`` is not a path or a sequence of paths,
+        ``decode`` is neither None nor callable, or ``cache_bytes`` is not
+        an int.
+      ValueError: If ``cache_bytes`` is below 1; for many files, if they
+        mix the tinax format with other records, hold tinax records of
+        different schemas (naming two files), or a list names a file twice.
+      FileNotFoundError: If no file exists at ``path``, a folder or pattern
+        holds no file, a listed path is no file, or a path is empty (also a
+        ValueError).
       UnreadableArrayRecordError: If ``path`` is not an ArrayRecord file, or
         holds a tinax header that is malformed or from a newer format
         version (a ValueError, and the RuntimeError tinax 0.2 raised); the
@@ -442,16 +456,20 @@ def read_array_record(
       >>> dataset[2]["x"].tolist(), dataset[2]["label"]
       ([2.0, 3.0], 2)
     """
-    file = require_record_path(path, "path")
+    found = resolve_record_paths(path, "path", "ArrayRecord")
     if decode is not None:
         validation.require_callable(decode, "decode")
     cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
     _array_record_module("read_array_record")
-    require_record_file(file, "ArrayRecord")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
     from tinax._data._reader_datasets import source_dataset
 
-    return source_dataset(ArrayRecordSource(file.absolute(), decode=decode, cache_bytes=cache_bytes))
+    if isinstance(found, FileSet):
+        from tinax._data._array_record_files import ArrayRecordFilesSource
+
+        return source_dataset(ArrayRecordFilesSource(found, decode=decode, cache_bytes=cache_bytes))
+    require_record_file(found, "ArrayRecord")
+    return source_dataset(ArrayRecordSource(found.absolute(), decode=decode, cache_bytes=cache_bytes))
 
 
 class _LastRecord(NamedTuple):
@@ -573,39 +591,48 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
                 return fields
         return stacked_alike(self._getitems(list(range(first, stop))))
 
-    def _parse_header(self, header_bytes: bytes) -> RecordHeader:
+    def _parse_header(self, header_bytes: bytes, path: pathlib.Path | None = None) -> RecordHeader:
         try:
             return RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
-            raise self._unreadable(str(error)) from error
+            raise self._unreadable(str(error), path) from error
 
-    def _unreadable(self, reason: str) -> UnreadableArrayRecordError:
-        return UnreadableArrayRecordError(f"{str(self._path)!r} is not a readable ArrayRecord record file: {reason}")
+    def _unreadable(self, reason: str, path: pathlib.Path | None = None) -> UnreadableArrayRecordError:
+        where = self._path if path is None else path
+        return UnreadableArrayRecordError(f"{str(where)!r} is not a readable ArrayRecord record file: {reason}")
 
     def _open(self) -> tuple[Any, _LastRecord]:
+        return self._open_file(self._path)
+
+    def _open_file(self, path: pathlib.Path) -> tuple[Any, _LastRecord]:
+        """Opens one ArrayRecord file and reads its last record; returns the reader and what the record says.
+
+        Raises:
+          UnreadableArrayRecordError: As the constructor says, naming ``path``.
+        """
         module = _array_record_module("read_array_record")
         try:
             reader = module.ArrayRecordReader(
-                str(self._path), _READER_OPTIONS, file_reader_buffer_size=_FILE_READER_BUFFER_SIZE
+                str(path), _READER_OPTIONS, file_reader_buffer_size=_FILE_READER_BUFFER_SIZE
             )
             if not reader.ok():
                 # The reader reports its reason only when asked to read.
                 reader.read()
-                raise self._unreadable("array-record cannot open it")
+                raise self._unreadable("array-record cannot open it", path)
             total = reader.num_records()
             last = reader.read([total - 1])[0] if total else b""
         except RuntimeError as error:
-            raise self._unreadable(f"array-record cannot read it ({error})") from error
+            raise self._unreadable(f"array-record cannot read it ({error})", path) from error
         if not last.startswith(_HEADER_MAGIC):
             # No tinax header: records of JSON, as tinax 0.2 wrote them (a JSON
             # text never starts with the header's line).
-            size = os.stat(self._path).st_size
+            size = os.stat(path).st_size
             fingerprint = hashlib.sha256(size.to_bytes(8, "little") + last).hexdigest()
             return reader, _LastRecord(None, total, fingerprint)
         header_bytes = last[len(_HEADER_MAGIC) :]
-        header = self._parse_header(header_bytes)
+        header = self._parse_header(header_bytes, path)
         if header.count != total - 1:
-            raise self._unreadable(f"the header declares {header.count} records but the file holds {total - 1}")
+            raise self._unreadable(f"the header declares {header.count} records but the file holds {total - 1}", path)
         return reader, _LastRecord(header_bytes, total)
 
     def _position(self, index: int) -> int:

@@ -10,12 +10,13 @@ both of them importing only downward.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tinax._core import validation
 from tinax._data._arrow_values import MAPPINGS
+from tinax._data._file_sets import FileSet, resolve_record_paths
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._paths import require_record_path
 from tinax._data._record_codec import require_record_file
 
 if TYPE_CHECKING:
@@ -25,9 +26,12 @@ __all__ = ["read_parquet_record"]
 
 
 def read_parquet_record(
-    path: str | os.PathLike[str], *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES
+    path: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    mapping: str = "python",
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> grain.MapDataset:
-    """Opens a Parquet file as a random-access dataset of dict rows.
+    """Opens a Parquet file, or many as one dataset, as a random-access dataset of dict rows.
 
     A file :func:`write_parquet_record` wrote in the tinax record format reads
     back exactly as written, whatever ``mapping`` says; any other Parquet file
@@ -37,8 +41,21 @@ def read_parquet_record(
     into a per-process cache of at most ``cache_bytes``. The data user guide's
     "Reading Parquet files" section describes both mappings and the cache.
 
+    A folder, a glob pattern or a list of paths opens many files as one
+    dataset: their rows one file after the other, the files sorted by their
+    paths relative to the folder (of the pattern before its first wildcard,
+    or the folders the listed paths share). Only their footers are read on
+    open. A folder's files are all files under it whose names, and whose
+    folders' names, do not start with ``.`` or ``_`` (as pyarrow's dataset
+    discovery takes them). Plain tables are read in the schema
+    ``pyarrow.unify_schemas`` makes of theirs, a column a file lacks giving
+    missing values there, and hive partition folders (``lang=en/``) add
+    their values as fields, typed as pyarrow's discovery types them. The
+    data guide's "Datasets of many files" section says more.
+
     Args:
-      path: The file.
+      path: The file; or a folder, a glob pattern or a sequence of paths of
+        many files.
       mapping: ``"python"`` or ``"numpy"``, how the values of a file outside
         the tinax format become Python values.
       cache_bytes: The memory budget of the cache of decoded row groups, in
@@ -55,16 +72,21 @@ def read_parquet_record(
       the row).
 
     Raises:
-      TypeError: If ``path`` is not a path, ``mapping`` is not a str or
-        ``cache_bytes`` not an int.
-      FileNotFoundError: If no file exists at ``path`` (a folder included),
-        or ``path`` is empty (also a ValueError).
+      TypeError: If ``path`` is not a path or a sequence of paths,
+        ``mapping`` is not a str or ``cache_bytes`` not an int.
+      FileNotFoundError: If no file exists at ``path``, a folder or pattern
+        holds no file, a listed path is no file, or a path is empty (also a
+        ValueError).
       ValueError: If ``path`` is not a Parquet file (a
         ``pyarrow.ArrowInvalid``, as tinax 0.2 raised), or carries the tinax
         metadata but contradicts it (truncated, columns that do not match,
         a newer format version), the cause chained; if ``mapping`` is not
         one of the two, ``cache_bytes`` is below 1, or, with
-        ``mapping="numpy"``, a column has a type without a mapping.
+        ``mapping="numpy"``, a column has a type without a mapping. For
+        many files also: if they mix the tinax format with plain tables,
+        hold tinax records of different schemas or columns pyarrow cannot
+        unify (naming two files and the column), or a list names a file
+        twice.
 
     Examples:
       >>> from tinax.data import read_parquet_record, write_parquet_record
@@ -73,15 +95,20 @@ def read_parquet_record(
       >>> len(dataset), dataset[1]
       (2, {'text': 'b', 'label': 1})
     """
-    file = require_record_path(path, "path")
+    found = resolve_record_paths(path, "path", "Parquet")
     mapping = validation.require_str(mapping, "mapping")
     if mapping not in MAPPINGS:
         validation.fail_value("mapping", f"one of {list(MAPPINGS)}", mapping)
     cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
-    require_record_file(file, "Parquet")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1, and the
-    # reader, which imports pyarrow.
-    from tinax._data._parquet_source import ParquetRecordSource
+    # readers, which import pyarrow.
     from tinax._data._reader_datasets import source_dataset
 
-    return source_dataset(ParquetRecordSource(file.absolute(), mapping=mapping, cache_bytes=cache_bytes))
+    if isinstance(found, FileSet):
+        from tinax._data._parquet_files import ParquetFilesSource
+
+        return source_dataset(ParquetFilesSource(found, mapping=mapping, cache_bytes=cache_bytes))
+    require_record_file(found, "Parquet")
+    from tinax._data._parquet_source import ParquetRecordSource
+
+    return source_dataset(ParquetRecordSource(found.absolute(), mapping=mapping, cache_bytes=cache_bytes))

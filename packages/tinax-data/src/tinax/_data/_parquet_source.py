@@ -381,10 +381,6 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         # The threads filling the whole columns (see ``_adopt``) ahead of the batches.
         self._filling: list[threading.Thread] = []
 
-    def _unreadable(self, reason: str, *, tinax_format: bool = True) -> ValueError:
-        what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
-        return ValueError(f"{str(self._path)!r} is not {what}: {reason}")
-
     def _adopt(self, header: _Footer) -> None:
         super()._adopt(header)
         self._group_ends = list(header.group_ends)
@@ -431,8 +427,18 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return self._handle().schema_arrow
 
     def _open(self) -> tuple[Any, _Footer]:
+        parquet_file, footer = self._open_file(self._path)
+        self._column_names = tuple(parquet_file.schema_arrow.names)
+        return parquet_file, footer
+
+    def _open_file(self, path: pathlib.Path) -> tuple[Any, _Footer]:
+        """Opens one Parquet file and reads and checks its footer; returns the open file and what the footer says.
+
+        Raises:
+          ValueError: As the constructor says, naming ``path``.
+        """
         try:
-            parquet_file = pq.ParquetFile(self._path, page_checksum_verification=True)
+            parquet_file = pq.ParquetFile(path, page_checksum_verification=True)
             metadata = parquet_file.metadata
             key_values = metadata.metadata or {}
             group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
@@ -442,7 +448,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             # pyarrow's other errors, and the UnicodeDecodeError of a damaged
             # column name.
             raise UnreadableParquetError(
-                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+                f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
         except OSError as error:
             if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
@@ -451,22 +457,21 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             # Thrift structure): an OSError as before, and the ValueError
             # tinax gives for a malformed file.
             raise CorruptParquetError(
-                f"{str(self._path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+                f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
             ) from error
         negative = next((index for index, rows in enumerate(group_rows) if rows < 0), None)
         if negative is not None:
             raise UnreadableParquetError(
-                f"{str(self._path)!r} is not a readable Parquet file: its footer gives row group {negative} "
+                f"{str(path)!r} is not a readable Parquet file: its footer gives row group {negative} "
                 f"{group_rows[negative]} rows, a negative count: the footer is damaged"
             )
-        self._column_names = tuple(arrow_schema.names)
         group_ends = tuple(int(end) for end in np.cumsum(group_rows, dtype=np.int64))
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
             # A plain table: 0.2's, another tool's, or one tinax 0.3 wrote with its checksum entry.
             try:
-                with open(self._path, "rb") as handle:
+                with open(path, "rb") as handle:
                     footer, footer_start = _read_raw_footer(handle, "the file")
                 if stored_checksums is not None:
                     group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
@@ -477,34 +482,37 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 else:
                     group_checks = None
             except ValueError as error:
-                raise self._unreadable(str(error), tinax_format=False) from error
+                raise _unreadable_file(path, str(error), tinax_format=False) from error
             if self._mapping == "numpy":
-                require_mappable(arrow_schema, repr(str(self._path)))
+                require_mappable(arrow_schema, repr(str(path)))
             return parquet_file, _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
-            raise self._unreadable(str(error)) from error
+            raise _unreadable_file(path, str(error)) from error
         # Names and types must match; nullability may differ, since missing values are refused when read.
         mismatch = _mismatched_column(header.schema, arrow_schema)
         if mismatch is not None:
             found = {name: str(kind) for name, kind in zip(arrow_schema.names, arrow_schema.types, strict=True)}
             wanted = {field.name: field.describe() for field in header.schema.fields}
-            raise self._unreadable(f"its columns {found} do not match the header's fields {wanted}: {mismatch}")
+            raise _unreadable_file(path, f"its columns {found} do not match the header's fields {wanted}: {mismatch}")
         if metadata.num_rows != header.count or (group_ends[-1] if group_ends else 0) != header.count:
-            raise self._unreadable(f"the header declares {header.count} records but the file holds {metadata.num_rows}")
+            raise _unreadable_file(
+                path, f"the header declares {header.count} records but the file holds {metadata.num_rows}"
+            )
         if stored_checksums is None:
-            raise self._unreadable(
+            raise _unreadable_file(
+                path,
                 "it carries a tinax header but no checksums: its footer is damaged, or an older tinax 0.3 "
-                "development version wrote it"
+                "development version wrote it",
             )
         try:
-            with open(self._path, "rb") as handle:
+            with open(path, "rb") as handle:
                 footer, footer_start = _read_raw_footer(handle, "the file")
             group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
             empty_shapes = _empty_shapes(header, arrow_schema)
         except ValueError as error:
-            raise self._unreadable(str(error)) from error
+            raise _unreadable_file(path, str(error)) from error
         return parquet_file, _Footer(header_bytes, group_ends, group_checks, empty_shapes=empty_shapes)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
@@ -1005,6 +1013,11 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
                 # Once the last one is out, a later batch may start them again (after the columns were dropped).
                 if threading.current_thread() in source._filling:
                     source._filling.remove(threading.current_thread())
+
+
+def _unreadable_file(path: pathlib.Path, reason: str, *, tinax_format: bool = True) -> ValueError:
+    what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
+    return ValueError(f"{str(path)!r} is not {what}: {reason}")
 
 
 def _read_error(error: BaseException) -> type[ValueError]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from tinax._core.validation import fail_type, fail_value
 from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record, exact_int
+from tinax._data._file_sets import describe_file_difference
 
 __all__ = [
     "STATE_DESCRIPTION_KEY",
@@ -39,6 +40,7 @@ STATE_FORMAT = 2
 _FIELD_ORDER = (
     "kind",
     "source_id",
+    "files",
     "num_rows",
     "seed",
     "shuffle",
@@ -116,10 +118,7 @@ def check_state_and_record(
     missing = "<absent>"
     differing = [name for name in ordered if not _same_value(saved.get(name, missing), expected.get(name, missing))]
     if differing:
-        differences = [
-            f"{name} is {saved.get(name, missing)!r} in the state but {expected.get(name, missing)!r} here"
-            for name in differing
-        ]
+        differences = [_difference(name, saved.get(name, missing), expected.get(name, missing)) for name in differing]
         hint = ""
         if expected.get("kind") == "training_batches" and set(differing) <= _LAYOUT_FIELDS:
             hint = (
@@ -162,6 +161,15 @@ def _checked_record(record: object, where: str, description: Mapping[str, Any], 
             "state of each worker, as redeal_state(..., num_workers=...) writes it"
         )
     return checked_redeal_record(record, where, description.get("num_rows"))
+
+
+def _difference(name: str, saved: object, expected: object) -> str:
+    if name == "files":
+        # Thousands of files: the message names what changed rather than both lists.
+        change = describe_file_difference(saved, expected)
+        if change is not None:
+            return f"the files differ: {change}"
+    return f"{name} is {saved!r} in the state but {expected!r} here"
 
 
 def _same_value(saved: object, expected: object) -> bool:

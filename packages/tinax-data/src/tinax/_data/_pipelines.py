@@ -36,7 +36,7 @@ from tinax._core.validation import (
 )
 from tinax._data._compat02 import TooManyBatchesError, _TooManyBatchesAfterWideningError
 from tinax._data._pipeline_states import in_process_description
-from tinax._data._source_identity import find_source_id
+from tinax._data._source_identity import find_file_set, find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
@@ -256,6 +256,7 @@ def training_batches(
     if shuffle_window is not None:
         # Only then: the states of the default pipeline stay 0.2's and 0.3's.
         description["shuffle_window"] = shuffle_window
+    _describe_files(description, dataset)
     return CheckedMapDataset(
         batched,
         in_process_description(description),
@@ -357,11 +358,20 @@ def evaluation_batches(
         **shard,
         "batch_size": batch_size,
     }
+    _describe_files(description, dataset)
     from tinax._data._checked_datasets import CheckedMapDataset
 
     return CheckedMapDataset(
         batched, in_process_description(description), default_read_options=_default_read_options(dataset, batch_fn)
     )
+
+
+def _describe_files(description: dict[str, Any], dataset: Any) -> None:
+    """Adds the files of a dataset of many files to a pipeline's description, so a state names what it read."""
+    files = find_file_set(dataset)
+    if files is not None:
+        # Only then: the states of pipelines over one file stay as they were.
+        description["files"] = files
 
 
 def _default_read_options(dataset: Any, batch_fn: Any) -> Any:
@@ -386,7 +396,7 @@ def _row_group_ends(dataset: Any) -> tuple[int, ...]:
     from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
-    if type(source) is not ParquetRecordSource:
+    if not isinstance(source, ParquetRecordSource):
         fail_value(
             "dataset",
             "the dataset read_parquet_record returned (its row groups are the blocks of the window shuffle) "

@@ -1073,7 +1073,7 @@ def shuffled_batches(
     from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
-    if type(source) is not ParquetRecordSource:
+    if not isinstance(source, ParquetRecordSource):
         return None
     twin = position_dataset(len(source)).seed(seed).shuffle()
     # The same grain classes at the same depth under the same seed: the same

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from tinax._core.validation import expectation_message, fail_type, require_str
 
-__all__ = ["InMemorySource", "find_source_id"]
+__all__ = ["InMemorySource", "find_file_set", "find_source_id"]
 
 T = TypeVar("T")
 
@@ -130,6 +130,36 @@ def find_source_id(dataset: Any) -> str | None:
         # Reversed, so that popping visits the parents in their own order.
         pending.extend(reversed(parents))
     return " + ".join(found) if found else None
+
+
+def find_file_set(dataset: Any) -> list[list[Any]] | None:
+    """Finds the files under a grain dataset that reads a dataset of many files.
+
+    Walks the dataset's ``parents`` as :func:`find_source_id` does, to the
+    readers of many files (a folder, a pattern or a list given to
+    ``read_parquet_record`` or ``read_array_record``), which list their files.
+
+    Args:
+      dataset: A grain ``MapDataset`` or ``IterDataset``.
+
+    Returns:
+      ``[name, size, rows]`` of every file of those readers, in parent
+      order, or None where no such reader is underneath.
+    """
+    from tinax._data._grain_compat import wrapped_source
+
+    found: list[list[Any]] = []
+    any_found = False
+    pending: list[Any] = [dataset]
+    while pending:
+        node = pending.pop()
+        files = getattr(wrapped_source(node), "file_set", None)
+        if isinstance(files, list):
+            found.extend([list(entry) for entry in files])
+            any_found = True
+            continue
+        pending.extend(reversed(tuple(getattr(node, "parents", ()))))
+    return found if any_found else None
 
 
 def _own_source_id(node: Any) -> str | None:

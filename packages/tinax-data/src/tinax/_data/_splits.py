@@ -243,7 +243,7 @@ def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None])
     from tinax._data._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
-    if type(source) is not ParquetRecordSource or column not in source.column_names:
+    if not isinstance(source, ParquetRecordSource) or column not in source.column_names:
         return None
     return source.column_values(column, advance=advance)
 

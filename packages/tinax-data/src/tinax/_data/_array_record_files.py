@@ -1,0 +1,234 @@
+"""Random access to the records of many ArrayRecord files as one dataset: a folder, a pattern or a list of shards.
+
+The records of the files, one file after the other in the order of
+``tinax._data._file_sets``, are the dataset's records. Opening reads each
+file's last record (the tinax header, or the fingerprint of a file of JSON
+records), a few files at a time in threads. Each file is opened again only
+when a record of it is read, by whichever handle reads it (a few stay open
+at a time), and its last record must still say what it said.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import pathlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from tinax._data._array_record import ArrayRecordSource, _LastRecord
+from tinax._data._file_sets import FileSet, require_one_kind
+from tinax._data._parquet import DEFAULT_CACHE_BYTES
+
+__all__ = ["ArrayRecordFilesSource"]
+
+_OPENING_THREADS = 8
+_OPEN_FILES = 16
+
+
+class _RecordFiles(NamedTuple):
+    """What the last records of a dataset's files say: the header of an :class:`ArrayRecordFilesSource`."""
+
+    #: The files' names relative to the root, in the dataset's order.
+    names: tuple[str, ...]
+    #: Their sizes in bytes when the dataset was opened.
+    sizes: tuple[int, ...]
+    #: What each file's last record says, as the one-file reader reads it.
+    last_records: tuple[_LastRecord, ...]
+
+
+class ArrayRecordFilesSource(ArrayRecordSource):
+    """Random access to the records of several ArrayRecord files, one after the other.
+
+    The one-file reader (:class:`ArrayRecordSource`) over the records of
+    every file. It pickles as its root folder, the files' names and what
+    their last records said; an unpickled copy opens each file when it
+    first reads from it and refuses, with a ValueError, a file that changed.
+
+    Attributes:
+      file_set: ``[name, size, records]`` of every file, in the dataset's
+        order: what a pipeline's iterator state records of its data.
+      source_id: For files in the tinax format only: the identity of their
+        records, one after the other.
+    """
+
+    def __init__(
+        self,
+        files: FileSet,
+        *,
+        decode: Callable[[bytes], Any] | None = None,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        """Reads the last record of every file and checks them against each other.
+
+        Args:
+          files: The files, in the dataset's order.
+          decode: As ``read_array_record`` takes it, for files outside the tinax format.
+          cache_bytes: The memory budget of the stacked fields held whole.
+
+        Raises:
+          FileNotFoundError: If a file is gone.
+          UnreadableArrayRecordError: If a file is not ArrayRecord (naming it).
+          ValueError: If the files mix the tinax format with other records,
+            or hold tinax records of different schemas (naming two files).
+        """
+        self._given = files.given
+        self._named_files = files.files
+        super().__init__(files.root, decode=decode, cache_bytes=cache_bytes)
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "given": self._given}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        super()._set_options(options)
+        self._given = options["given"]
+
+    def _open(self) -> tuple[Any, Any]:
+        header: _RecordFiles | None = getattr(self, "_files_header", None)
+        if header is None:
+            header = self._read_last_records()
+        return _OpenRecordFiles(self, header), header
+
+    def _read_last_records(self) -> _RecordFiles:
+        names = tuple(file.name for file in self._named_files)
+
+        def read_one(path: pathlib.Path) -> tuple[_LastRecord, int]:
+            reader, last = self._open_file(path)
+            reader.close()
+            return last, os.stat(path).st_size
+
+        threads = min(_OPENING_THREADS, len(names))
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tinax-data-headers") as pool:
+            found = list(pool.map(read_one, [file.path for file in self._named_files]))
+        last_records = tuple(item[0] for item in found)
+        require_one_kind(self._given, names, [last.header_bytes for last in last_records])
+        return _RecordFiles(names, tuple(item[1] for item in found), last_records)
+
+    def _adopt(self, header: Any) -> None:
+        files: _RecordFiles = header
+        headers = [last.header_bytes for last in files.last_records]
+        combined = require_one_kind(self._given, files.names, headers)
+        counts = _counts(files)
+        if combined is None:
+            super()._adopt(_LastRecord(None, sum(counts)))
+        else:
+            super()._adopt(_LastRecord(combined.to_json_bytes(), combined.count + 1))
+        # The files' own last records stand for the dataset: pickled with it, compared when a file opens.
+        self._header = header
+        self._files_header = files
+        self.file_set: list[list[Any]] = [
+            [name, size, count] for name, size, count in zip(files.names, files.sizes, counts, strict=True)
+        ]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files' names relative to the root folder, in the dataset's order."""
+        files = self._files_header
+        return files.names
+
+    def file_path(self, index: int) -> pathlib.Path:
+        """The path of the dataset's ``index``-th file."""
+        files = self._files_header
+        return self._path / files.names[index]
+
+    def __repr__(self) -> str:
+        kind = "JSON records"
+        if self._schema is not None:
+            kind = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
+        return (
+            f"ArrayRecordFilesSource(root={os.fspath(self._path)!r}, files={len(self.file_set)}, "
+            f"records={self._count}, {kind})"
+        )
+
+
+class _OpenRecordFiles:
+    """A reading handle of an :class:`ArrayRecordFilesSource`: reads the dataset's records from their files.
+
+    It stands where the one-file reader keeps its ``ArrayRecordReader``
+    (``read`` of a range or of a list of positions). Files are opened on
+    first use, their last records checked, and the least recently used
+    closed past a few. Reads take turns under a lock of their own.
+    """
+
+    def __init__(self, source: ArrayRecordFilesSource, files: _RecordFiles) -> None:
+        self._source = source
+        self._files = files
+        self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._starts = _starts(files)
+        self._lock = threading.Lock()
+
+    def read(self, first: int | Sequence[int], stop: int | None = None) -> list[bytes]:
+        """The records at a range of positions of the dataset (``first`` to ``stop``), or at a list of them.
+
+        Raises:
+          RuntimeError: As array-record raises for a record it cannot read,
+            naming the file; ValueError if a file changed since the dataset
+            was opened.
+        """
+        starts = self._starts
+        if stop is not None:
+            assert isinstance(first, int)
+            records: list[bytes] = []
+            file_index = int(np.searchsorted(starts, first, side="right")) - 1
+            position = first
+            while position < stop:
+                end = min(stop, int(starts[file_index + 1]))
+                if end > position:
+                    offset = int(starts[file_index])
+                    records.extend(self._read(file_index, position - offset, end - offset))
+                position = end
+                file_index += 1
+            return records
+        positions = np.asarray(first, dtype=np.int64)
+        files = np.searchsorted(starts, positions, side="right") - 1
+        found: list[bytes] = [b""] * len(positions)
+        for file_index in np.unique(files).tolist():
+            slots = np.flatnonzero(files == file_index)
+            local = (positions[slots] - starts[file_index]).tolist()
+            for slot, record in zip(slots.tolist(), self._read(file_index, local), strict=True):
+                found[slot] = record
+        return found
+
+    def _read(self, file_index: int, first: int | list[int], stop: int | None = None) -> list[bytes]:
+        with self._lock:
+            reader = self._file(file_index)
+            try:
+                return list(reader.read(first) if stop is None else reader.read(first, stop))
+            except RuntimeError as error:
+                raise RuntimeError(f"{self._files.names[file_index]!r}: {error}") from error
+
+    def _file(self, file_index: int) -> Any:
+        reader = self._open.get(file_index)
+        if reader is not None:
+            self._open.move_to_end(file_index)
+            return reader
+        path = self._source.file_path(file_index)
+        reader, last = self._source._open_file(path)
+        if last != self._files.last_records[file_index]:
+            reader.close()
+            raise ValueError(f"{str(path)!r} changed since the dataset was opened: its last record is different")
+        self._open[file_index] = reader
+        while len(self._open) > _OPEN_FILES:
+            _, closed = self._open.popitem(last=False)
+            closed.close()
+        return reader
+
+    def close(self) -> None:
+        with self._lock:
+            while self._open:
+                _, reader = self._open.popitem()
+                reader.close()
+
+
+def _counts(files: _RecordFiles) -> list[int]:
+    """Each file's number of records (the tinax header, a record of its own, left out)."""
+    return [last.total - (last.header_bytes is not None) for last in files.last_records]
+
+
+def _starts(files: _RecordFiles) -> np.ndarray[Any, Any]:
+    """The dataset position of each file's first record, and the count of all records last."""
+    return np.cumsum([0, *_counts(files)]).astype(np.int64)

@@ -1,0 +1,250 @@
+"""The files a record reader is given: one file, or many in a fixed order (a folder, a glob pattern, a sequence).
+
+A dataset of many files is the rows of its files one after the other, in
+the order of their paths relative to a root folder (compared as strings,
+with ``/`` between folders). That order depends on nothing but the names,
+so every process and every run numbers the rows alike, whatever order the
+file system lists them in. Finding the files needs the standard library
+only: the readers that open them import pyarrow or array-record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import hashlib
+import os
+import pathlib
+import stat
+from collections.abc import Sequence
+from typing import Any
+
+from tinax._core import validation
+from tinax._data._paths import require_record_path
+from tinax._data._record_codec import RecordHeader, require_record_file
+
+__all__ = [
+    "DatasetFile",
+    "FileSet",
+    "combined_header",
+    "describe_file_difference",
+    "require_one_kind",
+    "resolve_record_paths",
+]
+
+# What pyarrow's dataset discovery skips in a folder: names of hidden files, and of files that engines
+# write beside their parts (Spark's ``_SUCCESS``, a ``_metadata`` summary, ``.crc`` checksums).
+_SKIPPED_PREFIXES = (".", "_")
+_GLOB_MAGIC = frozenset("*?[")
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetFile:
+    """One file of a dataset of many files.
+
+    Attributes:
+      path: The file's absolute path.
+      name: Its path relative to the dataset's root folder, folders joined
+        with ``/``: what orders the files and names them in states.
+    """
+
+    path: pathlib.Path
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class FileSet:
+    """The files of a dataset of many files, in the dataset's order.
+
+    Attributes:
+      root: The folder the names are relative to: the folder given, the
+        folder of a glob pattern before its first wildcard, or the common
+        folder of a sequence of paths.
+      files: The files, sorted by name.
+      given: What the caller passed, in words, for messages.
+    """
+
+    root: pathlib.Path
+    files: tuple[DatasetFile, ...]
+    given: str
+
+
+def resolve_record_paths(value: object, name: str, container: str) -> pathlib.Path | FileSet:
+    """Checks a reader's path argument and finds the files it names.
+
+    Args:
+      value: The argument: a path to a file or a folder, a glob pattern, or
+        a sequence of file paths.
+      name: The argument's name, for messages.
+      container: ``"Parquet"`` or ``"ArrayRecord"``, for messages.
+
+    Returns:
+      The path itself where it names one file (or nothing: the reader then
+      raises as it always did for a missing file), else the files found.
+
+    Raises:
+      TypeError: If the value is neither a path nor a sequence of paths.
+      EmptyPathError: If a path is empty (a FileNotFoundError and a ValueError).
+      FileNotFoundError: If a folder or pattern holds no file, or a path of
+        a sequence names no regular file.
+      ValueError: If a sequence is empty or names a file twice.
+    """
+    if isinstance(value, (str, os.PathLike)):
+        path = require_record_path(value, name)
+        kind = _kind_of(path)
+        if kind == "folder":
+            return _folder_files(path, container)
+        if kind is None and _GLOB_MAGIC.intersection(os.fspath(path)):
+            return _pattern_files(os.fspath(path), container)
+        return path
+    if not isinstance(value, Sequence) or isinstance(value, (bytes, bytearray)):
+        validation.fail_type(
+            name, "a str or os.PathLike path (a file, a folder or a glob pattern), or a list of paths", value
+        )
+    return _listed_files(value, name, container)
+
+
+def _kind_of(path: pathlib.Path) -> str | None:
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return "folder" if stat.S_ISDIR(mode) else "other"
+
+
+def _folder_files(folder: pathlib.Path, container: str) -> FileSet:
+    root = folder.absolute()
+    found: list[DatasetFile] = []
+    for current, folders, names in os.walk(root):
+        # Pruned in place, so that os.walk does not enter them.
+        folders[:] = [entry for entry in folders if not entry.startswith(_SKIPPED_PREFIXES)]
+        for entry in names:
+            if entry.startswith(_SKIPPED_PREFIXES):
+                continue
+            path = pathlib.Path(current, entry)
+            if os.path.isfile(path):
+                found.append(DatasetFile(path, path.relative_to(root).as_posix()))
+    if not found:
+        raise FileNotFoundError(
+            f"No {container} file in the folder {str(folder)!r}: it holds no file whose name (or folder) does not "
+            "start with '.' or '_'"
+        )
+    return FileSet(root, tuple(sorted(found, key=lambda file: file.name)), f"the folder {str(folder)!r}")
+
+
+def _pattern_files(pattern: str, container: str) -> FileSet:
+    matches = [pathlib.Path(match) for match in glob.glob(pattern, recursive=True)]
+    files = [match.absolute() for match in matches if os.path.isfile(match)]
+    if not files:
+        raise FileNotFoundError(f"No {container} file matches the glob pattern {pattern!r}")
+    parts = pathlib.Path(pattern).parts
+    fixed = next((index for index, part in enumerate(parts) if _GLOB_MAGIC.intersection(part)), len(parts))
+    root = pathlib.Path(*parts[:fixed]).absolute() if fixed else pathlib.Path.cwd()
+    return FileSet(root, _named(files, root), f"the glob pattern {pattern!r}")
+
+
+def _listed_files(values: Sequence[Any], name: str, container: str) -> FileSet:
+    if not values:
+        validation.fail_value(name, "at least one file in a sequence of paths", values)
+    files = []
+    for index, value in enumerate(values):
+        if not isinstance(value, (str, os.PathLike)):
+            validation.fail_type(f"{name}[{index}]", "a str or os.PathLike path", value)
+        path = require_record_path(value, f"{name}[{index}]")
+        require_record_file(path, container)
+        files.append(path.absolute())
+    seen: set[str] = set()
+    for path in files:
+        real = os.path.realpath(path)
+        if real in seen:
+            validation.fail_value(name, "paths of distinct files", f"the file {str(path)!r} more than once")
+        seen.add(real)
+    root = pathlib.Path(os.path.commonpath([path.parent for path in files]))
+    return FileSet(root, _named(files, root), f"a list of {len(files)} paths")
+
+
+def _named(files: list[pathlib.Path], root: pathlib.Path) -> tuple[DatasetFile, ...]:
+    named = [DatasetFile(path, path.relative_to(root).as_posix()) for path in files]
+    return tuple(sorted(named, key=lambda file: file.name))
+
+
+def describe_file_difference(saved: object, current: object) -> str | None:
+    """Says how two file lists of pipeline descriptions (``[name, size, rows]`` each) differ, or None.
+
+    Args:
+      saved: The list in a saved state.
+      current: The list of the pipeline being restored.
+    """
+    if not isinstance(saved, list) or not isinstance(current, list):
+        return None
+    try:
+        before = {entry[0]: tuple(entry[1:]) for entry in saved}
+        after = {entry[0]: tuple(entry[1:]) for entry in current}
+    except (TypeError, IndexError, KeyError):
+        return None
+    notes = []
+    removed = [name for name in before if name not in after]
+    added = [name for name in after if name not in before]
+    changed = [name for name in before if name in after and before[name] != after[name]]
+    if removed:
+        notes.append(f"{len(removed)} file(s) of the state are gone (first: {removed[0]!r})")
+    if added:
+        notes.append(f"{len(added)} file(s) are new here (first: {added[0]!r})")
+    for file_name in changed[:3]:
+        notes.append(
+            f"{file_name!r} is [size, rows] {list(before[file_name])} in the state but {list(after[file_name])} here"
+        )
+    if not notes:
+        return "the same files in another order" if before != after or saved != current else None
+    return "; ".join(notes)
+
+
+def require_one_kind(given: str, names: Sequence[str], headers: Sequence[bytes | None]) -> RecordHeader | None:
+    """Checks that the files of a dataset are all in the tinax format with one schema, or all outside it.
+
+    Args:
+      given: What the caller passed, in words.
+      names: The files' names.
+      headers: Each file's tinax header, None for a file outside the format.
+
+    Returns:
+      One header standing for all the files' records, one file's after the
+      other (see :func:`combined_header`), or None for files outside the format.
+
+    Raises:
+      ValueError: If the files mix both kinds, or tinax files hold records of
+        different schemas, naming two files (and the field).
+    """
+    formatted = [header is not None for header in headers]
+    if any(formatted) and not all(formatted):
+        raise ValueError(
+            f"{given} mixes files in the tinax record format ({names[formatted.index(True)]!r}) with files outside "
+            f"it ({names[formatted.index(False)]!r}): a dataset of many files holds files of one kind"
+        )
+    if not all(formatted):
+        return None
+    parsed = [RecordHeader.from_json_bytes(header or b"") for header in headers]
+    first = parsed[0].schema
+    for name, header in zip(names[1:], parsed[1:], strict=True):
+        if header.schema.fields == first.fields:
+            continue
+        described = {field.name: field.describe() for field in header.schema.fields}
+        differing = next(
+            (field.name for field in first.fields if described.get(field.name) != field.describe()),
+            next(iter(set(described) - set(first.names)), "?"),
+        )
+        raise ValueError(
+            f"the tinax record files {names[0]!r} and {name!r} hold records of different schemas: their field "
+            f"{differing!r} differs"
+        )
+    return combined_header(parsed)
+
+
+def combined_header(headers: Sequence[RecordHeader]) -> RecordHeader:
+    """The header of the records of several tinax files of one schema, one file's after the other.
+
+    Its content digest is that of the files' digests in order, so the
+    dataset's ``source_id`` names these files' records in this order.
+    """
+    digest = hashlib.sha256("".join(header.content_sha256 for header in headers).encode("ascii")).hexdigest()
+    return RecordHeader(headers[0].schema, sum(header.count for header in headers), digest)

@@ -1,0 +1,389 @@
+"""Random access to the rows of many Parquet files as one dataset: the reader behind a folder, a pattern or a list.
+
+The files' row groups, one file after the other in the order of
+``tinax._data._file_sets``, are the dataset's row groups, so everything the
+one-file reader does by row group (its cache, the whole columns, planned
+windows, the threads decoding ahead) works across files unchanged. Opening
+reads every file's footer, a few at a time in threads, and nothing else.
+Each file is opened again only when one of its row groups is read, by
+whichever handle reads it (a few stay open at a time), and its footer must
+still say what it said.
+
+Rows of plain tables are given in the schema that ``pyarrow.unify_schemas``
+makes of the files' schemas (a column a file lacks is a missing value
+there), followed by the values of hive partition folders (``key=value``),
+typed as pyarrow's dataset discovery types them. Files in the tinax record
+format must all hold records of one schema.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import pathlib
+from typing import Any, NamedTuple, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+from tinax._data._compat02 import CorruptParquetError
+from tinax._data._file_sets import FileSet, combined_header, require_one_kind
+from tinax._data._parquet import DEFAULT_CACHE_BYTES, _digest_range
+from tinax._data._parquet_source import ParquetRecordSource, _Footer
+from tinax._data._record_codec import RecordHeader
+
+__all__ = ["ParquetFilesSource"]
+
+# Footers read at once when a dataset of many files opens: the reads wait on the file system more than on
+# the interpreter.
+_OPENING_THREADS = 8
+# Files a reading handle keeps open (each holds a file descriptor and its parsed footer).
+_OPEN_FILES = 16
+
+
+class _Files(NamedTuple):
+    """What the footers of a dataset's files say: the header of a :class:`ParquetFilesSource`."""
+
+    #: The files' names relative to the root, in the dataset's order.
+    names: tuple[str, ...]
+    #: Their sizes in bytes when the dataset was opened.
+    sizes: tuple[int, ...]
+    #: What each file's footer says, as the one-file reader reads it.
+    footers: tuple[_Footer, ...]
+    #: The Arrow schema of the rows: the files' columns unified, then the partition fields.
+    schema: pa.Schema
+    #: The names of the files' own columns in each file.
+    file_columns: tuple[tuple[str, ...], ...]
+    #: The hive partition fields' names, and each file's values of them.
+    partition_names: tuple[str, ...]
+    partition_values: tuple[tuple[Any, ...], ...]
+    #: The bytes each file's row groups take, uncompressed, as its footer says.
+    stored_bytes: tuple[int, ...]
+
+
+class ParquetFilesSource(ParquetRecordSource):
+    """Random access to the rows of several Parquet files, one after the other.
+
+    The one-file reader (:class:`ParquetRecordSource`) over the row groups of
+    every file. It pickles as its root folder, the files' names and what
+    their footers said; an unpickled copy opens each file when it first
+    reads from it and refuses, with a ValueError, a file whose footer
+    changed.
+
+    Attributes:
+      file_set: ``[name, size, rows]`` of every file, in the dataset's order:
+        what a pipeline's iterator state records of its data.
+      source_id: For files in the tinax format only: the identity of their
+        records, one after the other.
+    """
+
+    def __init__(self, files: FileSet, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        """Reads the footer of every file, checks them against each other, and unifies their schemas.
+
+        Args:
+          files: The files, in the dataset's order.
+          mapping: ``"python"`` or ``"numpy"`` (see ``read_parquet_record``).
+          cache_bytes: The memory budget of the row-group cache, for all files together.
+
+        Raises:
+          FileNotFoundError: If a file is gone.
+          ValueError: If a file is not Parquet or contradicts its tinax
+            metadata (naming it); if the files mix the tinax format with
+            plain tables, or hold tinax records of different schemas, or
+            plain columns that pyarrow cannot unify (naming two files and
+            the column); or if a partition folder names a column the files
+            hold.
+        """
+        self._given = files.given
+        self._named_files = files.files
+        super().__init__(files.root, mapping=mapping, cache_bytes=cache_bytes)
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "given": self._given}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        super()._set_options(options)
+        self._given = options["given"]
+
+    def _open(self) -> tuple[Any, Any]:
+        header: _Files | None = getattr(self, "_files_header", None)
+        if header is None:
+            header = self._read_footers()
+        return _OpenFiles(self, header), header
+
+    def _read_footers(self) -> _Files:
+        paths = [file.path for file in self._named_files]
+        names = tuple(file.name for file in self._named_files)
+
+        def read_one(path: pathlib.Path) -> tuple[_Footer, pa.Schema, int, int]:
+            parquet_file, footer = self._open_file(path)
+            try:
+                metadata = parquet_file.metadata
+                stored = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+                return footer, parquet_file.schema_arrow, os.stat(path).st_size, stored
+            finally:
+                parquet_file.close()
+
+        threads = min(_OPENING_THREADS, len(paths))
+        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tinax-data-footers") as pool:
+            found = list(pool.map(read_one, paths))
+        footers = tuple(item[0] for item in found)
+        schemas = [item[1] for item in found]
+        header = require_one_kind(self._given, names, [footer.header_bytes for footer in footers])
+        partition_names, partition_types, partition_values = _partitions(self._path, names)
+        if header is not None:
+            schema = schemas[0]
+            with_shapes = next((name for name, footer in zip(names, footers, strict=True) if footer.empty_shapes), None)
+            if with_shapes is not None:
+                raise ValueError(
+                    f"the tinax record file {with_shapes!r} keeps the shapes of arrays with no element in its field "
+                    "metadata, which a dataset of many files does not combine: read it on its own"
+                )
+            if partition_names:
+                raise ValueError(
+                    f"{self._given} holds tinax record files in hive partition folders ({names[0]!r}): tinax "
+                    "records read back as written, so partition values cannot become fields of them"
+                )
+        else:
+            schema = _unified(names, schemas)
+            clash = next((name for name in partition_names if name in schema.names), None)
+            if clash is not None:
+                raise ValueError(
+                    f"{self._given}: the hive partition folders name the field {clash!r}, which the files also "
+                    "hold as a column"
+                )
+            for name, kind in zip(partition_names, partition_types, strict=True):
+                schema = schema.append(pa.field(name, kind))
+        return _Files(
+            names,
+            tuple(item[2] for item in found),
+            footers,
+            schema,
+            tuple(tuple(found_schema.names) for found_schema in schemas),
+            partition_names,
+            partition_values,
+            tuple(item[3] for item in found),
+        )
+
+    def _adopt(self, header: Any) -> None:
+        files: _Files = header
+        starts = np.cumsum([0] + [footer.group_ends[-1] if footer.group_ends else 0 for footer in files.footers])
+        group_ends = tuple(
+            int(start + end)
+            for start, footer in zip(starts.tolist(), files.footers, strict=False)
+            for end in footer.group_ends
+        )
+        file_of_group = [index for index, footer in enumerate(files.footers) for _ in footer.group_ends]
+        checks = [
+            check for footer in files.footers for check in (footer.group_checks or [None] * len(footer.group_ends))
+        ]
+        header_bytes = None
+        if files.footers[0].header_bytes is not None:
+            parsed = [RecordHeader.from_json_bytes(footer.header_bytes or b"") for footer in files.footers]
+            header_bytes = combined_header(parsed).to_json_bytes()
+        combined = _Footer(header_bytes, group_ends, tuple(checks) if any(checks) else None)  # type: ignore[arg-type]
+        super()._adopt(combined)
+        # The files' own footers stand for the dataset: pickled with it, compared when a handle opens a file.
+        self._header = header
+        self._files_header = files
+        self._column_names = tuple(files.schema.names)
+        self._file_of_group = np.asarray(file_of_group, dtype=np.int64)
+        self._first_group_of_file = np.searchsorted(self._file_of_group, np.arange(len(files.names)))
+        self._all_checksummed = all(footer.group_checks is not None for footer in files.footers)
+        rows = np.diff(starts).tolist()
+        self.file_set: list[list[Any]] = [
+            [name, size, int(count)] for name, size, count in zip(files.names, files.sizes, rows, strict=True)
+        ]
+
+    @property
+    def checksummed(self) -> bool:
+        """Whether every file carries tinax checksums."""
+        return self._all_checksummed
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of the rows: the files' columns unified, then the hive partition fields."""
+        files = self._files_header
+        return files.schema
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files' names relative to the root folder, in the dataset's order."""
+        files = self._files_header
+        return files.names
+
+    def file_path(self, index: int) -> pathlib.Path:
+        """The path of the dataset's ``index``-th file."""
+        files = self._files_header
+        return self._path / files.names[index]
+
+    def locate_group(self, group_index: int) -> tuple[int, int]:
+        """The file (its index) that holds a row group of the dataset, and the row group's index in that file."""
+        file_index = int(self._file_of_group[group_index])
+        return file_index, group_index - int(self._first_group_of_file[file_index])
+
+    def _read_group(self, group_index: int, columns: Any, parquet_file: Any = None) -> pa.Table:
+        # The file is opened (and its footer checked) before its row group's bytes are checked, so that a
+        # file replaced since the dataset opened is named as such rather than as a corrupt row group.
+        if parquet_file is None:
+            parquet_file = self._handle()
+        parquet_file.file_of_group(group_index)
+        return super()._read_group(group_index, columns, parquet_file)
+
+    def _verify_row_group(self, group_index: int) -> None:
+        assert self._group_checks is not None
+        # Files tinax did not write hold no checksums: their row groups' entries are None.
+        check = cast("tuple[int, int, str] | None", self._group_checks[group_index])
+        if check is None:
+            return  # A file tinax did not write has no checksums of its own.
+        start, end, expected = check
+        file_index, local = self.locate_group(group_index)
+        with open(self.file_path(file_index), "rb") as handle:
+            found = _digest_range(handle, start, end)
+        if found != expected:
+            raise CorruptParquetError(
+                f"the bytes of row group {local} of {self._files_header.names[file_index]!r} do not match the checksum "
+                "written with them: it is corrupt"
+            )
+
+    def decoded_row_bytes(self) -> float:
+        """The decoded size of a row: as measured in this process, else as the footers' uncompressed sizes say."""
+        if self._decoded_rows:
+            return self._decoded_bytes / self._decoded_rows
+        files = self._files_header
+        return sum(files.stored_bytes) / max(self._count, 1)
+
+    def __repr__(self) -> str:
+        if self._schema is None:
+            rows = f"plain Parquet rows, mapping={self._mapping!r}"
+        else:
+            rows = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
+        return (
+            f"ParquetFilesSource(root={os.fspath(self._path)!r}, files={len(self.file_set)}, records={self._count}, "
+            f"row_groups={len(self._group_ends)}, {rows})"
+        )
+
+
+class _OpenFiles:
+    """A reading handle of a :class:`ParquetFilesSource`: reads the dataset's row groups from their files.
+
+    It stands where the one-file reader keeps its ``pyarrow.parquet.ParquetFile``
+    (``read_row_group``, ``close``), and is used by one thread at a time, as
+    that is. Files are opened on first use, their footers checked, and the
+    least recently used closed past a few.
+    """
+
+    def __init__(self, source: ParquetFilesSource, files: _Files) -> None:
+        self._source = source
+        self._files = files
+        self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
+
+    @property
+    def schema_arrow(self) -> pa.Schema:
+        return self._files.schema
+
+    def read_row_group(self, group_index: int, columns: list[str] | None = None) -> pa.Table:
+        """Reads a row group of the dataset, its columns in the dataset's schema.
+
+        Raises:
+          ValueError: If the file changed since the dataset was opened, or
+            pyarrow cannot read the row group (pyarrow's own errors).
+        """
+        source, files = self._source, self._files
+        file_index, local = source.locate_group(group_index)
+        parquet_file = self.file_of_group(group_index)
+        own_columns = files.file_columns[file_index]
+        wanted = list(files.schema.names) if columns is None else columns
+        if source.schema is not None:
+            return parquet_file.read_row_group(local, columns=columns)
+        table = parquet_file.read_row_group(local, columns=[name for name in wanted if name in own_columns])
+        rows = table.num_rows
+        arrays = []
+        for name in wanted:
+            field = files.schema.field(name)
+            if name in files.partition_names:
+                value = files.partition_values[file_index][files.partition_names.index(name)]
+                arrays.append(pa.repeat(pa.scalar(value, field.type), rows))
+            elif name in own_columns:
+                column = table.column(name)
+                arrays.append(column if column.type == field.type else column.cast(field.type))
+            else:
+                arrays.append(pa.nulls(rows, field.type))
+        return pa.Table.from_arrays(arrays, schema=pa.schema([files.schema.field(name) for name in wanted]))
+
+    def file_of_group(self, group_index: int) -> Any:
+        """The open ``pyarrow.parquet.ParquetFile`` holding a row group of the dataset, opened and checked first.
+
+        Raises:
+          ValueError: If the file changed since the dataset was opened.
+        """
+        return self._file(self._source.locate_group(group_index)[0])
+
+    def _file(self, file_index: int) -> Any:
+        parquet_file = self._open.get(file_index)
+        if parquet_file is not None:
+            self._open.move_to_end(file_index)
+            return parquet_file
+        path = self._source.file_path(file_index)
+        parquet_file, footer = self._source._open_file(path)
+        if footer != self._files.footers[file_index]:
+            parquet_file.close()
+            raise ValueError(f"{str(path)!r} changed since the dataset was opened: its footer is different")
+        self._open[file_index] = parquet_file
+        while len(self._open) > _OPEN_FILES:
+            _, closed = self._open.popitem(last=False)
+            closed.close()
+        return parquet_file
+
+    def close(self) -> None:
+        while self._open:
+            _, parquet_file = self._open.popitem()
+            parquet_file.close()
+
+
+def _partitions(
+    root: pathlib.Path, names: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[pa.DataType, ...], tuple[tuple[Any, ...], ...]]:
+    """The hive partition fields of the files' folders: names, types and each file's values, as pyarrow finds them."""
+    if not any("=" in name.rpartition("/")[0] for name in names):
+        return (), (), tuple(() for _ in names)
+    discovered = ds.dataset(
+        [str(root / name) for name in names],
+        format="parquet",
+        partitioning=ds.HivePartitioning.discover(infer_dictionary=False),
+        partition_base_dir=str(root),
+    )
+    partitioning = discovered.partitioning
+    schema = partitioning.schema
+    values = []
+    for name in names:
+        keys = ds.get_partition_keys(partitioning.parse(name))
+        values.append(tuple(keys.get(field) for field in schema.names))
+    return tuple(schema.names), tuple(schema.types), tuple(values)
+
+
+def _unified(names: tuple[str, ...], schemas: list[pa.Schema]) -> pa.Schema:
+    """The files' schemas unified as ``pyarrow.unify_schemas`` unifies them, every field nullable.
+
+    Raises:
+      ValueError: Naming the first file of a field and the file whose type of it cannot be unified.
+    """
+    plain = [schema.remove_metadata() for schema in schemas]
+    try:
+        unified = pa.unify_schemas(plain)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
+        first_seen: dict[str, tuple[str, pa.DataType]] = {}
+        for name, schema in zip(names, plain, strict=True):
+            for field in schema:
+                seen = first_seen.setdefault(field.name, (name, field.type))
+                try:
+                    pa.unify_schemas([pa.schema([pa.field(field.name, seen[1])]), pa.schema([field])])
+                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                    raise ValueError(
+                        f"the files {seen[0]!r} and {name!r} cannot be read as one dataset: column {field.name!r} is "
+                        f"{seen[1]} in the first and {field.type} in the second, which pyarrow cannot unify"
+                    ) from error
+        raise ValueError(f"the files' schemas cannot be unified: {error}") from error
+    return pa.schema([field.with_nullable(True) for field in unified])
