@@ -59,6 +59,10 @@ Feeding a jitted train step (``--only-feeding`` runs it alone;
 ``--feeding-records 0`` skips it): training_batches with ``stack_records``
 and with a batch function of one's own, against NumPy batches of the same
 rows in memory, per policy and batch size (``_data_feeding.py``).
+Datasets of many files (``--only-many-files`` runs them alone): opening a
+folder of ``--many-open-files`` small Parquet files against pyarrow.dataset's
+count_rows, and feeding from ``--many-feeding-files`` files against one file
+of the same rows (``_data_many_files.py``).
 Temporary files live in a temporary folder that is removed at the end.
 """
 
@@ -89,6 +93,7 @@ import pyarrow
 import pyarrow.parquet as pq
 from _data_array_record import measure_array_record
 from _data_feeding import add_feeding_options, measure_feeding
+from _data_many_files import add_many_files_options, measure_many_files
 from _data_writers import measure_parquet_writer
 from _timing import report, run
 from grain.sharding import ShardOptions
@@ -883,10 +888,15 @@ def main() -> int:
     parser.add_argument("--writer-records", type=int, default=2_000_000, help="rows of the writer figures (0 skips)")
     parser.add_argument("--writer-rounds", type=int, default=3, help="interleaved rounds of the writer figures")
     add_feeding_options(parser)
+    add_many_files_options(parser)
     options = parser.parse_args()
     if options.only_feeding:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
             measure_feeding(pathlib.Path(folder_name), options)
+        return 0
+    if options.only_many_files:
+        with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
+            measure_many_files(pathlib.Path(folder_name), options)
         return 0
     if options.only_writers:
         with tempfile.TemporaryDirectory(prefix="bench-data-") as folder_name:
@@ -975,6 +985,8 @@ def main() -> int:
 
         if options.feeding_records > 0:
             measure_feeding(folder, options)
+
+        measure_many_files(folder, options)
 
         compare_iteration(folder, records, options)
 

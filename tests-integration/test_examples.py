@@ -38,6 +38,9 @@ KEY_LINES = {
     ),
     "weights_roundtrip.py": "TensorManifest reported the missing source",
     "resume_anywhere.py": "resumed on 1 process x 8 devices with redeal=True: every row of the epoch seen exactly once",
+    "many_files.py": (
+        "resumed on 3 processes with redeal=True from 2: every row of the sharded dataset seen exactly once"
+    ),
     "sharded_weights.py": (
         "save_sharded_safetensors wrote the sharded weights without gathering them, byte-identical to save_safetensors"
     ),

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tinax._data._arrow_values import REFUSED, value_description
+from tinax._data._reader_datasets import record_source_of
 from tinax.data import read_parquet_record, write_array_record, write_parquet_record
 from tinax_testing import run_tinax
 
@@ -312,3 +313,63 @@ def test_value_descriptions_say_what_the_reader_gives(tmp_path, mapping):
     document = run_tinax("inspect", str(path), "--json").json()
     shown = {row["column"]: row[f"{mapping}_mapping"] for row in document["tables"]["schema"]["rows"]}
     assert shown == {field.name: value_description(field.type, mapping) for field in file_schema}
+
+
+def test_a_folder_or_glob_of_parquet_files_is_described_as_one_dataset(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for index in range(3):
+        write_parquet_record(folder / f"train-{index:05d}-of-00003.parquet", RECORDS[index:], overwrite=False)
+    (folder / "_SUCCESS").write_bytes(b"")
+    for given in (str(folder), str(folder / "train-*.parquet")):
+        result = run_tinax("inspect", given, "--json")
+        assert result.code == 0, result.stderr
+        document = result.json()
+        assert document["kind"] == "parquet"
+        summary = document["summary"]
+        assert (summary["files"], summary["records"]) == (3, 5 + 4 + 3)
+        assert summary["format"] == "tinax records"
+        assert summary["footer_checksum"] == "verified for every file"
+        assert summary["source_id"] == record_source_of(read_parquet_record(folder)).source_id
+        files = document["tables"]["files"]["rows"]
+        assert [(row["file"], row["first_record"], row["records"]) for row in files] == [
+            ("train-00000-of-00003.parquet", 0, 5),
+            ("train-00001-of-00003.parquet", 5, 4),
+            ("train-00002-of-00003.parquet", 9, 3),
+        ]
+        assert [row["bytes"] for row in files] == [(folder / row["file"]).stat().st_size for row in files]
+        assert {row["column"] for row in document["tables"]["schema"]["rows"]} == {"image", "label"}
+
+
+def test_a_folder_of_plain_parquet_files_shows_the_unified_schema_and_partition_fields(tmp_path):
+    (tmp_path / "lang=en").mkdir()
+    (tmp_path / "lang=fr").mkdir()
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "lang=en" / "part-0.parquet")
+    pq.write_table(pa.table({"x": [3], "y": ["b"]}), tmp_path / "lang=fr" / "part-0.parquet")
+    result = run_tinax("inspect", str(tmp_path), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["summary"]["footer_checksum"] == "none (not written by tinax 0.3)"
+    schema = [(row["column"], row["arrow_type"]) for row in document["tables"]["schema"]["rows"]]
+    assert schema == [("x", "int64"), ("y", "string"), ("lang", "string")]
+
+
+def test_a_folder_of_array_record_shards_is_described_as_one_dataset(tmp_path):
+    pytest.importorskip("array_record.python.array_record_module")
+    for index in range(2):
+        write_array_record(tmp_path / f"shard.array_record-{index:05d}-of-00002", RECORDS, overwrite=False)
+    result = run_tinax("inspect", str(tmp_path), "--json")
+    assert result.code == 0, result.stderr
+    document = result.json()
+    assert document["kind"] == "array-record"
+    assert (document["summary"]["files"], document["summary"]["records"]) == (2, 10)
+    assert [row["records"] for row in document["tables"]["files"]["rows"]] == [5, 5]
+
+
+def test_files_of_mixed_kinds_in_a_folder_exit_1_naming_them(tmp_path):
+    write_parquet_record(tmp_path / "a.parquet", RECORDS, overwrite=False)
+    pq.write_table(pa.table({"x": [1]}), tmp_path / "b.parquet")
+    result = run_tinax("inspect", str(tmp_path))
+    assert result.code == 1
+    assert "'a.parquet'" in result.stderr
+    assert "'b.parquet'" in result.stderr

@@ -380,6 +380,8 @@ def test_hive_partition_values_become_fields_typed_as_pyarrow_types_them(tmp_pat
     source = record_source_of(dataset)
     assert source.arrow_schema.field("lang").type == pa.string()
     assert source.arrow_schema.field("year").type == pa.int32()
+    discovered = ds.dataset(tmp_path, format="parquet", partitioning=ds.HivePartitioning.discover())
+    assert source.arrow_schema == discovered.schema.remove_metadata()
     expected = ds.dataset(tmp_path, format="parquet", partitioning="hive").to_table()
     assert _rows(dataset) == expected.to_pylist()
     assert sorted((row["x"], row["lang"], row["year"]) for row in _rows(dataset)) == sorted(
@@ -403,11 +405,15 @@ def test_hive_partition_values_become_fields_typed_as_pyarrow_types_them(tmp_pat
     assert sorted(batch["x"].tolist()) == list(range(12))
 
 
-def test_a_partition_field_that_a_file_also_holds_is_refused(tmp_path):
-    (tmp_path / "lang=en").mkdir()
-    pq.write_table(pa.table({"lang": ["en"], "x": [1]}), tmp_path / "lang=en" / "part-0.parquet")
-    with pytest.raises(ValueError, match="partition folders name the field 'lang'"):
-        read_parquet_record(tmp_path)
+def test_a_partition_key_that_the_files_also_hold_is_read_from_the_files(tmp_path):
+    # As Polars' partitioned writes leave them: the key in the folder name and, as int64, in the file.
+    (tmp_path / "year=2020").mkdir()
+    (tmp_path / "year=2021").mkdir()
+    pq.write_table(pa.table({"year": [2020], "x": [1]}), tmp_path / "year=2020" / "part-0.parquet")
+    pq.write_table(pa.table({"year": [2021], "x": [2]}), tmp_path / "year=2021" / "part-0.parquet")
+    dataset = read_parquet_record(tmp_path)
+    assert _rows(dataset) == [{"year": 2020, "x": 1}, {"year": 2021, "x": 2}]
+    assert record_source_of(dataset).arrow_schema == pa.schema([("year", pa.int64()), ("x", pa.int64())])
 
 
 def test_tinax_files_in_partition_folders_are_refused(tmp_path):

@@ -291,3 +291,14 @@ def test_detection_reads_no_more_of_a_json_object_than_the_loader_would(tmp_path
     path = tmp_path / "model.safetensors.index.json"
     path.write_bytes(_index(30_000))
     assert _sniffed(path) == ({"safetensors": False, "safetensors-index": False, "msgpack": False}, 20_000)
+
+
+def test_a_glob_of_safetensors_files_is_a_usage_error_naming_the_kind(model):
+    # Record files are described as one dataset by a pattern; weights files are described one at a time.
+    pattern = str(model.parent / "*.bin")
+    result = run_tinax("inspect", pattern)
+    assert result.code == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.strip().splitlines()
+    assert f"PATH {pattern!r} does not exist" in line
+    assert "give one file" in line

@@ -8,7 +8,9 @@ header is validated exactly as ``read_parquet_record`` and
 ``read_array_record`` validate it, checksums included. Only the footer (or
 the last record, which holds the tinax header) is read, unless ``--head N``
 asks for records. pyarrow and array-record read through their own files, so
-the command counts what the process read meanwhile.
+the command counts what the process read meanwhile. A folder or a glob
+pattern is described as the one dataset the readers make of its files:
+their footers (or last records) are all read, and a table lists the files.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 from tinax._core._command._report import InspectOptions, Report, Shown
 from tinax._data._array_record import ArrayRecordSource
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
+from tinax._data._file_sets import FileSet, resolve_record_paths
 from tinax._data._parquet_source import ParquetRecordSource
 from tinax._data._record_codec import KIND_ARRAY, FieldSpec
 
@@ -39,15 +42,33 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
       ValueError: With the reader's message, if the footer is unreadable,
         contradicts the tinax header, or fails its checksum.
     """
-    source = ParquetRecordSource(path.absolute(), mapping="python")
+    found = resolve_record_paths(str(path), "path", "Parquet")
+    if isinstance(found, FileSet):
+        from tinax._data._parquet_files import ParquetFilesSource
+
+        source: ParquetRecordSource = ParquetFilesSource(found, mapping="python")
+    else:
+        source = ParquetRecordSource(path.absolute(), mapping="python")
     report = Report("inspect", "parquet", str(path))
     tinax_format = source.schema is not None
     ends = source.row_group_ends
     report.summary["format"] = "tinax records" if tinax_format else "plain Parquet (read as tinax 0.2 did)"
+    _add_files(report, source)
     report.summary["records"] = len(source)
     report.summary["row groups"] = len(ends)
     checksummed = source.checksummed
-    report.summary["footer checksum"] = "verified" if checksummed else "none (not written by tinax 0.3)"
+    many = isinstance(found, FileSet)
+    if many:
+        with_checksums, files = getattr(source, "checksummed_files", 0), len(getattr(source, "file_set", ()))
+        report.summary["footer checksum"] = (
+            "verified for every file"
+            if checksummed
+            else f"verified for {with_checksums} of {files} files (the others not written by tinax 0.3)"
+            if with_checksums
+            else "none (not written by tinax 0.3)"
+        )
+    else:
+        report.summary["footer checksum"] = "verified" if checksummed else "none (not written by tinax 0.3)"
     if tinax_format:
         report.summary["source id"] = source.source_id
     arrow_schema = source.arrow_schema
@@ -84,12 +105,13 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
                 for name, kind in columns
             ],
         )
-    # Each row group starts where the one before it ends.
-    groups = [
-        {"row group": index, "first record": start, "records": end - start}
-        for index, (start, end) in enumerate(zip((0, *ends), ends, strict=False))
-    ]
-    report.add_table("row groups", ("row group", "first record", "records"), groups)
+    if not many:
+        # Each row group starts where the one before it ends.
+        groups = [
+            {"row group": index, "first record": start, "records": end - start}
+            for index, (start, end) in enumerate(zip((0, *ends), ends, strict=False))
+        ]
+        report.add_table("row groups", ("row group", "first record", "records"), groups)
     _add_head(report, source, options)
     if options.head and checksummed:
         report.summary["row group checksums"] = f"verified for the row groups of the first {options.head} records"
@@ -104,11 +126,18 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     Raises:
       ValueError: With the reader's message, if the file is unreadable or its header malformed.
     """
-    source = ArrayRecordSource(path.absolute())
+    found = resolve_record_paths(str(path), "path", "ArrayRecord")
+    if isinstance(found, FileSet):
+        from tinax._data._array_record_files import ArrayRecordFilesSource
+
+        source: ArrayRecordSource = ArrayRecordFilesSource(found)
+    else:
+        source = ArrayRecordSource(path.absolute())
     report = Report("inspect", "array-record", str(path))
     schema = source.schema
     tinax_format = schema is not None
     report.summary["format"] = "tinax records" if tinax_format else "JSON records (as tinax 0.2 wrote them)"
+    _add_files(report, source)
     report.summary["records"] = len(source)
     report.summary["checksums"] = "Riegeli chunk hashes, verified as each chunk is read"
     if schema is not None:
@@ -120,6 +149,20 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
         )
     _add_head(report, source, options)
     return report
+
+
+def _add_files(report: Report, source: Any) -> None:
+    """For a dataset of many files: their count and a table of them, in the dataset's order."""
+    files = getattr(source, "file_set", None)
+    if files is None:
+        return
+    report.summary["files"] = len(files)
+    first = 0
+    rows = []
+    for name, size, count in files:
+        rows.append({"file": name, "first record": first, "records": count, "bytes": size})
+        first += count
+    report.add_table("files", ("file", "first record", "records", "bytes"), rows)
 
 
 def _tinax_value(field: FieldSpec, arrow_type: Any) -> str:

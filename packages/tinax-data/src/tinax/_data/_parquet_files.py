@@ -22,11 +22,11 @@ import collections
 import concurrent.futures
 import os
 import pathlib
+import urllib.parse
 from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.dataset as ds
 
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_sets import FileSet, combined_header, require_one_kind
@@ -41,6 +41,8 @@ __all__ = ["ParquetFilesSource"]
 _OPENING_THREADS = 8
 # Files a reading handle keeps open (each holds a file descriptor and its parsed footer).
 _OPEN_FILES = 16
+# The folder name of a missing partition value, as Hive, Spark and pyarrow write it.
+_HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
 class _Files(NamedTuple):
@@ -132,7 +134,8 @@ class ParquetFilesSource(ParquetRecordSource):
         footers = tuple(item[0] for item in found)
         schemas = [item[1] for item in found]
         header = require_one_kind(self._given, names, [footer.header_bytes for footer in footers])
-        partition_names, partition_types, partition_values = _partitions(self._path, names)
+        own_columns = {column for found_schema in schemas for column in found_schema.names}
+        partition_names, partition_types, partition_values = _partitions(names, own_columns)
         if header is not None:
             schema = schemas[0]
             with_shapes = next((name for name, footer in zip(names, footers, strict=True) if footer.empty_shapes), None)
@@ -148,12 +151,6 @@ class ParquetFilesSource(ParquetRecordSource):
                 )
         else:
             schema = _unified(names, schemas)
-            clash = next((name for name in partition_names if name in schema.names), None)
-            if clash is not None:
-                raise ValueError(
-                    f"{self._given}: the hive partition folders name the field {clash!r}, which the files also "
-                    "hold as a column"
-                )
             for name, kind in zip(partition_names, partition_types, strict=True):
                 schema = schema.append(pa.field(name, kind))
         return _Files(
@@ -201,6 +198,11 @@ class ParquetFilesSource(ParquetRecordSource):
     def checksummed(self) -> bool:
         """Whether every file carries tinax checksums."""
         return self._all_checksummed
+
+    @property
+    def checksummed_files(self) -> int:
+        """How many of the files carry tinax checksums (their footers' checked on open, their row groups' on read)."""
+        return sum(footer.group_checks is not None for footer in self._files_header.footers)
 
     @property
     def arrow_schema(self) -> pa.Schema:
@@ -344,24 +346,50 @@ class _OpenFiles:
 
 
 def _partitions(
-    root: pathlib.Path, names: tuple[str, ...]
+    names: tuple[str, ...], file_columns: set[str]
 ) -> tuple[tuple[str, ...], tuple[pa.DataType, ...], tuple[tuple[Any, ...], ...]]:
-    """The hive partition fields of the files' folders: names, types and each file's values, as pyarrow finds them."""
-    if not any("=" in name.rpartition("/")[0] for name in names):
-        return (), (), tuple(() for _ in names)
-    discovered = ds.dataset(
-        [str(root / name) for name in names],
-        format="parquet",
-        partitioning=ds.HivePartitioning.discover(infer_dictionary=False),
-        partition_base_dir=str(root),
-    )
-    partitioning = discovered.partitioning
-    schema = partitioning.schema
-    values = []
+    """The hive partition fields of the files' folders: names, types and each file's values.
+
+    As pyarrow's dataset discovery (``HivePartitioning.discover()``) finds
+    them: ``key=value`` folders, keys and values URL-decoded, fields in the
+    order their keys first appear, ``__HIVE_DEFAULT_PARTITION__`` a missing
+    value, a file without the key's folder a missing value too, and a key
+    whose values pyarrow's cast all parses as int32 an int32 field, any
+    other a string field. A key the files also hold as a column (Polars'
+    partitioned writes keep it there) adds no field: the column gives the
+    values, as the files hold them.
+    """
+    found: list[dict[str, str | None]] = []
+    keys: dict[str, None] = {}
     for name in names:
-        keys = ds.get_partition_keys(partitioning.parse(name))
-        values.append(tuple(keys.get(field) for field in schema.names))
-    return tuple(schema.names), tuple(schema.types), tuple(values)
+        values: dict[str, str | None] = {}
+        for segment in name.split("/")[:-1]:
+            encoded_key, equals, encoded_value = segment.partition("=")
+            if not equals:
+                continue
+            key = urllib.parse.unquote(encoded_key)
+            if key in file_columns:
+                continue
+            values[key] = None if encoded_value == _HIVE_NULL else urllib.parse.unquote(encoded_value)
+            keys.setdefault(key)
+        found.append(values)
+    types = []
+    for key in keys:
+        present = [text for values in found if (text := values.get(key)) is not None]
+        try:
+            pa.array(present, pa.string()).cast(pa.int32())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            types.append(pa.string())
+        else:
+            types.append(pa.int32())
+    rows = []
+    for values in found:
+        row = []
+        for key, kind in zip(keys, types, strict=True):
+            text = values.get(key)
+            row.append(int(text) if text is not None and kind == pa.int32() else text)
+        rows.append(tuple(row))
+    return tuple(keys), tuple(types), tuple(rows)
 
 
 def _unified(names: tuple[str, ...], schemas: list[pa.Schema]) -> pa.Schema:

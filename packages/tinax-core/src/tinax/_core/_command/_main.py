@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import json
 import pathlib
 import sys
@@ -136,9 +137,10 @@ def _parser(*, as_json: bool = False) -> argparse.ArgumentParser:
         parents=[common],
         help="describe a file or folder that an installed tinax distribution reads",
         description="Describe PATH, whose kind the inspectors of the installed tinax distributions tell from its "
-        "content. Only headers, footers and metadata are read.",
+        "content. Only headers, footers and metadata are read. A folder or a glob pattern of record files "
+        "is described as the one dataset the readers make of them.",
     )
-    inspect.add_argument("path", metavar="PATH", help="the file or folder to describe")
+    inspect.add_argument("path", metavar="PATH", help="the file, folder or glob pattern to describe")
     inspect.add_argument("--names", metavar="PATTERN", help="list only tensors or arrays whose name matches PATTERN")
     inspect.add_argument("--head", metavar="N", type=_at_least(0), default=0, help="print the first N records")
     inspect.add_argument(
@@ -223,7 +225,9 @@ def _run(arguments: argparse.Namespace, context: _Context) -> Report:
 def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
     path = pathlib.Path(arguments.path)
     context.path = arguments.path
-    if not path.exists():
+    # A glob pattern stands for the files it matches, told by the first of them (see Inspector.patterns).
+    matches = [] if path.exists() else sorted(glob.glob(arguments.path, recursive=True))
+    if not path.exists() and not matches:
         raise _CommandError(f"error: PATH {str(path)!r} does not exist", "usage", EXIT_USAGE)
     inspectors = installed()
     if not inspectors:
@@ -233,7 +237,14 @@ def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
             "missing_inspector",
             EXIT_PROBLEM,
         )
-    kind, bytes_read = detect(path, inspectors)
+    kind, bytes_read = detect(pathlib.Path(matches[0]) if matches else path, inspectors)
+    if matches and kind is not None and not inspectors[kind].patterns:
+        raise _CommandError(
+            f"error: PATH {str(path)!r} does not exist, and {inspectors[kind].description}s are not described "
+            "by a glob pattern: give one file",
+            "usage",
+            EXIT_USAGE,
+        )
     if kind is None:
         known = ", ".join(inspectors[name].description for name in sorted(inspectors))
         raise _CommandError(

@@ -80,12 +80,15 @@ class Inspector:
         takes ``(path, options)`` and returns a :class:`~tinax._core._command._report.Report`.
       order: Sniffers run in ascending order (then by kind); a signature that other kinds' content can
         also show (one byte, a footer) has a higher order.
+      patterns: Whether the inspector also describes the files a glob pattern matches, as one (a dataset
+        of many files): the kind is told from the first file the pattern matches in sorted order.
     """
 
     description: str
     sniff: Callable[[Probe], bool]
     inspect: str
     order: int = 0
+    patterns: bool = False
 
 
 def installed() -> dict[str, Inspector]:
