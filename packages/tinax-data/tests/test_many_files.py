@@ -487,3 +487,25 @@ def test_a_folder_of_more_files_than_a_handle_keeps_open_reads_each_once(tmp_pat
     order = np.random.default_rng(0).permutation(80).tolist()
     assert [dataset[index]["id"] for index in order] == order
     assert len(record_source_of(dataset).file_set) == 40
+
+
+@pytest.mark.parametrize("damage", ["truncated", "footer length", "no parquet"])
+def test_a_damaged_file_among_many_raises_what_reading_it_alone_raises(tmp_path, damage):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    write_parquet_record(folder / "a.parquet", _records(5))
+    pq.write_table(pa.table({"id": [1, 2]}), folder / "b.parquet")
+    damaged = folder / "b.parquet"
+    data = bytearray(damaged.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "footer length":
+        data[-8:-4] = (len(data) * 2).to_bytes(4, "little")
+    else:
+        data = bytearray(b"not a parquet file at all, just text\n" * 4)
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(Exception) as alone:
+        read_parquet_record(damaged)
+    (folder / "a.parquet").unlink()
+    with pytest.raises(type(alone.value), match="b.parquet"):
+        read_parquet_record(folder)

@@ -3,7 +3,7 @@
 The records of the files, one file after the other in the order of
 ``tinax._data._file_sets``, are the dataset's records. Opening reads each
 file's last record (the tinax header, or the fingerprint of a file of JSON
-records), a few files at a time in threads. Each file is opened again only
+records). Each file is opened again only
 when a record of it is read, by whichever handle reads it (a few stay open
 at a time), and its last record must still say what it said.
 """
@@ -11,7 +11,6 @@ at a time), and its last record must still say what it said.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import pathlib
 import threading
@@ -26,7 +25,6 @@ from tinax._data._parquet import DEFAULT_CACHE_BYTES
 
 __all__ = ["ArrayRecordFilesSource"]
 
-_OPENING_THREADS = 8
 _OPEN_FILES = 16
 
 
@@ -101,9 +99,7 @@ class ArrayRecordFilesSource(ArrayRecordSource):
             reader.close()
             return last, os.stat(path).st_size
 
-        threads = min(_OPENING_THREADS, len(names))
-        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tinax-data-headers") as pool:
-            found = list(pool.map(read_one, [file.path for file in self._named_files]))
+        found = [read_one(file.path) for file in self._named_files]
         last_records = tuple(item[0] for item in found)
         require_one_kind(self._given, names, [last.header_bytes for last in last_records])
         return _RecordFiles(names, tuple(item[1] for item in found), last_records)

@@ -114,22 +114,29 @@ def _kind_of(path: pathlib.Path) -> str | None:
 
 def _folder_files(folder: pathlib.Path, container: str) -> FileSet:
     root = folder.absolute()
-    found: list[DatasetFile] = []
-    for current, folders, names in os.walk(root):
-        # Pruned in place, so that os.walk does not enter them.
-        folders[:] = [entry for entry in folders if not entry.startswith(_SKIPPED_PREFIXES)]
-        for entry in names:
-            if entry.startswith(_SKIPPED_PREFIXES):
-                continue
-            path = pathlib.Path(current, entry)
-            if os.path.isfile(path):
-                found.append(DatasetFile(path, path.relative_to(root).as_posix()))
+    found: list[tuple[str, str]] = []
+    _collect(os.fspath(root), "", found)
     if not found:
         raise FileNotFoundError(
             f"No {container} file in the folder {str(folder)!r}: it holds no file whose name (or folder) does not "
             "start with '.' or '_'"
         )
-    return FileSet(root, tuple(sorted(found, key=lambda file: file.name)), f"the folder {str(folder)!r}")
+    found.sort()
+    files = tuple(DatasetFile(pathlib.Path(path), name) for name, path in found)
+    return FileSet(root, files, f"the folder {str(folder)!r}")
+
+
+def _collect(folder: str, prefix: str, found: list[tuple[str, str]]) -> None:
+    """Adds ``(name below the root, path)`` of every file under ``folder`` that the readers read."""
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith(_SKIPPED_PREFIXES):
+                continue
+            # Links to folders are not followed (as os.walk does not), links to files are read.
+            if entry.is_dir(follow_symlinks=False):
+                _collect(entry.path, f"{prefix}{entry.name}/", found)
+            elif entry.is_file():
+                found.append((prefix + entry.name, entry.path))
 
 
 def _pattern_files(pattern: str, container: str) -> FileSet:

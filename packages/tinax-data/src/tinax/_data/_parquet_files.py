@@ -4,7 +4,7 @@ The files' row groups, one file after the other in the order of
 ``tinax._data._file_sets``, are the dataset's row groups, so everything the
 one-file reader does by row group (its cache, the whole columns, planned
 windows, the threads decoding ahead) works across files unchanged. Opening
-reads every file's footer, a few at a time in threads, and nothing else.
+reads every file's footer, and nothing else.
 Each file is opened again only when one of its row groups is read, by
 whichever handle reads it (a few stay open at a time), and its footer must
 still say what it said.
@@ -19,7 +19,6 @@ format must all hold records of one schema.
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import os
 import pathlib
 import urllib.parse
@@ -36,9 +35,6 @@ from tinax._data._record_codec import RecordHeader
 
 __all__ = ["ParquetFilesSource"]
 
-# Footers read at once when a dataset of many files opens: the reads wait on the file system more than on
-# the interpreter.
-_OPENING_THREADS = 8
 # Files a reading handle keeps open (each holds a file descriptor and its parsed footer).
 _OPEN_FILES = 16
 # The folder name of a missing partition value, as Hive, Spark and pyarrow write it.
@@ -116,21 +112,11 @@ class ParquetFilesSource(ParquetRecordSource):
         return _OpenFiles(self, header), header
 
     def _read_footers(self) -> _Files:
-        paths = [file.path for file in self._named_files]
         names = tuple(file.name for file in self._named_files)
 
-        def read_one(path: pathlib.Path) -> tuple[_Footer, pa.Schema, int, int]:
-            parquet_file, footer = self._open_file(path)
-            try:
-                metadata = parquet_file.metadata
-                stored = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
-                return footer, parquet_file.schema_arrow, os.stat(path).st_size, stored
-            finally:
-                parquet_file.close()
-
-        threads = min(_OPENING_THREADS, len(paths))
-        with concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="tinax-data-footers") as pool:
-            found = list(pool.map(read_one, paths))
+        # One file after the other: a footer is parsed in about as long as it takes to read from a local disk,
+        # under the interpreter lock, so threads only took turns (three times slower on two cores).
+        found = [self.read_footer(file.path) for file in self._named_files]
         footers = tuple(item[0] for item in found)
         schemas = [item[1] for item in found]
         header = require_one_kind(self._given, names, [footer.header_bytes for footer in footers])

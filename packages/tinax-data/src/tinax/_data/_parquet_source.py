@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import collections
 import hashlib
+import itertools
 import os
 import pathlib
 import threading
@@ -65,6 +66,12 @@ from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records, stack_values
 
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
+
+try:
+    # How pyarrow unpickles a FileMetaData: it parses a footer's Thrift bytes, without opening the file again.
+    from pyarrow._parquet import _reconstruct_filemetadata as _parse_footer
+except ImportError:  # A pyarrow without it: footers are read by opening each file (see ``read_footer``).
+    _parse_footer = None
 
 _SYSTEM_POOL = pa.system_memory_pool()
 _logger = get_logger("data")
@@ -440,39 +447,77 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         try:
             parquet_file = pq.ParquetFile(path, page_checksum_verification=True)
             metadata = parquet_file.metadata
+            arrow_schema = parquet_file.schema_arrow
+        except (ValueError, pa.ArrowException, OSError) as error:
+            raise _footer_error(path, error) from error
+        return parquet_file, self._footer_of(path, metadata, arrow_schema, _raw_footer(path))
+
+    def read_footer(self, path: pathlib.Path) -> tuple[_Footer, pa.Schema, int, int]:
+        """Reads and checks one Parquet file's footer without opening the file for reading rows.
+
+        The footer's bytes are read once and parsed, which is what opening a
+        dataset of many files costs per file. Where that fails, the file is
+        opened as :meth:`_open_file` opens it, which raises what it raises.
+
+        Returns:
+          What the footer says, the file's Arrow schema, its size, and the
+          bytes its row groups take uncompressed.
+
+        Raises:
+          ValueError: As the constructor says, naming ``path``.
+        """
+        try:
+            # Unbuffered: three reads of the bytes the footer needs, not of whole blocks.
+            with open(path, "rb", buffering=0) as handle:
+                footer, footer_start = _read_raw_footer(handle, "the file")
+                size = os.fstat(handle.fileno()).st_size
+            # Parses the footer's Thrift bytes as pyarrow parses a pickled FileMetaData.
+            metadata = _parse_footer(pa.py_buffer(footer[:-8]))
+            arrow_schema = metadata.schema.to_arrow_schema()
+        except Exception:
+            parquet_file, found = self._open_file(path)
+            try:
+                metadata, arrow_schema = parquet_file.metadata, parquet_file.schema_arrow
+            finally:
+                parquet_file.close()
+            size = os.stat(path).st_size
+        else:
+            found = self._footer_of(path, metadata, arrow_schema, (footer, footer_start))
+        stored = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
+        return found, arrow_schema, size, stored
+
+    def _footer_of(
+        self, path: pathlib.Path, metadata: Any, arrow_schema: pa.Schema, raw: tuple[bytes, int] | ValueError
+    ) -> _Footer:
+        """Checks what a file's footer says: its row groups, and the tinax header and checksums where it has them.
+
+        Args:
+          path: The file, for messages.
+          metadata: Its ``pyarrow.parquet.FileMetaData``.
+          arrow_schema: Its Arrow schema.
+          raw: The footer's bytes with its trailer and its offset, as
+            ``_read_raw_footer`` read them, or what that raised.
+        """
+        try:
             key_values = metadata.metadata or {}
             group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
-            arrow_schema = parquet_file.schema_arrow
-        except (ValueError, pa.ArrowException) as error:
-            # ArrowInvalid (tinax 0.2's error for a file that is not Parquet),
-            # pyarrow's other errors, and the UnicodeDecodeError of a damaged
-            # column name.
-            raise UnreadableParquetError(
-                f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
-            ) from error
-        except OSError as error:
-            if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
-                raise
-            # pyarrow's plain OSError for a footer it cannot decode (a damaged
-            # Thrift structure): an OSError as before, and the ValueError
-            # tinax gives for a malformed file.
-            raise CorruptParquetError(
-                f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
-            ) from error
+        except (ValueError, pa.ArrowException, OSError) as error:
+            raise _footer_error(path, error) from error
         negative = next((index for index, rows in enumerate(group_rows) if rows < 0), None)
         if negative is not None:
             raise UnreadableParquetError(
                 f"{str(path)!r} is not a readable Parquet file: its footer gives row group {negative} "
                 f"{group_rows[negative]} rows, a negative count: the footer is damaged"
             )
-        group_ends = tuple(int(end) for end in np.cumsum(group_rows, dtype=np.int64))
+        group_ends = tuple(itertools.accumulate(group_rows))
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
             # A plain table: 0.2's, another tool's, or one tinax 0.3 wrote with its checksum entry.
             try:
-                with open(path, "rb") as handle:
-                    footer, footer_start = _read_raw_footer(handle, "the file")
+                if isinstance(raw, ValueError):
+                    raise raw
+                footer, footer_start = raw
                 if stored_checksums is not None:
                     group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
                 elif CHECKSUM_MARKER in footer:
@@ -485,7 +530,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 raise _unreadable_file(path, str(error), tinax_format=False) from error
             if self._mapping == "numpy":
                 require_mappable(arrow_schema, repr(str(path)))
-            return parquet_file, _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
+            return _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -507,13 +552,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 "development version wrote it",
             )
         try:
-            with open(path, "rb") as handle:
-                footer, footer_start = _read_raw_footer(handle, "the file")
+            if isinstance(raw, ValueError):
+                raise raw
+            footer, footer_start = raw
             group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
             empty_shapes = _empty_shapes(header, arrow_schema)
         except ValueError as error:
             raise _unreadable_file(path, str(error)) from error
-        return parquet_file, _Footer(header_bytes, group_ends, group_checks, empty_shapes=empty_shapes)
+        return _Footer(header_bytes, group_ends, group_checks, empty_shapes=empty_shapes)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = self._position(index)
@@ -1013,6 +1059,33 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
                 # Once the last one is out, a later batch may start them again (after the columns were dropped).
                 if threading.current_thread() in source._filling:
                     source._filling.remove(threading.current_thread())
+
+
+def _raw_footer(path: pathlib.Path) -> tuple[bytes, int] | ValueError:
+    """A Parquet file's footer bytes and offset (see ``_read_raw_footer``), or the ValueError saying why not."""
+    try:
+        with open(path, "rb") as handle:
+            return _read_raw_footer(handle, "the file")
+    except ValueError as error:
+        return error
+
+
+def _footer_error(path: pathlib.Path, error: BaseException) -> BaseException:
+    """What to raise where pyarrow cannot read a file's footer, given what pyarrow raised."""
+    if isinstance(error, OSError) and not isinstance(error, pa.ArrowException):
+        if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
+            return error
+        # pyarrow's plain OSError for a footer it cannot decode (a damaged
+        # Thrift structure): an OSError as before, and the ValueError
+        # tinax gives for a malformed file.
+        return CorruptParquetError(
+            f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+        )
+    # ArrowInvalid (tinax 0.2's error for a file that is not Parquet), pyarrow's
+    # other errors, and the UnicodeDecodeError of a damaged column name.
+    return UnreadableParquetError(
+        f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
+    )
 
 
 def _unreadable_file(path: pathlib.Path, reason: str, *, tinax_format: bool = True) -> ValueError:
