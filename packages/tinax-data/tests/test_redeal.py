@@ -54,20 +54,35 @@ def _dataset(kind: str, tmp_path, monkeypatch) -> tuple[grain.MapDataset, int | 
     """One epoch of ROWS rows, and the shuffle window to use with it."""
     if kind == "memory":
         return grain.MapDataset.source(InMemorySource(_records(), source_id="redeal-rows")), None
-    if kind == "array_record":
+    if kind.startswith("array_record"):
         pytest.importorskip("array_record.python.array_record_module", reason="the arrayrecord extra is not installed")
+        if kind == "array_record-files":
+            return read_array_record(_shards(tmp_path, write_array_record, ".array_record")), None
         path = tmp_path / "rows.array_record"
         write_array_record(path, _records())
         return read_array_record(path), None
     from tinax._data import _parquet
 
     monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 6)
+    window = 2 if kind.startswith("parquet-window") else None
+    if kind.endswith("-files"):
+        return read_parquet_record(_shards(tmp_path, write_parquet_record, ".parquet")), window
     path = tmp_path / "rows.parquet"
     write_parquet_record(path, _records())
-    return read_parquet_record(path), (2 if kind == "parquet-window" else None)
+    return read_parquet_record(path), window
 
 
-SOURCES = ["memory", "array_record", "parquet", "parquet-window"]
+def _shards(tmp_path, write, suffix: str):
+    """The rows written as a folder of 3 uneven files (a dataset of many files)."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    records = _records()
+    for index, (start, stop) in enumerate([(0, 20), (20, 37), (37, ROWS)]):
+        write(folder / f"part-{index:05d}{suffix}", records[start:stop])
+    return folder
+
+
+SOURCES = ["memory", "array_record", "parquet", "parquet-window", "parquet-files", "parquet-window-files", "array_record-files"]
 
 
 def _pipeline(
@@ -346,7 +361,7 @@ def test_evaluation_pipelines_refuse_a_re_deal_record():
 
 @pytest.mark.parametrize(
     ("kind", "old_workers", "new_workers"),
-    [("memory", 2, 1), ("array_record", 1, 2), ("parquet-window", 2, 2)],
+    [("memory", 2, 1), ("array_record", 1, 2), ("parquet-window", 2, 2), ("parquet-files", 2, 1)],
 )
 def test_worker_states_are_re_dealt_into_worker_processes(
     kind, old_workers, new_workers, parsed_flags, tmp_path, monkeypatch
@@ -389,7 +404,7 @@ def test_worker_states_are_re_dealt_into_worker_processes(
     assert [batch.tolist() for batch in rest[-2:]] == [next(fresh).tolist() for _ in range(2)]
     assert all("tinax_redeal" not in worker for worker in end_state["grain"]["iterators_in_use_states"])
 
-    if kind == "parquet-window":
+    if kind in {"parquet-window", "parquet-files"}:
         # A worker state saved within the re-dealt batches restores into new workers.
         with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=new_workers) as resumed:
             resumed.set_state(middle)
