@@ -2,19 +2,23 @@
 
   hatch run test:all
 
-Two independent runs share the machine:
+Two independent lanes share the machine:
   - the pytest suite (every member's tests and tests-integration) on Python
     3.11 in the `test` environment, printed as it goes;
-  - the drop-in check against tinax 0.2 (`hatch run compat:check`) on Python
-    3.12 in its own environment, collected into a log and printed whole once
-    the suite is done, so the two outputs never interleave.
+  - beside it, one after the other: the drop-in check against tinax 0.2
+    (`hatch run compat:check`) on Python 3.12 in its own environment, then
+    the interop tests (`hatch run interop:test`), in which Apache Beam and
+    Ray Data write the files tinax-data reads, in an environment of their
+    own (hatch.toml says why). Their output is collected into a log and
+    printed whole once the suite is done, so the two lanes never interleave.
 
-They run side by side because each keeps about one core busy for most of its
-time, and the project's CI machines have two: one after the other they take
-the sum of the two, side by side about the longer. Each gets a temporary folder of
-its own: pytest numbers its `pytest-of-<user>/pytest-N` folders per user and
-removes old ones when a session starts, so two sessions under one TMPDIR could
-delete each other's files. The exit status is non-zero when either run fails.
+The lanes run side by side because each keeps about one core busy for most
+of its time, and the project's CI machines have two: one after the other they
+take the sum of the two, side by side about the longer. Each lane gets a
+temporary folder of its own: pytest numbers its `pytest-of-<user>/pytest-N`
+folders per user and removes old ones when a session starts, so two sessions
+under one TMPDIR could delete each other's files. The exit status is non-zero
+when any run fails.
 """
 
 from __future__ import annotations
@@ -71,18 +75,48 @@ def run_side_by_side(suite: list[str], beside: list[str], *, beside_title: str) 
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def main() -> int:
-    """Runs the pytest suite and the drop-in check side by side; returns the exit status."""
+def run_in_turn(commands: list[tuple[str, list[str]]]) -> int:
+    """Runs commands one after the other, each whatever the previous one's outcome.
+
+    Args:
+        commands: ``(title, command)`` pairs; each command's output follows
+            a heading with its title, and a line with its outcome.
+
+    Returns:
+        0 when every command exits 0, else 1.
+    """
+    failed = False
+    for title, command in commands:
+        print(f"\n== {title}", flush=True)
+        status = subprocess.call(command, cwd=ROOT)
+        print(f"\nall_tests: {title} {'passed' if status == 0 else f'FAILED (exit {status})'}", flush=True)
+        failed = failed or status != 0
+    return 1 if failed else 0
+
+
+def main(arguments: list[str]) -> int:
+    """Runs the pytest suite, and beside it the drop-in check then the interop tests; returns the exit status.
+
+    With ``--beside`` it runs only what goes beside the suite, in turn: how
+    the main run starts its second lane.
+    """
     hatch = shutil.which("hatch")
     if hatch is None:
         print("all_tests: hatch is not on PATH; run this as `hatch run test:all` or `./dev test`", file=sys.stderr)
         return 2
+    if arguments == ["--beside"]:
+        return run_in_turn(
+            [
+                ("the drop-in check against tinax 0.2 (hatch run compat:check)", [hatch, "run", "compat:check"]),
+                ("the interop tests, Beam and Ray writing (hatch run interop:test)", [hatch, "run", "interop:test"]),
+            ]
+        )
     return run_side_by_side(
         [sys.executable, "-m", "pytest", "-c", "pytest.ini", f"--durations={SLOWEST_SHOWN}"],
-        [hatch, "run", "compat:check"],
-        beside_title="the drop-in check against tinax 0.2 (hatch run compat:check)",
+        [sys.executable, str(pathlib.Path(__file__).resolve()), "--beside"],
+        beside_title="the drop-in check against tinax 0.2, then the interop tests (compat:check, interop:test)",
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -92,8 +92,8 @@ def test_dev_test_without_python_312_says_what_it_skips_and_runs_the_rest(tmp_pa
     completed = subprocess.run(
         ["bash", str(root / "dev"), "test"], capture_output=True, text=True, check=False, env=environment, cwd=root
     )
-    # The pytest suite ran, the drop-in check did not, and the status is the suite's.
-    assert (root / "hatch-calls").read_text().splitlines() == ["run test:pytest"]
+    # The pytest suite and the interop tests ran, the drop-in check did not, and the status is the suite's.
+    assert (root / "hatch-calls").read_text().splitlines() == ["run test:pytest", "run interop:test"]
     assert completed.returncode == suite_status
     assert "Traceback" not in completed.stderr
     # One paragraph, said first and last: what was skipped, why, and how to get it.

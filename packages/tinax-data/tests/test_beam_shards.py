@@ -62,7 +62,7 @@ def _packed_bytes(record: dict[str, Any]) -> bytes:
 
 
 def decode_packed(raw: bytes) -> dict[str, Any]:
-    """Reads one record of the binary layout; module level, so it pickles for Grain's workers."""
+    """Reads one record of the binary layout (module level, as a decode function must be to reach Grain's workers)."""
     identifier, score = _PACKED_HEAD.unpack_from(raw)
     return {"id": identifier, "score": score, "text": raw[_PACKED_HEAD.size :].decode("utf-8")}
 

@@ -82,7 +82,15 @@ def _shards(tmp_path, write, suffix: str):
     return folder
 
 
-SOURCES = ["memory", "array_record", "parquet", "parquet-window", "parquet-files", "parquet-window-files", "array_record-files"]
+SOURCES = [
+    "memory",
+    "array_record",
+    "parquet",
+    "parquet-window",
+    "parquet-files",
+    "parquet-window-files",
+    "array_record-files",
+]
 
 
 def _pipeline(
