@@ -160,6 +160,7 @@ def _compare(
     baseline: str,
     options: argparse.Namespace,
     timed: int,
+    ratios: dict[str, float] | None = None,
 ) -> dict[str, float]:
     samples: dict[str, list[float]] = {name: [] for name in sides}
     order = list(sides)
@@ -174,6 +175,8 @@ def _compare(
         if name != baseline:
             ratio = statistics.median(new / old for new, old in zip(values, samples[baseline], strict=True))
             line += f"   {ratio:.2f}x {baseline}"
+            if ratios is not None:
+                ratios[name] = ratio
         print(line)
     return {name: statistics.median(values) for name, values in samples.items()}
 
