@@ -728,3 +728,18 @@ def test_pipelines_refuse_bool_batch_indices(index):
             batches[index]
         assert _ids(batches[np.int64(1)]) == [4, 5, 6, 7]
         assert [_ids(batch) for batch in batches[1:3]] == [[4, 5, 6, 7], [8, 9, 10, 11]]
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 4096, 8192, 100_003])
+def test_the_window_shuffles_permutation_is_the_stable_order_of_its_hash_keys(size):
+    from tinax._data._checked_datasets import _permutation
+
+    for seed in (0, 1, 7, 2**31, 2**32 - 1):
+        with np.errstate(over="ignore"):
+            keys = np.arange(size, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+            keys = (keys ^ (keys >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            keys = (keys ^ (keys >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            keys ^= keys >> np.uint64(31)
+        # Distinct keys (SplitMix64 is a bijection): the one order a stable sort gives, whichever sort is used.
+        assert len(np.unique(keys)) == size
+        assert np.array_equal(_permutation(size, seed), np.argsort(keys, kind="stable"))
