@@ -20,7 +20,10 @@ size is timed over ``--feeding-rows`` rows after ``--feeding-warmup`` batches
 figures are the medians, and the ratios those of each round's figures. A
 last comparison reads a file three times ``cache_bytes`` (the reader's
 cache set to a third of the decoded rows) with the window and the global
-shuffle. Run it alone with ``hatch run bench:data --only-feeding``.
+shuffle. Then the same step is fed from an ArrayRecord file of
+``--feeding-array-record-records`` rows of the same layout (the tinax
+format), in order and globally shuffled, on the first pass and after one
+epoch. Run it alone with ``hatch run bench:data --only-feeding``.
 """
 
 from __future__ import annotations
@@ -42,7 +45,14 @@ import pyarrow.parquet as pq
 from grain.sharding import ShardOptions
 
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX
-from tinax.data import read_parquet_record, stack_records, training_batches, write_parquet_record
+from tinax.data import (
+    read_array_record,
+    read_parquet_record,
+    stack_records,
+    training_batches,
+    write_array_record,
+    write_parquet_record,
+)
 
 __all__ = ["measure_feeding"]
 
@@ -103,8 +113,9 @@ def _tinax_batches(
 ) -> Iterator[dict[str, Any]]:
     options = {} if cache_bytes is None else {"cache_bytes": cache_bytes}
     extra = {"shuffle_window": 2} if policy == "window" else {}
+    reader = read_array_record if path.suffix == ".array_record" else read_parquet_record
     pipeline = training_batches(
-        read_parquet_record(path, **options),
+        reader(path, **options),
         shard_options=ShardOptions(0, 1, drop_remainder=True),
         seed=0,
         shuffle=policy != "in order",
@@ -228,6 +239,43 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
         }
         title = f"batch {batch_size}, {policy}, past the cache (cache_bytes {cache_bytes / 2**20:.0f} MiB)"
         _compare(title, sides, "numpy gather", options, timed)
+    measure_array_record_feeding(folder, options)
+
+
+def measure_array_record_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
+    """Rows/s of training_batches over an ArrayRecord file feeding the step, against NumPy batches of its rows."""
+    count = options.feeding_array_record_records
+    if count <= 0:
+        return
+    try:
+        import array_record.python.array_record_module  # noqa: F401
+    except ImportError:
+        print("\nArrayRecord feeding: skipped, array-record is not installed")
+        return
+    path = folder / "feeding.array_record"
+    x = np.random.default_rng(0).standard_normal((count, 4, 4), dtype=np.float32)
+    started = time.perf_counter()
+    write_array_record(path, [{"id": index, "label": index % 10, "x": x[index]} for index in range(count)])
+    seconds = time.perf_counter() - started
+    print(f"\nFeeding the step from an ArrayRecord file of {count} rows (tinax format, written in {seconds:.1f} s)")
+    columns = {"id": np.arange(count), "label": np.arange(count) % 10, "x": x}
+    for batch_size in options.feeding_batch_sizes:
+        timed = max(20, min(options.feeding_rows, count // 2) // batch_size)
+        for policy in ("in order", "global"):
+            shuffled = policy != "in order"
+            numpy_name = "numpy gather" if shuffled else "numpy slices"
+            for after_epoch in (False, True):
+
+                def side(b: int = batch_size, p: str = policy, e: bool = after_epoch) -> Iterator[dict[str, Any]]:
+                    batches = _tinax_batches(path, b, p, stack_records, None)
+                    return _after_one_epoch(batches, count // b) if e else batches
+
+                sides: dict[str, Callable[[], Iterator[dict[str, Any]]]] = {
+                    numpy_name: lambda b=batch_size, s=shuffled: _numpy_batches(columns, b, s),
+                    "tinax stack_records": side,
+                }
+                when = "after one epoch" if after_epoch else "first pass"
+                _compare(f"ArrayRecord, batch {batch_size}, {policy}, {when}", sides, numpy_name, options, timed)
 
 
 def add_feeding_options(parser: argparse.ArgumentParser) -> None:
@@ -240,3 +288,9 @@ def add_feeding_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--feeding-rows", type=int, default=400_000, help="rows timed per feeding run")
     parser.add_argument("--feeding-warmup", type=int, default=10, help="warm-up batches per feeding run")
     parser.add_argument("--feeding-rounds", type=int, default=3, help="interleaved rounds of the feeding figures")
+    parser.add_argument(
+        "--feeding-array-record-records",
+        type=int,
+        default=400_000,
+        help="rows of the ArrayRecord feeding file (0 skips)",
+    )
