@@ -22,6 +22,7 @@ import numpy as np
 from tinax._data._array_record import ArrayRecordSource, _LastRecord
 from tinax._data._file_sets import FileSet, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
+from tinax._data._record_file_source import FileSetSource
 
 __all__ = ["ArrayRecordFilesSource"]
 
@@ -39,7 +40,7 @@ class _RecordFiles(NamedTuple):
     last_records: tuple[_LastRecord, ...]
 
 
-class ArrayRecordFilesSource(ArrayRecordSource):
+class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
     """Random access to the records of several ArrayRecord files, one after the other.
 
     The one-file reader (:class:`ArrayRecordSource`) over the records of
@@ -78,20 +79,10 @@ class ArrayRecordFilesSource(ArrayRecordSource):
         self._named_files = files.files
         super().__init__(files.root, decode=decode, cache_bytes=cache_bytes)
 
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "given": self._given}
+    def _reading_handle(self, header: Any) -> _OpenRecordFiles:
+        return _OpenRecordFiles(self, header)
 
-    def _set_options(self, options: dict[str, Any]) -> None:
-        super()._set_options(options)
-        self._given = options["given"]
-
-    def _open(self) -> tuple[Any, Any]:
-        header: _RecordFiles | None = getattr(self, "_files_header", None)
-        if header is None:
-            header = self._read_last_records()
-        return _OpenRecordFiles(self, header), header
-
-    def _read_last_records(self) -> _RecordFiles:
+    def _read_headers(self) -> _RecordFiles:
         names = tuple(file.name for file in self._named_files)
 
         def read_one(path: pathlib.Path) -> tuple[_LastRecord, int]:

@@ -32,6 +32,7 @@ from tinax._data._file_sets import FileSet, combined_header, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES, _digest_range
 from tinax._data._parquet_source import ParquetRecordSource, _Footer
 from tinax._data._record_codec import RecordHeader
+from tinax._data._record_file_source import FileSetSource
 
 __all__ = ["ParquetFilesSource"]
 
@@ -61,7 +62,7 @@ class _Files(NamedTuple):
     stored_bytes: tuple[int, ...]
 
 
-class ParquetFilesSource(ParquetRecordSource):
+class ParquetFilesSource(FileSetSource, ParquetRecordSource):
     """Random access to the rows of several Parquet files, one after the other.
 
     The one-file reader (:class:`ParquetRecordSource`) over the row groups of
@@ -98,20 +99,10 @@ class ParquetFilesSource(ParquetRecordSource):
         self._named_files = files.files
         super().__init__(files.root, mapping=mapping, cache_bytes=cache_bytes)
 
-    def _options(self) -> dict[str, Any]:
-        return {**super()._options(), "given": self._given}
+    def _reading_handle(self, header: Any) -> _OpenFiles:
+        return _OpenFiles(self, header)
 
-    def _set_options(self, options: dict[str, Any]) -> None:
-        super()._set_options(options)
-        self._given = options["given"]
-
-    def _open(self) -> tuple[Any, Any]:
-        header: _Files | None = getattr(self, "_files_header", None)
-        if header is None:
-            header = self._read_footers()
-        return _OpenFiles(self, header), header
-
-    def _read_footers(self) -> _Files:
+    def _read_headers(self) -> _Files:
         names = tuple(file.name for file in self._named_files)
 
         # One file after the other: a footer is parsed in about as long as it takes to read from a local disk,

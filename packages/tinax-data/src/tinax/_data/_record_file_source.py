@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from tinax._data._record_codec import RecordSchema, record_position
 
-__all__ = ["RecordFileSource"]
+__all__ = ["FileSetSource", "RecordFileSource"]
 
 HeaderT = TypeVar("HeaderT")
 
@@ -122,3 +122,38 @@ class RecordFileSource(Generic[HeaderT]):
         self._start_process()
         self._adopt(state["header"])
         self._opened = None
+
+
+class FileSetSource(RecordFileSource[Any]):
+    """What the readers of many files share, beside their one-file reader (which comes after it in their bases).
+
+    The header is the files' own headers together (``_files_header``); it is
+    read once, when the source is made, and an unpickled copy opens each
+    file only when it reads from it, checking that file's header then.
+    Subclasses say how to read the headers and how to read rows across the
+    files.
+    """
+
+    #: What the caller passed, in words, for messages.
+    _given: str
+
+    def _options(self) -> dict[str, Any]:
+        return {**super()._options(), "given": self._given}
+
+    def _set_options(self, options: dict[str, Any]) -> None:
+        super()._set_options(options)
+        self._given = options["given"]
+
+    def _open(self) -> tuple[Any, Any]:
+        header = getattr(self, "_files_header", None)
+        if header is None:
+            header = self._read_headers()
+        return self._reading_handle(header), header
+
+    def _read_headers(self) -> Any:
+        """Reads and checks every file's header; returns them together."""
+        raise NotImplementedError
+
+    def _reading_handle(self, header: Any) -> Any:
+        """A handle that reads across the files, opening each on first use, as the one-file reader's open file."""
+        raise NotImplementedError
