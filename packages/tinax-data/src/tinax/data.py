@@ -13,7 +13,8 @@ grain, pyarrow and array-record are imported only when a function runs.
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version
-from tinax._data._array_record import read_array_record, write_array_record
+from tinax._data._array_record import write_array_record
+from tinax._data._array_record_open import read_array_record
 from tinax._data._parquet import write_parquet_record
 from tinax._data._parquet_open import read_parquet_record
 from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
