@@ -4,8 +4,8 @@ A dataset of many files is the rows of its files one after the other, in
 the order of their paths relative to a root folder (compared as strings,
 with ``/`` between folders). That order depends on nothing but the names,
 so every process and every run numbers the rows alike, whatever order the
-file system lists them in. Finding the files needs the standard library
-only: the readers that open them import pyarrow or array-record.
+file system lists them in. Finding the files imports neither pyarrow nor
+array-record: the readers that open them do.
 """
 
 from __future__ import annotations
