@@ -10,7 +10,6 @@ at a time), and its last record must still say what it said.
 
 from __future__ import annotations
 
-import collections
 import os
 import pathlib
 import threading
@@ -22,11 +21,9 @@ import numpy as np
 from tinax._data._array_record import ArrayRecordSource, _LastRecord
 from tinax._data._file_sets import FileSet, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._record_file_source import FileSetSource
+from tinax._data._record_file_source import FileSetSource, OpenFiles
 
 __all__ = ["ArrayRecordFilesSource"]
-
-_OPEN_FILES = 16
 
 
 class _RecordFiles(NamedTuple):
@@ -54,6 +51,8 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
       source_id: For files in the tinax format only: the identity of their
         records, one after the other.
     """
+
+    _files_header: _RecordFiles
 
     def __init__(
         self,
@@ -111,17 +110,6 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
             [name, size, count] for name, size, count in zip(files.names, files.sizes, counts, strict=True)
         ]
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The files' names relative to the root folder, in the dataset's order."""
-        files = self._files_header
-        return files.names
-
-    def file_path(self, index: int) -> pathlib.Path:
-        """The path of the dataset's ``index``-th file."""
-        files = self._files_header
-        return self._path / files.names[index]
-
     def __repr__(self) -> str:
         kind = "JSON records"
         if self._schema is not None:
@@ -144,7 +132,7 @@ class _OpenRecordFiles:
     def __init__(self, source: ArrayRecordFilesSource, files: _RecordFiles) -> None:
         self._source = source
         self._files = files
-        self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._opened = OpenFiles(source, files.last_records, "last record")
         self._starts = _starts(files)
         self._lock = threading.Lock()
 
@@ -189,26 +177,11 @@ class _OpenRecordFiles:
                 raise RuntimeError(f"{self._files.names[file_index]!r}: {error}") from error
 
     def _file(self, file_index: int) -> Any:
-        reader = self._open.get(file_index)
-        if reader is not None:
-            self._open.move_to_end(file_index)
-            return reader
-        path = self._source.file_path(file_index)
-        reader, last = self._source._open_file(path)
-        if last != self._files.last_records[file_index]:
-            reader.close()
-            raise ValueError(f"{str(path)!r} changed since the dataset was opened: its last record is different")
-        self._open[file_index] = reader
-        while len(self._open) > _OPEN_FILES:
-            _, closed = self._open.popitem(last=False)
-            closed.close()
-        return reader
+        return self._opened.get(file_index)
 
     def close(self) -> None:
         with self._lock:
-            while self._open:
-                _, reader = self._open.popitem()
-                reader.close()
+            self._opened.close()
 
 
 def _counts(files: _RecordFiles) -> list[int]:

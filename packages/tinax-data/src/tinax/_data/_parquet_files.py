@@ -18,9 +18,7 @@ format must all hold records of one schema.
 
 from __future__ import annotations
 
-import collections
 import os
-import pathlib
 import urllib.parse
 from typing import Any, NamedTuple, cast
 
@@ -32,12 +30,10 @@ from tinax._data._file_sets import FileSet, combined_header, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES, _digest_range
 from tinax._data._parquet_source import ParquetRecordSource, _Footer
 from tinax._data._record_codec import RecordHeader
-from tinax._data._record_file_source import FileSetSource
+from tinax._data._record_file_source import FileSetSource, OpenFiles
 
 __all__ = ["ParquetFilesSource"]
 
-# Files a reading handle keeps open (each holds a file descriptor and its parsed footer).
-_OPEN_FILES = 16
 # The folder name of a missing partition value, as Hive, Spark and pyarrow write it.
 _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
@@ -77,6 +73,8 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
       source_id: For files in the tinax format only: the identity of their
         records, one after the other.
     """
+
+    _files_header: _Files
 
     def __init__(self, files: FileSet, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """Reads the footer of every file, checks them against each other, and unifies their schemas.
@@ -187,17 +185,6 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
         files = self._files_header
         return files.schema
 
-    @property
-    def files(self) -> tuple[str, ...]:
-        """The files' names relative to the root folder, in the dataset's order."""
-        files = self._files_header
-        return files.names
-
-    def file_path(self, index: int) -> pathlib.Path:
-        """The path of the dataset's ``index``-th file."""
-        files = self._files_header
-        return self._path / files.names[index]
-
     def locate_group(self, group_index: int) -> tuple[int, int]:
         """The file (its index) that holds a row group of the dataset, and the row group's index in that file."""
         file_index = int(self._file_of_group[group_index])
@@ -257,7 +244,7 @@ class _OpenFiles:
     def __init__(self, source: ParquetFilesSource, files: _Files) -> None:
         self._source = source
         self._files = files
-        self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
+        self._opened = OpenFiles(source, files.footers, "footer")
 
     @property
     def schema_arrow(self) -> pa.Schema:
@@ -301,25 +288,10 @@ class _OpenFiles:
         return self._file(self._source.locate_group(group_index)[0])
 
     def _file(self, file_index: int) -> Any:
-        parquet_file = self._open.get(file_index)
-        if parquet_file is not None:
-            self._open.move_to_end(file_index)
-            return parquet_file
-        path = self._source.file_path(file_index)
-        parquet_file, footer = self._source._open_file(path)
-        if footer != self._files.footers[file_index]:
-            parquet_file.close()
-            raise ValueError(f"{str(path)!r} changed since the dataset was opened: its footer is different")
-        self._open[file_index] = parquet_file
-        while len(self._open) > _OPEN_FILES:
-            _, closed = self._open.popitem(last=False)
-            closed.close()
-        return parquet_file
+        return self._opened.get(file_index)
 
     def close(self) -> None:
-        while self._open:
-            _, parquet_file = self._open.popitem()
-            parquet_file.close()
+        self._opened.close()
 
 
 def _partitions(

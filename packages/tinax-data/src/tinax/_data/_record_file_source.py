@@ -11,14 +11,16 @@ reads records the parent did not describe.
 
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import threading
+from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 from tinax._data._record_codec import RecordSchema, record_position
 
-__all__ = ["FileSetSource", "RecordFileSource"]
+__all__ = ["FileSetSource", "OpenFiles", "RecordFileSource"]
 
 HeaderT = TypeVar("HeaderT")
 
@@ -136,6 +138,8 @@ class FileSetSource(RecordFileSource[Any]):
 
     #: What the caller passed, in words, for messages.
     _given: str
+    #: Every file's header together, with the files' names (``names``).
+    _files_header: Any
 
     def _options(self) -> dict[str, Any]:
         return {**super()._options(), "given": self._given}
@@ -150,6 +154,17 @@ class FileSetSource(RecordFileSource[Any]):
             header = self._read_headers()
         return self._reading_handle(header), header
 
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files' names relative to the root folder, in the dataset's order."""
+        names: tuple[str, ...] = self._files_header.names
+        return names
+
+    def file_path(self, index: int) -> pathlib.Path:
+        """The path of the dataset's ``index``-th file."""
+        name: str = self._files_header.names[index]
+        return self._path / name
+
     def _read_headers(self) -> Any:
         """Reads and checks every file's header; returns them together."""
         raise NotImplementedError
@@ -157,3 +172,54 @@ class FileSetSource(RecordFileSource[Any]):
     def _reading_handle(self, header: Any) -> Any:
         """A handle that reads across the files, opening each on first use, as the one-file reader's open file."""
         raise NotImplementedError
+
+
+class OpenFiles:
+    """The files of a dataset of many files that one reading handle holds open, each checked when it opens.
+
+    A file is opened on first use through its source's one-file opener, and
+    its header must be the one read when the dataset was opened; past
+    ``most`` open files, the least recently used is closed.
+    """
+
+    def __init__(self, source: Any, headers: Sequence[Any], what: str, most: int = 16) -> None:
+        """Holds no file yet.
+
+        Args:
+          source: The dataset's source (``file_path`` and ``_open_file``).
+          headers: Each file's header as read when the dataset was opened.
+          what: What the header is, for the message refusing a changed file.
+          most: The most files held open at once.
+        """
+        self._source = source
+        self._headers = headers
+        self._what = what
+        self._most = most
+        self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
+
+    def get(self, file_index: int) -> Any:
+        """The open file of the dataset's ``file_index``-th file.
+
+        Raises:
+          ValueError: If the file changed since the dataset was opened.
+        """
+        handle = self._open.get(file_index)
+        if handle is not None:
+            self._open.move_to_end(file_index)
+            return handle
+        path = self._source.file_path(file_index)
+        handle, header = self._source._open_file(path)
+        if header != self._headers[file_index]:
+            handle.close()
+            raise ValueError(f"{str(path)!r} changed since the dataset was opened: its {self._what} is different")
+        self._open[file_index] = handle
+        while len(self._open) > self._most:
+            _, closed = self._open.popitem(last=False)
+            closed.close()
+        return handle
+
+    def close(self) -> None:
+        """Closes every file held open."""
+        while self._open:
+            _, handle = self._open.popitem()
+            handle.close()
