@@ -42,7 +42,7 @@ _NOT_REPLACED = "this write does not replace existing files"
 
 
 def exists_error(
-    path: pathlib.Path, reason: str, error_type: type[FileExistsError] = FileExistsError
+    path: pathlib.PurePath | str, reason: str, error_type: type[FileExistsError] = FileExistsError
 ) -> FileExistsError:
     """Builds the one error tinax raises for a destination that already exists.
 
