@@ -27,6 +27,12 @@ OPTIONAL_INTEGRATIONS = (
     "array_record",
     "msgpack",
     "tensorstore",
+    # Object storage clients: imported only when a gs:// or s3:// path is used.
+    "fsspec",
+    "gcsfs",
+    "s3fs",
+    "botocore",
+    "aiobotocore",
     # Progress bars: imported only when a caller asks for one.
     "tqdm",
     "rich",

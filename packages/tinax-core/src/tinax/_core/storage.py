@@ -32,6 +32,7 @@ __all__ = [
     "as_remote",
     "filesystem",
     "local_copy_to_publish",
+    "object_size",
     "open_to_read",
     "publish_file",
     "read_range",
@@ -138,7 +139,9 @@ def require_location(value: object, name: str, *, needs_key: bool = True) -> pat
     return remote if remote is not None else validation.require_path(value, name)
 
 
-def filesystem(location: RemotePath, *, distribution: str, needed_by: str) -> AbstractFileSystem:
+def filesystem(
+    location: RemotePath, *, distribution: str, needed_by: str, install_hint: str | None = None
+) -> AbstractFileSystem:
     """The fsspec filesystem of ``location``'s store.
 
     Args:
@@ -146,6 +149,7 @@ def filesystem(location: RemotePath, *, distribution: str, needed_by: str) -> Ab
       distribution: The tinax distribution whose extra installs the client,
         such as ``"tinax-weights"``.
       needed_by: The public function, for the message of a missing client.
+      install_hint: The install command to name instead of the distribution's extra.
 
     Returns:
       The (cached) filesystem instance.
@@ -155,8 +159,9 @@ def filesystem(location: RemotePath, *, distribution: str, needed_by: str) -> Ab
         the extra that installs it.
     """
     store = _STORES[location.scheme]
-    import_optional(store.client, needed_by=needed_by, install_hint=f'pip install "{distribution}[{store.extra}]"')
-    fsspec = import_optional("fsspec", needed_by=needed_by, install_hint=f'pip install "{distribution}[{store.extra}]"')
+    hint = install_hint or f'pip install "{distribution}[{store.extra}]"'
+    import_optional(store.client, needed_by=needed_by, install_hint=hint)
+    fsspec = import_optional("fsspec", needed_by=needed_by, install_hint=hint)
     return fsspec.filesystem(location.scheme)
 
 

@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn
 
-from tinax._core._command._registry import detect, installed, run
+from tinax._core import storage
+from tinax._core._command._registry import Inspector, detect, detect_object, installed, run
 from tinax._core._command._report import InspectOptions, Report, error_document, schema_text
 
 __all__ = ["main"]
@@ -223,20 +224,19 @@ def _run(arguments: argparse.Namespace, context: _Context) -> Report:
 
 
 def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
-    path = pathlib.Path(arguments.path)
     context.path = arguments.path
+    try:
+        remote = storage.as_remote(arguments.path, "PATH")
+    except ValueError as error:
+        raise _CommandError(f"error: {error}", "usage", EXIT_USAGE) from error
+    if remote is not None:
+        return _inspect_object(remote, arguments, context)
+    path = pathlib.Path(arguments.path)
     # A glob pattern stands for the files it matches, told by the first of them (see Inspector.patterns).
     matches = [] if path.exists() else sorted(glob.glob(arguments.path, recursive=True))
     if not path.exists() and not matches:
         raise _CommandError(f"error: PATH {str(path)!r} does not exist", "usage", EXIT_USAGE)
-    inspectors = installed()
-    if not inspectors:
-        raise _CommandError(
-            f"no installed tinax distribution inspects files such as {str(path)!r}; "
-            f"{_install()} installs every tinax distribution with its inspectors",
-            "missing_inspector",
-            EXIT_PROBLEM,
-        )
+    inspectors = _require_inspectors(str(path))
     kind, bytes_read = detect(pathlib.Path(matches[0]) if matches else path, inspectors)
     if matches and kind is not None and not inspectors[kind].patterns:
         raise _CommandError(
@@ -246,19 +246,62 @@ def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
             EXIT_USAGE,
         )
     if kind is None:
-        known = ", ".join(inspectors[name].description for name in sorted(inspectors))
-        raise _CommandError(
-            f"cannot tell what {str(path)!r} is from its content; the installed tinax distributions inspect: {known}"
-            + ("" if _installed("tinax") else f"; {_install()} adds those of every tinax distribution"),
-            "unknown_kind",
-            EXIT_PROBLEM,
-        )
+        raise _unknown_kind(str(path), inspectors)
     context.kind = kind
     options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
     report = run(inspectors[kind], path, options)
     if report.bytes_read is not None:
         report.bytes_read += bytes_read
     return report
+
+
+def _inspect_object(location: storage.RemotePath, arguments: argparse.Namespace, context: _Context) -> Report:
+    """Inspects one object in a bucket, reading it with ranged GETs as the local inspection reads a file."""
+    inspectors = _require_inspectors(location.url)
+    # The `tinax` distribution brings both stores' clients.
+    fs = storage.filesystem(location, distribution="tinax", needed_by="tinax inspect", install_hint="pip install tinax")
+    try:
+        size = storage.object_size(fs, location, kind="object")
+    except FileNotFoundError as error:
+        # A prefix is a folder of a bucket: the folder kinds (checkpoints) are read from local disks only.
+        raise _CommandError(
+            f"error: PATH {location.url!r} is not an object in the bucket; tinax inspect reads single objects "
+            "(safetensors, msgpack, index, Parquet and ArrayRecord files) from buckets",
+            "usage",
+            EXIT_USAGE,
+        ) from error
+    with storage.open_to_read(fs, location, kind="object") as (handle, _):
+        kind, bytes_read = detect_object(handle, size, pathlib.Path(location.name), inspectors)
+    if kind is None:
+        raise _unknown_kind(location.url, inspectors)
+    context.kind = kind
+    options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
+    report = run(inspectors[kind], location.url, options)
+    if report.bytes_read is not None:
+        report.bytes_read += bytes_read
+    return report
+
+
+def _require_inspectors(path: str) -> dict[str, Inspector]:
+    inspectors = installed()
+    if not inspectors:
+        raise _CommandError(
+            f"no installed tinax distribution inspects files such as {path!r}; "
+            f"{_install()} installs every tinax distribution with its inspectors",
+            "missing_inspector",
+            EXIT_PROBLEM,
+        )
+    return inspectors
+
+
+def _unknown_kind(path: str, inspectors: dict[str, Inspector]) -> _CommandError:
+    known = ", ".join(inspectors[name].description for name in sorted(inspectors))
+    return _CommandError(
+        f"cannot tell what {path!r} is from its content; the installed tinax distributions inspect: {known}"
+        + ("" if _installed("tinax") else f"; {_install()} adds those of every tinax distribution"),
+        "unknown_kind",
+        EXIT_PROBLEM,
+    )
 
 
 def _installed(name: str) -> metadata.Distribution | None:

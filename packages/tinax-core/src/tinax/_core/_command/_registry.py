@@ -27,7 +27,7 @@ import pathlib
 import stat
 from collections.abc import Callable
 from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     from tinax._core._command._report import InspectOptions, Report
@@ -51,11 +51,13 @@ class Probe:
       bytes_read: Every byte read from the file so far.
     """
 
-    def __init__(self, path: pathlib.Path, handle: io.FileIO | None) -> None:
+    def __init__(self, path: pathlib.Path, handle: BinaryIO | None, size: int | None = None) -> None:
         self.path = path
         self.is_folder = handle is None
         self._handle = handle
-        self.size = 0 if handle is None else os.fstat(handle.fileno()).st_size
+        if size is None:
+            size = 0 if handle is None else os.fstat(handle.fileno()).st_size
+        self.size = size
         self.bytes_read = 0
         self.head = self.read(0, HEAD_BYTES)
 
@@ -116,10 +118,19 @@ def detect(path: pathlib.Path, inspectors: dict[str, Inspector]) -> tuple[str | 
     return kind, probe.bytes_read
 
 
-def run(inspector: Inspector, path: pathlib.Path, options: InspectOptions) -> Report:
+def detect_object(
+    handle: BinaryIO, size: int, path: pathlib.Path, inspectors: dict[str, Inspector]
+) -> tuple[str | None, int]:
+    """Tells the kind of an object in a bucket, opened for ranged reads, from its content; see :func:`detect`."""
+    probe = Probe(path, handle, size)
+    kind = next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
+    return kind, probe.bytes_read
+
+
+def run(inspector: Inspector, path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Imports ``inspector``'s function and runs it on ``path``, counting the process's reads if it keeps no count."""
     module, _, name = inspector.inspect.partition(":")
-    function: Callable[[pathlib.Path, InspectOptions], Report] = getattr(importlib.import_module(module), name)
+    function: Callable[[pathlib.Path | str, InspectOptions], Report] = getattr(importlib.import_module(module), name)
     start = _process_bytes_read()
     report = function(path, options)
     if report.bytes_read is None and start is not None:
