@@ -44,7 +44,15 @@ from tinax._core import dtypes, validation
 from tinax._core.logs import Operation, get_logger
 from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError, malformed_msgpack, trailing_msgpack_data
 from tinax._weights._header import numpy_shape_problem
-from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
+from tinax._weights._remote import (
+    RemotePath,
+    display,
+    location_to_read,
+    location_to_write,
+    open_to_read,
+    read_whole,
+    write_atomically,
+)
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
 __all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
@@ -106,8 +114,10 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
     before anything is written.
 
     Args:
-      path: The file to write. Its folder must exist; it must not be a
-        symbolic link.
+      path: The file to write, or a ``gs://`` or ``s3://`` URL of an object (a
+        ``str`` or an ``etils.epath.Path``), uploaded as one object once
+        complete, create-if-absent without ``overwrite``. A local file's
+        folder must exist; it must not be a symbolic link.
       state: The state dict: a mapping whose values are nested mappings,
         lists, tuples, namedtuples (an optax state, say) or flax-registered
         dataclasses, or leaves. Keys that are not a ``str`` are stored as
@@ -137,6 +147,9 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
       IsADirectoryError: If ``path`` is a directory, or becomes one before
         the file takes its name (also a ValueError), as
         :func:`~tinax.weights.save_safetensors` reports it.
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
         can exist at ``path``: it runs through a regular file (then also the
@@ -152,11 +165,11 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
       Traceback (most recent call last):
       FileExistsError: ...
     """
-    destination = require_destination_path(path, "path")
+    destination = location_to_write(path, "path")
     validation.require_bool(overwrite, "overwrite")
     tree = _checked_container(_root_container(state, "state"), state, "state", frozenset())
-    operation = Operation(_logger, "saved", "a state dict to", destination)
-    with write_file_atomically(destination, overwrite=overwrite) as handle:
+    operation = Operation(_logger, "saved", "a state dict to", display(destination))
+    with write_atomically(destination, overwrite=overwrite, needed_by="tinax.weights.save_msgpack") as handle:
         _write_state(handle, tree, max_chunk_bytes=_MAX_CHUNK_BYTES)
         written = handle.tell()
     operation.done(nbytes=written)
@@ -423,7 +436,9 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     matched against its target" section gives the matching rules.
 
     Args:
-      path: The msgpack file.
+      path: The msgpack file, or a ``gs://`` or ``s3://`` URL of an object (a
+        ``str`` or an ``etils.epath.Path``), fetched whole once its size is
+        known to be within ``max_bytes``.
       target: The expected structure: a mapping whose values are nested
         mappings, lists, tuples, namedtuples (an optax state, say) or
         flax-registered dataclasses, or leaves: arrays (anything with
@@ -467,6 +482,9 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
         ``target``: the message lists every missing key, every mismatched
         leaf and every list, tuple or namedtuple with items ``target``
         lacks.
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
       FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
         directory (then also a ValueError), as tinax 0.2 reported it; or no
         file can exist at ``path``: it runs through a regular file or a loop
@@ -480,21 +498,26 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       >>> load_msgpack("state.msgpack", target, max_bytes=1 << 20)
       {'params': {'w': array([1., 1.], dtype=float32)}, 'step': 3}
     """
-    source = validation.require_path(path, "path")
+    source = location_to_read(path, "path")
     if not isinstance(target, Mapping):
         validation.fail_type("target", "a mapping", target)
     limit = validation.require_positive_int(max_bytes, "max_bytes")
-    operation = Operation(_logger, "loaded", "a state dict from", source)
+    operation = Operation(_logger, "loaded", "a state dict from", display(source))
     # tinax 0.2 refused a NumPy integer max_bytes with TypeError; a later
     # refusal of such a call is both types. A missing file is reported before
     # the target's leaves are checked, as 0.2 did.
     with validation.reported_as_both(validation.is_non_python_int(max_bytes)):
-        with open_file_to_read(source, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
+        with open_to_read(
+            source, kind="msgpack file", needed_by="tinax.weights.load_msgpack", directory_error=MissingFilePathError
+        ) as (handle, size):
             expected = _expected_tree(_root_container(target, "target"), target, "target", frozenset())
             if size > limit:
                 raise ValueError(
                     f"{str(source)!r} holds {size} bytes, more than max_bytes={limit}; raise max_bytes to load it"
                 )
+            if isinstance(source, RemotePath):
+                # The decoder needs every byte: fetched in a few large GETs, not its many small reads.
+                handle = read_whole(handle, size, source=source.url, what="the state dict's bytes")
             loaded = read_state_tree(handle, size, source)
         mismatches = _Mismatches([], [])
         restored = _restore_tree(expected, loaded, "", mismatches)
@@ -547,7 +570,7 @@ def _target_leaf(value: object, where: str) -> _Expected:
     return _ExpectedNumeric(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
 
 
-def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path) -> dict[Any, Any]:
+def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
     """Decodes a whole msgpack state dict under limits that follow the file's size.
 
     Arrays come back as NumPy arrays, still in flax's chunked form where the

@@ -41,7 +41,15 @@ from tinax._weights._header import (
     read_header,
 )
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
-from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
+from tinax._weights._remote import (
+    RemotePath,
+    display,
+    fetch_into,
+    location_to_read,
+    location_to_write,
+    open_to_read,
+    write_atomically,
+)
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -52,6 +60,9 @@ __all__ = ["LoadedSafetensors", "inspect_safetensors", "load_safetensors", "save
 # most this size, so saving them never holds a second full copy in memory.
 _CONVERSION_PIECE_BYTES = 16 * 1024 * 1024
 _MAX_CLOSE_MATCHES = 3
+_INSPECT = "tinax.weights.inspect_safetensors"
+_LOAD = "tinax.weights.load_safetensors"
+_SAVE = "tinax.weights.save_safetensors"
 _logger = get_logger("weights")
 
 
@@ -118,7 +129,8 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
     payload to the last byte.
 
     Args:
-      path: The file to inspect.
+      path: The file to inspect, or a ``gs://`` or ``s3://`` URL of an object
+        (a ``str`` or an ``etils.epath.Path``); only the header is fetched.
       max_metadata_bytes: Largest accepted size of the ``__metadata__``
         mapping, measured as its compact UTF-8 JSON encoding. The default, 0,
         accepts no metadata at all (an empty mapping passes), so a file from
@@ -138,6 +150,9 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
         raises an error that is also a ``safetensors.SafetensorError``, naming
         the file and, where one is at fault, the tensor.
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
       FileNotFoundError: If no file exists at ``path``, or none can: the path
         runs through a regular file or a loop of symbolic links, or a name
         is too long (then also a ValueError).
@@ -149,9 +164,9 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
       >>> inspect_safetensors("model.safetensors").tensors["w"]  # read from the header alone
       TensorInfo(shape=(2, 3), dtype='F32', data_offsets=(0, 24))
     """
-    file_path = validation.require_path(path, "path")
+    file_path = location_to_read(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
-    with open_file_to_read(file_path, kind="safetensors file") as (handle, file_size):
+    with open_to_read(file_path, kind="safetensors file", needed_by=_INSPECT) as (handle, file_size):
         return read_header(handle, file_size=file_size, source=str(file_path), max_metadata_bytes=metadata_limit).info
 
 
@@ -172,7 +187,10 @@ def load_safetensors(
     from the file's little-endian byte order where the host differs.
 
     Args:
-      path: The file to load.
+      path: The file to load, or a ``gs://`` or ``s3://`` URL of an object (a
+        ``str`` or an ``etils.epath.Path``). The header and then the selected
+        tensors are fetched with ranged GETs, adjacent tensors in one run of
+        large concurrent requests, so only their bytes travel.
       max_bytes: Largest total size, in bytes, of the selected tensors' data.
       names: The tensors to load, or None for all of them. The result lists
         them in the order given (sorted by name for all of them).
@@ -194,6 +212,9 @@ def load_safetensors(
         file is malformed or shorter than its header says (then also a
         ``safetensors.SafetensorError``).
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
       FileNotFoundError: If no file exists at ``path``, or none can: the path
         runs through a regular file or a loop of symbolic links, or a name
         is too long (then also a ValueError).
@@ -209,18 +230,18 @@ def load_safetensors(
       >>> loaded.tensors["w"].tolist(), sorted(loaded.info.tensors)
       ([[1.0, 0.0], [0.0, 1.0]], ['b', 'w'])
     """
-    file_path = validation.require_path(path, "path")
+    file_path = location_to_read(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = require_names(names)
     source = str(file_path)
-    operation = Operation(_logger, "loaded", "", file_path)
+    operation = Operation(_logger, "loaded", "", display(file_path))
     # tinax 0.2 refused NumPy integer limits with TypeError; a later refusal
     # of such a call is both types.
     widened = validation.is_non_python_int(max_bytes) or validation.is_non_python_int(max_metadata_bytes)
     with (
         validation.reported_as_both(widened),
-        open_file_to_read(file_path, kind="safetensors file") as (handle, file_size),
+        open_to_read(file_path, kind="safetensors file", needed_by=_LOAD) as (handle, file_size),
     ):
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
         available = header.info.tensors
@@ -239,10 +260,15 @@ def load_safetensors(
                 "array type holds; leave them out with names="
             )
         # Reading in file order keeps the disk access sequential.
-        loaded = {
-            name: _read_tensor(handle, header.payload_start, name, available[name], source)
-            for name in sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
-        }
+        in_order = sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
+        if isinstance(file_path, RemotePath):
+            loaded = _fetch_tensors(
+                handle, header.payload_start, [(name, available[name]) for name in in_order], source
+            )
+        else:
+            loaded = {
+                name: _read_tensor(handle, header.payload_start, name, available[name], source) for name in in_order
+            }
     operation.what = f"{count_tensors(len(selected))} from"
     operation.done(nbytes=total)
     return LoadedSafetensors(tensors={name: loaded[name] for name in selected}, info=header.info)
@@ -272,7 +298,11 @@ def save_safetensors(
 
     Args:
       path: The destination file. Its folder must exist; it must not be a
-        symbolic link.
+        symbolic link. A ``gs://`` or ``s3://`` URL (a ``str`` or an
+        ``etils.epath.Path``) names an object instead: the file is written
+        to a local temporary file and uploaded as one object, which appears
+        whole or not at all; without ``overwrite`` the upload is
+        create-if-absent, so of two racing writers one fails.
       tensors: Name to host ``numpy.ndarray`` (subclasses included; a masked
         array only when no element is masked). Names are non-empty str other
         than ``"__metadata__"``; dtypes are bool, (u)int8 to (u)int64,
@@ -303,6 +333,9 @@ def save_safetensors(
       IsADirectoryError: If ``path`` is a directory, or becomes one before
         the file takes its name (also a ValueError), as
         :func:`~tinax.weights.save_msgpack` reports it.
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
         can exist at ``path``: it runs through a regular file (then also the
@@ -317,7 +350,7 @@ def save_safetensors(
       >>> load_safetensors("model.safetensors", max_bytes=12).tensors["w"].tolist()
       [0, 1, 2]
     """
-    file_path = require_destination_path(path, "path")
+    file_path = location_to_write(path, "path")
     validation.require_bool(overwrite, "overwrite")
     arrays = validation.require_str_mapping(tensors, "tensors")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
@@ -332,8 +365,8 @@ def save_safetensors(
     if stored_metadata is not None:
         require_storable_metadata(stored_metadata, metadata_limit)
     entries, header = plan_file([(name, text, array.shape) for name, (array, text) in planned.items()], stored_metadata)
-    operation = Operation(_logger, "saved", f"{count_tensors(len(entries))} to", file_path)
-    with write_file_atomically(file_path, overwrite=overwrite) as handle:
+    operation = Operation(_logger, "saved", f"{count_tensors(len(entries))} to", display(file_path))
+    with write_atomically(file_path, overwrite=overwrite, needed_by=_SAVE) as handle:
         handle.write(header)
         for name, *_ in entries:
             _write_little_endian_c_order(handle, planned[name][0])
@@ -423,6 +456,22 @@ def _read_tensor(
     if _dtypes.is_big_endian_in_memory(array.dtype):
         array.byteswap(inplace=True)
     return array
+
+
+def _fetch_tensors(
+    handle: BinaryIO, payload_start: int, tensors: list[tuple[str, TensorInfo]], source: str
+) -> dict[str, np.ndarray[Any, Any]]:
+    """Reads tensors (in file order) from an object: adjacent ones in one run of large concurrent GETs."""
+    arrays = {name: empty_without_huge_page_hint(info.shape, info.numpy_dtype) for name, info in tensors}
+    targets = [
+        (payload_start + (info.data_offsets or (0, 0))[0], arrays[name].reshape(-1).view(np.uint8).data)
+        for name, info in tensors
+    ]
+    fetch_into(handle, targets, source=source, what=f"the data of {count_tensors(len(tensors))}")
+    for array in arrays.values():
+        if _dtypes.is_big_endian_in_memory(array.dtype):
+            array.byteswap(inplace=True)
+    return arrays
 
 
 def read_payload(handle: io.FileIO, destination: memoryview, offset: int, *, name: str, source: str) -> None:

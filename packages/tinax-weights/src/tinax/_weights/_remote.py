@@ -1,0 +1,192 @@
+"""Weight files in a bucket (``gs://`` and ``s3://``), over tinax-core's storage layer.
+
+A local path takes the code paths of :mod:`tinax._weights._paths` untouched;
+a bucket location is read with ranged GETs and written as one object that
+appears whole or not at all (a local temporary file, uploaded once
+complete). Payloads are fetched in large pieces, several at a time, each
+copied once into the memory of its array: a whole-file load costs about
+what one GET of the file does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pathlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, BinaryIO
+
+from tinax._core import storage
+from tinax._core.storage import RemotePath
+from tinax._weights._compat02 import DirectoryPathError, malformed_safetensors
+from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+__all__ = [
+    "Location",
+    "RemotePath",
+    "fetch_into",
+    "filesystem",
+    "location_to_read",
+    "location_to_write",
+    "open_to_read",
+    "write_atomically",
+]
+
+#: A local file, or an object in a bucket.
+Location = pathlib.Path | RemotePath
+
+DISTRIBUTION = "tinax-weights"
+# Payloads are fetched in pieces of this size, this many at once: large
+# enough that each GET runs at the link's speed, few enough that the bytes
+# in flight (256 MiB) stay bounded whatever the file's size.
+PIECE_BYTES = 32 * 1024 * 1024
+PIECES_IN_FLIGHT = 8
+
+
+def location_to_read(value: object, name: str) -> Location:
+    """Checks a path argument to read: a bucket URL, or a local path as ``validation.require_path`` checks it."""
+    return storage.require_location(value, name)
+
+
+def location_to_write(value: object, name: str) -> Location:
+    """Checks a destination argument: a bucket URL, or a local path as ``require_destination_path`` checks it."""
+    remote = storage.as_remote(value, name)
+    return remote if remote is not None else require_destination_path(value, name)
+
+
+def filesystem(location: RemotePath, needed_by: str) -> AbstractFileSystem:
+    """The filesystem of ``location``'s store; an ImportError naming the extra if its client is missing."""
+    return storage.filesystem(location, distribution=DISTRIBUTION, needed_by=needed_by)
+
+
+@contextlib.contextmanager
+def open_to_read(
+    location: Location, *, kind: str, needed_by: str, directory_error: type[OSError] = DirectoryPathError
+) -> Iterator[tuple[BinaryIO, int]]:
+    """Opens a local file (as ``open_file_to_read``) or an object (ranged GETs, no read-ahead), with its size.
+
+    Raises:
+      FileNotFoundError: If no object has the name (a prefix with objects
+        under it included), or as ``open_file_to_read`` for a local path.
+    """
+    if isinstance(location, RemotePath):
+        fs = filesystem(location, needed_by)
+        with storage.open_to_read(fs, location, kind=kind) as opened:
+            yield opened
+        return
+    with open_file_to_read(location, kind=kind, directory_error=directory_error) as (handle, size):
+        yield handle, size
+
+
+@contextlib.contextmanager
+def write_atomically(location: Location, *, overwrite: bool, needed_by: str) -> Iterator[BinaryIO]:
+    """Writes a local file atomically (as ``write_file_atomically``) or publishes one complete object.
+
+    Raises:
+      FileExistsError: If the destination exists (or, for an object, another
+        writer created it meanwhile) and ``overwrite`` is False.
+    """
+    if isinstance(location, RemotePath):
+        fs = filesystem(location, needed_by)
+        with storage.remote_write(fs, location, overwrite=overwrite) as handle:
+            yield handle
+        return
+    with write_file_atomically(location, overwrite=overwrite) as handle:
+        yield handle
+
+
+def fetch_into(handle: BinaryIO, targets: Sequence[tuple[int, memoryview]], *, source: str, what: str) -> None:
+    """Fills each ``(object offset, buffer)`` target with the object's bytes, in few large concurrent GETs.
+
+    Targets that follow each other in the object are fetched as one run, so
+    a whole-file load takes a handful of large ranged GETs and never a byte
+    outside the targets. Each fetched byte is copied once, into its target.
+
+    Args:
+      handle: A file from :func:`open_to_read` on an object.
+      targets: Offsets and buffers, sorted by offset and not overlapping.
+      source: How to name the object in messages.
+      what: What the bytes are, for messages.
+
+    Raises:
+      ValueError: If the object ends before a target does (it was replaced
+        by a shorter one); also a ``safetensors.SafetensorError``.
+    """
+    fs, path = handle.fs, handle.path  # type: ignore[attr-defined]
+    pieces: list[tuple[int, int]] = []
+    run_start = run_end = -1
+    for offset, buffer in targets:
+        if not buffer.nbytes:
+            continue
+        if offset != run_end:
+            pieces.extend(_cut(run_start, run_end))
+            run_start = offset
+        run_end = offset + buffer.nbytes
+    pieces.extend(_cut(run_start, run_end))
+
+    cursor = 0  # The first target that the pieces still to come may fill.
+    live = [(offset, buffer) for offset, buffer in targets if buffer.nbytes]
+    for first in range(0, len(pieces), PIECES_IN_FLIGHT):
+        batch = pieces[first : first + PIECES_IN_FLIGHT]
+        results = fs.cat_ranges([path] * len(batch), [start for start, _ in batch], [end for _, end in batch])
+        for (start, end), data in zip(batch, results, strict=True):
+            if isinstance(data, BaseException):
+                raise data
+            if len(data) != end - start:
+                raise malformed_safetensors(
+                    f"{source} ended after {start + len(data)} bytes while {what} were read up to byte {end} "
+                    "(was it replaced while being read?)"
+                )
+            view = memoryview(data)
+            index = cursor
+            while index < len(live) and live[index][0] < end:
+                offset, buffer = live[index]
+                low, high = max(start, offset), min(end, offset + buffer.nbytes)
+                buffer[low - offset : high - offset] = view[low - start : high - start]
+                if offset + buffer.nbytes <= end:
+                    cursor = index + 1
+                index += 1
+            del view, data
+
+
+def _cut(start: int, end: int) -> list[tuple[int, int]]:
+    """``[start, end)`` in pieces of at most ``PIECE_BYTES``; nothing for the empty run."""
+    if start < 0 or end <= start:
+        return []
+    return [(low, min(end, low + PIECE_BYTES)) for low in range(start, end, PIECE_BYTES)]
+
+
+def read_whole(handle: BinaryIO, size: int, *, source: str, what: str) -> io.BytesIO:
+    """The whole object as an in-memory file, fetched as :func:`fetch_into` fetches."""
+    content = bytearray(size)
+    fetch_into(handle, [(0, memoryview(content))], source=source, what=what)
+    return io.BytesIO(content)
+
+
+def object_exists(location: RemotePath, needed_by: str) -> bool:
+    """Whether an object has this name."""
+    return bool(filesystem(location, needed_by).isfile(location.fs_path))
+
+
+def read_object(location: RemotePath, needed_by: str) -> bytes | None:
+    """The bytes of a small object, or None if there is none."""
+    fs = filesystem(location, needed_by)
+    try:
+        return bytes(fs.cat_file(location.fs_path))
+    except FileNotFoundError:
+        return None
+
+
+def remove_object(location: RemotePath, needed_by: str) -> None:
+    """Removes an object; one already gone (or that cannot be removed) is left as it is."""
+    with contextlib.suppress(OSError):
+        filesystem(location, needed_by).rm_file(location.fs_path)
+
+
+def display(location: Location) -> str:
+    """The location as messages and log lines name it."""
+    return os.fspath(location) if isinstance(location, pathlib.Path) else location.url

@@ -1,0 +1,233 @@
+"""tinax.weights on gs:// and s3:// URLs, against real servers on the loopback interface."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import fsspec
+import ml_dtypes
+import numpy as np
+import pytest
+from etils import epath
+
+from tinax.weights import (
+    TensorManifest,
+    TensorRule,
+    inspect_safetensors,
+    load_msgpack,
+    load_safetensors,
+    save_msgpack,
+    save_safetensors,
+)
+from tinax_testing.object_storage import object_store, start_object_stores  # noqa: F401
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "bf16": rng.standard_normal((3, 5)).astype(ml_dtypes.bfloat16),
+        "f8": rng.standard_normal(7).astype(ml_dtypes.float8_e4m3fn),
+        "i64": np.arange(12, dtype=np.int64).reshape(3, 4),
+        "transposed": np.arange(6, dtype=np.float32).reshape(2, 3).T,
+        "empty": np.zeros((0, 4), np.float32),
+        "big_endian": np.arange(5, dtype=">f4"),
+    }
+
+
+def _object_bytes(url: str) -> bytes:
+    return bytes(fsspec.filesystem(url.partition("://")[0]).cat_file(url.partition("://")[2]))
+
+
+def _assert_same(loaded: dict[str, np.ndarray], expected: dict[str, np.ndarray]) -> None:
+    assert sorted(loaded) == sorted(expected)
+    for name, array in expected.items():
+        assert loaded[name].dtype == array.dtype.newbyteorder("=")
+        np.testing.assert_array_equal(loaded[name], array)
+
+
+@pytest.mark.parametrize("as_epath", [False, True])
+def test_safetensors_round_trip(object_store: str, tmp_path, as_epath: bool) -> None:  # noqa: F811
+    url = f"{object_store}/model.safetensors"
+    path = epath.Path(url) if as_epath else url
+    tensors = _tensors()
+    save_safetensors(path, tensors, overwrite=False, metadata={"k": "v"}, max_metadata_bytes=64)
+    save_safetensors(
+        tmp_path / "local.safetensors", tensors, overwrite=False, metadata={"k": "v"}, max_metadata_bytes=64
+    )
+    # The object holds the very bytes of the local file.
+    assert _object_bytes(url) == (tmp_path / "local.safetensors").read_bytes()
+    info = inspect_safetensors(path, max_metadata_bytes=64)
+    assert info == inspect_safetensors(tmp_path / "local.safetensors", max_metadata_bytes=64)
+    loaded = load_safetensors(path, max_bytes=1 << 20, max_metadata_bytes=64)
+    _assert_same(dict(loaded.tensors), tensors)
+    assert loaded.metadata == {"k": "v"}
+    some = load_safetensors(path, max_bytes=1 << 20, names=["i64", "bf16"], max_metadata_bytes=64)
+    assert list(some.tensors) == ["i64", "bf16"]
+    _assert_same(dict(some.tensors), {name: tensors[name] for name in ("i64", "bf16")})
+
+
+def test_one_of_many_tensors_is_read_within_its_budget(object_store: str) -> None:  # noqa: F811
+    url = f"{object_store}/many.safetensors"
+    tensors = {f"t{index:02d}": np.full(16 * 1024, index, np.float32) for index in range(64)}
+    save_safetensors(url, tensors, overwrite=False)
+    one = tensors["t37"].nbytes
+    loaded = load_safetensors(url, max_bytes=one, names=["t37"])
+    np.testing.assert_array_equal(loaded.tensors["t37"], tensors["t37"])
+    with pytest.raises(ValueError, match="max_bytes"):
+        load_safetensors(url, max_bytes=one - 1, names=["t37"])
+
+
+def test_large_file_loads_whole(object_store: str) -> None:  # noqa: F811
+    # Spans several fetched pieces, with tensors that straddle their boundaries.
+    from tinax._weights import _remote
+
+    url = f"{object_store}/large.safetensors"
+    rng = np.random.default_rng(1)
+    tensors = {
+        f"t{index}": rng.integers(0, 255, size=size, dtype=np.uint8)
+        for index, size in enumerate([3, 700_001, 5, 1_300_000, 11])
+    }
+    save_safetensors(url, tensors, overwrite=False)
+    original = _remote.PIECE_BYTES, _remote.PIECES_IN_FLIGHT
+    _remote.PIECE_BYTES, _remote.PIECES_IN_FLIGHT = 256 * 1024, 3
+    try:
+        loaded = load_safetensors(url, max_bytes=1 << 22)
+    finally:
+        _remote.PIECE_BYTES, _remote.PIECES_IN_FLIGHT = original
+    _assert_same(dict(loaded.tensors), tensors)
+
+
+def test_manifest_loads_from_a_bucket(object_store: str) -> None:  # noqa: F811
+    url = f"{object_store}/model.safetensors"
+    save_safetensors(url, {"a": np.arange(4, dtype=np.float32)}, overwrite=False)
+    manifest = TensorManifest([TensorRule("a", "b", lambda array: array.reshape(2, 2), expected_shape=(2, 2))])
+    loaded = manifest.load(url, max_bytes=16)
+    np.testing.assert_array_equal(loaded["b"], np.arange(4, dtype=np.float32).reshape(2, 2))
+
+
+def test_msgpack_round_trip(object_store: str, tmp_path) -> None:  # noqa: F811
+    url = f"{object_store}/state.msgpack"
+    state = {
+        "params": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.zeros(2, ml_dtypes.bfloat16)},
+        "step": 3,
+    }
+    save_msgpack(epath.Path(url), state, overwrite=False)
+    save_msgpack(tmp_path / "state.msgpack", state, overwrite=False)
+    assert _object_bytes(url) == (tmp_path / "state.msgpack").read_bytes()
+    restored = load_msgpack(url, state, max_bytes=1 << 20)
+    assert restored["step"] == 3
+    np.testing.assert_array_equal(restored["params"]["w"], state["params"]["w"])
+    assert restored["params"]["b"].dtype == ml_dtypes.bfloat16
+    with pytest.raises(ValueError, match="max_bytes"):
+        load_msgpack(url, state, max_bytes=8)
+
+
+def test_overwrite_false_refuses_an_existing_object(object_store: str) -> None:  # noqa: F811
+    url = f"{object_store}/model.safetensors"
+    save_safetensors(url, {"a": np.ones(2, np.float32)}, overwrite=False)
+    with pytest.raises(FileExistsError):
+        save_safetensors(url, {"a": np.zeros(2, np.float32)}, overwrite=False)
+    np.testing.assert_array_equal(load_safetensors(url, max_bytes=8).tensors["a"], np.ones(2, np.float32))
+    save_safetensors(url, {"a": np.zeros(2, np.float32)}, overwrite=True)
+    np.testing.assert_array_equal(load_safetensors(url, max_bytes=8).tensors["a"], np.zeros(2, np.float32))
+    state_url = f"{object_store}/state.msgpack"
+    save_msgpack(state_url, {"a": 1}, overwrite=False)
+    with pytest.raises(FileExistsError):
+        save_msgpack(state_url, {"a": 2}, overwrite=False)
+    assert load_msgpack(state_url, {"a": 0}, max_bytes=64) == {"a": 1}
+
+
+def test_missing_objects_are_file_not_found(object_store: str) -> None:  # noqa: F811
+    with pytest.raises(FileNotFoundError):
+        load_safetensors(f"{object_store}/absent.safetensors", max_bytes=8)
+    with pytest.raises(FileNotFoundError):
+        inspect_safetensors(f"{object_store}/absent.safetensors")
+    with pytest.raises(FileNotFoundError):
+        load_msgpack(f"{object_store}/absent.msgpack", {"a": 0}, max_bytes=8)
+
+
+def test_racing_writers_one_wins_whole(object_store: str) -> None:  # noqa: F811
+    url = f"{object_store}/raced.safetensors"
+    contenders = {index: {"a": np.full(1024, index, np.int32)} for index in range(2)}
+    start = threading.Barrier(2)
+
+    def write(index: int) -> str:
+        start.wait()
+        try:
+            save_safetensors(url, contenders[index], overwrite=False)
+        except FileExistsError:
+            return "refused"
+        return "won"
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(write, range(2)))
+    assert sorted(outcomes) == ["refused", "won"]
+    winner = outcomes.index("won")
+    np.testing.assert_array_equal(load_safetensors(url, max_bytes=4096).tensors["a"], contenders[winner]["a"])
+
+
+_KILLED_WRITER = """
+import sys
+import numpy as np
+from tinax._core import storage
+from tinax.weights import save_safetensors
+
+original = storage.publish_file
+def announced(*args, **kwargs):
+    print("uploading", flush=True)
+    original(*args, **kwargs)
+storage.publish_file = announced
+save_safetensors(sys.argv[1], {f"t{i}": np.full(4 * 1024 * 1024, i, np.float32) for i in range(4)}, overwrite=False)
+print("done", flush=True)
+"""
+
+
+def test_a_killed_writer_leaves_no_torn_object(object_store: str) -> None:  # noqa: F811
+    url = f"{object_store}/killed.safetensors"
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, url], stdout=subprocess.PIPE, env=os.environ.copy(), text=True
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "uploading"
+        time.sleep(0.2)  # Well into the upload of 64 MiB.
+        child.kill()
+        child.wait(timeout=60)
+    scheme, _, key = url.partition("://")
+    fs = fsspec.filesystem(scheme)
+    fs.invalidate_cache()
+    assert fs.find(key.rpartition("/")[0]) in ([], [key])
+    if fs.exists(key):  # Only a complete object may be there.
+        assert len(load_safetensors(url, max_bytes=1 << 26).tensors) == 4
+    else:
+        with pytest.raises(FileNotFoundError):
+            load_safetensors(url, max_bytes=1 << 26)
+
+
+@pytest.mark.parametrize("scheme", ["gs", "s3"])
+def test_a_missing_client_names_the_extra(scheme: str) -> None:
+    extra, client = {"gs": ("gcs", "gcsfs"), "s3": ("s3", "s3fs")}[scheme]
+    code = textwrap.dedent(
+        f"""
+        import sys
+        sys.modules[{client!r}] = None
+        from tinax.weights import load_safetensors
+        try:
+            load_safetensors("{scheme}://bucket/model.safetensors", max_bytes=8)
+        except ImportError as error:
+            print(error)
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert f"tinax-weights[{extra}]" in result.stdout
+
+
+def test_importing_the_module_imports_no_storage_client() -> None:
+    code = "import sys, tinax.weights; print(sorted(m for m in ('fsspec', 'gcsfs', 's3fs') if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert result.stdout.strip() == "[]"
