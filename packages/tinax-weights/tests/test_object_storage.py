@@ -11,10 +11,12 @@ import threading
 import time
 
 import fsspec
+import jax
 import ml_dtypes
 import numpy as np
 import pytest
 from etils import epath
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tinax.weights import (
     TensorManifest,
@@ -22,10 +24,12 @@ from tinax.weights import (
     inspect_safetensors,
     load_msgpack,
     load_safetensors,
+    load_sharded_safetensors,
     save_msgpack,
     save_safetensors,
+    save_sharded_safetensors,
 )
-from tinax_testing.object_storage import object_store, start_object_stores  # noqa: F401
+from tinax_testing.object_storage import object_store  # noqa: F401
 
 
 def _tensors() -> dict[str, np.ndarray]:
@@ -231,3 +235,99 @@ def test_importing_the_module_imports_no_storage_client() -> None:
     code = "import sys, tinax.weights; print(sorted(m for m in ('fsspec', 'gcsfs', 's3fs') if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip() == "[]"
+
+
+def _rows() -> NamedSharding:
+    return NamedSharding(Mesh(np.array(jax.devices()), ("x",)), PartitionSpec("x"))
+
+
+def _columns() -> NamedSharding:
+    return NamedSharding(Mesh(np.array(jax.devices()).reshape(2, 4), ("a", "b")), PartitionSpec(None, ("a", "b")))
+
+
+def _global_arrays() -> dict[str, jax.Array]:
+    return {
+        "rows": jax.device_put(np.arange(64, dtype=np.float32).reshape(16, 4), _rows()),
+        "columns": jax.device_put(np.arange(96, dtype=np.int32).reshape(6, 16), _columns()),
+        "replicated": jax.device_put(np.arange(5, dtype=np.float32), NamedSharding(_rows().mesh, PartitionSpec())),
+    }
+
+
+def _shardings() -> dict[str, NamedSharding]:
+    return {"rows": _rows(), "columns": _columns(), "replicated": NamedSharding(_rows().mesh, PartitionSpec())}
+
+
+def _assert_loaded(loaded: dict[str, jax.Array], arrays: dict[str, jax.Array]) -> None:
+    for name, array in arrays.items():
+        assert loaded[name].sharding == _shardings()[name]
+        np.testing.assert_array_equal(np.asarray(loaded[name]), np.asarray(array))
+
+
+def test_sharded_single_file_round_trip(object_store: str, tmp_path) -> None:  # noqa: F811
+    url = f"{object_store}/model.safetensors"
+    arrays = _global_arrays()
+    save_sharded_safetensors(epath.Path(url), arrays, overwrite=False)
+    save_sharded_safetensors(tmp_path / "model.safetensors", arrays, overwrite=False)
+    assert _object_bytes(url) == (tmp_path / "model.safetensors").read_bytes()
+    with pytest.raises(FileExistsError):
+        save_sharded_safetensors(url, arrays, overwrite=False)
+    loaded = load_sharded_safetensors(url, shardings=_shardings(), max_bytes=1 << 20)
+    _assert_loaded(dict(loaded.arrays), arrays)
+    assert loaded.bytes_read == sum(array.nbytes for array in arrays.values())
+
+
+def test_sharded_index_round_trip_and_replacement(object_store: str, tmp_path) -> None:  # noqa: F811
+    index = f"{object_store}/model.safetensors.index.json"
+    arrays = _global_arrays()
+    save_sharded_safetensors(index, arrays, overwrite=False, max_file_bytes=300)
+    save_sharded_safetensors(tmp_path / "model.safetensors.index.json", arrays, overwrite=False, max_file_bytes=300)
+    scheme, _, key = object_store.partition("://")
+    fs = fsspec.filesystem(scheme)
+    fs.invalidate_cache()
+    names = sorted(path.rpartition("/")[2] for path in fs.find(key))
+    assert names == sorted(path.name for path in tmp_path.iterdir())
+    for name in names:
+        assert _object_bytes(f"{object_store}/{name}") == (tmp_path / name).read_bytes()
+    loaded = load_sharded_safetensors(index, shardings=_shardings(), max_bytes=1 << 20)
+    _assert_loaded(dict(loaded.arrays), arrays)
+    with pytest.raises(FileExistsError):
+        save_sharded_safetensors(index, arrays, overwrite=False, max_file_bytes=300)
+
+    # A replacement publishes new files, then the index, then removes the old files.
+    doubled = {name: array * 2 for name, array in arrays.items()}
+    save_sharded_safetensors(index, doubled, overwrite=True, max_file_bytes=300)
+    fs.invalidate_cache()
+    assert not set(names) - {"model.safetensors.index.json"} & {path.rpartition("/")[2] for path in fs.find(key)}
+    _assert_loaded(dict(load_sharded_safetensors(index, shardings=_shardings(), max_bytes=1 << 20).arrays), doubled)
+
+
+def test_an_export_without_its_index_is_refused(object_store: str) -> None:  # noqa: F811
+    import tinax._weights._sharded_save as sharded_save
+
+    index = f"{object_store}/model.safetensors.index.json"
+    original = sharded_save._as_leader
+    sharded_save._as_leader = lambda action, failure: None  # The export stops before its index.
+    try:
+        save_sharded_safetensors(index, _global_arrays(), overwrite=False, max_file_bytes=300)
+    finally:
+        sharded_save._as_leader = original
+    scheme, _, key = object_store.partition("://")
+    fs = fsspec.filesystem(scheme)
+    fs.invalidate_cache()
+    assert len(fs.find(key)) == 2  # The files are there; the index is not.
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_sharded_safetensors(index, shardings=_shardings(), max_bytes=1 << 20)
+    with pytest.raises(FileNotFoundError, match="prefix"):
+        load_sharded_safetensors(object_store, shardings=_shardings(), max_bytes=1 << 20)
+
+
+def test_an_index_naming_a_missing_object_is_refused(object_store: str) -> None:  # noqa: F811
+    index = f"{object_store}/model.safetensors.index.json"
+    save_sharded_safetensors(index, _global_arrays(), overwrite=False, max_file_bytes=300)
+    scheme, _, key = object_store.partition("://")
+    fs = fsspec.filesystem(scheme)
+    fs.invalidate_cache()
+    part = next(path for path in fs.find(key) if path.endswith("-00001-of-00002.safetensors"))
+    fs.rm_file(part)
+    with pytest.raises(FileNotFoundError, match="not an object"):
+        load_sharded_safetensors(index, shardings=_shardings(), max_bytes=1 << 20)

@@ -30,9 +30,11 @@ from tinax._weights._header import (
     read_header,
 )
 from tinax._weights._paths import open_file_to_read, unreachable_path_error
+from tinax._weights._remote import Location, RemotePath, open_to_read
 
 __all__ = [
     "INDEX_SUFFIX",
+    "LOAD_SHARDED",
     "OpenTensor",
     "encode_index",
     "is_index_path",
@@ -44,6 +46,8 @@ __all__ = [
 INDEX_SUFFIX = ".safetensors.index.json"
 _PART_NAME = "{prefix}-{number:05d}-of-{count:05d}.safetensors"
 _SAFE_PART = re.compile(r"[^/\\]+")
+#: The public function that reads checkpoints, for the message of a missing storage client.
+LOAD_SHARDED = "tinax.weights.load_sharded_safetensors"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,20 +59,22 @@ class OpenTensor:
       handle: The open file.
       payload_start: The file offset of the payload's first byte.
       source: How to name the file in messages.
+      remote: Whether the file is an object in a bucket (read with ranged GETs).
     """
 
     info: TensorInfo
     handle: io.FileIO
     payload_start: int
     source: str
+    remote: bool = False
 
 
-def is_index_path(path: pathlib.Path) -> bool:
+def is_index_path(path: Location) -> bool:
     """Returns whether ``path`` names an index rather than a safetensors file (its name ends with ``.json``)."""
     return path.name.endswith(".json")
 
 
-def part_file_names(index_path: pathlib.Path, count: int, *, tag: str | None = None) -> list[str]:
+def part_file_names(index_path: Location, count: int, *, tag: str | None = None) -> list[str]:
     """Returns the names of the ``count`` files of a multi-file export, as the index convention names them.
 
     A ``tag`` goes between the prefix and the numbers, so that the files of a
@@ -108,7 +114,7 @@ def encode_index(weight_map: Mapping[str, str], total_size: int) -> bytes:
 
 
 def open_checkpoint(
-    stack: contextlib.ExitStack, path: pathlib.Path, *, max_metadata_bytes: int
+    stack: contextlib.ExitStack, path: Location, *, max_metadata_bytes: int, needed_by: str = LOAD_SHARDED
 ) -> tuple[dict[str, OpenTensor], str]:
     """Opens a safetensors file or every file of an index, and validates their headers.
 
@@ -116,8 +122,10 @@ def open_checkpoint(
 
     Args:
       stack: Holds the open files.
-      path: A safetensors file, or an index (a name ending with ``.json``).
+      path: A safetensors file, or an index (a name ending with ``.json``);
+        local, or an object in a bucket whose files are objects next to it.
       max_metadata_bytes: As for ``load_safetensors``, per file.
+      needed_by: The public function, for the message of a missing storage client.
 
     Returns:
       Every tensor by name, and how to name the checkpoint in messages.
@@ -134,13 +142,14 @@ def open_checkpoint(
     """
     source = str(path)
     if not is_index_path(path):
-        handle, file_size = stack.enter_context(open_file_to_read(path, kind="safetensors file"))
+        handle, file_size = stack.enter_context(open_to_read(path, kind="safetensors file", needed_by=needed_by))
         header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=max_metadata_bytes)
         return {
-            name: OpenTensor(info, handle, header.payload_start, source) for name, info in header.info.tensors.items()
+            name: OpenTensor(info, handle, header.payload_start, source, isinstance(path, RemotePath))
+            for name, info in header.info.tensors.items()
         }, source
 
-    weight_map = _read_weight_map(path)
+    weight_map = _read_weight_map(path, needed_by)
     files: dict[str, list[str]] = {}
     for name, file_name in weight_map.items():
         files.setdefault(file_name, []).append(name)
@@ -149,16 +158,15 @@ def open_checkpoint(
         file_path = path.parent / file_name
         file_source = str(file_path)
         mapping = f"the index {source} maps {len(names)} tensors (first {names[0]!r}) to {file_name!r}"
-        try:
-            is_file = file_path.is_file()
-        except OSError as error:  # A name too long: pathlib reports only some errors as False.
-            translated = unreachable_path_error(error, f"{mapping}, which cannot be a file", file_path)
-            if translated is None:
-                raise
-            raise translated from error
-        if not is_file:
-            raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not a file", file_source)
-        handle, file_size = stack.enter_context(open_file_to_read(file_path, kind="safetensors file"))
+        if isinstance(file_path, RemotePath):
+            try:
+                handle, file_size = stack.enter_context(
+                    open_to_read(file_path, kind="safetensors file", needed_by=needed_by)
+                )
+            except FileNotFoundError as error:
+                raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
+        else:
+            handle, file_size = _open_local_part(stack, file_path, mapping)
         header = read_header(handle, file_size=file_size, source=file_source, max_metadata_bytes=max_metadata_bytes)
         held = header.info.tensors
         absent = [name for name in names if name not in held]
@@ -175,13 +183,30 @@ def open_checkpoint(
                     f"and {file_source} holds it too"
                 )
             if mapped is not None:
-                tensors[name] = OpenTensor(info, handle, header.payload_start, file_source)
+                tensors[name] = OpenTensor(
+                    info, handle, header.payload_start, file_source, isinstance(file_path, RemotePath)
+                )
     return tensors, source
 
 
-def _read_weight_map(path: pathlib.Path) -> dict[str, str]:
+def _open_local_part(stack: contextlib.ExitStack, file_path: pathlib.Path, mapping: str) -> tuple[io.FileIO, int]:
+    """Opens a local file that an index names, reporting a missing one as a ``MissingFilePathError``."""
+    file_source = str(file_path)
+    try:
+        is_file = file_path.is_file()
+    except OSError as error:  # A name too long: pathlib reports only some errors as False.
+        translated = unreachable_path_error(error, f"{mapping}, which cannot be a file", file_path)
+        if translated is None:
+            raise
+        raise translated from error
+    if not is_file:
+        raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not a file", file_source)
+    return stack.enter_context(open_file_to_read(file_path, kind="safetensors file"))
+
+
+def _read_weight_map(path: Location, needed_by: str) -> dict[str, str]:
     source = str(path)
-    with open_file_to_read(path, kind="safetensors index") as (handle, file_size):
+    with open_to_read(path, kind="safetensors index", needed_by=needed_by) as (handle, file_size):
         if file_size > MAX_HEADER_BYTES:
             raise ValueError(f"the index {source} has {file_size} bytes, more than the {MAX_HEADER_BYTES} accepted")
         content = bytearray(file_size)

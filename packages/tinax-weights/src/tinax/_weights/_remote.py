@@ -45,6 +45,8 @@ DISTRIBUTION = "tinax-weights"
 # in flight (256 MiB) stay bounded whatever the file's size.
 PIECE_BYTES = 32 * 1024 * 1024
 PIECES_IN_FLIGHT = 8
+# Small pieces (the rows of a column shard) go many at a time, up to this many requests.
+_MOST_REQUESTS_IN_FLIGHT = 256
 
 
 def location_to_read(value: object, name: str) -> Location:
@@ -130,8 +132,7 @@ def fetch_into(handle: BinaryIO, targets: Sequence[tuple[int, memoryview]], *, s
 
     cursor = 0  # The first target that the pieces still to come may fill.
     live = [(offset, buffer) for offset, buffer in targets if buffer.nbytes]
-    for first in range(0, len(pieces), PIECES_IN_FLIGHT):
-        batch = pieces[first : first + PIECES_IN_FLIGHT]
+    for batch in _batches(pieces):
         results = fs.cat_ranges([path] * len(batch), [start for start, _ in batch], [end for _, end in batch])
         for (start, end), data in zip(batch, results, strict=True):
             if isinstance(data, BaseException):
@@ -151,6 +152,21 @@ def fetch_into(handle: BinaryIO, targets: Sequence[tuple[int, memoryview]], *, s
                     cursor = index + 1
                 index += 1
             del view, data
+
+
+def _batches(pieces: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
+    """Groups pieces into concurrent batches of at most ``PIECES_IN_FLIGHT`` full pieces' bytes."""
+    budget = PIECES_IN_FLIGHT * PIECE_BYTES
+    batch: list[tuple[int, int]] = []
+    filled = 0
+    for start, end in pieces:
+        if batch and (filled + end - start > budget or len(batch) >= _MOST_REQUESTS_IN_FLIGHT):
+            yield batch
+            batch, filled = [], 0
+        batch.append((start, end))
+        filled += end - start
+    if batch:
+        yield batch
 
 
 def _cut(start: int, end: int) -> list[tuple[int, int]]:

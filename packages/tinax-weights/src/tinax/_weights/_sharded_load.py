@@ -24,6 +24,7 @@ from tinax._weights._header import TensorInfo
 from tinax._weights._index import OpenTensor, open_checkpoint
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
 from tinax._weights._ranges import Box, box_of_index, box_shape, shard_runs
+from tinax._weights._remote import display, fetch_into, location_to_read
 from tinax._weights._safetensors import count_tensors, read_payload, require_known, require_names
 
 if TYPE_CHECKING:
@@ -114,7 +115,12 @@ def load_sharded_safetensors(
       path: A safetensors file, or the JSON index of a multi-file checkpoint
         (any name ending with ``.json``, conventionally
         ``model.safetensors.index.json``) whose ``weight_map`` maps each
-        tensor name to its file in the index's folder.
+        tensor name to its file in the index's folder. A ``gs://`` or
+        ``s3://`` URL (a ``str`` or an ``etils.epath.Path``) names such an
+        object in a bucket, its files being objects next to it; each
+        process fetches its shards with ranged GETs, several at a time. A
+        multi-file export is loaded through its index only, so one whose
+        index was never uploaded is refused.
       shardings: Name to a ``jax.sharding.Sharding`` for each tensor to
         load, or a callable that takes the name and the tensor's
         :class:`TensorInfo` and returns its sharding.
@@ -154,8 +160,12 @@ def load_sharded_safetensors(
         ``progress`` is a str other than ``"bar"``.
       ImportError: If ``progress="bar"`` and neither tqdm nor rich is
         installed; nothing is read then.
-      FileNotFoundError: If ``path`` does not exist, or a file the index
-        names does not (then also a ValueError naming the index).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
+      FileNotFoundError: If ``path`` does not exist (for a URL, also when it
+        names a prefix rather than an object), or a file the index names
+        does not (then also a ValueError naming the index).
 
     Examples:
       >>> import jax
@@ -168,7 +178,7 @@ def load_sharded_safetensors(
       >>> loaded.arrays["w"].sharding == rows, loaded.bytes_read
       (True, 64)
     """
-    file_path = validation.require_path(path, "path")
+    file_path = location_to_read(path, "path")
     budget = validation.require_non_negative_int(max_bytes, "max_bytes")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     requested = require_names(names)
@@ -183,7 +193,7 @@ def load_sharded_safetensors(
             "shardings", "a mapping of names to shardings, or a callable (name, TensorInfo)", shardings
         )
 
-    operation = Operation(_logger, "loaded", "", file_path)
+    operation = Operation(_logger, "loaded", "", display(file_path))
     with contextlib.ExitStack() as stack:
         available, source = open_checkpoint(stack, file_path, max_metadata_bytes=metadata_limit)
         if requested is None:
@@ -351,7 +361,8 @@ def _load(plan: _Plan, arena: _Arena, reporter: Reporter) -> jax.Array:
         for placed in pieces[-len(devices) :]:
             placed.block_until_ready()
         del buffer
-    return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces)
+    # The dtype is given for a process whose devices hold no shard of this tensor: JAX cannot infer it.
+    return jax.make_array_from_single_device_arrays(info.shape, plan.sharding, pieces, dtype=plan.dtype)
 
 
 def _aligned_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
@@ -406,9 +417,26 @@ def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any], reporter: Re
     info = tensor.info
     start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
     flat = buffer.reshape(-1).view(np.uint8).data
-    for low, offset, length in shard_runs(info.shape, buffer.itemsize, box).pieces(_READ_CHUNK_BYTES):
+    if tensor.remote:
+        # Every run of the box in few large concurrent GETs; runs that meet are fetched as one.
+        runs = shard_runs(info.shape, buffer.itemsize, box)
+        targets = [
+            (start + offset, flat[low : low + length]) for low, offset, length in runs.pieces(runs.run_nbytes or 1)
+        ]
+        fetch_into(tensor.handle, targets, source=tensor.source, what=f"the data of tensor {plan.name!r}")
+        plan.counter[0] += runs.nbytes
+        reporter.advance(runs.nbytes)
+    else:
+        _read_local_runs(plan, box, flat, start, buffer.itemsize, reporter)
+    if _dtypes.is_big_endian_in_memory(buffer.dtype):
+        buffer.byteswap(inplace=True)
+
+
+def _read_local_runs(plan: _Plan, box: Box, flat: memoryview, start: int, itemsize: int, reporter: Reporter) -> None:
+    """Reads one box of a local file run by run, in pieces, counting the bytes read."""
+    tensor = plan.tensor
+    info = tensor.info
+    for low, offset, length in shard_runs(info.shape, itemsize, box).pieces(_READ_CHUNK_BYTES):
         read_payload(tensor.handle, flat[low : low + length], start + offset, name=plan.name, source=tensor.source)
         plan.counter[0] += length
         reporter.advance(length)
-    if _dtypes.is_big_endian_in_memory(buffer.dtype):
-        buffer.byteswap(inplace=True)

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tinax._core import validation
+from tinax._core import storage, validation
+from tinax._core.files import exists_error
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, Reporter, require_progress
 from tinax._weights import _dtypes
@@ -39,6 +40,17 @@ from tinax._weights._paths import (
     write_file_atomically,
 )
 from tinax._weights._ranges import box_of_index, box_shape, shard_runs
+from tinax._weights._remote import (
+    Location,
+    RemotePath,
+    display,
+    filesystem,
+    location_to_read,
+    object_exists,
+    read_object,
+    remove_object,
+    write_atomically,
+)
 from tinax._weights._safetensors import count_tensors, plan_file, require_storable_metadata, require_tensor_name
 from tinax._weights._sharded_load import whose_shards
 
@@ -53,6 +65,7 @@ _MAX_NAME_BYTES = 1024
 _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 _Entry = tuple[str, str, tuple[int, ...], int, int]
 _logger = get_logger("weights")
+_SAVE_SHARDED = "tinax.weights.save_sharded_safetensors"
 
 
 def save_sharded_safetensors(
@@ -82,6 +95,16 @@ def save_sharded_safetensors(
     every process sees (a local folder on one machine, or a shared network
     file system): process 0 creates the temporary file, the others write
     into it by name.
+
+    A ``gs://`` or ``s3://`` destination is written differently, since an
+    object cannot be written in parts by several processes: each file is
+    written to a local temporary file by the one process that owns all of
+    its shards, and uploaded as one object that appears whole or not at
+    all (create-if-absent without ``overwrite``); the index is uploaded by
+    process 0 only once every process has uploaded its files. A file whose
+    shards several processes own is refused before anything is written:
+    place each tensor on one process and use ``max_file_bytes`` to give it a
+    file of its own, or export to a shared file system.
 
     Args:
       path: The destination: a safetensors file, or with ``max_file_bytes``
@@ -126,10 +149,14 @@ def save_sharded_safetensors(
       ValueError: If a name is empty or reserved, an array was deleted, the
         metadata exceeds ``max_metadata_bytes``, ``max_file_bytes`` is not
         positive, the index name has the wrong ending, ``path`` is a
-        symbolic link, or ``progress`` is a str other than ``"bar"``.
+        symbolic link, or ``progress`` is a str other than ``"bar"``; or
+        ``path`` is a URL and a file would hold shards of several processes.
       ImportError: If ``progress="bar"`` and neither tqdm nor rich is
         installed; nothing is written then.
-      FileExistsError: If a destination file exists and ``overwrite`` is False.
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
+        is not installed; the message names the ``tinax-weights[gcs]``
+        (``tinax-weights[s3]``) extra that installs it.
+      FileExistsError: If a destination file (or object) exists and ``overwrite`` is False.
       FileNotFoundError: If the folder of ``path`` does not exist, or no file
         can exist at ``path``: it runs through a regular file (then also a
         NotADirectoryError, as :func:`save_safetensors` raises it) or a loop
@@ -151,7 +178,7 @@ def save_sharded_safetensors(
       >>> load_safetensors("model.safetensors", max_bytes=64).tensors["w"][-1].tolist()
       [14.0, 15.0]
     """
-    file_path = validation.require_path(path, "path")
+    file_path = location_to_read(path, "path")
     validation.require_bool(overwrite, "overwrite")
     given = validation.require_str_mapping(arrays, "arrays")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
@@ -167,13 +194,17 @@ def save_sharded_safetensors(
     if stored_metadata is not None:
         require_storable_metadata(stored_metadata, metadata_limit)
 
-    operation = Operation(_logger, "exported", f"{count_tensors(len(described))} to", file_path)
+    operation = Operation(_logger, "exported", f"{count_tensors(len(described))} to", display(file_path))
     replaced = None  # The bytes of the index this export replaces.
     if file_limit is None:
         files = [(file_path, *plan_file(described, stored_metadata))]
+        if isinstance(file_path, RemotePath):
+            _require_destination(file_path, overwrite=overwrite)
     else:
-        require_writable_destination(file_path, overwrite=overwrite)
-        if overwrite:
+        _require_destination(file_path, overwrite=overwrite)
+        if overwrite and isinstance(file_path, RemotePath):
+            replaced = read_object(file_path, _SAVE_SHARDED)
+        elif overwrite:
             with contextlib.suppress(FileNotFoundError):
                 replaced = file_path.read_bytes()
         plans = [plan_file(group, stored_metadata) for group in _split(described, file_limit)]
@@ -181,11 +212,14 @@ def save_sharded_safetensors(
         part_names = part_file_names(file_path, len(plans), tag=tag)
         files = [(file_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
         for destination, _, _ in files:
-            require_writable_destination(destination, overwrite=overwrite)
+            _require_destination(destination, overwrite=overwrite)
     total = sum(_owned_nbytes(entries, given) for _, entries, _ in files)
-    with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
-        for destination, entries, header in files:
-            _write_file(destination, header, entries, given, reporter, overwrite=overwrite)
+    if isinstance(file_path, RemotePath):
+        _upload_files(file_path, files, given, reporting, total, overwrite=overwrite)  # type: ignore[arg-type]
+    else:
+        with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
+            for destination, entries, header in files:
+                _write_file(destination, header, entries, given, reporter, overwrite=overwrite)  # type: ignore[arg-type]
     if file_limit is None:
         operation.done(nbytes=total, detail=whose_shards())
         return
@@ -195,6 +229,13 @@ def save_sharded_safetensors(
     index = encode_index(weight_map, total_size)
 
     def publish() -> None:
+        if isinstance(file_path, RemotePath):
+            # The index object is the commit point, uploaded only once every file is complete.
+            with write_atomically(file_path, overwrite=overwrite, needed_by=_SAVE_SHARDED) as handle:
+                handle.write(index)
+            for name in sorted((indexed_file_names(replaced or b"{}") or set()) - set(weight_map.values())):
+                remove_object(file_path.parent / name, _SAVE_SHARDED)
+            return
         if replaced is not None:
             # The new files replace the old set, so they keep its permissions
             # (the replaced index's), as a replaced single file keeps its own.
@@ -206,8 +247,106 @@ def save_sharded_safetensors(
         if replaced is not None:
             _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
 
-    _as_leader(publish, f"process 0 could not write {str(file_path)!r}")
+    _as_leader(publish, f"process 0 could not write {str(file_path)!r}")  # After every process's files.
     operation.done(nbytes=total, detail=whose_shards(f"{len(files)} files and their index"))
+
+
+def _require_destination(location: Location, *, overwrite: bool) -> None:
+    """Refuses a destination that cannot be written (as ``require_writable_destination``; an existing object)."""
+    if not isinstance(location, RemotePath):
+        require_writable_destination(location, overwrite=overwrite)
+    elif not overwrite and object_exists(location, _SAVE_SHARDED):
+        raise exists_error(location.url, "this write does not replace existing objects")
+
+
+def _upload_files(
+    index_path: RemotePath,
+    files: list[tuple[RemotePath, list[_Entry], bytes]],
+    arrays: Mapping[str, Any],
+    reporting: Any,
+    total: int,
+    *,
+    overwrite: bool,
+) -> None:
+    """Uploads each file as one object from the one process that owns all of its bytes.
+
+    Processes cannot write parts of one object, so every file's shards must
+    belong to one process (every process finds the same owners, and all
+    refuse together before anything is written otherwise). Every process
+    returns once all files are complete, or raises.
+
+    Raises:
+      ValueError: If a file holds shards of several processes.
+      RuntimeError: In the other processes, when one could not upload its files.
+    """
+    import jax
+
+    writers = _file_writers(index_path, files, arrays)
+    own_error: BaseException | None = None
+    try:
+        with reporting.reporting(total, unit="bytes", description=index_path.name) as reporter:
+            for writer, (destination, entries, header) in zip(writers, files, strict=True):
+                if writer == jax.process_index():
+                    _upload_file(destination, header, entries, arrays, reporter, overwrite=overwrite)
+    except Exception as error:
+        if jax.process_count() == 1:
+            raise
+        own_error = error
+    if jax.process_count() == 1:
+        return
+    failed = _failed_processes(own_error is None)
+    if own_error is not None:
+        raise own_error
+    if failed:
+        raise RuntimeError(f"process(es) {failed} could not upload their files of {index_path.url!r}; not published")
+
+
+def _file_writers(
+    index_path: RemotePath, files: list[tuple[RemotePath, list[_Entry], bytes]], arrays: Mapping[str, Any]
+) -> list[int]:
+    """The process that uploads each file: the one that owns all of its payload (process 0 for none)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return [0] * len(files)
+    from jax.experimental import multihost_utils
+
+    # Per file, 0: owns none of its bytes, 1: all of them, 2: some.
+    codes = []
+    for _, entries, _ in files:
+        owned, size = _owned_nbytes(entries, arrays), (entries[-1][4] if entries else 0)
+        codes.append(0 if owned == 0 else 1 if owned == size else 2)
+    table = np.asarray(multihost_utils.process_allgather(np.array(codes, dtype=np.int32))).reshape(
+        jax.process_count(), len(files)
+    )
+    writers = []
+    for column, (destination, _, _) in enumerate(files):
+        owners = [process for process in range(jax.process_count()) if table[process, column] == 1]
+        if (table[:, column] == 2).any() or len(owners) > 1:
+            raise ValueError(
+                f"path {index_path.url!r} is in a bucket, where processes cannot write parts of one object, but "
+                f"{destination.name!r} would hold shards of several processes; export to a file system that every "
+                "process shares, or place each tensor (with max_file_bytes, each file) on one process"
+            )
+        writers.append(owners[0] if owners else 0)
+    return writers
+
+
+def _upload_file(
+    destination: RemotePath,
+    header: bytes,
+    entries: list[_Entry],
+    arrays: Mapping[str, Any],
+    reporter: Reporter,
+    *,
+    overwrite: bool,
+) -> None:
+    """Writes one file locally as ``_write_file`` does, then publishes it as one object."""
+    size = len(header) + (entries[-1][4] if entries else 0)
+    fs = filesystem(destination, _SAVE_SHARDED)
+    with storage.local_copy_to_publish(fs, destination, overwrite=overwrite) as temporary:
+        _write_header(temporary, header, size)
+        _write_owned_shards(temporary, len(header), entries, arrays, reporter, flush=False)
 
 
 def _owned_nbytes(entries: list[_Entry], arrays: Mapping[str, Any]) -> int:
