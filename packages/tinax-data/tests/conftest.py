@@ -6,6 +6,7 @@ import pytest
 
 from tinax_testing import force_cpu_devices
 from tinax_testing.flags import absl_flags_parsed
+from tinax_testing.object_storage import gcs_store, object_store, s3_store  # noqa: F401 - fixtures
 
 force_cpu_devices()
 

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tinax._core import validation
+from tinax._core import storage, validation
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.optional import import_optional
-from tinax._core.progress import Progress, require_progress
+from tinax._core.progress import Progress, ProgressChoice, require_progress
 from tinax._data._compat02 import (
     ArrayRecordWriteError,
     UnreadableArrayRecordError,
@@ -56,6 +56,7 @@ from tinax._data._compat02 import (
     _UnwritableError,
 )
 from tinax._data._file_columns import WholeColumns, gather_rows, kept_whole, slice_rows, stacked_alike
+from tinax._data._locations import Location, file_size
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema
@@ -128,7 +129,10 @@ def write_array_record(
     Args:
       path: Where to write the file. Its folder must exist. A symbolic link
         there is followed: the file it points to is replaced, as tinax 0.2
-        wrote through it.
+        wrote through it. A ``gs://`` or ``s3://`` URL (a str or an
+        ``etils.epath.Path``) names an object: the file is written locally
+        first, then uploaded as one object that appears whole or not at
+        all (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
       records: An iterable of records (a ``str``, ``bytes`` or mapping, whose
         items would be characters, ints or keys, is refused).
       group_size: Records per ArrayRecord chunk. 1 (the default) gives the
@@ -162,9 +166,11 @@ def write_array_record(
         IsADirectoryError), or the file system or array-record fails to
         write; a RuntimeError, as in tinax 0.2.
       FileExistsError: If a file already exists at ``path`` and ``overwrite``
-        is False.
-      ImportError: If array-record is not installed, or ``progress="bar"``
-        and neither tqdm nor rich is (before anything is written).
+        is False (for an object: also where another writer created it
+        during the upload).
+      ImportError: If array-record is not installed, ``progress="bar"``
+        and neither tqdm nor rich is, or ``path`` is a URL whose store's
+        client is not (before anything is written).
 
     Examples:
       >>> import numpy as np
@@ -175,27 +181,52 @@ def write_array_record(
     """
     # After a NumPy integer group_size, which tinax 0.2 refused with TypeError, a later refusal is both types.
     with validation.reported_as_both(validation.is_non_python_int(group_size)):
-        destination = require_record_path(path, "path", empty_error=_EmptyDestinationError)
+        remote = storage.as_remote(path, "path")
+        destination = require_record_path(path, "path", empty_error=_EmptyDestinationError) if remote is None else None
         group_size = validation.require_positive_int(group_size, "group_size")
         validation.require_bool(overwrite, "overwrite")
         if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
             validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
         reporting = require_progress(progress, needed_by="tinax.data.write_array_record")
     module = _array_record_module("write_array_record")
-    with _reported_as_write_errors(destination):
-        destination = writable_destination(destination, _DESTINATION_ERRORS)
-    operation = Operation(_logger, "wrote", "records to", destination)
     options = f"group_size:{group_size}"
+    if remote is None:
+        assert destination is not None
+        with _reported_as_write_errors(destination):
+            destination = writable_destination(destination, _DESTINATION_ERRORS)
+        operation = Operation(_logger, "wrote", "records to", destination)
+        count = _write_file(module, destination, options, records, overwrite=overwrite, reporting=reporting)
+        nbytes = _size(destination) if operation.enabled else None
+    else:
+        # array-record writes local files only: the whole file is written locally, then published as one
+        # object that appears whole or not at all (and, without overwrite, only where none is).
+        fs = storage.filesystem(remote, distribution="tinax-data", needed_by="tinax.data.write_array_record")
+        operation = Operation(_logger, "wrote", "records to", remote.url)
+        with storage.local_copy_to_publish(fs, remote, overwrite=overwrite) as local:
+            count = _write_file(module, local, options, records, overwrite=True, reporting=reporting)
+            nbytes = _size(local)
+    if operation.enabled:
+        operation.what = f"{count} {'record' if count == 1 else 'records'} to"
+        operation.done(rows=count, nbytes=nbytes)
+
+
+def _write_file(
+    module: Any,
+    destination: pathlib.Path,
+    options: str,
+    records: Iterable[Any],
+    *,
+    overwrite: bool,
+    reporting: ProgressChoice,
+) -> int:
+    """Writes checked records to a local file, atomically; returns how many."""
     total = len(records) if isinstance(records, Sized) else None
     # The last report comes before the file is published, so a callback that raises leaves nothing behind.
     with (
         _published(destination, overwrite=overwrite) as temporary,
         reporting.reporting(total, unit="rows", description=destination.name) as reporter,
     ):
-        count = _write_records(module, temporary, options, iter(records), destination, reporter.advance)
-    if operation.enabled:
-        operation.what = f"{count} {'record' if count == 1 else 'records'} to"
-        operation.done(rows=count, nbytes=_size(destination))
+        return _write_records(module, temporary, options, iter(records), destination, reporter.advance)
 
 
 def _size(path: pathlib.Path) -> int | None:
@@ -412,7 +443,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
 
     def __init__(
         self,
-        path: pathlib.Path,
+        path: Location,
         *,
         decode: Callable[[bytes], Any] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
@@ -500,20 +531,20 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
                 return fields
         return stacked_alike(self._getitems(list(range(first, stop))))
 
-    def _parse_header(self, header_bytes: bytes, path: pathlib.Path | None = None) -> RecordHeader:
+    def _parse_header(self, header_bytes: bytes, path: Location | None = None) -> RecordHeader:
         try:
             return RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
             raise self._unreadable(str(error), path) from error
 
-    def _unreadable(self, reason: str, path: pathlib.Path | None = None) -> UnreadableArrayRecordError:
+    def _unreadable(self, reason: str, path: Location | None = None) -> UnreadableArrayRecordError:
         where = self._path if path is None else path
         return UnreadableArrayRecordError(f"{str(where)!r} is not a readable ArrayRecord record file: {reason}")
 
     def _open(self) -> tuple[Any, _LastRecord]:
         return self._open_file(self._path)
 
-    def _open_file(self, path: pathlib.Path) -> tuple[Any, _LastRecord]:
+    def _open_file(self, path: Location) -> tuple[Any, _LastRecord]:
         """Opens one ArrayRecord file and reads its last record; returns the reader and what the record says.
 
         Raises:
@@ -535,7 +566,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         if not last.startswith(_HEADER_MAGIC):
             # No tinax header: records of JSON, as tinax 0.2 wrote them (a JSON
             # text never starts with the header's line).
-            size = os.stat(path).st_size
+            size = file_size(path, "ArrayRecord")
             fingerprint = hashlib.sha256(size.to_bytes(8, "little") + last).hexdigest()
             return reader, _LastRecord(None, total, fingerprint)
         header_bytes = last[len(_HEADER_MAGIC) :]
@@ -638,8 +669,8 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
 
     def __repr__(self) -> str:
         if self._schema is None:
-            return f"ArrayRecordSource(path={os.fspath(self._path)!r}, records={self._count}, JSON records)"
+            return f"ArrayRecordSource(path={str(self._path)!r}, records={self._count}, JSON records)"
         return (
-            f"ArrayRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
+            f"ArrayRecordSource(path={str(self._path)!r}, records={self._count}, "
             f"fields={list(self._schema.names)}, source_id={self.source_id!r})"
         )

@@ -10,8 +10,6 @@ at a time), and its last record must still say what it said.
 
 from __future__ import annotations
 
-import os
-import pathlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -20,6 +18,7 @@ import numpy as np
 
 from tinax._data._array_record import ArrayRecordSource, _LastRecord
 from tinax._data._file_sets import FileSet, require_one_kind
+from tinax._data._locations import Location, file_size
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_file_source import FileSetSource, OpenFiles
 
@@ -84,10 +83,10 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
     def _read_headers(self) -> _RecordFiles:
         names = tuple(file.name for file in self._named_files)
 
-        def read_one(path: pathlib.Path) -> tuple[_LastRecord, int]:
+        def read_one(path: Location) -> tuple[_LastRecord, int]:
             reader, last = self._open_file(path)
             reader.close()
-            return last, os.stat(path).st_size
+            return last, file_size(path, "ArrayRecord")
 
         found = [read_one(file.path) for file in self._named_files]
         last_records = tuple(item[0] for item in found)
@@ -115,7 +114,7 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
         if self._schema is not None:
             kind = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
         return (
-            f"ArrayRecordFilesSource(root={os.fspath(self._path)!r}, files={len(self.file_set)}, "
+            f"ArrayRecordFilesSource(root={str(self._path)!r}, files={len(self.file_set)}, "
             f"records={self._count}, {kind})"
         )
 

@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any
 from tinax._core import validation
 from tinax._data._array_record import ArrayRecordSource, _array_record_module
 from tinax._data._file_sets import FileSet, resolve_record_paths
+from tinax._data._locations import RemotePath, require_remote_file
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_codec import require_record_file
 
 if TYPE_CHECKING:
     import grain
 
-__all__ = ["read_array_record"]
+__all__ = ["UnsupportedStoreError", "read_array_record", "require_readable_store"]
 
 
 def read_array_record(
@@ -54,7 +55,10 @@ def read_array_record(
 
     Args:
       path: The file; or a folder, a glob pattern or a sequence of paths of
-        many files.
+        many files. A ``gs://`` URL (a str or an ``etils.epath.Path``) names
+        an object, and a prefix or pattern the objects under it, read by
+        array-record's own file layer (needs ``tinax-data[gcs]`` for the
+        listing); ``s3://`` is refused.
       decode: For files without the tinax header: a function that turns one
         record's bytes into the record (a protocol buffer parser, say). It
         must be picklable (a module-level function) to reach Grain's worker
@@ -87,7 +91,10 @@ def read_array_record(
         holds a tinax header that is malformed or from a newer format
         version (a ValueError, and the RuntimeError tinax 0.2 raised); the
         cause is chained.
-      ImportError: If array-record is not installed.
+      UnsupportedStoreError: If ``path`` is an ``s3://`` URL, which
+        array-record cannot read (a ValueError).
+      ImportError: If array-record is not installed, or ``path`` is a URL
+        whose store's client is not.
 
     Examples:
       >>> import numpy as np
@@ -106,8 +113,33 @@ def read_array_record(
     from tinax._data._reader_datasets import source_dataset
 
     if isinstance(found, FileSet):
+        if isinstance(found.root, RemotePath):
+            require_readable_store(found.root)
         from tinax._data._array_record_files import ArrayRecordFilesSource
 
         return source_dataset(ArrayRecordFilesSource(found, decode=decode, cache_bytes=cache_bytes))
+    if isinstance(found, RemotePath):
+        require_readable_store(found)
+        require_remote_file(found, "ArrayRecord")
+        return source_dataset(ArrayRecordSource(found, decode=decode, cache_bytes=cache_bytes))
     require_record_file(found, "ArrayRecord")
     return source_dataset(ArrayRecordSource(found.absolute(), decode=decode, cache_bytes=cache_bytes))
+
+
+class UnsupportedStoreError(ValueError):
+    """array-record's reader cannot read files in this object store (a ValueError: the URL is one it cannot serve)."""
+
+
+def require_readable_store(location: RemotePath) -> None:
+    """Refuses a store array-record's own file layer cannot read (it reads ``gs://``, and no ``s3://``).
+
+    Raises:
+      UnsupportedStoreError: For an ``s3://`` location.
+    """
+    if location.scheme == "gs":
+        return
+    raise UnsupportedStoreError(
+        f"path must be a local path or a gs:// URL for ArrayRecord files, got {location.url!r}: array-record "
+        f"cannot read files from {location.scheme}:// storage. Write the records with write_parquet_record and "
+        "read them with read_parquet_record (which reads any store), or copy the files to a local folder first"
+    )

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tinax._core import validation
+from tinax._core.storage import as_remote
+from tinax._data._locations import Location, RemotePath, remote_filesystem, require_remote_file
 from tinax._data._paths import require_record_path
 from tinax._data._record_codec import RecordHeader, require_record_file
 
@@ -43,12 +45,12 @@ class DatasetFile:
     """One file of a dataset of many files.
 
     Attributes:
-      path: The file's absolute path.
+      path: The file's absolute path, or its location in a bucket.
       name: Its path relative to the dataset's root folder, folders joined
         with ``/``: what orders the files and names them in states.
     """
 
-    path: pathlib.Path
+    path: Location
     name: str
 
 
@@ -64,12 +66,12 @@ class FileSet:
       given: What the caller passed, in words, for messages.
     """
 
-    root: pathlib.Path
+    root: Location
     files: tuple[DatasetFile, ...]
     given: str
 
 
-def resolve_record_paths(value: object, name: str, container: str) -> pathlib.Path | FileSet:
+def resolve_record_paths(value: object, name: str, container: str) -> Location | FileSet:
     """Checks a reader's path argument and finds the files it names.
 
     Args:
@@ -87,9 +89,14 @@ def resolve_record_paths(value: object, name: str, container: str) -> pathlib.Pa
       EmptyPathError: If a path is empty (a FileNotFoundError and a ValueError).
       FileNotFoundError: If a folder or pattern holds no file, or a path of
         a sequence names no regular file.
-      ValueError: If a sequence is empty or names a file twice.
+      ValueError: If a sequence is empty or names a file twice, a URL names
+        no bucket, or a sequence mixes URLs with local paths or buckets.
+      ImportError: If a URL's store has no client installed.
     """
     if isinstance(value, (str, os.PathLike)):
+        remote = as_remote(value, name, needs_key=False)
+        if remote is not None:
+            return _remote_files(remote, container)
         path = require_record_path(value, name)
         kind = _kind_of(path)
         if kind == "folder":
@@ -150,9 +157,111 @@ def _pattern_files(pattern: str, container: str) -> FileSet:
     return FileSet(root, _named(files, root), f"the glob pattern {pattern!r}")
 
 
+def _remote_files(location: RemotePath, container: str) -> RemotePath | FileSet:
+    """The object ``location`` names, or the objects under it (a prefix) or matching it (a glob pattern)."""
+    fs = remote_filesystem(location, _reader_of(container))
+    # Another process may have written objects here since this one last listed them.
+    fs.invalidate_cache(location.fs_path)
+    if _GLOB_MAGIC.intersection(location.key):
+        parts = location.key.split("/")
+        fixed = next(index for index, part in enumerate(parts) if _GLOB_MAGIC.intersection(part))
+        root = RemotePath(location.scheme, location.bucket, "/".join(parts[:fixed]))
+        fs.invalidate_cache(root.fs_path)
+        found = fs.glob(location.fs_path, detail=True)
+        paths = sorted(path for path, info in found.items() if info.get("type") == "file")
+        if not paths:
+            raise FileNotFoundError(f"No {container} file matches the glob pattern {location.url!r}")
+        files = [_object_at(location, path) for path in paths]
+        named = tuple(sorted((DatasetFile(file, _below(file, root)) for file in files), key=lambda file: file.name))
+        return FileSet(root, named, f"the glob pattern {location.url!r}")
+    if location.key:
+        try:
+            info = fs.info(location.fs_path)
+        except FileNotFoundError:
+            return location  # The reader raises, as for a missing local file.
+        if info.get("type") == "file":
+            return location
+    # A prefix (or a bucket's root): every object under it, as a folder's files.
+    listed = fs.find(location.fs_path, detail=True) if location.key else fs.find(location.bucket, detail=True)
+    found_files: list[tuple[str, RemotePath]] = []
+    for path, info in listed.items():
+        if info.get("type") != "file":
+            continue
+        file = _object_at(location, path)
+        below = _below(file, location)
+        if not below or any(part.startswith(_SKIPPED_PREFIXES) for part in below.split("/")):
+            continue
+        found_files.append((below, file))
+    if not found_files:
+        raise FileNotFoundError(
+            f"No {container} file under the prefix {location.url!r}: it holds no object whose name (or folder) "
+            "does not start with '.' or '_'"
+        )
+    found_files.sort(key=lambda item: item[0])
+    return FileSet(
+        location, tuple(DatasetFile(file, below) for below, file in found_files), f"the prefix {location.url!r}"
+    )
+
+
+def _reader_of(container: str) -> str:
+    return "tinax.data.read_parquet_record" if container == "Parquet" else "tinax.data.read_array_record"
+
+
+def _object_at(location: RemotePath, fs_path: str) -> RemotePath:
+    """The location of an object a listing of ``location``'s bucket named (``bucket/key``)."""
+    bucket, _, key = fs_path.partition("/")
+    return RemotePath(location.scheme, bucket, key)
+
+
+def _below(file: RemotePath, root: RemotePath) -> str:
+    """The key of ``file`` relative to the prefix ``root`` ('' where it is not under it)."""
+    if not root.key:
+        return file.key
+    return file.key[len(root.key) + 1 :] if file.key.startswith(root.key + "/") else ""
+
+
+def _listed_remote_files(values: Sequence[Any], name: str, container: str) -> FileSet:
+    """The objects a sequence of URLs names, all in one bucket, each checked to be an object."""
+    files: list[RemotePath] = []
+    for index, value in enumerate(values):
+        if not isinstance(value, (str, os.PathLike)):
+            validation.fail_type(f"{name}[{index}]", "a str or os.PathLike path", value)
+        location = as_remote(value, f"{name}[{index}]", needs_key=True)
+        if location is None:
+            validation.fail_value(
+                name, "paths all in one bucket or all local (a dataset's files are in one place)", values
+            )
+        if files and (location.scheme, location.bucket) != (files[0].scheme, files[0].bucket):
+            validation.fail_value(name, "URLs of objects in one bucket", values)
+        require_remote_file(location, container)
+        files.append(location)
+    seen: set[str] = set()
+    for file in files:
+        if file.key in seen:
+            validation.fail_value(name, "paths of distinct files", f"the object {file.url!r} more than once")
+        seen.add(file.key)
+    parents = [file.parent.key.split("/") if file.parent.key else [] for file in files]
+    common: list[str] = []
+    for parts in zip(*parents, strict=False):
+        if len(set(parts)) != 1:
+            break
+        common.append(parts[0])
+    root = RemotePath(files[0].scheme, files[0].bucket, "/".join(common))
+    named = tuple(sorted((DatasetFile(file, _below(file, root)) for file in files), key=lambda file: file.name))
+    return FileSet(root, named, f"a list of {len(files)} paths")
+
+
 def _listed_files(values: Sequence[Any], name: str, container: str) -> FileSet:
     if not values:
         validation.fail_value(name, "at least one file in a sequence of paths", values)
+    remote = [
+        isinstance(value, (str, os.PathLike)) and as_remote(value, f"{name}[{index}]") is not None
+        for index, value in enumerate(values)
+    ]
+    if any(remote):
+        if not all(remote):
+            validation.fail_value(name, "paths all in one bucket or all local (not both)", values)
+        return _listed_remote_files(values, name, container)
     files = []
     for index, value in enumerate(values):
         if not isinstance(value, (str, os.PathLike)):

@@ -20,8 +20,10 @@ from typing import Any
 
 from tinax._core._command._report import InspectOptions, Report, Shown
 from tinax._data._array_record import ArrayRecordSource
+from tinax._data._array_record_open import require_readable_store
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
 from tinax._data._file_sets import FileSet, resolve_record_paths
+from tinax._data._locations import RemotePath, require_remote_file
 from tinax._data._parquet_source import ParquetRecordSource
 from tinax._data._record_codec import KIND_ARRAY, FieldSpec
 
@@ -30,7 +32,7 @@ __all__ = ["inspect_array_record", "inspect_parquet"]
 _SHOWN_CHARACTERS = 120
 
 
-def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
+def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a Parquet file: schema, rows, row groups, header, checksums.
 
     The schema gives each column's Arrow type and what a record's value is:
@@ -47,8 +49,11 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
         from tinax._data._parquet_files import ParquetFilesSource
 
         source: ParquetRecordSource = ParquetFilesSource(found, mapping="python")
+    elif isinstance(found, RemotePath):
+        require_remote_file(found, "Parquet")
+        source = ParquetRecordSource(found, mapping="python")
     else:
-        source = ParquetRecordSource(path.absolute(), mapping="python")
+        source = ParquetRecordSource(pathlib.Path(path).absolute(), mapping="python")
     report = Report("inspect", "parquet", str(path))
     tinax_format = source.schema is not None
     ends = source.row_group_ends
@@ -120,7 +125,7 @@ def inspect_parquet(path: pathlib.Path, options: InspectOptions) -> Report:
     return report
 
 
-def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
+def inspect_array_record(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes an ArrayRecord file: record count, the tinax header and schema where present.
 
     Raises:
@@ -130,9 +135,15 @@ def inspect_array_record(path: pathlib.Path, options: InspectOptions) -> Report:
     if isinstance(found, FileSet):
         from tinax._data._array_record_files import ArrayRecordFilesSource
 
+        if isinstance(found.root, RemotePath):
+            require_readable_store(found.root)
         source: ArrayRecordSource = ArrayRecordFilesSource(found)
+    elif isinstance(found, RemotePath):
+        require_readable_store(found)
+        require_remote_file(found, "ArrayRecord")
+        source = ArrayRecordSource(found)
     else:
-        source = ArrayRecordSource(path.absolute())
+        source = ArrayRecordSource(pathlib.Path(path).absolute())
     report = Report("inspect", "array-record", str(path))
     schema = source.schema
     tinax_format = schema is not None

@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tinax._core import validation
+from tinax._core import storage, validation
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
@@ -258,7 +258,10 @@ def write_parquet_record(
     Args:
       path: Where to write the file. Its folder must exist. A symbolic link
         there is followed: the file it points to is replaced, as tinax 0.2
-        wrote through it.
+        wrote through it. A ``gs://`` or ``s3://`` URL (a str or an
+        ``etils.epath.Path``) names an object: the file is written locally
+        first, then uploaded as one object that appears whole or not at
+        all (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
       records: A non-empty, finite sequence (a list or tuple, or any
         ``collections.abc.Sequence``) of mappings of field names to values.
       overwrite: Whether a file already at ``path`` is replaced. The default
@@ -294,10 +297,12 @@ def write_parquet_record(
         file.
       IsADirectoryError: If ``path`` is a folder.
       FileExistsError: If a file already exists at ``path`` and
-        ``overwrite`` is False.
-      OSError: If the file system refuses the write.
+        ``overwrite`` is False (for an object: also where another writer
+        created it during the upload).
+      OSError: If the file system or the store refuses the write.
       ImportError: If ``progress="bar"`` and neither tqdm nor rich is
-        installed (before anything is written).
+        installed, or ``path`` is a URL whose store's client is not
+        (before anything is written).
 
     Examples:
       >>> import numpy as np
@@ -307,37 +312,55 @@ def write_parquet_record(
       >>> pq.read_table("rows.parquet").column("text").to_pylist()  # plain Arrow columns for other tools
       ['a', 'b']
     """
-    import pyarrow as pa
-
-    destination = require_record_path(path, "path")
+    remote = storage.as_remote(path, "path")
+    destination = require_record_path(path, "path") if remote is None else None
     _require_records(records)
     validation.require_bool(overwrite, "overwrite")
     reporting = require_progress(progress, needed_by="tinax.data.write_parquet_record")
     count = len(records)
-    operation = Operation(_logger, "wrote", f"{count} {'record' if count == 1 else 'records'} to", destination)
+    written = f"{count} {'record' if count == 1 else 'records'} to"
+    if remote is None:
+        assert destination is not None
+        operation = Operation(_logger, "wrote", written, destination)
+        destination = _write_file(destination, records, overwrite=overwrite, reporting=reporting)
+        operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
+        return
+    # An object is written whole to a local file first, then published as one object that appears whole
+    # or not at all (and, without overwrite, only where none is).
+    fs = storage.filesystem(remote, distribution="tinax-data", needed_by="tinax.data.write_parquet_record")
+    operation = Operation(_logger, "wrote", written, remote.url)
+    with storage.local_copy_to_publish(fs, remote, overwrite=overwrite) as temporary:
+        local = _write_file(temporary, records, overwrite=True, reporting=reporting)
+        nbytes = _size(local)
+    operation.done(rows=count, nbytes=nbytes)
+
+
+def _write_file(
+    destination: pathlib.Path, records: Sequence[Mapping[str, Any]], *, overwrite: bool, reporting: ProgressChoice
+) -> pathlib.Path:
+    """Writes checked records to a local file as ``write_parquet_record`` does; returns the path written."""
+    import pyarrow as pa
+
+    count = len(records)
     # tinax 0.2's conversion first: what it converts is written as 0.2 wrote it. Where pyarrow is sure
     # to refuse the records, its conversion is put off until its error is the one to raise.
     converted = None if _pyarrow_refuses(records[0]) else _plain_table(records)
     if isinstance(converted, pa.Table):
-        destination = _publish_plain_table(destination, converted, records, overwrite=overwrite, reporting=reporting)
-        operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
-        return
+        return _publish_plain_table(destination, converted, records, overwrite=overwrite, reporting=reporting)
     try:
         plan = _plan_tinax_records(records)
     except _OutsideTheFormatError as outside:
         refused = _plain_table(records) if converted is None else converted
         if isinstance(refused, pa.Table):
             # Only if a pyarrow converts what _pyarrow_refuses says it cannot: then 0.2's path still holds.
-            destination = _publish_plain_table(destination, refused, records, overwrite=overwrite, reporting=reporting)
-            operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
-            return
+            return _publish_plain_table(destination, refused, records, overwrite=overwrite, reporting=reporting)
         # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
         refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
         raise refused from None
     destination = writable_destination(destination, DestinationErrors())
     with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
         _write_tinax_records(destination, plan, records, overwrite=overwrite, reporter=reporter)
-    operation.done(rows=count, nbytes=_size(destination) if operation.enabled else None)
+    return destination
 
 
 def _pyarrow_refuses(first: Mapping[str, Any]) -> bool:

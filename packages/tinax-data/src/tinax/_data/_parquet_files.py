@@ -18,7 +18,6 @@ format must all hold records of one schema.
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 from typing import Any, NamedTuple, cast
 
@@ -27,8 +26,8 @@ import pyarrow as pa
 
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_sets import FileSet, combined_header, require_one_kind
-from tinax._data._parquet import DEFAULT_CACHE_BYTES, _digest_range
-from tinax._data._parquet_source import ParquetRecordSource, _Footer
+from tinax._data._parquet import DEFAULT_CACHE_BYTES
+from tinax._data._parquet_source import ParquetRecordSource, _Footer, digest_of_range
 from tinax._data._record_codec import RecordHeader
 from tinax._data._record_file_source import FileSetSource, OpenFiles
 
@@ -206,8 +205,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
             return  # A file tinax did not write has no checksums of its own.
         start, end, expected = check
         file_index, local = self.locate_group(group_index)
-        with open(self.file_path(file_index), "rb") as handle:
-            found = _digest_range(handle, start, end)
+        found = digest_of_range(self.file_path(file_index), start, end)
         if found != expected:
             raise CorruptParquetError(
                 f"the bytes of row group {local} of {self._files_header.names[file_index]!r} do not match the checksum "
@@ -227,7 +225,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
         else:
             rows = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
         return (
-            f"ParquetFilesSource(root={os.fspath(self._path)!r}, files={len(self.file_set)}, records={self._count}, "
+            f"ParquetFilesSource(root={str(self._path)!r}, files={len(self.file_set)}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, {rows})"
         )
 

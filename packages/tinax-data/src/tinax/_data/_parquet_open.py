@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from tinax._core import validation
 from tinax._data._arrow_values import MAPPINGS
 from tinax._data._file_sets import FileSet, resolve_record_paths
+from tinax._data._locations import RemotePath, require_remote_file
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_codec import require_record_file
 
@@ -55,7 +56,11 @@ def read_parquet_record(
 
     Args:
       path: The file; or a folder, a glob pattern or a sequence of paths of
-        many files.
+        many files. A ``gs://`` or ``s3://`` URL (a str or an
+        ``etils.epath.Path``) names an object, and a prefix or pattern the
+        objects under it (as a folder's files); objects are read with
+        ranged requests, the footer on open and a row group when it is
+        read (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
       mapping: ``"python"`` or ``"numpy"``, how the values of a file outside
         the tinax format become Python values.
       cache_bytes: The memory budget of the cache of decoded row groups, in
@@ -86,7 +91,9 @@ def read_parquet_record(
         many files also: if they mix the tinax format with plain tables,
         hold tinax records of different schemas or columns pyarrow cannot
         unify (naming two files and the column), or a list names a file
-        twice.
+        twice, or mixes URLs with local paths or buckets.
+      ImportError: If ``path`` is a URL whose store's client is not
+        installed.
 
     Examples:
       >>> from tinax.data import read_parquet_record, write_parquet_record
@@ -108,7 +115,10 @@ def read_parquet_record(
         from tinax._data._parquet_files import ParquetFilesSource
 
         return source_dataset(ParquetFilesSource(found, mapping=mapping, cache_bytes=cache_bytes))
-    require_record_file(found, "Parquet")
     from tinax._data._parquet_source import ParquetRecordSource
 
+    if isinstance(found, RemotePath):
+        require_remote_file(found, "Parquet")
+        return source_dataset(ParquetRecordSource(found, mapping=mapping, cache_bytes=cache_bytes))
+    require_record_file(found, "Parquet")
     return source_dataset(ParquetRecordSource(found.absolute(), mapping=mapping, cache_bytes=cache_bytes))

@@ -21,7 +21,6 @@ import collections
 import hashlib
 import itertools
 import os
-import pathlib
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +35,7 @@ from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable, stacked_values
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows
+from tinax._data._locations import Location, RemotePath, file_size, open_bytes, open_object, read_object_range
 from tinax._data._parquet import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
@@ -344,12 +344,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     reads_in_turn = True  # One row group at a time, under the lock; rows are assembled in Python.
     _column_names: tuple[str, ...]
 
-    def __init__(self, path: pathlib.Path, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, path: Location, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         """Opens the file and reads its footer.
 
         Args:
           path: The file, preferably absolute so that workers with another
-            working directory find it too.
+            working directory find it too, or its location in a bucket.
           mapping: ``"python"`` or ``"numpy"`` (see :func:`read_parquet_record`).
           cache_bytes: The memory budget of the row-group cache.
 
@@ -438,12 +438,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         self._column_names = tuple(parquet_file.schema_arrow.names)
         return parquet_file, footer
 
-    def _open_file(self, path: pathlib.Path) -> tuple[Any, _Footer]:
+    def _open_file(self, path: Location) -> tuple[Any, _Footer]:
         """Opens one Parquet file and reads and checks its footer; returns the open file and what the footer says.
 
         Raises:
           ValueError: As the constructor says, naming ``path``.
         """
+        if isinstance(path, RemotePath):
+            return self._open_object(path)
         try:
             parquet_file = pq.ParquetFile(path, page_checksum_verification=True)
             metadata = parquet_file.metadata
@@ -452,7 +454,39 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             raise _footer_error(path, error) from error
         return parquet_file, self._footer_of(path, metadata, arrow_schema, _raw_footer(path))
 
-    def read_footer(self, path: pathlib.Path) -> tuple[_Footer, pa.Schema, int, int]:
+    def _open_object(self, path: RemotePath) -> tuple[Any, _Footer]:
+        """:meth:`_open_file` for an object: its footer is fetched once, parsed here and handed to pyarrow.
+
+        Raises:
+          ValueError: As the constructor says, naming ``path``.
+        """
+        handle = open_object(path)
+        try:
+            raw: tuple[bytes, int] | ValueError = _read_raw_footer(handle, "the file")
+        except ValueError as error:
+            raw = error
+        except BaseException:
+            handle.close()
+            raise
+        metadata = None
+        if _parse_footer is not None and not isinstance(raw, ValueError):
+            try:
+                metadata = _parse_footer(pa.py_buffer(raw[0][:-8]))
+            except Exception:
+                metadata = None  # pyarrow reads the footer itself below, and raises what it raises.
+        try:
+            parquet_file: Any = _ObjectParquetFile(handle, metadata=metadata, page_checksum_verification=True)
+            metadata = parquet_file.metadata
+            arrow_schema = parquet_file.schema_arrow
+        except (ValueError, pa.ArrowException, OSError) as error:
+            raise _footer_error(path, error) from error
+        try:
+            return parquet_file, self._footer_of(path, metadata, arrow_schema, raw)
+        except BaseException:
+            parquet_file.close()
+            raise
+
+    def read_footer(self, path: Location) -> tuple[_Footer, pa.Schema, int, int]:
         """Reads and checks one Parquet file's footer without opening the file for reading rows.
 
         The footer's bytes are read once and parsed, which is what opening a
@@ -468,9 +502,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         """
         try:
             # Unbuffered: three reads of the bytes the footer needs, not of whole blocks.
-            with open(path, "rb", buffering=0) as handle:
+            with open_bytes(path, buffering=0) as handle:
                 footer, footer_start = _read_raw_footer(handle, "the file")
-                size = os.fstat(handle.fileno()).st_size
+                size = _size_of(handle)
             # Parses the footer's Thrift bytes as pyarrow parses a pickled FileMetaData.
             metadata = _parse_footer(pa.py_buffer(footer[:-8]))
             arrow_schema = metadata.schema.to_arrow_schema()
@@ -480,14 +514,14 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 metadata, arrow_schema = parquet_file.metadata, parquet_file.schema_arrow
             finally:
                 parquet_file.close()
-            size = os.stat(path).st_size
+            size = file_size(path)
         else:
             found = self._footer_of(path, metadata, arrow_schema, (footer, footer_start))
         stored = sum(metadata.row_group(index).total_byte_size for index in range(metadata.num_row_groups))
         return found, arrow_schema, size, stored
 
     def _footer_of(
-        self, path: pathlib.Path, metadata: Any, arrow_schema: pa.Schema, raw: tuple[bytes, int] | ValueError
+        self, path: Location, metadata: Any, arrow_schema: pa.Schema, raw: tuple[bytes, int] | ValueError
     ) -> _Footer:
         """Checks what a file's footer says: its row groups, and the tinax header and checksums where it has them.
 
@@ -1007,8 +1041,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def _verify_row_group(self, group_index: int) -> None:
         assert self._group_checks is not None
         start, end, expected = self._group_checks[group_index]
-        with open(self._path, "rb") as handle:
-            found = _digest_range(handle, start, end)
+        found = digest_of_range(self._path, start, end)
         if found != expected:
             raise CorruptParquetError(
                 f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
@@ -1020,7 +1053,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         else:
             rows = f"fields={list(self._schema.names)}, source_id={self.source_id!r}"
         return (
-            f"ParquetRecordSource(path={os.fspath(self._path)!r}, records={self._count}, "
+            f"ParquetRecordSource(path={str(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, {rows})"
         )
 
@@ -1061,16 +1094,49 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
                     source._filling.remove(threading.current_thread())
 
 
-def _raw_footer(path: pathlib.Path) -> tuple[bytes, int] | ValueError:
+class _ObjectParquetFile(pq.ParquetFile):  # type: ignore[misc]
+    """A ``pyarrow.parquet.ParquetFile`` over an open object (ranged reads), which it closes when it is closed."""
+
+    def __init__(self, handle: Any, **options: Any) -> None:
+        self._object = handle
+        try:
+            super().__init__(handle, **options)
+        except BaseException:
+            handle.close()
+            raise
+
+    def close(self, force: bool = False) -> None:
+        super().close(force=force)
+        self._object.close()
+
+
+def digest_of_range(path: Location, start: int, end: int) -> str:
+    """The SHA-256 of the bytes ``[start, end)`` of a file (read in chunks) or an object (one ranged read)."""
+    if isinstance(path, RemotePath):
+        data = read_object_range(path, start, end)
+        if len(data) != end - start:
+            raise ValueError("the file ends inside a row group")
+        return hashlib.sha256(data).hexdigest()
+    with open(path, "rb") as handle:
+        return _digest_range(handle, start, end)
+
+
+def _size_of(handle: Any) -> int:
+    """The size of an open local file or object."""
+    size = getattr(handle, "size", None)
+    return int(size) if isinstance(size, int) else os.fstat(handle.fileno()).st_size
+
+
+def _raw_footer(path: Location) -> tuple[bytes, int] | ValueError:
     """A Parquet file's footer bytes and offset (see ``_read_raw_footer``), or the ValueError saying why not."""
     try:
-        with open(path, "rb") as handle:
+        with open_bytes(path) as handle:
             return _read_raw_footer(handle, "the file")
     except ValueError as error:
         return error
 
 
-def _footer_error(path: pathlib.Path, error: BaseException) -> BaseException:
+def _footer_error(path: Location, error: BaseException) -> BaseException:
     """What to raise where pyarrow cannot read a file's footer, given what pyarrow raised."""
     if isinstance(error, OSError) and not isinstance(error, pa.ArrowException):
         if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
@@ -1088,7 +1154,7 @@ def _footer_error(path: pathlib.Path, error: BaseException) -> BaseException:
     )
 
 
-def _unreadable_file(path: pathlib.Path, reason: str, *, tinax_format: bool = True) -> ValueError:
+def _unreadable_file(path: Location, reason: str, *, tinax_format: bool = True) -> ValueError:
     what = "a readable tinax Parquet record file" if tinax_format else "a readable Parquet file"
     return ValueError(f"{str(path)!r} is not {what}: {reason}")
 

@@ -12,12 +12,11 @@ reads records the parent did not describe.
 from __future__ import annotations
 
 import collections
-import os
-import pathlib
 import threading
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
+from tinax._data._locations import Location, pickled_location, restored_location
 from tinax._data._record_codec import RecordSchema, record_position
 
 __all__ = ["FileSetSource", "OpenFiles", "RecordFileSource"]
@@ -45,12 +44,12 @@ class RecordFileSource(Generic[HeaderT]):
     #: one prefetch thread can only wait (see ``_pipelines``).
     reads_in_turn = False
 
-    def __init__(self, path: pathlib.Path) -> None:
+    def __init__(self, path: Location) -> None:
         """Opens the file and reads its header.
 
         Args:
           path: The file, preferably absolute so that workers with another
-            working directory find it too.
+            working directory find it too, or its location in a bucket.
 
         Raises:
           ValueError: If the file cannot be read as this kind of record file
@@ -116,10 +115,10 @@ class RecordFileSource(Generic[HeaderT]):
         return record_position(index, self._count, self._path)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": os.fspath(self._path), "header": self._header, "options": self._options()}
+        return {"path": pickled_location(self._path), "header": self._header, "options": self._options()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self._path = pathlib.Path(state["path"])
+        self._path = restored_location(state["path"])
         self._set_options(state["options"])
         self._start_process()
         self._adopt(state["header"])
@@ -160,7 +159,7 @@ class FileSetSource(RecordFileSource[Any]):
         names: tuple[str, ...] = self._files_header.names
         return names
 
-    def file_path(self, index: int) -> pathlib.Path:
+    def file_path(self, index: int) -> Location:
         """The path of the dataset's ``index``-th file."""
         name: str = self._files_header.names[index]
         return self._path / name
