@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import io
 import json
 import math
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -34,6 +33,7 @@ __all__ = [
     "MAX_HEADER_BYTES",
     "METADATA_KEY",
     "ParsedHeader",
+    "ReadableFile",
     "RepeatedKeyError",
     "SafetensorsInfo",
     "TensorInfo",
@@ -76,6 +76,18 @@ _REMEMBERED_HEADERS = 4
 _REMEMBERED_HEADER_MAX_BYTES = 256 * 1024
 _remembered: collections.OrderedDict[tuple[int, bytes], _Validated] = collections.OrderedDict()
 _remembered_lock = threading.Lock()
+
+
+class ReadableFile(Protocol):
+    """What the readers use of an open file: a local ``io.FileIO``, or an object's file of ranged GETs."""
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+    def read(self, size: int = -1, /) -> bytes | None: ...
+
+    def tell(self) -> int: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,7 +289,7 @@ def metadata_nbytes(metadata: Mapping[str, str]) -> int:
     return len(json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
-def read_exactly(handle: io.RawIOBase, buffer: memoryview, offset: int) -> int:
+def read_exactly(handle: ReadableFile, buffer: memoryview, offset: int) -> int:
     """Fills ``buffer`` from ``handle`` starting at byte ``offset``.
 
     Returns:
@@ -294,7 +306,7 @@ def read_exactly(handle: io.RawIOBase, buffer: memoryview, offset: int) -> int:
     return filled
 
 
-def read_header(handle: io.RawIOBase, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
+def read_header(handle: ReadableFile, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
     """Reads and completely validates the header of an open safetensors file.
 
     Validation depends only on the header bytes and the file size, so its
@@ -352,7 +364,7 @@ def forget_validated_headers() -> None:
         _remembered.clear()
 
 
-def _read_header_bytes(handle: io.RawIOBase, file_size: int, fail: _Fail) -> bytes:
+def _read_header_bytes(handle: ReadableFile, file_size: int, fail: _Fail) -> bytes:
     if file_size < LENGTH_FIELD_BYTES:
         fail(f"it has {file_size} bytes, fewer than the {LENGTH_FIELD_BYTES}-byte header length field")
     # One read covers the length field and, usually, the whole header.

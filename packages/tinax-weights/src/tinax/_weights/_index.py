@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from tinax._weights._compat02 import MissingFilePathError
 from tinax._weights._header import (
     MAX_HEADER_BYTES,
+    ReadableFile,
     RepeatedKeyError,
     TensorInfo,
     distinct_keys,
@@ -63,7 +64,7 @@ class OpenTensor:
     """
 
     info: TensorInfo
-    handle: io.FileIO
+    handle: ReadableFile
     payload_start: int
     source: str
     remote: bool = False

@@ -43,7 +43,7 @@ import numpy as np
 from tinax._core import dtypes, validation
 from tinax._core.logs import Operation, get_logger
 from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError, malformed_msgpack, trailing_msgpack_data
-from tinax._weights._header import numpy_shape_problem
+from tinax._weights._header import ReadableFile, numpy_shape_problem
 from tinax._weights._remote import (
     RemotePath,
     display,
@@ -570,7 +570,7 @@ def _target_leaf(value: object, where: str) -> _Expected:
     return _ExpectedNumeric(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
 
 
-def read_state_tree(handle: BinaryIO, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
+def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
     """Decodes a whole msgpack state dict under limits that follow the file's size.
 
     Arrays come back as NumPy arrays, still in flax's chunked form where the

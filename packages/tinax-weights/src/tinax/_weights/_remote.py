@@ -15,11 +15,12 @@ import io
 import os
 import pathlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from tinax._core import storage
 from tinax._core.storage import RemotePath
 from tinax._weights._compat02 import DirectoryPathError, malformed_safetensors
+from tinax._weights._header import ReadableFile
 from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def filesystem(location: RemotePath, needed_by: str) -> AbstractFileSystem:
 @contextlib.contextmanager
 def open_to_read(
     location: Location, *, kind: str, needed_by: str, directory_error: type[OSError] = DirectoryPathError
-) -> Iterator[tuple[BinaryIO, int]]:
+) -> Iterator[tuple[ReadableFile, int]]:
     """Opens a local file (as ``open_file_to_read``) or an object (ranged GETs, no read-ahead), with its size.
 
     Raises:
@@ -77,8 +78,9 @@ def open_to_read(
     """
     if isinstance(location, RemotePath):
         fs = filesystem(location, needed_by)
-        with storage.open_to_read(fs, location, kind=kind) as opened:
-            yield opened
+        with storage.open_to_read(fs, location, kind=kind) as (handle, size):
+            # fsspec's file reads as a local one does (seek, readinto, read, tell).
+            yield cast("ReadableFile", handle), size
         return
     with open_file_to_read(location, kind=kind, directory_error=directory_error) as (handle, size):
         yield handle, size
@@ -101,7 +103,7 @@ def write_atomically(location: Location, *, overwrite: bool, needed_by: str) -> 
         yield handle
 
 
-def fetch_into(handle: BinaryIO, targets: Sequence[tuple[int, memoryview]], *, source: str, what: str) -> None:
+def fetch_into(handle: ReadableFile, targets: Sequence[tuple[int, memoryview]], *, source: str, what: str) -> None:
     """Fills each ``(object offset, buffer)`` target with the object's bytes, in few large concurrent GETs.
 
     Targets that follow each other in the object are fetched as one run, so
@@ -176,7 +178,7 @@ def _cut(start: int, end: int) -> list[tuple[int, int]]:
     return [(low, min(end, low + PIECE_BYTES)) for low in range(start, end, PIECE_BYTES)]
 
 
-def read_whole(handle: BinaryIO, size: int, *, source: str, what: str) -> io.BytesIO:
+def read_whole(handle: ReadableFile, size: int, *, source: str, what: str) -> io.BytesIO:
     """The whole object as an in-memory file, fetched as :func:`fetch_into` fetches."""
     content = bytearray(size)
     fetch_into(handle, [(0, memoryview(content))], source=source, what=what)

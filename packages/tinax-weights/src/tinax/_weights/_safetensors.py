@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import io
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -33,6 +32,7 @@ from tinax._weights._header import (
     LENGTH_FIELD_BYTES,
     MAX_HEADER_BYTES,
     METADATA_KEY,
+    ReadableFile,
     SafetensorsInfo,
     TensorInfo,
     encode_header,
@@ -444,7 +444,7 @@ def require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo
 
 
 def _read_tensor(
-    handle: io.FileIO, payload_start: int, name: str, info: TensorInfo, source: str
+    handle: ReadableFile, payload_start: int, name: str, info: TensorInfo, source: str
 ) -> np.ndarray[Any, Any]:
     # np.empty owns its memory and is written once, by the read itself: no
     # intermediate bytes object, and pages are touched only for selected data.
@@ -459,7 +459,7 @@ def _read_tensor(
 
 
 def _fetch_tensors(
-    handle: BinaryIO, payload_start: int, tensors: list[tuple[str, TensorInfo]], source: str
+    handle: ReadableFile, payload_start: int, tensors: list[tuple[str, TensorInfo]], source: str
 ) -> dict[str, np.ndarray[Any, Any]]:
     """Reads tensors (in file order) from an object: adjacent ones in one run of large concurrent GETs."""
     arrays = {name: empty_without_huge_page_hint(info.shape, info.numpy_dtype) for name, info in tensors}
@@ -474,7 +474,7 @@ def _fetch_tensors(
     return arrays
 
 
-def read_payload(handle: io.FileIO, destination: memoryview, offset: int, *, name: str, source: str) -> None:
+def read_payload(handle: ReadableFile, destination: memoryview, offset: int, *, name: str, source: str) -> None:
     """Fills ``destination`` with the bytes of ``handle`` from ``offset`` on, or reports a truncated file.
 
     Args:

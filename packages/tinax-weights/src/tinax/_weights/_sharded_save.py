@@ -31,7 +31,7 @@ import numpy as np
 from tinax._core import storage, validation
 from tinax._core.files import exists_error
 from tinax._core.logs import Operation, get_logger
-from tinax._core.progress import Progress, Reporter, require_progress
+from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
 from tinax._weights import _dtypes
 from tinax._weights._index import encode_index, indexed_file_names, part_file_names
 from tinax._weights._paths import (
@@ -204,7 +204,7 @@ def save_sharded_safetensors(
         _require_destination(file_path, overwrite=overwrite)
         if overwrite and isinstance(file_path, RemotePath):
             replaced = read_object(file_path, _SAVE_SHARDED)
-        elif overwrite:
+        elif overwrite and isinstance(file_path, pathlib.Path):
             with contextlib.suppress(FileNotFoundError):
                 replaced = file_path.read_bytes()
         plans = [plan_file(group, stored_metadata) for group in _split(described, file_limit)]
@@ -214,12 +214,15 @@ def save_sharded_safetensors(
         for destination, _, _ in files:
             _require_destination(destination, overwrite=overwrite)
     total = sum(_owned_nbytes(entries, given) for _, entries, _ in files)
+    # Every file lies beside the index, so it is of the index's kind: objects, or local files.
     if isinstance(file_path, RemotePath):
-        _upload_files(file_path, files, given, reporting, total, overwrite=overwrite)  # type: ignore[arg-type]
+        objects = [(place, entries, header) for place, entries, header in files if isinstance(place, RemotePath)]
+        _upload_files(file_path, objects, given, reporting, total, overwrite=overwrite)
     else:
         with reporting.reporting(total, unit="bytes", description=file_path.name) as reporter:
             for destination, entries, header in files:
-                _write_file(destination, header, entries, given, reporter, overwrite=overwrite)  # type: ignore[arg-type]
+                if isinstance(destination, pathlib.Path):
+                    _write_file(destination, header, entries, given, reporter, overwrite=overwrite)
     if file_limit is None:
         operation.done(nbytes=total, detail=whose_shards())
         return
@@ -239,7 +242,7 @@ def save_sharded_safetensors(
         if replaced is not None:
             # The new files replace the old set, so they keep its permissions
             # (the replaced index's), as a replaced single file keeps its own.
-            _give_mode_of(file_path, [destination for destination, _, _ in files])
+            _give_mode_of(file_path, [place for place, _, _ in files if isinstance(place, pathlib.Path)])
         # The index is the commit point: until it is replaced, the old index
         # still names old files only, all untouched.
         with write_file_atomically(file_path, overwrite=overwrite) as handle:
@@ -263,7 +266,7 @@ def _upload_files(
     index_path: RemotePath,
     files: list[tuple[RemotePath, list[_Entry], bytes]],
     arrays: Mapping[str, Any],
-    reporting: Any,
+    reporting: ProgressChoice,
     total: int,
     *,
     overwrite: bool,
