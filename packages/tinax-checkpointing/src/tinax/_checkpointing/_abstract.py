@@ -31,6 +31,7 @@ import numpy as np
 
 from tinax._checkpointing._compat02 import CheckpointKeyError
 from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, read_json_object, require_complete_checkpoint
+from tinax._checkpointing._locations import absolute_location, tensorstore_base
 from tinax._core import validation
 
 __all__ = [
@@ -154,6 +155,9 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
 
     Args:
       path: The checkpoint folder.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket; it is a checkpoint only once it holds Orbax's
+        ``commit_success.txt``.
       names: The checkpointables to read; all of its pytree checkpointables
         when None (those of other kinds, such as a data iterator, have no
         abstract form and are left out).
@@ -169,6 +173,10 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
         All but the first are also a ``KeyError``, as the loader's are.
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -178,7 +186,7 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
       >>> abstract["params"]["w"].shape, str(abstract["params"]["w"].dtype)
       ((2, 3), 'float32')
     """
-    source = validation.require_path(path, "path").absolute()
+    source = absolute_location(path, "path", needed_by="tinax.checkpointing.abstract_checkpointables")
     wanted = None
     if names is not None:
         wanted = validation.require_sequence(
@@ -311,9 +319,9 @@ class _Layout:
         import tensorstore
 
         if self._use_ocdbt:
-            kvstore = {"driver": "ocdbt", "base": {"driver": "file", "path": f"{self._folder}/"}, "path": param}
+            kvstore = {"driver": "ocdbt", "base": tensorstore_base(self._folder), "path": param}
         else:
-            kvstore = {"driver": "file", "path": f"{self._folder / param}/"}
+            kvstore = tensorstore_base(self._folder / param)
         spec = {"driver": self._driver, "kvstore": kvstore}
         return tensorstore.open(spec, open=True, read=True, context=self._context)
 

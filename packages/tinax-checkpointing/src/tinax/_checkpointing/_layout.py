@@ -4,7 +4,10 @@ Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
 it to ``<path>`` only after every value and its metadata are on disk. (Orbax
 0.12.8 and later also write a ``commit_success.txt`` marker before the
 rename; 0.12.1, which tinax 0.2 pinned, does not, so the marker is not
-required.) The loader, the manager's scan and ``tinax inspect`` all ask
+required locally.) On a ``gs://`` bucket there is no rename: Orbax writes
+into ``<path>`` itself and writes ``commit_success.txt`` last, so there a
+prefix without that marker is refused as a missing checkpoint is. The
+loader, the manager's scan and ``tinax inspect`` all ask
 :func:`require_complete_checkpoint` before anything is read.
 
 This check is ours because Orbax has none to call: it reads its metadata
@@ -21,6 +24,7 @@ import pathlib
 from typing import Any
 
 from tinax._checkpointing._compat02 import CheckpointKeyError, CheckpointNotFoundError
+from tinax._checkpointing._locations import CLAIM_SUFFIX, COMMIT_MARKER, has_commit_marker, is_remote, remote_filesystem
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 
 __all__ = ["CHECKPOINT_METADATA", "PYTREE_METADATA", "ParsedFiles", "read_json_object", "require_complete_checkpoint"]
@@ -69,7 +73,9 @@ def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None
         Orbax's ``KeyError`` through for an empty folder and for every
         checkpointable that failed to load.
     """
-    if not os.path.lexists(source):
+    if is_remote(source):
+        _require_committed_prefix(source)
+    elif not os.path.lexists(source):
         leftover = source.with_name(source.name + ORBAX_TMP_SUFFIX)
         hint = (
             f"; {str(leftover)!r} holds a save that has not finished (still running, or interrupted)"
@@ -79,7 +85,7 @@ def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None
         raise CheckpointNotFoundError(
             f"path must name an existing checkpoint, got {str(source)!r} which does not exist{hint}"
         )
-    if not source.is_dir():
+    elif not source.is_dir():
         raise ValueError(f"path must name a checkpoint folder, got {str(source)!r} which is not a folder")
     if is_orbax_temporary_name(source.name):
         raise ValueError(
@@ -132,6 +138,26 @@ def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None
             elif is_pytree and relative.name == PYTREE_METADATA:
                 _require_tree_metadata(source, relative, content)
     return set(handlers)
+
+
+def _require_committed_prefix(source: pathlib.Path) -> None:
+    """Refuses a ``gs://`` checkpoint prefix without Orbax's commit marker, as a missing local folder is refused.
+
+    On a bucket Orbax writes into the final prefix, so objects there without
+    the marker are a save that has not finished (still running, or killed).
+    """
+    fs = remote_filesystem(source, needed_by="tinax.checkpointing")
+    if has_commit_marker(fs, source):
+        return
+    prefix = os.fspath(source).removeprefix("gs://")
+    hint = ""
+    if fs.exists(prefix):
+        hint = f"; it holds objects without {COMMIT_MARKER!r}: a save that has not finished (running, or interrupted)"
+    elif fs.isfile(prefix + CLAIM_SUFFIX):
+        hint = f"; a save to it has not finished (running, or interrupted): {CLAIM_SUFFIX!r} claims it"
+    raise CheckpointNotFoundError(
+        f"path must name an existing checkpoint, got {str(source)!r} which is no committed checkpoint{hint}"
+    )
 
 
 def _require_array_metadatas(source: pathlib.Path, relative: pathlib.PurePath, content: dict[str, Any]) -> None:
@@ -230,7 +256,8 @@ def _json_files_of(source: pathlib.Path, name: str) -> list[pathlib.PurePath]:
         found.extend(entry for entry in folder.iterdir() if entry.name.endswith(".json"))
     with contextlib.suppress(OSError):
         found.extend((folder / _ARRAY_METADATAS).iterdir())
-    return [entry.relative_to(source) for entry in found if entry.is_file()]
+    # As PurePath, whichever the folder's kind, so the keys match those of ``parsed``.
+    return [pathlib.PurePath(os.fspath(entry.relative_to(source))) for entry in found if entry.is_file()]
 
 
 def read_json_object(

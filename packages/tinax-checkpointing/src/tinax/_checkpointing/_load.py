@@ -23,6 +23,7 @@ from typing import Any
 from tinax._checkpointing._abstract import stored_leaves_of
 from tinax._checkpointing._compat02 import CheckpointKeyError, upstream_failure
 from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, require_complete_checkpoint
+from tinax._checkpointing._locations import absolute_location, folder_nbytes, is_remote
 from tinax._checkpointing._orbax_workarounds import (
     ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
     collect_abandoned_reads,
@@ -42,6 +43,7 @@ from tinax._core.logs import Operation, get_logger, tree_nbytes
 __all__ = ["load_checkpointables", "loaded_nbytes", "restore_checkpointables", "restore_complete", "stored_tree"]
 
 _logger = get_logger("checkpointing")
+_LOAD = "tinax.checkpointing.load_checkpointables"
 
 
 def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,6 +65,9 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
 
     Args:
       path: The checkpoint folder written by :func:`save_checkpointables`.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket; it is a checkpoint only once it holds Orbax's
+        ``commit_success.txt``.
       targets: A restore target per name to load. At least one.
 
     Returns:
@@ -85,6 +90,10 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
         first two are also ``KeyError``, as Orbax's errors were.
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -98,7 +107,7 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
     operation = Operation(_logger, "loaded", "", "")
     loaded = restore_checkpointables(path, targets)
     operation.what = f"checkpointables {sorted(loaded)} from"
-    operation.target = str(validation.require_path(path, "path").absolute())
+    operation.target = str(absolute_location(path, "path", needed_by=_LOAD))
     operation.done(nbytes=loaded_nbytes(operation, operation.target, loaded))
     return loaded
 
@@ -107,12 +116,14 @@ def loaded_nbytes(operation: Operation, source: str | os.PathLike[str], names: I
     """The bytes of the folders of the checkpointables loaded, counted only if ``operation`` logs."""
     if not operation.enabled:
         return None
+    if is_remote(source):
+        return sum(folder_nbytes(f"{os.fspath(source)}/{name}") for name in names)
     return sum(tree_nbytes(pathlib.Path(source) / name) for name in names)
 
 
 def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any]) -> dict[str, Any]:
     """Does what :func:`load_checkpointables` documents, without its log line."""
-    source = validation.require_path(path, "path").absolute()
+    source = absolute_location(path, "path", needed_by=_LOAD)
     named = validation.require_str_mapping(targets, "targets")
     if not named:
         validation.fail_value("targets", "a mapping with a restore target for at least one checkpointable", named)

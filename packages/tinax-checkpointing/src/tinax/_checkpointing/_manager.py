@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
 from tinax._checkpointing._layout import require_complete_checkpoint
+from tinax._checkpointing._locations import refuse_bucket_root
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (
     MAX_STEP,
@@ -150,7 +151,7 @@ class TrainingCheckpointManager:
     keeps steps" section gives the rules.
 
     Args:
-      root: The folder holding one subfolder per step.
+      root: The local folder holding one subfolder per step.
       save_interval_steps: :meth:`should_save` answers True for steps
         divisible by this.
       keep_last: How many of the newest committed steps to keep, at least 1.
@@ -181,6 +182,11 @@ class TrainingCheckpointManager:
         not writable.
       FileNotFoundError: If ``root`` does not exist and ``create`` is False.
         It is also a ``ValueError``.
+      ValueError: If ``root`` is a ``gs://`` or ``s3://`` URL: the manager
+        serves local roots only (its one-writer lock and its deletions rely
+        on a local file system). Save and load the steps of a bucket with
+        :func:`save_training_checkpoint` and :func:`load_training_checkpoint`,
+        which take ``gs://`` URLs.
 
     Examples:
       >>> from tinax.checkpointing import TrainingCheckpointManager
@@ -205,6 +211,7 @@ class TrainingCheckpointManager:
         create: bool,
         names: TrainingCheckpointNames | None = None,
     ) -> None:
+        refuse_bucket_root(root)
         folder = validation.require_path(root, "root").absolute()
         self._interval = validation.require_positive_int(save_interval_steps, "save_interval_steps")
         self._keep_last = validation.require_positive_int(keep_last, "keep_last")

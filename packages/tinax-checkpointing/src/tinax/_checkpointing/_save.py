@@ -15,13 +15,25 @@ Orbax is imported when a save runs, never when this module is imported.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pathlib
+import tempfile
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tinax._checkpointing._compat02 import CheckpointExistsError, upstream_failure
+from tinax._checkpointing._locations import (
+    CLAIM_SUFFIX,
+    absolute_location,
+    folder_nbytes,
+    has_commit_marker,
+    is_remote,
+    remote_filesystem,
+    remote_of,
+    remove_remote_folder,
+)
 from tinax._checkpointing._names import (
     ORBAX_TMP_SUFFIX,
     refuse_orbax_temporary_destination,
@@ -31,7 +43,8 @@ from tinax._checkpointing._names import (
 from tinax._checkpointing._orbax_workarounds import current_operation_id, settle_failed_save
 from tinax._checkpointing._save_checks import exists_error, require_absent, require_creatable, require_saveable_leaves
 from tinax._core import validation
-from tinax._core.logs import Operation, get_logger, tree_nbytes
+from tinax._core.logs import Operation, get_logger
+from tinax._core.storage import RemotePath, publish_file
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
@@ -64,6 +77,12 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
     Args:
       path: Folder to create for the checkpoint. Missing parent folders are
         created.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket: Orbax writes into it directly and writes
+        ``commit_success.txt`` last, and a ``<path>.tinax-save-claim`` object
+        beside it keeps a second writer out while the save runs (a killed
+        save leaves it and its objects behind; delete both to save there
+        again).
       checkpointables: The values to save, by name. At least one.
 
     Returns:
@@ -108,6 +127,10 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
         ``errno``, and is also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is still in flight
         in this process. It is also a ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import pathlib
@@ -138,7 +161,8 @@ def start_save(
     """
     operation = Operation(_logger, "saved", "", "")
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
-    destination = validation.require_path(path, "path").absolute()
+    destination = absolute_location(path, "path", needed_by="tinax.checkpointing.save_checkpointables")
+    remote = is_remote(destination)
     refuse_orbax_temporary_destination(destination)
     named = validation.require_str_mapping(checkpointables, "checkpointables")
     if not named:
@@ -153,7 +177,7 @@ def start_save(
     operation.what = f"checkpointables {sorted(named)} to" if description is None else description
     operation.target = str(destination)
 
-    claim = os.path.normcase(os.path.realpath(destination))
+    claim = os.fspath(destination) if remote else os.path.normcase(os.path.realpath(destination))
     with _saves_in_flight_lock:
         if claim in _saves_in_flight:
             raise CheckpointExistsError(
@@ -162,9 +186,13 @@ def start_save(
             )
         _saves_in_flight.add(claim)
     temporary = destination.with_name(destination.name + ORBAX_TMP_SUFFIX)
+    release = functools.partial(_release, claim)
     try:
-        require_absent(destination)
-        require_creatable(destination)
+        if remote:
+            release = functools.partial(_release_remote, claim, destination, _claim_remote(destination))
+        else:
+            require_absent(destination)
+            require_creatable(destination)
         with _start_lock:
             before = current_operation_id()
             try:
@@ -173,20 +201,20 @@ def start_save(
                 # Whatever Orbax had begun for the save ends here, folder included.
                 started = current_operation_id()
                 settle_failed_save(started if started != before else None, temporary)
-                if os.path.lexists(destination):
+                if not remote and os.path.lexists(destination):
                     raise exists_error(destination) from error
                 raise upstream_failure(
                     f"Orbax refused to save checkpointables {sorted(named)} to {str(destination)!r}", error
                 ) from error
             operation_id = current_operation_id()
     except BaseException:
-        _release(claim)
+        release()
         raise
     # Imported here: the response inherits Orbax's protocol, and Orbax is imported only when a save runs.
     from tinax._checkpointing._response import SaveResponse
 
     logged = _LoggedOnCommit(response, operation, destination)
-    return SaveResponse(logged, destination, sorted(named), lambda: _release(claim), operation_id)
+    return SaveResponse(logged, destination, sorted(named), release, operation_id)
 
 
 class _LoggedOnCommit:
@@ -206,7 +234,7 @@ class _LoggedOnCommit:
         outcome = self._inner.result(timeout)
         # A log line must never turn a committed save into a failed one.
         with contextlib.suppress(Exception):
-            nbytes = tree_nbytes(self._destination) if self._operation.enabled else None
+            nbytes = folder_nbytes(self._destination) if self._operation.enabled else None
             blocked = f"the call returned after {self._blocked:.3f} s, the rest was written in the background"
             self._operation.done(nbytes=nbytes, detail=blocked)
         return outcome
@@ -215,3 +243,63 @@ class _LoggedOnCommit:
 def _release(claim: str) -> None:
     with _saves_in_flight_lock:
         _saves_in_flight.discard(claim)
+
+
+def _claim_object(destination: pathlib.Path) -> RemotePath:
+    return remote_of(destination).parent / (destination.name + CLAIM_SUFFIX)
+
+
+def _claim_remote(destination: pathlib.Path) -> bool:
+    """Refuses a ``gs://`` destination that holds objects, and claims it for this save with a create-if-absent object.
+
+    A bucket has no rename and Orbax writes into the destination itself, so
+    two writers racing to one prefix would mix their objects; the claim
+    object ``<path>.tinax-save-claim`` beside it lets only one of them start.
+    With several processes, process 0 alone writes the checkpoint's own
+    files, and no claim is taken (a second job racing is then not refused).
+
+    Returns:
+      Whether a claim object was created (and must be removed when the save ends).
+
+    Raises:
+      FileExistsError: If objects exist under the destination, or another
+        writer holds its claim. It is also a ``ValueError``.
+    """
+    import jax
+
+    fs = remote_filesystem(destination, needed_by="tinax.checkpointing.save_checkpointables")
+    location = remote_of(destination)
+    if fs.exists(location.fs_path):
+        if has_commit_marker(fs, destination):
+            raise exists_error(destination)
+        raise CheckpointExistsError(
+            f"path {str(destination)!r} holds objects of a save that has not finished (still running, or "
+            "interrupted); checkpoints are immutable, so save to a new path or delete those objects first"
+        )
+    if jax.process_count() > 1:
+        return False
+    with tempfile.TemporaryDirectory(prefix="tinax-claim-") as folder:
+        content = pathlib.Path(folder) / "claim"
+        content.write_text(f"saving {destination}\n", encoding="utf-8")
+        try:
+            publish_file(fs, content, _claim_object(destination), overwrite=False)
+        except FileExistsError:
+            raise CheckpointExistsError(
+                f"path {str(destination)!r} is the destination of another writer's save in flight (it holds the "
+                f"claim {str(_claim_object(destination))!r}; delete that object only if no save is running)"
+            ) from None
+    return True
+
+
+def _release_remote(claim: str, destination: pathlib.Path, claimed: bool) -> None:
+    """Ends a ``gs://`` save: an uncommitted prefix it left is removed, then its claim object."""
+    _release(claim)
+    if not claimed:
+        return
+    fs = remote_filesystem(destination, needed_by="tinax.checkpointing.save_checkpointables")
+    # A failed save leaves its objects in place (no temporary folder on a bucket), and they would block the path.
+    with contextlib.suppress(Exception):
+        if not has_commit_marker(fs, destination):
+            remove_remote_folder(fs, destination)
+    with contextlib.suppress(FileNotFoundError):
+        fs.rm_file(_claim_object(destination).fs_path)

@@ -26,6 +26,7 @@ import jax
 from tinax._checkpointing._compat02 import CheckpointKeyError
 from tinax._checkpointing._layout import ParsedFiles, require_complete_checkpoint
 from tinax._checkpointing._load import loaded_nbytes, restore_complete
+from tinax._checkpointing._locations import absolute_location, checkpoint_location
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
 from tinax._checkpointing._save import start_save
 from tinax._checkpointing._save_checks import is_empty_container
@@ -159,6 +160,10 @@ def save_training_checkpoint(
       path: Folder to create for the checkpoint. It must not exist yet, and
         its name must not contain Orbax's temporary suffix
         ``.orbax-checkpoint-tmp``.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket: Orbax writes into it directly and writes
+        ``commit_success.txt`` last, and a ``<path>.tinax-save-claim`` object
+        beside it keeps a second writer out while the save runs.
       step: The training step, an int in [0, 2**64 - 1] (NumPy integers are
         accepted, bools are refused).
       model: The model state, a pytree such as ``nnx.state(model)``.
@@ -197,6 +202,10 @@ def save_training_checkpoint(
         :func:`save_checkpointables`). It is also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is in flight. It
         is also a ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import grain
@@ -211,7 +220,7 @@ def save_training_checkpoint(
       ... )
       >>> response.result()
     """
-    validation.require_path(path, "path")
+    checkpoint_location(path, "path", needed_by="tinax.checkpointing.save_training_checkpoint")
     checked_step = require_step(step)
     parts = {"model": model, "optimizer": optimizer, "rng": rng}
     for argument, value in parts.items():
@@ -271,6 +280,9 @@ def load_training_checkpoint(
 
     Args:
       path: The checkpoint folder.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket; it is a checkpoint only once it holds Orbax's
+        ``commit_success.txt``.
       model_target: Restore target of the model state.
       optimizer_target: Restore target of the optimizer state.
       rng_target: Restore target of the random state.
@@ -313,6 +325,10 @@ def load_training_checkpoint(
         one step of its pipeline).
       FileNotFoundError: If nothing exists at ``path``. It is also a
         ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import grain
@@ -331,7 +347,7 @@ def load_training_checkpoint(
       (1, 1)
     """
     operation = Operation(_logger, "loaded", "", "")
-    source = validation.require_path(path, "path").absolute()
+    source = absolute_location(path, "path", needed_by="tinax.checkpointing.load_training_checkpoint")
     targets = {"model_target": model_target, "optimizer_target": optimizer_target, "rng_target": rng_target}
     for argument, target in targets.items():
         require_restore_target(target, argument)

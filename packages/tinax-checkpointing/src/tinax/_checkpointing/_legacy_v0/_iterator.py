@@ -17,6 +17,7 @@ from tinax._checkpointing._legacy_v0._paths import (
     require_new_destination,
     save_with_v0,
 )
+from tinax._checkpointing._locations import checkpoint_location
 from tinax._checkpointing._orbax_workarounds import finish_abandoned_reads
 from tinax._core import validation
 
@@ -45,6 +46,8 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     Args:
       path: The checkpoint directory to create. It must not exist yet.
         Missing parent folders are created.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket, which must hold no object yet.
       iterator: The live iterator whose position to save. It is not advanced.
 
     Raises:
@@ -59,6 +62,10 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
         because the way passes through a regular file
         (``NotADirectoryError``, as in tinax 0.2). It is also a
         ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import grain
@@ -68,7 +75,9 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
       0
       >>> save_legacy_v0_grain_iterator("old-run/data", iterator)
     """
-    requested = validation.require_path(path, "path")
+    requested = checkpoint_location(
+        path, "path", needed_by="tinax.checkpointing.legacy.v0.save_legacy_v0_grain_iterator"
+    )
     grain = _import_grain()
     validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
     destination = require_new_destination(requested)
@@ -94,6 +103,9 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     Args:
       path: The checkpoint directory (for a ``CheckpointManager`` item, the
         item's folder inside the step folder).
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket; it, or the step folder above it, must hold Orbax's
+        ``commit_success.txt``.
       iterator: A fresh iterator of the same pipeline that wrote the
         checkpoint (same dataset, transformations and worker count). Its
         state is replaced in place.
@@ -114,6 +126,10 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
         the upstream error where tinax 0.2 let that through: an
         ``IndexError`` for a stored position outside the dataset, a
         ``FileNotFoundError`` for a missing state file.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import grain
@@ -126,7 +142,9 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
       >>> next(fresh)  # continues after the saved position
       1
     """
-    requested = validation.require_path(path, "path")
+    requested = checkpoint_location(
+        path, "path", needed_by="tinax.checkpointing.legacy.v0.load_legacy_v0_grain_iterator"
+    )
     grain = _import_grain()
     validation.require_instance(iterator, "iterator", grain.DatasetIterator, _ITERATOR_EXPECTATION)
     source = require_checkpoint_directory(requested)

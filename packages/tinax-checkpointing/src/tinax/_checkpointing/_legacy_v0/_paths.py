@@ -9,9 +9,19 @@ from collections.abc import Iterator
 from typing import Any
 
 from tinax._checkpointing._compat02 import CheckpointExistsError, upstream_failure
+from tinax._checkpointing._locations import (
+    COMMIT_MARKER,
+    has_commit_marker,
+    is_remote,
+    remote_filesystem,
+    remote_of,
+    remove_remote_folder,
+)
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
 from tinax._checkpointing._save_checks import require_creatable
 from tinax._core import files, validation
+
+_NEEDED_BY = "tinax.checkpointing.legacy.v0"
 
 __all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_new_destination", "save_with_v0"]
 
@@ -36,6 +46,8 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
         link, or the nearest existing folder is not writable. It is also a
         ``ValueError``.
     """
+    if is_remote(path):
+        return _require_new_remote_destination(path)
     destination = path.absolute()
     refuse_orbax_temporary_destination(destination)
     if destination.exists() or destination.is_symlink():
@@ -65,12 +77,15 @@ def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
         not a directory.
       FileNotFoundError: If nothing exists at ``path``.
     """
-    source = path.absolute()
+    source = path if is_remote(path) else path.absolute()
     if is_orbax_temporary_name(source.name):
         raise ValueError(
             f"path {str(source)!r} is an incomplete checkpoint: its name contains Orbax's reserved temporary suffix "
             f"{ORBAX_TMP_SUFFIX!r}, so it is the folder of a save that has not finished"
         )
+    if is_remote(source):
+        _require_committed_remote_source(source)
+        return source
     validation.require_existing_path(source, "path")
     if not source.is_dir():
         raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} which is not a directory")
@@ -123,6 +138,17 @@ def removing_orbax_leftovers(destination: pathlib.Path) -> Iterator[None]:
     Only folders that appeared during the ``with`` block are removed, so a
     staging folder of an earlier, unrelated save is left alone.
     """
+    if is_remote(destination):
+        try:
+            yield
+        except BaseException:
+            # A bucket has no staging folder: Orbax wrote into the destination, which holds no commit marker yet.
+            fs = remote_filesystem(destination, needed_by=_NEEDED_BY)
+            with contextlib.suppress(Exception):
+                if not has_commit_marker(fs, destination):
+                    remove_remote_folder(fs, destination)
+            raise
+        return
     before = set(_staging_folders(destination))
     try:
         yield
@@ -138,3 +164,40 @@ def _staging_folders(destination: pathlib.Path) -> list[pathlib.Path]:
     if not destination.parent.is_dir():
         return []
     return [entry for entry in destination.parent.iterdir() if entry.name.startswith(prefix)]
+
+
+def _require_new_remote_destination(destination: pathlib.Path) -> pathlib.Path:
+    """:func:`require_new_destination` for a ``gs://`` prefix: its name, and no object under it yet."""
+    if is_orbax_temporary_name(destination.name):
+        raise ValueError(
+            f"path must not name a folder with Orbax's reserved temporary suffix {ORBAX_TMP_SUFFIX!r}, got "
+            f"{str(destination)!r}: Orbax treats such a folder as an unfinished save and deletes it later"
+        )
+    fs = remote_filesystem(destination, needed_by=_NEEDED_BY)
+    if fs.exists(remote_of(destination).fs_path):
+        raise files.exists_error(
+            destination,
+            "a legacy V0 save's path must not exist yet (its checkpoints are never overwritten)",
+            CheckpointExistsError,
+        )
+    return destination
+
+
+def _require_committed_remote_source(source: pathlib.Path) -> None:
+    """Refuses a ``gs://`` source that does not exist or that no commit marker covers.
+
+    Orbax marks a checkpoint on a bucket with ``commit_success.txt`` in the
+    folder it saved: the checkpoint's own, or the step folder above an item
+    of a V0 ``CheckpointManager``.
+    """
+    fs = remote_filesystem(source, needed_by=_NEEDED_BY)
+    if not fs.isdir(remote_of(source).fs_path):
+        what = "which is an object, not a folder" if fs.exists(remote_of(source).fs_path) else "which does not exist"
+        if what.endswith("exist"):
+            raise FileNotFoundError(f"path must name an existing checkpoint directory, got {str(source)!r} {what}")
+        raise ValueError(f"path must be a checkpoint directory, got {str(source)!r} {what}")
+    if not (has_commit_marker(fs, source) or has_commit_marker(fs, source.parent)):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: neither it nor its parent holds Orbax's "
+            f"{COMMIT_MARKER!r}, so it is a save that has not finished (still running, or interrupted)"
+        )

@@ -24,6 +24,7 @@ from tinax._checkpointing._legacy_v0._paths import (
     require_new_destination,
     save_with_v0,
 )
+from tinax._checkpointing._locations import checkpoint_location
 from tinax._checkpointing._orbax_workarounds import finish_abandoned_reads
 from tinax._checkpointing._save_checks import is_empty_container
 from tinax._core import validation
@@ -61,6 +62,8 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
       path: The checkpoint directory to create. It must not exist yet, and
         its name must not contain Orbax's temporary suffix
         ``.orbax-checkpoint-tmp``. Missing parent folders are created.
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket, which must hold no object yet.
       state: A pytree (dict, list, dataclass pytree, ...) or a single leaf.
         Leaves are ``jax.Array``, NumPy arrays, Python ``bool``, ``int``,
         ``float`` or ``str``, or NumPy number scalars (restored as Python
@@ -81,13 +84,17 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
       OSError: If the folders of ``path`` cannot be created, for example
         because the way passes through a regular file
         (``NotADirectoryError``). The error is also a ``ValueError``.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import numpy as np
       >>> from tinax.checkpointing.legacy.v0 import save_legacy_v0_pytree
       >>> save_legacy_v0_pytree("old-run/state", {"w": np.arange(3.0)})  # synchronous: written on return
     """
-    requested = validation.require_path(path, "path")
+    requested = checkpoint_location(path, "path", needed_by="tinax.checkpointing.legacy.v0.save_legacy_v0_pytree")
     _require_savable_state(state)
     destination = require_new_destination(requested)
     ocp = _import_orbax()
@@ -111,6 +118,9 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
     Args:
       path: The checkpoint directory (for a ``CheckpointManager`` item, the
         item's folder inside the step folder).
+        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
+        a bucket; it, or the step folder above it, must hold Orbax's
+        ``commit_success.txt``.
       target: The tree to restore into, or None. Its structure must match the
         checkpoint. A ``jax.ShapeDtypeStruct`` leaf with a sharding restores a
         ``jax.Array`` with that sharding; a NumPy array leaf restores a NumPy
@@ -136,6 +146,10 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
         (the Orbax error, if any, is chained). Where Orbax found a file
         missing (an empty folder, or one another API wrote), the error is
         also the ``FileNotFoundError`` tinax 0.2 raised.
+      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
+        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> import numpy as np
@@ -145,7 +159,7 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
       >>> np.asarray(restored["w"]).tolist()
       [0.0, 1.0, 2.0]
     """
-    requested = validation.require_path(path, "path")
+    requested = checkpoint_location(path, "path", needed_by="tinax.checkpointing.legacy.v0.load_legacy_v0_pytree")
     if target is not None:
         _require_restorable_target(target)
     source = require_checkpoint_directory(requested)

@@ -1,0 +1,164 @@
+"""Where a checkpoint lives: a local folder, or a ``gs://`` prefix that Orbax writes through TensorStore.
+
+On Google Cloud Storage, Orbax writes a checkpoint straight into its final
+prefix (a bucket has no rename) and marks it complete last, with a
+``commit_success.txt`` object; a prefix without that object is a save that
+has not finished (or never will). Orbax cannot write to ``s3://`` at all
+(google/orbax#359), so every function refuses such a URL before touching
+anything. Local paths go on exactly as before: only URLs take the branches
+this module serves.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, cast
+
+from tinax._core import storage
+from tinax._core.logs import tree_nbytes
+
+__all__ = [
+    "CLAIM_SUFFIX",
+    "COMMIT_MARKER",
+    "UnsupportedStoreError",
+    "absolute_location",
+    "checkpoint_location",
+    "folder_nbytes",
+    "has_commit_marker",
+    "is_remote",
+    "refuse_bucket_root",
+    "remote_filesystem",
+    "remove_remote_folder",
+    "remote_of",
+    "tensorstore_base",
+]
+
+#: The object Orbax writes last into a checkpoint on a bucket (Orbax's own name for it).
+COMMIT_MARKER = "commit_success.txt"
+#: Beside a ``gs://`` destination while tinax saves to it (see ``_save``): the create-if-absent claim of one writer.
+CLAIM_SUFFIX = ".tinax-save-claim"
+_DISTRIBUTION = "tinax-checkpointing"
+
+
+class UnsupportedStoreError(ValueError):
+    """A valid bucket URL of a store that Orbax cannot write checkpoints to (``s3://``, google/orbax#359)."""
+
+
+def checkpoint_location(path: object, name: str, *, needed_by: str) -> pathlib.Path:
+    """Checks a checkpoint path argument: a local path as before, or a ``gs://`` URL as an ``etils.epath.Path``.
+
+    Local paths are returned as :func:`validation.require_path` gives them
+    (not made absolute). A ``gs://`` URL needs gcsfs, which the
+    ``tinax-checkpointing[gcs]`` extra installs.
+
+    Raises:
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``.
+      ValueError: If the path is empty or the URL names no object in a bucket;
+        an ``UnsupportedStoreError`` for an ``s3://`` URL.
+      ImportError: If a ``gs://`` URL is given without gcsfs installed.
+    """
+    location = storage.require_location(path, name)
+    if isinstance(location, pathlib.Path):
+        return location
+    if location.scheme != "gs":
+        raise UnsupportedStoreError(
+            f"{name} must be a local path or a gs:// URL, got {location.url!r}: Orbax cannot write checkpoints to "
+            f"{location.scheme}:// (google/orbax#359), so {needed_by} does not serve {location.scheme}:// URLs"
+        )
+    storage.filesystem(location, distribution=_DISTRIBUTION, needed_by=needed_by)
+    from etils import epath  # type: ignore[import-untyped]  # Imported only for a URL; etils has no types.
+
+    # An epath.Path offers the pathlib.Path methods the checks and readers use (is_file, iterdir, read_bytes,
+    # joining, name), so it travels the same code; only the branches on is_remote() tell them apart.
+    return cast(pathlib.Path, epath.Path(location.url))
+
+
+def absolute_location(path: object, name: str, *, needed_by: str) -> pathlib.Path:
+    """:func:`checkpoint_location`, with a local path made absolute (Orbax takes only absolute paths)."""
+    location = checkpoint_location(path, name, needed_by=needed_by)
+    return location if is_remote(location) else location.absolute()
+
+
+def refuse_bucket_root(root: object) -> None:
+    """Refuses a ``gs://`` or ``s3://`` root of the step manager, which serves local roots only.
+
+    Raises:
+      ValueError: For such a URL (an ``UnsupportedStoreError`` for ``s3://``).
+    """
+    location = storage.as_remote(root, "root", needs_key=False)
+    if location is None:
+        return
+    if location.scheme != "gs":
+        raise UnsupportedStoreError(
+            f"root must be a local folder, got {location.url!r}: Orbax cannot write checkpoints to "
+            f"{location.scheme}:// (google/orbax#359), so TrainingCheckpointManager does not serve "
+            f"{location.scheme}:// URLs"
+        )
+    raise ValueError(
+        f"root must be a local folder, got {location.url!r}: TrainingCheckpointManager serves local roots only, "
+        "since its one-writer lock and its step deletions need a local file system; save and load the steps of a "
+        "gs:// root with save_training_checkpoint and load_training_checkpoint"
+    )
+
+
+def is_remote(path: object) -> bool:
+    """Whether a checked checkpoint path is a bucket location rather than a local folder."""
+    return str(os.fspath(path)).startswith("gs://")  # type: ignore[call-overload]
+
+
+def remote_of(path: object) -> storage.RemotePath:
+    """The bucket location of a checked ``gs://`` checkpoint path."""
+    remote = storage.as_remote(path, "path")
+    if remote is None:
+        raise ValueError(f"path must be a gs:// URL, got {path!r}")
+    return remote
+
+
+def remote_filesystem(path: object, *, needed_by: str) -> Any:
+    """The filesystem of a checked ``gs://`` checkpoint path, with its listings of that path forgotten.
+
+    Orbax and TensorStore write behind fsspec's back, so a cached listing
+    would show a checkpoint as it was before their writes.
+    """
+    remote = remote_of(path)
+    fs = storage.filesystem(remote, distribution=_DISTRIBUTION, needed_by=needed_by)
+    fs.invalidate_cache(remote.fs_path)
+    return fs
+
+
+def has_commit_marker(fs: Any, folder: object) -> bool:
+    """Whether the checkpoint prefix ``folder`` carries Orbax's commit marker object."""
+    return bool(fs.isfile((remote_of(folder) / COMMIT_MARKER).fs_path))
+
+
+def remove_remote_folder(fs: Any, folder: object) -> None:
+    """Deletes every object under a checkpoint prefix, its commit marker first so it stops counting at once."""
+    remote = remote_of(folder)
+    fs.invalidate_cache(remote.fs_path)
+    marker = (remote / COMMIT_MARKER).fs_path
+    if fs.isfile(marker):
+        fs.rm_file(marker)
+    objects = fs.find(remote.fs_path)
+    if objects:
+        fs.rm(objects)
+    fs.invalidate_cache(remote.fs_path)
+
+
+def folder_nbytes(path: object) -> int:
+    """The bytes of the files (objects) under a checkpoint folder or prefix; 0 where they cannot be counted."""
+    if not is_remote(path):
+        return tree_nbytes(os.fspath(path))  # type: ignore[call-overload]
+    try:
+        fs = remote_filesystem(path, needed_by="tinax.checkpointing")
+        return int(fs.du(remote_of(path).fs_path))
+    except Exception:  # A log line's count must never fail the operation it describes.
+        return 0
+
+
+def tensorstore_base(folder: object) -> dict[str, Any]:
+    """The TensorStore key-value store spec of a folder of arrays (trailing slash included)."""
+    if is_remote(folder):
+        remote = remote_of(folder)
+        return {"driver": "gcs", "bucket": remote.bucket, "path": f"{remote.key}/"}
+    return {"driver": "file", "path": f"{folder}/"}
