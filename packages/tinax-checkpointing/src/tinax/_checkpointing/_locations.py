@@ -27,7 +27,6 @@ __all__ = [
     "folder_nbytes",
     "has_commit_marker",
     "is_remote",
-    "refuse_bucket_root",
     "remote_filesystem",
     "remove_remote_folder",
     "remote_of",
@@ -78,28 +77,6 @@ def absolute_location(path: object, name: str, *, needed_by: str) -> pathlib.Pat
     """:func:`checkpoint_location`, with a local path made absolute (Orbax takes only absolute paths)."""
     location = checkpoint_location(path, name, needed_by=needed_by)
     return location if is_remote(location) else location.absolute()
-
-
-def refuse_bucket_root(root: object) -> None:
-    """Refuses a ``gs://`` or ``s3://`` root of the step manager, which serves local roots only.
-
-    Raises:
-      ValueError: For such a URL (an ``UnsupportedStoreError`` for ``s3://``).
-    """
-    location = storage.as_remote(root, "root", needs_key=False)
-    if location is None:
-        return
-    if location.scheme != "gs":
-        raise UnsupportedStoreError(
-            f"root must be a local folder, got {location.url!r}: Orbax cannot write checkpoints to "
-            f"{location.scheme}:// (google/orbax#359), so TrainingCheckpointManager does not serve "
-            f"{location.scheme}:// URLs"
-        )
-    raise ValueError(
-        f"root must be a local folder, got {location.url!r}: TrainingCheckpointManager serves local roots only, "
-        "since its one-writer lock and its step deletions need a local file system; save and load the steps of a "
-        "gs:// root with save_training_checkpoint and load_training_checkpoint"
-    )
 
 
 def is_remote(path: object) -> bool:

@@ -29,6 +29,9 @@ The guarantees, and why they are kept here rather than by the caller:
   its retention has run (and during a cleanup), process 0 holds an advisory
   lock on the root's lock file, and a second manager that would write
   meanwhile is refused with :class:`SaveInFlightError` instead of racing.
+- On a ``gs://`` root, which has no rename and no advisory locks, a step
+  counts only once Orbax's commit marker is there, retention removes that
+  marker first, and the lock is a create-if-absent object (see the class).
 - In a multi-process run, process 0's view of the folder decides and every
   other process checks that it sees the same; a difference is an error on
   every process, never a silent divergence.
@@ -43,10 +46,12 @@ import json
 import math
 import os
 import pathlib
+import posixpath
 import shutil
 import signal
 import stat
 import sys
+import tempfile
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -55,7 +60,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
 from tinax._checkpointing._layout import require_complete_checkpoint
-from tinax._checkpointing._locations import refuse_bucket_root
+from tinax._checkpointing._locations import (
+    CLAIM_SUFFIX,
+    absolute_location,
+    folder_nbytes,
+    is_remote,
+    remote_filesystem,
+    remote_of,
+    remove_remote_folder,
+)
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
 from tinax._checkpointing._training import (
     MAX_STEP,
@@ -69,7 +82,8 @@ from tinax._checkpointing._training import (
 )
 from tinax._core import validation
 from tinax._core.files import atomic_write
-from tinax._core.logs import Operation, get_logger, tree_nbytes
+from tinax._core.logs import Operation, get_logger
+from tinax._core.storage import publish_file, remote_write
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
@@ -150,8 +164,18 @@ class TrainingCheckpointManager:
     allowed). The checkpointing user guide's "How the manager commits and
     keeps steps" section gives the rules.
 
+    A ``gs://`` root (``str`` or ``etils.epath.Path``) holds one prefix per
+    step. A step counts once its prefix holds Orbax's ``commit_success.txt``
+    and passes the same checks; retention deletes a step's marker first,
+    then its other objects. The one-writer lock is the object
+    ``<root>/tinax-manager.lock``, created only if absent and deleted when
+    the writer is done: a job killed while it holds it (``kill -9``, a lost
+    machine) leaves it behind, and the root refuses writers until it is
+    deleted by hand (a preempted job that gets SIGTERM under
+    :meth:`preemption_guard` releases it).
+
     Args:
-      root: The local folder holding one subfolder per step.
+      root: The folder holding one subfolder per step, or a ``gs://`` URL.
       save_interval_steps: :meth:`should_save` answers True for steps
         divisible by this.
       keep_last: How many of the newest committed steps to keep, at least 1.
@@ -182,11 +206,10 @@ class TrainingCheckpointManager:
         not writable.
       FileNotFoundError: If ``root`` does not exist and ``create`` is False.
         It is also a ``ValueError``.
-      ValueError: If ``root`` is a ``gs://`` or ``s3://`` URL: the manager
-        serves local roots only (its one-writer lock and its deletions rely
-        on a local file system). Save and load the steps of a bucket with
-        :func:`save_training_checkpoint` and :func:`load_training_checkpoint`,
-        which take ``gs://`` URLs.
+      ValueError: If ``root`` is an ``s3://`` URL, refused before anything
+        is touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
+      ImportError: If ``root`` is a ``gs://`` URL and gcsfs is not
+        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
 
     Examples:
       >>> from tinax.checkpointing import TrainingCheckpointManager
@@ -211,8 +234,7 @@ class TrainingCheckpointManager:
         create: bool,
         names: TrainingCheckpointNames | None = None,
     ) -> None:
-        refuse_bucket_root(root)
-        folder = validation.require_path(root, "root").absolute()
+        folder = absolute_location(root, "root", needed_by="tinax.checkpointing.TrainingCheckpointManager")
         self._interval = validation.require_positive_int(save_interval_steps, "save_interval_steps")
         self._keep_last = validation.require_positive_int(keep_last, "keep_last")
         self._keep_every = validation.require_optional_positive_int(keep_every, "keep_every")
@@ -230,7 +252,9 @@ class TrainingCheckpointManager:
         self._wait_for_previous_save = save_in_flight == "wait"
         should_create = validation.require_bool(create, "create")
         self._names = require_names(names)
-        if not os.path.lexists(folder):
+        if is_remote(folder):
+            _require_remote_root(folder, create=should_create)
+        elif not os.path.lexists(folder):
             if not should_create:
                 raise CheckpointNotFoundError(
                     f"root must name an existing folder when create=False, got {str(folder)!r} which does not exist"
@@ -258,7 +282,7 @@ class TrainingCheckpointManager:
         self._complete: dict[str, bytes] = {}
         # Process 0's lock on the root's lock file, held from the start of a save until its retention has
         # run; None while this manager does not write. A process that is not process 0 never locks.
-        self._lock: _RootLock | None = None
+        self._lock: _RootLock | _RemoteRootLock | None = None
 
     @property
     def root(self) -> pathlib.Path:
@@ -607,7 +631,7 @@ class TrainingCheckpointManager:
         if step <= newest:
             validation.fail_value("step", f"a step newer than the newest saved or committed step {newest}", step)
         destination = self._root / str(step)
-        if os.path.lexists(destination):
+        if _exists(destination):
             raise CheckpointExistsError(
                 f"cannot save step {step}: {str(destination)!r} already exists without being a committed step (a "
                 "torn folder, or a name that is no folder of its own); scan(cleanup=True) removes it"
@@ -616,7 +640,7 @@ class TrainingCheckpointManager:
         existed = False
         if value is not None and _is_process_zero():
             metrics = self._read_metrics()
-            existed = os.path.lexists(self._root / METRICS_FILE)
+            existed = _exists(self._root / METRICS_FILE)
             self._write_metrics({**metrics, step: value})
         try:
             return save_training_checkpoint(
@@ -627,7 +651,7 @@ class TrainingCheckpointManager:
             if metrics is not None and existed:
                 self._write_metrics(metrics)
             elif metrics is not None:
-                (self._root / METRICS_FILE).unlink(missing_ok=True)
+                _unlink(self._root / METRICS_FILE)
             raise
 
     def _lock_root(self, action: str) -> None:
@@ -690,6 +714,12 @@ class TrainingCheckpointManager:
 
     def _write_metrics(self, metrics: dict[int, float]) -> None:
         encoded = json.dumps({str(step): metrics[step] for step in sorted(metrics)}).encode("utf-8")
+        if is_remote(self._root):
+            # One object, replaced whole: a reader sees the old or the new file, never a part.
+            metrics_file = remote_of(self._root / METRICS_FILE)
+            with remote_write(_filesystem(self._root), metrics_file, overwrite=True) as handle:
+                handle.write(encoded)
+            return
         with atomic_write(self._root / METRICS_FILE, overwrite=True) as handle:
             handle.write(encoded)
 
@@ -716,7 +746,7 @@ class TrainingCheckpointManager:
                 folder = self._root / str(step)
                 operation = Operation(_logger, "deleted", f"step {step} (retention) at", folder)
                 # Counted before the folder goes, and only when the line is shown.
-                nbytes = tree_nbytes(folder) if operation.enabled else None
+                nbytes = folder_nbytes(folder) if operation.enabled else None
                 if _delete_step(folder):
                     operation.done(nbytes=nbytes)
             if self._keep_best is not None:
@@ -759,6 +789,15 @@ def _finished(response: Any) -> bool:
 
 def _remove(entry: pathlib.Path) -> None:
     """Removes one entry of the root: a real folder with its tree, anything else (a link included) by its name."""
+    if is_remote(entry):
+        fs = _filesystem(entry)
+        location = remote_of(entry)
+        if fs.isfile(location.fs_path):
+            with contextlib.suppress(FileNotFoundError):
+                fs.rm_file(location.fs_path)
+        else:
+            remove_remote_folder(fs, entry)
+        return
     try:
         is_folder = stat.S_ISDIR(os.lstat(entry).st_mode)
     except FileNotFoundError:
@@ -785,7 +824,15 @@ def _delete_step(folder: pathlib.Path) -> bool:
     Only a real folder is deleted; a name that has become anything else (a
     link, or nothing) since the scan is left alone, so a deletion never
     reaches through a link. Returns whether this call deleted the folder.
+    On a bucket, which has no rename, the commit marker goes first: from
+    then on every scan takes the prefix for an unfinished save.
     """
+    if is_remote(folder):
+        fs = _filesystem(folder)
+        if not fs.exists(remote_of(folder).fs_path):
+            return False
+        remove_remote_folder(fs, folder)
+        return True
     try:
         if not stat.S_ISDIR(os.lstat(folder).st_mode):
             return False
@@ -802,6 +849,102 @@ def _delete_step(folder: pathlib.Path) -> bool:
     return True
 
 
+class _RemoteRootLock:
+    """The lock object ``<root>/tinax-manager.lock`` of a ``gs://`` root, created only if absent, deleted on release.
+
+    A bucket has no advisory locks: the object's existence is the lock. A
+    process killed while it holds the lock leaves it behind, and the root
+    then refuses every writer until the object is deleted by hand.
+    """
+
+    def __init__(self, root: pathlib.Path) -> None:
+        self._root = root
+
+    @classmethod
+    def acquire(cls, root: pathlib.Path) -> tuple[_RemoteRootLock | None, bool]:
+        """Creates the lock object; the flag is True when it exists already (another writer holds it)."""
+        fs = _filesystem(root)
+        with tempfile.TemporaryDirectory(prefix="tinax-lock-") as folder:
+            content = pathlib.Path(folder) / LOCK_FILE
+            content.write_text("a TrainingCheckpointManager writes into this root\n", encoding="utf-8")
+            try:
+                publish_file(fs, content, remote_of(root / LOCK_FILE), overwrite=False)
+            except FileExistsError:
+                return None, True
+        return cls(root), False
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            _filesystem(self._root).rm_file(remote_of(self._root / LOCK_FILE).fs_path)
+
+
+def _filesystem(path: pathlib.Path) -> Any:
+    return remote_filesystem(path, needed_by="tinax.checkpointing.TrainingCheckpointManager")
+
+
+def _exists(path: pathlib.Path) -> bool:
+    """Whether anything is at ``path``: a local entry (a broken link included), or an object or prefix."""
+    if is_remote(path):
+        return bool(_filesystem(path).exists(remote_of(path).fs_path))
+    return os.path.lexists(path)
+
+
+def _unlink(path: pathlib.Path) -> None:
+    if is_remote(path):
+        with contextlib.suppress(FileNotFoundError):
+            _filesystem(path).rm_file(remote_of(path).fs_path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _require_remote_root(root: pathlib.Path, *, create: bool) -> None:
+    """Checks a ``gs://`` root: a prefix, or nothing yet when ``create`` (a bucket needs no folder made)."""
+    fs = _filesystem(root)
+    location = remote_of(root)
+    if fs.isfile(location.fs_path):
+        validation.fail_value("root", "a folder", str(root))
+    if not create and not fs.exists(location.fs_path):
+        raise CheckpointNotFoundError(
+            f"root must name an existing folder when create=False, got {str(root)!r} which holds no object"
+        )
+
+
+def _scan_remote_root(root: pathlib.Path, iterator: str) -> CheckpointScan:
+    """:func:`scan_root` of a ``gs://`` root: a step counts once its prefix holds Orbax's commit marker and passes.
+
+    Every step is checked at every scan (object listings carry no inode to
+    tell an unchanged step by), and a claim object of a save
+    (``<step>.tinax-save-claim``) is listed as temporary.
+    """
+    fs = _filesystem(root)
+    location = remote_of(root)
+    committed: list[int] = []
+    torn: list[pathlib.Path] = []
+    temporary: list[pathlib.Path] = []
+    unrelated: list[pathlib.Path] = []
+    names = sorted({posixpath.basename(entry.rstrip("/")) for entry in fs.ls(location.fs_path, detail=False)})
+    for name in names:
+        entry = root / name
+        if is_orbax_temporary_name(name) or name.endswith(CLAIM_SUFFIX):
+            temporary.append(entry)
+            continue
+        step = _step_of(name)
+        if step is None:
+            if name not in (METRICS_FILE, LOCK_FILE):
+                unrelated.append(entry)
+            continue
+        try:
+            if fs.isfile((location / name).fs_path):
+                raise ValueError(f"step {str(entry)!r} is an object, not a folder of its own")
+            if iterator in require_complete_checkpoint(entry):
+                require_iterator_states(entry, iterator)
+        except (OSError, ValueError):
+            torn.append(entry)
+        else:
+            committed.append(step)
+    return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
+
+
 class _RootLock:
     """An advisory lock (``flock``) on the root's lock file, held by process 0 of the manager that writes."""
 
@@ -810,7 +953,7 @@ class _RootLock:
         self._finalizer = weakref.finalize(self, os.close, descriptor)
 
     @classmethod
-    def acquire(cls, root: pathlib.Path) -> tuple[_RootLock | None, bool]:
+    def acquire(cls, root: pathlib.Path) -> tuple[_RootLock | _RemoteRootLock | None, bool]:
         """Tries to lock the root without waiting.
 
         Returns:
@@ -819,6 +962,8 @@ class _RootLock:
           root is then written unlocked, as before locks existed. The flag
           is True when another holder has the lock.
         """
+        if is_remote(root):
+            return _RemoteRootLock.acquire(root)
         if sys.platform == "win32":  # pragma: no cover - no flock: the root is written unlocked
             return None, False
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -924,6 +1069,8 @@ def scan_root(root: pathlib.Path, iterator: str, known_complete: dict[str, bytes
       The committed steps and the torn, temporary and unrelated entries
       (no entries removed).
     """
+    if is_remote(root):
+        return _scan_remote_root(root, iterator)
     cache = {} if known_complete is None else known_complete
     real_root = os.path.realpath(root)
     committed: list[int] = []
