@@ -29,6 +29,7 @@ from grain.sharding import ShardOptions
 from tinax._data._reader_datasets import record_source_of
 from tinax.data import (
     evaluation_batches,
+    open_multiprocessing_iterator,
     read_array_record,
     read_parquet_record,
     stack_records,
@@ -256,13 +257,13 @@ def test_a_small_cache_reads_row_groups_with_ranged_requests(object_store, tmp_p
     url = f"{object_store}/groups.parquet"
     _upload(local, url)
     expected = read_parquet_record(local, cache_bytes=1)
-    # fsspec logs every read of an open object with its byte range.
-    with caplog.at_level(logging.DEBUG, logger="fsspec"):
+    # The reader logs every range it fetches from an object at DEBUG.
+    with caplog.at_level(logging.DEBUG, logger="tinax.data"):
         dataset = read_parquet_record(url, cache_bytes=1)
         for index in (0, 399, 17, 250, 251, 0):
             assert _same(dataset[index], expected[index])
-    reads = [record.args for record in caplog.records if record.msg == "%s read: %i - %i %s"]
-    fetched = sum(end - start for _, start, end, _ in reads)  # type: ignore[misc]
+    reads = [record.args for record in caplog.records if str(record.msg).startswith("fetching bytes")]
+    fetched = sum(end - start for start, end, _ in reads)  # type: ignore[misc]
     # Six rows of four row groups, two of them read twice past the one-group cache: the bytes read are
     # theirs and the footer's, far from the whole file.
     assert 0 < fetched < local.stat().st_size / 2
@@ -376,3 +377,48 @@ def test_tinax_inspect_describes_an_array_record_object_on_gcs(gcs_store):
     document = json.loads(result.stdout)
     assert document["kind"] == "array-record"
     assert document["summary"]["records"] == 9
+
+
+@needs_stores
+def test_a_tinax_object_replaced_after_opening_is_refused_not_mixed(object_store):
+    url = f"{object_store}/rows.parquet"
+    write_parquet_record(url, RECORDS)
+    dataset = read_parquet_record(url, cache_bytes=1)
+    replaced = [{**record, "label": record["label"] + 100} for record in RECORDS]
+    write_parquet_record(url, replaced)
+    # The row group's bytes no longer match the digest of the footer read on opening.
+    with pytest.raises(ValueError, match="cannot be read"):
+        dataset[0]
+
+
+@needs_stores
+def test_grain_worker_processes_read_a_dataset_under_a_prefix(parsed_flags, object_store, tmp_path):
+    folder = _many_files(object_store, tmp_path, write_parquet_record, ".parquet")
+
+    def pipeline(path: Any) -> Any:
+        return evaluation_batches(
+            read_parquet_record(path, cache_bytes=1),
+            shard_options=ShardOptions(0, 1, drop_remainder=False),
+            batch_size=2,
+            batch_fn=stack_records,
+        )
+
+    expected = list(pipeline(folder))
+    with open_multiprocessing_iterator(pipeline(f"{object_store}/shards").to_iter_dataset(), num_workers=2) as batches:
+        found = list(batches)
+    assert len(found) == len(expected)
+    assert all(_same(a, b) for a, b in zip(found, expected, strict=True))
+
+
+@needs_stores
+def test_a_plain_object_replaced_after_opening_is_refused_not_mixed(object_store):
+    url = f"{object_store}/rows.parquet"
+    fs = _fs(url)
+    with fs.open(url.partition("://")[2], "wb") as handle:
+        pq.write_table(pa.table({"label": list(range(9))}), handle)
+    dataset = read_parquet_record(url, cache_bytes=1)
+    with fs.open(url.partition("://")[2], "wb") as handle:
+        pq.write_table(pa.table({"label": list(range(100, 109))}), handle)
+    # Every read of the open object asks for the object it opened (its GCS generation, its S3 ETag).
+    with pytest.raises(ValueError, match="changed since it was opened"):
+        dataset[0]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tinax._core import validation
 from tinax._data._array_record import ArrayRecordSource, _array_record_module
 from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath, require_remote_file
+from tinax._data._locations import RemotePath
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_codec import require_record_file
 
@@ -119,8 +119,7 @@ def read_array_record(
 
         return source_dataset(ArrayRecordFilesSource(found, decode=decode, cache_bytes=cache_bytes))
     if isinstance(found, RemotePath):
-        require_readable_store(found)
-        require_remote_file(found, "ArrayRecord")
+        require_readable_store(found)  # An object, found by resolve_record_paths.
         return source_dataset(ArrayRecordSource(found, decode=decode, cache_bytes=cache_bytes))
     require_record_file(found, "ArrayRecord")
     return source_dataset(ArrayRecordSource(found.absolute(), decode=decode, cache_bytes=cache_bytes))

@@ -82,13 +82,15 @@ def resolve_record_paths(value: object, name: str, container: str) -> Location |
 
     Returns:
       The path itself where it names one file (or nothing: the reader then
-      raises as it always did for a missing file), else the files found.
+      raises as it always did for a missing file; a URL naming nothing is
+      refused here), else the files found.
 
     Raises:
       TypeError: If the value is neither a path nor a sequence of paths.
       EmptyPathError: If a path is empty (a FileNotFoundError and a ValueError).
-      FileNotFoundError: If a folder or pattern holds no file, or a path of
-        a sequence names no regular file.
+      FileNotFoundError: If a folder or pattern holds no file, a path of
+        a sequence names no regular file, or a URL names no object and no
+        prefix with objects under it.
       ValueError: If a sequence is empty or names a file twice, a URL names
         no bucket, or a sequence mixes URLs with local paths or buckets.
       ImportError: If a URL's store has no client installed.
@@ -178,7 +180,7 @@ def _remote_files(location: RemotePath, container: str) -> RemotePath | FileSet:
         try:
             info = fs.info(location.fs_path)
         except FileNotFoundError:
-            return location  # The reader raises, as for a missing local file.
+            raise FileNotFoundError(f"No {container} file at {location.url!r}: nothing is there") from None
         if info.get("type") == "file":
             return location
     # A prefix (or a bucket's root): every object under it, as a folder's files.

@@ -23,7 +23,7 @@ from tinax._data._array_record import ArrayRecordSource
 from tinax._data._array_record_open import require_readable_store
 from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
 from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath, require_remote_file
+from tinax._data._locations import RemotePath
 from tinax._data._parquet_source import ParquetRecordSource
 from tinax._data._record_codec import KIND_ARRAY, FieldSpec
 
@@ -50,7 +50,6 @@ def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report
 
         source: ParquetRecordSource = ParquetFilesSource(found, mapping="python")
     elif isinstance(found, RemotePath):
-        require_remote_file(found, "Parquet")
         source = ParquetRecordSource(found, mapping="python")
     else:
         source = ParquetRecordSource(pathlib.Path(path).absolute(), mapping="python")
@@ -140,7 +139,6 @@ def inspect_array_record(path: pathlib.Path | str, options: InspectOptions) -> R
         source: ArrayRecordSource = ArrayRecordFilesSource(found)
     elif isinstance(found, RemotePath):
         require_readable_store(found)
-        require_remote_file(found, "ArrayRecord")
         source = ArrayRecordSource(found)
     else:
         source = ArrayRecordSource(pathlib.Path(path).absolute())

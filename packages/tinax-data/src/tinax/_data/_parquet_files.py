@@ -27,7 +27,7 @@ import pyarrow as pa
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_sets import FileSet, combined_header, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._parquet_source import ParquetRecordSource, _Footer, digest_of_range
+from tinax._data._parquet_source import ParquetRecordSource, _Footer, checked_range
 from tinax._data._record_codec import RecordHeader
 from tinax._data._record_file_source import FileSetSource, OpenFiles
 
@@ -197,20 +197,24 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
         parquet_file.file_of_group(group_index)
         return super()._read_group(group_index, columns, parquet_file)
 
-    def _verify_row_group(self, group_index: int) -> None:
+    def _object_of_group(self, parquet_file: Any, group_index: int) -> Any:
+        return super()._object_of_group(parquet_file.file_of_group(group_index), group_index)
+
+    def _verify_row_group(self, group_index: int) -> tuple[int, bytes] | None:
         assert self._group_checks is not None
         # Files tinax did not write hold no checksums: their row groups' entries are None.
         check = cast("tuple[int, int, str] | None", self._group_checks[group_index])
         if check is None:
-            return  # A file tinax did not write has no checksums of its own.
+            return None  # A file tinax did not write has no checksums of its own.
         start, end, expected = check
         file_index, local = self.locate_group(group_index)
-        found = digest_of_range(self.file_path(file_index), start, end)
+        found, data = checked_range(self.file_path(file_index), start, end)
         if found != expected:
             raise CorruptParquetError(
                 f"the bytes of row group {local} of {self._files_header.names[file_index]!r} do not match the checksum "
                 "written with them: it is corrupt"
             )
+        return None if data is None else (start, data)
 
     def decoded_row_bytes(self) -> float:
         """The decoded size of a row: as measured in this process, else as the footers' uncompressed sizes say."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tinax._core import validation
 from tinax._data._arrow_values import MAPPINGS
 from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath, require_remote_file
+from tinax._data._locations import RemotePath
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_codec import require_record_file
 
@@ -117,8 +117,7 @@ def read_parquet_record(
         return source_dataset(ParquetFilesSource(found, mapping=mapping, cache_bytes=cache_bytes))
     from tinax._data._parquet_source import ParquetRecordSource
 
-    if isinstance(found, RemotePath):
-        require_remote_file(found, "Parquet")
+    if isinstance(found, RemotePath):  # An object, found by resolve_record_paths.
         return source_dataset(ParquetRecordSource(found, mapping=mapping, cache_bytes=cache_bytes))
     require_record_file(found, "Parquet")
     return source_dataset(ParquetRecordSource(found.absolute(), mapping=mapping, cache_bytes=cache_bytes))

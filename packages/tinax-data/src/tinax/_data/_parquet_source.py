@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import hashlib
 import itertools
 import os
+import sys
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +84,8 @@ _LOADS_BEFORE_WARNING = 64
 #: work under the interpreter lock only slows down the pipeline's thread.
 _MOST_DECODE_THREADS = 3
 _ROWS_SERVED_FRACTION = 4
+#: The last bytes of an object fetched at once on opening it: they hold the footer of most Parquet files.
+_FOOTER_WINDOW = 64 * 1024
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
@@ -460,13 +464,11 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         Raises:
           ValueError: As the constructor says, naming ``path``.
         """
-        handle = open_object(path)
+        object_file = _ObjectFile(open_object(path))
         try:
-            raw: tuple[bytes, int] | ValueError = _read_raw_footer(handle, "the file")
-        except ValueError as error:
-            raw = error
+            raw = _object_footer(object_file)
         except BaseException:
-            handle.close()
+            object_file.close()
             raise
         metadata = None
         if _parse_footer is not None and not isinstance(raw, ValueError):
@@ -475,7 +477,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             except Exception:
                 metadata = None  # pyarrow reads the footer itself below, and raises what it raises.
         try:
-            parquet_file: Any = _ObjectParquetFile(handle, metadata=metadata, page_checksum_verification=True)
+            parquet_file: Any = _ObjectParquetFile(object_file, metadata=metadata, page_checksum_verification=True)
             metadata = parquet_file.metadata
             arrow_schema = parquet_file.schema_arrow
         except (ValueError, pa.ArrowException, OSError) as error:
@@ -501,10 +503,18 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
           ValueError: As the constructor says, naming ``path``.
         """
         try:
-            # Unbuffered: three reads of the bytes the footer needs, not of whole blocks.
-            with open_bytes(path, buffering=0) as handle:
-                footer, footer_start = _read_raw_footer(handle, "the file")
-                size = _size_of(handle)
+            if isinstance(path, RemotePath):
+                with contextlib.closing(_ObjectFile(open_object(path))) as object_file:
+                    raw = _object_footer(object_file)
+                    size = object_file.size
+                if isinstance(raw, ValueError):
+                    raise raw
+                footer, footer_start = raw
+            else:
+                # Unbuffered: three reads of the bytes the footer needs, not of whole blocks.
+                with open(path, "rb", buffering=0) as handle:
+                    footer, footer_start = _read_raw_footer(handle, "the file")
+                    size = os.fstat(handle.fileno()).st_size
             # Parses the footer's Thrift bytes as pyarrow parses a pickled FileMetaData.
             metadata = _parse_footer(pa.py_buffer(footer[:-8]))
             arrow_schema = metadata.schema.to_arrow_schema()
@@ -869,10 +879,16 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         check_reads_go_on(f"row group {group_index} of {str(self._path)!r}")
         if parquet_file is None:
             parquet_file = self._handle()
+        verified = None
         if self._group_checks is not None and group_index not in self._verified:
-            self._verify_row_group(group_index)
+            verified = self._verify_row_group(group_index)
             self._verified.add(group_index)
-        table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
+        if verified is None:
+            table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
+        else:
+            # An object's row group is decoded from the bytes just verified, not fetched a second time.
+            with self._object_of_group(parquet_file, group_index).staged(*verified):
+                table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
         first = self._group_ends[group_index - 1] if group_index else 0
         expected_rows = self._group_ends[group_index] - first
         if table.num_rows != expected_rows:
@@ -1038,14 +1054,25 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 advance(table.num_rows)
         return values
 
-    def _verify_row_group(self, group_index: int) -> None:
+    def _object_of_group(self, parquet_file: Any, group_index: int) -> _ObjectFile:
+        """The open object (of a source over objects) that holds a row group."""
+        del group_index
+        return cast("_ObjectFile", parquet_file.object_file)
+
+    def _verify_row_group(self, group_index: int) -> tuple[int, bytes] | None:
+        """Checks a row group's bytes against their digest; returns an object's bytes with their offset.
+
+        Raises:
+          CorruptParquetError: If the digest differs.
+        """
         assert self._group_checks is not None
         start, end, expected = self._group_checks[group_index]
-        found = digest_of_range(self._path, start, end)
+        found, data = checked_range(self._path, start, end)
         if found != expected:
             raise CorruptParquetError(
                 f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
             )
+        return None if data is None else (start, data)
 
     def __repr__(self) -> str:
         if self._schema is None:
@@ -1094,37 +1121,135 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
                     source._filling.remove(threading.current_thread())
 
 
+class _ObjectFile:
+    """An open object as pyarrow reads it: ranged reads, except inside a staged range, served from memory.
+
+    A row group whose bytes were just fetched to check their digest is
+    staged, so that pyarrow decodes those very bytes instead of fetching
+    them again. Every read asks for the object as it was when it was
+    opened (its GCS generation; on S3 the client requires its ETag), so an
+    object replaced meanwhile fails the read instead of mixing the bytes of
+    two objects.
+    """
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.size = int(handle.size)
+        self._position = 0
+        self._staged: tuple[int, bytes] | None = None
+        # gcsfs's files read the object's latest generation; its ranged reads can ask for this one.
+        self._generation = (getattr(handle, "details", None) or {}).get("generation")
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._handle.closed)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def read(self, count: int = -1) -> bytes:
+        start = self._position
+        end = self.size if count is None or count < 0 else min(start + count, self.size)
+        staged = self._staged
+        if staged is not None and staged[0] <= start and end <= staged[0] + len(staged[1]):
+            data = staged[1][start - staged[0] : end - staged[0]]
+        elif start >= end:
+            data = b""
+        else:
+            data = self._fetch(start, end)
+        self._position = start + len(data)
+        return bytes(data)
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        # s3fs's error for a read whose ETag no longer matches (s3fs is loaded wherever an S3 object is read).
+        expired = getattr(sys.modules.get("s3fs.utils"), "FileExpired", FileNotFoundError)
+        _logger.debug("fetching bytes [%d, %d) of the object %r", start, end, self._handle.path)
+        try:
+            if self._generation is not None:
+                data = self._handle.fs.cat_file(self._handle.path, start=start, end=end, generation=self._generation)
+            else:
+                self._handle.seek(start)
+                data = self._handle.read(end - start)
+        except (FileNotFoundError, expired) as error:
+            raise ValueError(
+                f"the object {self._handle.path!r} changed since it was opened (or is gone): {error}"
+            ) from error
+        return bytes(data)
+
+    @contextlib.contextmanager
+    def staged(self, start: int, data: bytes) -> Iterator[None]:
+        """Serves reads inside ``[start, start + len(data))`` from ``data`` during the block."""
+        self._staged = (start, data)
+        try:
+            yield
+        finally:
+            self._staged = None
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _object_footer(object_file: _ObjectFile) -> tuple[bytes, int] | ValueError:
+    """An object's raw footer as ``_read_raw_footer`` reads it, or its ValueError; its last bytes in one request.
+
+    The footer, its trailer and (in a small object) the magic at the start
+    lie in the last :data:`_FOOTER_WINDOW` bytes, which are fetched at once
+    instead of in three requests.
+    """
+    start = max(object_file.size - _FOOTER_WINDOW, 0)
+    object_file.seek(start)
+    tail = object_file.read()
+    with object_file.staged(start, tail):
+        try:
+            return _read_raw_footer(object_file, "the file")
+        except ValueError as error:
+            return error
+
+
 class _ObjectParquetFile(pq.ParquetFile):  # type: ignore[misc]
     """A ``pyarrow.parquet.ParquetFile`` over an open object (ranged reads), which it closes when it is closed."""
 
-    def __init__(self, handle: Any, **options: Any) -> None:
-        self._object = handle
+    def __init__(self, object_file: _ObjectFile, **options: Any) -> None:
+        self.object_file = object_file
         try:
-            super().__init__(handle, **options)
+            super().__init__(object_file, **options)
         except BaseException:
-            handle.close()
+            object_file.close()
             raise
 
     def close(self, force: bool = False) -> None:
         super().close(force=force)
-        self._object.close()
+        self.object_file.close()
 
 
-def digest_of_range(path: Location, start: int, end: int) -> str:
-    """The SHA-256 of the bytes ``[start, end)`` of a file (read in chunks) or an object (one ranged read)."""
+def checked_range(path: Location, start: int, end: int) -> tuple[str, bytes | None]:
+    """The SHA-256 of the bytes ``[start, end)`` of a file (read in chunks), or of an object with the bytes.
+
+    An object's range is fetched in one ranged read, and its bytes are
+    returned so that they can be decoded without fetching them again.
+    """
     if isinstance(path, RemotePath):
+        _logger.debug("fetching bytes [%d, %d) of the object %r", start, end, path.fs_path)
         data = read_object_range(path, start, end)
         if len(data) != end - start:
             raise ValueError("the file ends inside a row group")
-        return hashlib.sha256(data).hexdigest()
+        return hashlib.sha256(data).hexdigest(), data
     with open(path, "rb") as handle:
-        return _digest_range(handle, start, end)
-
-
-def _size_of(handle: Any) -> int:
-    """The size of an open local file or object."""
-    size = getattr(handle, "size", None)
-    return int(size) if isinstance(size, int) else os.fstat(handle.fileno()).st_size
+        return _digest_range(handle, start, end), None
 
 
 def _raw_footer(path: Location) -> tuple[bytes, int] | ValueError:
