@@ -10,6 +10,7 @@ what one GET of the file does.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import io
 import os
@@ -43,9 +44,10 @@ Location = pathlib.Path | RemotePath
 DISTRIBUTION = "tinax-weights"
 # Payloads are fetched in pieces of this size, this many at once: large
 # enough that each GET runs at the link's speed, few enough that the bytes
-# in flight (256 MiB) stay bounded whatever the file's size.
+# held (two batches, 256 MiB: one being copied, the next downloading) stay
+# bounded whatever the file's size.
 PIECE_BYTES = 32 * 1024 * 1024
-PIECES_IN_FLIGHT = 8
+PIECES_IN_FLIGHT = 4
 # Small pieces (the rows of a column shard) go many at a time, up to this many requests.
 _MOST_REQUESTS_IN_FLIGHT = 256
 
@@ -134,26 +136,51 @@ def fetch_into(handle: ReadableFile, targets: Sequence[tuple[int, memoryview]], 
 
     cursor = 0  # The first target that the pieces still to come may fill.
     live = [(offset, buffer) for offset, buffer in targets if buffer.nbytes]
-    for batch in _batches(pieces):
-        results = fs.cat_ranges([path] * len(batch), [start for start, _ in batch], [end for _, end in batch])
-        for (start, end), data in zip(batch, results, strict=True):
-            if isinstance(data, BaseException):
-                raise data
-            if len(data) != end - start:
-                raise malformed_safetensors(
-                    f"{source} ended after {start + len(data)} bytes while {what} were read up to byte {end} "
-                    "(was it replaced while being read?)"
-                )
-            view = memoryview(data)
-            index = cursor
-            while index < len(live) and live[index][0] < end:
-                offset, buffer = live[index]
-                low, high = max(start, offset), min(end, offset + buffer.nbytes)
-                buffer[low - offset : high - offset] = view[low - start : high - start]
-                if offset + buffer.nbytes <= end:
-                    cursor = index + 1
-                index += 1
-            del view, data
+
+    def fetch(batch: list[tuple[int, int]]) -> list[object]:
+        return list(fs.cat_ranges([path] * len(batch), [start for start, _ in batch], [end for _, end in batch]))
+
+    batches = list(_batches(pieces))
+    # The next batch downloads while this one is copied into place.
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinax-weights-fetch") as pool:
+        pending = [pool.submit(fetch, batch) for batch in batches[:1]]
+        for number, batch in enumerate(batches):
+            results = pending.pop().result()
+            pending.extend(pool.submit(fetch, following) for following in batches[number + 1 : number + 2])
+            cursor = _place(batch, results, live, cursor, source=source, what=what)
+            del results
+
+
+def _place(
+    batch: list[tuple[int, int]],
+    results: list[object],
+    live: list[tuple[int, memoryview]],
+    cursor: int,
+    *,
+    source: str,
+    what: str,
+) -> int:
+    """Copies fetched pieces into the targets they overlap; returns the first target still to fill."""
+    for (start, end), data in zip(batch, results, strict=True):
+        if isinstance(data, BaseException):
+            raise data
+        if not isinstance(data, (bytes, bytearray)) or len(data) != end - start:
+            received = len(data) if isinstance(data, (bytes, bytearray)) else 0
+            raise malformed_safetensors(
+                f"{source} ended after {start + received} bytes while {what} were read up to byte {end} "
+                "(was it replaced while being read?)"
+            )
+        view = memoryview(data)
+        index = cursor
+        while index < len(live) and live[index][0] < end:
+            offset, buffer = live[index]
+            low, high = max(start, offset), min(end, offset + buffer.nbytes)
+            buffer[low - offset : high - offset] = view[low - start : high - start]
+            if offset + buffer.nbytes <= end:
+                cursor = index + 1
+            index += 1
+        del view
+    return cursor
 
 
 def _batches(pieces: list[tuple[int, int]]) -> Iterator[list[tuple[int, int]]]:
