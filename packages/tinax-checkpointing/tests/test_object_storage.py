@@ -474,6 +474,37 @@ def test_the_manager_needs_an_existing_gs_root_when_create_is_false(gcs_store: s
         )
 
 
+# --- tinax inspect's checkpoint inspectors on gs:// -----------------------------------------------------------
+
+
+def test_the_checkpoint_inspectors_describe_gs_prefixes(gcs_store: str) -> None:
+    from tinax._checkpointing._inspect import inspect_checkpoint, inspect_checkpoint_root
+    from tinax._checkpointing._sniff import CHECKPOINT, CHECKPOINT_ROOT
+    from tinax._core._command._registry import Probe
+    from tinax._core._command._report import InspectOptions
+
+    root = f"{gcs_store}/run"
+    steps = manager(root, keep_last=3)
+    save_step(steps, 4)
+    save_step(steps, 5)
+    steps.wait()
+    remove_marker(f"{root}/5")
+
+    assert CHECKPOINT.sniff(Probe(epath.Path(f"{root}/4"), None))
+    assert CHECKPOINT_ROOT.sniff(Probe(epath.Path(root), None))
+    report = inspect_checkpoint(f"{root}/4", InspectOptions())
+    assert report.summary["complete"] is True
+    assert report.summary["step"] == 4
+    rows = {(row["part"], row["name"]): row for table in report.tables if table.name == "arrays" for row in table.rows}
+    assert (rows["model", "w"]["dtype"], rows["model", "w"]["shape"]) == ("float32", [4])
+    torn = inspect_checkpoint(f"{root}/5", InspectOptions())
+    assert torn.summary["complete"] is False
+    assert "not finished" in torn.problems[0]
+    described = inspect_checkpoint_root(root, InspectOptions())
+    assert described.summary["committed steps"] == [4]
+    assert described.problems == ["5: a torn step folder (not a complete checkpoint)"]
+
+
 # --- s3:// and the manager ------------------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ import tensorstore  # noqa: F401
 
 from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leaves
 from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
+from tinax._checkpointing._locations import CLAIM_SUFFIX, absolute_location
 from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._checkpointing._training import STEP_KEY, TrainingCheckpointNames, require_iterator_states
@@ -42,14 +43,14 @@ _PARTS = dataclasses.astuple(TrainingCheckpointNames())
 _TYPE_NAMES = {"jax.Array": "array", "np.ndarray": "numpy", "scalar": "scalar", "string": "string"}
 
 
-def inspect_checkpoint(path: pathlib.Path, options: InspectOptions) -> Report:
-    """Describes a checkpoint folder: complete or not (and why), its parts, their arrays, and its step.
+def inspect_checkpoint(path: pathlib.Path | str, options: InspectOptions) -> Report:
+    """Describes a checkpoint folder (or ``gs://`` prefix): complete or not (and why), its parts, arrays and step.
 
     A problem with the folder is reported, not raised, so that ``--json``
     still describes it; the command then exits 1.
     """
     report = Report("inspect", "orbax-checkpoint", str(path))
-    path = path.absolute()
+    path = absolute_location(path, "path", needed_by="tinax inspect")
     try:
         held = require_complete_checkpoint(path)
         training = all(part in held for part in _PARTS)
@@ -122,7 +123,7 @@ def _leaf_rows(part: str, leaves: list[StoredLeaf], options: InspectOptions) -> 
     return rows
 
 
-def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Report:
+def inspect_checkpoint_root(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a root of step folders as the manager sees it: committed steps, torn and temporary folders.
 
     Torn or temporary folders are reported as problems (the command exits 1);
@@ -153,6 +154,6 @@ def inspect_checkpoint_root(path: pathlib.Path, options: InspectOptions) -> Repo
     for entry in scan.torn:
         report.problems.append(f"{entry.name}: a torn step folder (not a complete checkpoint)")
     for entry in scan.temporary:
-        assert is_orbax_temporary_name(entry.name)
+        assert is_orbax_temporary_name(entry.name) or entry.name.endswith(CLAIM_SUFFIX)
         report.problems.append(f"{entry.name}: an unfinished save (still running, or interrupted)")
     return report

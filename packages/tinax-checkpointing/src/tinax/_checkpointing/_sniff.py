@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from tinax._checkpointing._layout import _ORBAX_INDICATOR, CHECKPOINT_METADATA
+from tinax._checkpointing._locations import is_remote
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._core._command._registry import Inspector, Probe
 
@@ -21,7 +22,12 @@ def _checkpoint(probe: Probe) -> bool:
 def _root(probe: Probe) -> bool:
     """A folder holding step-named (digits) or temporary folders."""
     try:
-        names = os.listdir(probe.path) if probe.is_folder else []
+        if not probe.is_folder:
+            names = []
+        elif is_remote(probe.path):
+            names = [entry.name for entry in probe.path.iterdir()]
+        else:
+            names = os.listdir(probe.path)
     except OSError:
         return False
     return any((name.isascii() and name.isdigit()) or is_orbax_temporary_name(name) for name in names)
