@@ -331,3 +331,29 @@ def test_an_index_naming_a_missing_object_is_refused(object_store: str) -> None:
     fs.rm_file(part)
     with pytest.raises(FileNotFoundError, match="not an object"):
         load_sharded_safetensors(index, shardings=_shardings(), max_bytes=1 << 20)
+
+
+def test_tinax_inspect_reads_objects(object_store: str) -> None:  # noqa: F811
+    from tinax_testing import run_tinax
+
+    url = f"{object_store}/weights.bin"  # The kind is told from the content.
+    save_safetensors(
+        url, {"w": np.zeros((4, 3), np.float32)}, overwrite=False, metadata={"f": "pt"}, max_metadata_bytes=64
+    )
+    document = run_tinax("inspect", url, "--json").json()
+    assert document["kind"] == "safetensors"
+    assert document["summary"]["metadata"] == {"f": "pt"}
+    assert document["tables"]["tensors"]["rows"] == [{"name": "w", "dtype": "F32", "shape": [4, 3], "bytes": 48}]
+
+    index = f"{object_store}/model.safetensors.index.json"
+    save_sharded_safetensors(index, _global_arrays(), overwrite=False, max_file_bytes=300)
+    document = run_tinax("inspect", index, "--json").json()
+    assert document["kind"] == "safetensors-index"
+    assert document["summary"]["files"] == 2
+    assert {row["name"] for row in document["tables"]["tensors"]["rows"]} == {"rows", "columns", "replicated"}
+
+    state = f"{object_store}/state.msgpack"
+    save_msgpack(state, {"params": {"w": np.ones(3, np.float32)}, "step": 1}, overwrite=False)
+    document = run_tinax("inspect", state, "--json").json()
+    assert document["kind"] == "msgpack"
+    assert document["summary"]["leaves"] == 2

@@ -7,6 +7,8 @@ Every file is read by the loaders' own readers: safetensors headers by
 messages as a load; msgpack files by the loader's decoder under its limits.
 Safetensors payloads are never read. The readers read each file from its
 start without gaps, so where a file is left is the bytes taken from it.
+``tinax inspect`` hands an object in a bucket over as its ``gs://`` or
+``s3://`` URL, a ``str``; it is read with ranged GETs in the same way.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from tinax._core import storage
 from tinax._core._command._report import InspectOptions, Report
 from tinax._weights._compat02 import MissingFilePathError
 from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_header
 from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
-from tinax._weights._paths import open_file_to_read
+from tinax._weights._remote import RemotePath, filesystem, location_to_read, open_to_read, read_whole
 
 __all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 
@@ -47,17 +50,22 @@ def _tensor_report(
     return report
 
 
-def safetensors_report(path: pathlib.Path, options: InspectOptions) -> Report:
+_NEEDED_BY = "tinax inspect"
+
+
+def safetensors_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata.
 
     Raises:
       ValueError: With the loader's message, if the header is invalid.
     """
-    with open_file_to_read(path, kind="safetensors file", directory_error=MissingFilePathError) as (handle, size):
-        header = read_header(handle, file_size=size, source=str(path), max_metadata_bytes=MAX_HEADER_BYTES)
+    location = location_to_read(path, "path")
+    opened = open_to_read(location, kind="safetensors file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
+    with opened as (handle, size):
+        header = read_header(handle, file_size=size, source=str(location), max_metadata_bytes=MAX_HEADER_BYTES)
         bytes_read = handle.tell()
     info = header.info
-    report = Report("inspect", "safetensors", str(path), bytes_read=bytes_read)
+    report = Report("inspect", "safetensors", str(location), bytes_read=bytes_read)
     report.summary["file size"] = size
     report.summary["header bytes"] = header.payload_start
     report.summary["tensors"] = len(info.tensors)
@@ -66,7 +74,7 @@ def safetensors_report(path: pathlib.Path, options: InspectOptions) -> Report:
     return _tensor_report(report, dict(info.tensors), options, None)
 
 
-def safetensors_index_report(path: pathlib.Path, options: InspectOptions) -> Report:
+def safetensors_index_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a multi-file checkpoint from its index and each file's header.
 
     The index and every file it names are validated as a load validates them;
@@ -76,20 +84,25 @@ def safetensors_index_report(path: pathlib.Path, options: InspectOptions) -> Rep
       ValueError: With the loader's message, if the index or a header is invalid.
       FileNotFoundError: If a file the index names is missing.
     """
+    location = location_to_read(path, "path")
     with contextlib.ExitStack() as stack:
-        tensors, _ = open_checkpoint(stack, path, max_metadata_bytes=MAX_HEADER_BYTES)
+        tensors, _ = open_checkpoint(stack, location, max_metadata_bytes=MAX_HEADER_BYTES, needed_by=_NEEDED_BY)
         handles = {id(tensor.handle): tensor for tensor in tensors.values()}
-        bytes_read = path.stat().st_size + sum(tensor.handle.tell() for tensor in handles.values())
+        if isinstance(location, RemotePath):
+            index_size = storage.object_size(filesystem(location, _NEEDED_BY), location, kind="safetensors index")
+        else:
+            index_size = location.stat().st_size
+        bytes_read = index_size + sum(tensor.handle.tell() for tensor in handles.values())
     files = {name: pathlib.Path(tensor.source).name for name, tensor in tensors.items()}
     infos = {name: tensor.info for name, tensor in tensors.items()}
-    report = Report("inspect", "safetensors-index", str(path), bytes_read=bytes_read)
+    report = Report("inspect", "safetensors-index", str(location), bytes_read=bytes_read)
     report.summary["files"] = len(handles)
     report.summary["tensors"] = len(infos)
     report.summary["total tensor bytes"] = sum(info.nbytes for info in infos.values())
     return _tensor_report(report, infos, options, files)
 
 
-def msgpack_report(path: pathlib.Path, options: InspectOptions) -> Report:
+def msgpack_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes the leaves of a msgpack state dict (flax's format) with dtypes and shapes.
 
     msgpack has no index, so the file is decoded whole by the loader's
@@ -99,17 +112,21 @@ def msgpack_report(path: pathlib.Path, options: InspectOptions) -> Report:
     Raises:
       ValueError: With the loader's message, if the file is malformed or too large.
     """
-    with open_file_to_read(path, kind="msgpack file", directory_error=MissingFilePathError) as (handle, size):
+    location = location_to_read(path, "path")
+    opened = open_to_read(location, kind="msgpack file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
+    with opened as (handle, size):
         if size > options.max_bytes:
             raise ValueError(
-                f"{str(path)!r} holds {size} bytes, more than --max-bytes={options.max_bytes}; "
+                f"{str(location)!r} holds {size} bytes, more than --max-bytes={options.max_bytes}; "
                 "raise --max-bytes to inspect it"
             )
-        tree = read_state_tree(handle, size, path)
+        if isinstance(location, RemotePath):
+            handle = read_whole(handle, size, source=location.url, what="the state dict's bytes")
+        tree = read_state_tree(handle, size, location)
         bytes_read = handle.tell()
     rows: list[dict[str, Any]] = []
     _leaves(tree, "", rows, options)
-    report = Report("inspect", "msgpack", str(path), bytes_read=bytes_read)
+    report = Report("inspect", "msgpack", str(location), bytes_read=bytes_read)
     report.summary["file size"] = size
     report.summary["leaves"] = len(rows)
     report.summary["total array bytes"] = sum(row["bytes"] or 0 for row in rows)
