@@ -6,6 +6,10 @@ with ``/`` between folders). That order depends on nothing but the names,
 so every process and every run numbers the rows alike, whatever order the
 file system lists them in. Finding the files imports neither pyarrow nor
 array-record: the readers that open them do.
+
+A ``gs://`` or ``s3://`` URL names an object, or a prefix whose objects are
+a folder's files (keys split at ``/`` into folders), or a glob pattern over
+keys; a sequence of URLs names objects of one bucket.
 """
 
 from __future__ import annotations

@@ -8,10 +8,8 @@ which reads objects with ranged requests through tinax-core's storage layer
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 from tinax._core import storage
@@ -21,7 +19,6 @@ __all__ = [
     "Location",
     "RemotePath",
     "file_size",
-    "open_bytes",
     "open_object",
     "pickled_location",
     "read_object_range",
@@ -57,17 +54,6 @@ def open_object(location: RemotePath, *, container: str = "Parquet") -> BinaryIO
     fs = remote_filesystem(location, _READERS.get(container, _READERS["Parquet"]))
     handle: BinaryIO = fs.open(location.fs_path, "rb", cache_type="none")
     return handle
-
-
-@contextlib.contextmanager
-def open_bytes(path: Location, *, buffering: int = -1) -> Iterator[BinaryIO]:
-    """Opens a local file (as ``open(path, "rb", buffering=...)``) or an object (see :func:`open_object`)."""
-    if isinstance(path, RemotePath):
-        with open_object(path) as handle:
-            yield handle
-    else:
-        with open(path, "rb", buffering=buffering) as handle:
-            yield handle
 
 
 def read_object_range(location: RemotePath, start: int, end: int) -> bytes:

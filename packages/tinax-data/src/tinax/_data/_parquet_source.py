@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import pathlib
 import sys
 import threading
 import weakref
@@ -37,7 +38,7 @@ from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, require_mappable, stacked_values
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows
-from tinax._data._locations import Location, RemotePath, file_size, open_bytes, open_object, read_object_range
+from tinax._data._locations import Location, RemotePath, file_size, open_object, read_object_range
 from tinax._data._parquet import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
@@ -1252,10 +1253,10 @@ def checked_range(path: Location, start: int, end: int) -> tuple[str, bytes | No
         return _digest_range(handle, start, end), None
 
 
-def _raw_footer(path: Location) -> tuple[bytes, int] | ValueError:
+def _raw_footer(path: pathlib.Path) -> tuple[bytes, int] | ValueError:
     """A Parquet file's footer bytes and offset (see ``_read_raw_footer``), or the ValueError saying why not."""
     try:
-        with open_bytes(path) as handle:
+        with open(path, "rb") as handle:
             return _read_raw_footer(handle, "the file")
     except ValueError as error:
         return error
