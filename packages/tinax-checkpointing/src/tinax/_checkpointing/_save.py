@@ -268,27 +268,41 @@ def _claim_remote(destination: pathlib.Path) -> bool:
     import jax
 
     fs = remote_filesystem(destination, needed_by="tinax.checkpointing.save_checkpointables")
-    location = remote_of(destination)
-    if fs.exists(location.fs_path):
-        if has_commit_marker(fs, destination):
-            raise exists_error(destination)
-        raise CheckpointExistsError(
-            f"path {str(destination)!r} holds objects of a save that has not finished (still running, or "
-            "interrupted); checkpoints are immutable, so save to a new path or delete those objects first"
-        )
+    _require_empty_prefix(fs, destination)
     if jax.process_count() > 1:
         return False
+    claim = _claim_object(destination)
     with tempfile.TemporaryDirectory(prefix="tinax-claim-") as folder:
         content = pathlib.Path(folder) / "claim"
         content.write_text(f"saving {destination}\n", encoding="utf-8")
         try:
-            publish_file(fs, content, _claim_object(destination), overwrite=False)
+            publish_file(fs, content, claim, overwrite=False)
         except FileExistsError:
             raise CheckpointExistsError(
                 f"path {str(destination)!r} is the destination of another writer's save in flight (it holds the "
-                f"claim {str(_claim_object(destination))!r}; delete that object only if no save is running)"
+                f"claim {str(claim)!r}; delete that object only if no save is running)"
             ) from None
+    try:
+        # Again under the claim: a writer may have committed here and dropped its claim since the first look.
+        _require_empty_prefix(fs, destination)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(claim.fs_path)
+        raise
     return True
+
+
+def _require_empty_prefix(fs: Any, destination: pathlib.Path) -> None:
+    """Refuses a ``gs://`` destination under which any object exists, committed or not."""
+    fs.invalidate_cache(remote_of(destination).fs_path)
+    if not fs.exists(remote_of(destination).fs_path):
+        return
+    if has_commit_marker(fs, destination):
+        raise exists_error(destination)
+    raise CheckpointExistsError(
+        f"path {str(destination)!r} holds objects of a save that has not finished (still running, or "
+        "interrupted); checkpoints are immutable, so save to a new path or delete those objects first"
+    )
 
 
 def _release_remote(claim: str, destination: pathlib.Path, claimed: bool) -> None:
