@@ -450,7 +450,7 @@ def test_a_lock_object_left_on_a_gs_root_refuses_writers_until_deleted(gcs_store
     gcs().pipe_file(lock, b"left by a killed job")
     steps = manager(root)
 
-    with pytest.raises(SaveInFlightError):
+    with pytest.raises(SaveInFlightError, match="left by a killed job.*delete the object"):
         save_step(steps, 1)
     assert step_names(root) == {"tinax-manager.lock"}
 

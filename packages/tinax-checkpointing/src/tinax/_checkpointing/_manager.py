@@ -49,10 +49,12 @@ import pathlib
 import posixpath
 import shutil
 import signal
+import socket
 import stat
 import sys
 import tempfile
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from types import FrameType
@@ -666,6 +668,7 @@ class TrainingCheckpointManager:
                 f"cannot {action} under {str(self._root)!r}: another TrainingCheckpointManager is writing into this "
                 "root (a save of it is in flight, or its retention or cleanup is running). One root takes the saves "
                 "of one job: give each job its own root, or start this one once the other has finished"
+                + (_remote_lock_hint(self._root) if is_remote(self._root) else "")
             )
         self._lock = lock
 
@@ -864,9 +867,11 @@ class _RemoteRootLock:
     def acquire(cls, root: pathlib.Path) -> tuple[_RemoteRootLock | None, bool]:
         """Creates the lock object; the flag is True when it exists already (another writer holds it)."""
         fs = _filesystem(root)
+        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        holder = f"host {socket.gethostname()}, process {os.getpid()}, since {since}"
         with tempfile.TemporaryDirectory(prefix="tinax-lock-") as folder:
             content = pathlib.Path(folder) / LOCK_FILE
-            content.write_text("a TrainingCheckpointManager writes into this root\n", encoding="utf-8")
+            content.write_text(holder, encoding="utf-8")
             try:
                 publish_file(fs, content, remote_of(root / LOCK_FILE), overwrite=False)
             except FileExistsError:
@@ -876,6 +881,19 @@ class _RemoteRootLock:
     def release(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             _filesystem(self._root).rm_file(remote_of(self._root / LOCK_FILE).fs_path)
+
+
+def _remote_lock_hint(root: pathlib.Path) -> str:
+    """What the lock object of a ``gs://`` root says about its holder, and how to free a root its holder left."""
+    lock = remote_of(root / LOCK_FILE)
+    try:
+        holder = bytes(_filesystem(root).cat_file(lock.fs_path)[:200]).decode("utf-8", "replace")
+    except Exception:  # Gone meanwhile, or unreadable: the hint then names no holder.
+        holder = "unknown"
+    return (
+        f". Its lock object {lock.url!r} names the writer ({holder}); if that job is gone (killed before it "
+        "released the lock), delete the object to free the root"
+    )
 
 
 def _filesystem(path: pathlib.Path) -> Any:
