@@ -357,3 +357,20 @@ def test_tinax_inspect_reads_objects(object_store: str) -> None:  # noqa: F811
     document = run_tinax("inspect", state, "--json").json()
     assert document["kind"] == "msgpack"
     assert document["summary"]["leaves"] == 2
+
+
+def test_an_object_replaced_while_read_is_refused(object_store: str) -> None:  # noqa: F811
+    from tinax._weights._remote import ObjectChangedError, location_to_read, open_to_read
+
+    url = f"{object_store}/model.safetensors"
+    save_safetensors(url, {"a": np.zeros(1024, np.float32)}, overwrite=False)
+    with open_to_read(location_to_read(url, "path"), kind="safetensors file", needed_by="test") as (handle, size):
+        first = handle.read(16)
+        # Same size and header, other values: only the version tells the two apart.
+        save_safetensors(url, {"a": np.ones(1024, np.float32)}, overwrite=True)
+        handle.seek(size - 16)
+        with pytest.raises(ObjectChangedError, match="replaced or removed"):
+            handle.read(16)
+    assert len(first) == 16
+    # A new load reads the new object whole.
+    np.testing.assert_array_equal(load_safetensors(url, max_bytes=4096).tensors["a"], np.ones(1024, np.float32))

@@ -5,7 +5,9 @@ a bucket location is read with ranged GETs and written as one object that
 appears whole or not at all (a local temporary file, uploaded once
 complete). Payloads are fetched in large pieces, several at a time, each
 copied once into the memory of its array: a whole-file load costs about
-what one GET of the file does.
+what one GET of the file does. Every read asks for the object as it was
+when it was opened (its GCS generation, its S3 ETag), so a file replaced
+during a load fails the load instead of mixing two files' bytes.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ import contextlib
 import io
 import os
 import pathlib
+import sys
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from tinax._core import storage
 from tinax._core.storage import RemotePath
@@ -50,6 +53,8 @@ PIECE_BYTES = 32 * 1024 * 1024
 PIECES_IN_FLIGHT = 4
 # Small pieces (the rows of a column shard) go many at a time, up to this many requests.
 _MOST_REQUESTS_IN_FLIGHT = 256
+# s3fs's concurrent reads go through threads that each wait on one request.
+_S3_THREADS = 16
 
 
 def location_to_read(value: object, name: str) -> Location:
@@ -79,13 +84,108 @@ def open_to_read(
         under it included), or as ``open_file_to_read`` for a local path.
     """
     if isinstance(location, RemotePath):
-        fs = filesystem(location, needed_by)
-        with storage.open_to_read(fs, location, kind=kind) as (handle, size):
-            # fsspec's file reads as a local one does (seek, readinto, read, tell).
-            yield cast("ReadableFile", handle), size
+        with _open_object(filesystem(location, needed_by), location, kind) as opened:
+            yield opened, opened.size
         return
     with open_file_to_read(location, kind=kind, directory_error=directory_error) as (handle, size):
         yield handle, size
+
+
+@contextlib.contextmanager
+def _open_object(fs: AbstractFileSystem, location: RemotePath, kind: str) -> Iterator[ObjectFile]:
+    """Opens an object, with one metadata request, pinning the version that every read will ask for.
+
+    Raises:
+      FileNotFoundError: As ``storage.object_size`` words it, for a missing object or a prefix.
+    """
+    handle: Any = None
+    pinned: object = None
+    try:
+        if location.scheme == "s3":
+            # Opened without a size, s3fs reads the object's ETag and makes every read of the file require it.
+            handle = fs.open(location.fs_path, "rb", cache_type="none")
+            details = handle.details
+        else:
+            details = fs.info(location.fs_path)
+            pinned = details.get("generation")
+    except FileNotFoundError:
+        details = {}
+    if details.get("type") != "file":
+        if handle is not None:
+            handle.close()
+        storage.object_size(fs, location, kind=kind)  # Raises, in the layer's words.
+        raise FileNotFoundError(f"path must name an existing {kind}, got {location.url!r}, which appeared only now")
+    if handle is None:
+        handle = fs.open(location.fs_path, "rb", cache_type="none", size=int(details["size"]))
+    with handle:
+        yield ObjectFile(handle, location, pinned=pinned)
+
+
+class ObjectChangedError(ValueError):
+    """The object was replaced (or removed) after it was opened, so its bytes would mix two files."""
+
+
+class ObjectFile:
+    """An object opened to read: exact ranged GETs, each of the version that was opened.
+
+    Reads as a local file reads (``seek``, ``readinto``, ``read``, ``tell``),
+    and :meth:`fetch` fetches many ranges at once.
+    """
+
+    def __init__(self, handle: Any, location: RemotePath, *, pinned: object) -> None:
+        self._handle = handle
+        self._location = location
+        # GCS: the generation every ranged GET asks for. S3: None, the file itself requires its ETag.
+        self._generation = pinned
+        self._position = 0
+        self.size = int(handle.size)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET, /) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._position, os.SEEK_END: self.size}[whence]
+        self._position = base + offset
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def read(self, size: int = -1, /) -> bytes:
+        end = self.size if size < 0 else min(self.size, self._position + size)
+        data = self.fetch([(self._position, end)])[0] if end > self._position else b""
+        self._position += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        data = self.read(buffer.nbytes)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
+        """The bytes of each ``[start, end)`` range (shorter where the object ends first), fetched concurrently.
+
+        Raises:
+          ObjectChangedError: If the object is no longer the version opened.
+        """
+        expired = getattr(sys.modules.get("s3fs.utils"), "FileExpired", None)
+        errors = (FileNotFoundError, expired) if expired is not None else (FileNotFoundError,)
+        try:
+            if self._location.scheme == "s3":
+                # The file's own ranged reads carry its If-Match; threads make them concurrent.
+                workers = max(1, min(len(ranges), _S3_THREADS))
+                with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="tinax-weights-get") as pool:
+                    return [bytes(data) for data in pool.map(lambda span: self._handle._fetch_range(*span), ranges)]
+            fs, path = self._handle.fs, self._handle.path
+            pinned = {"generation": self._generation} if self._generation is not None else {}
+            starts, ends = [start for start, _ in ranges], [end for _, end in ranges]
+            results = fs.cat_ranges([path] * len(ranges), starts, ends, **pinned)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+            return [bytes(result) for result in results]
+        except errors as error:
+            raise ObjectChangedError(
+                f"{self._location.url} was replaced or removed while it was being read, so its bytes would mix two "
+                f"versions; read it again ({type(error).__name__}: {error})"
+            ) from error
 
 
 @contextlib.contextmanager
@@ -122,7 +222,8 @@ def fetch_into(handle: ReadableFile, targets: Sequence[tuple[int, memoryview]], 
       ValueError: If the object ends before a target does (it was replaced
         by a shorter one); also a ``safetensors.SafetensorError``.
     """
-    fs, path = handle.fs, handle.path  # type: ignore[attr-defined]
+    if not isinstance(handle, ObjectFile):
+        raise TypeError(f"fetch_into reads objects opened by open_to_read, got {type(handle).__name__}")
     pieces: list[tuple[int, int]] = []
     run_start = run_end = -1
     for offset, buffer in targets:
@@ -137,23 +238,20 @@ def fetch_into(handle: ReadableFile, targets: Sequence[tuple[int, memoryview]], 
     cursor = 0  # The first target that the pieces still to come may fill.
     live = [(offset, buffer) for offset, buffer in targets if buffer.nbytes]
 
-    def fetch(batch: list[tuple[int, int]]) -> list[object]:
-        return list(fs.cat_ranges([path] * len(batch), [start for start, _ in batch], [end for _, end in batch]))
-
     batches = list(_batches(pieces))
     # The next batch downloads while this one is copied into place.
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tinax-weights-fetch") as pool:
-        pending = [pool.submit(fetch, batch) for batch in batches[:1]]
+        pending = [pool.submit(handle.fetch, batch) for batch in batches[:1]]
         for number, batch in enumerate(batches):
             results = pending.pop().result()
-            pending.extend(pool.submit(fetch, following) for following in batches[number + 1 : number + 2])
+            pending.extend(pool.submit(handle.fetch, following) for following in batches[number + 1 : number + 2])
             cursor = _place(batch, results, live, cursor, source=source, what=what)
             del results
 
 
 def _place(
     batch: list[tuple[int, int]],
-    results: list[object],
+    results: list[bytes],
     live: list[tuple[int, memoryview]],
     cursor: int,
     *,
@@ -162,12 +260,9 @@ def _place(
 ) -> int:
     """Copies fetched pieces into the targets they overlap; returns the first target still to fill."""
     for (start, end), data in zip(batch, results, strict=True):
-        if isinstance(data, BaseException):
-            raise data
-        if not isinstance(data, (bytes, bytearray)) or len(data) != end - start:
-            received = len(data) if isinstance(data, (bytes, bytearray)) else 0
+        if len(data) != end - start:
             raise malformed_safetensors(
-                f"{source} ended after {start + received} bytes while {what} were read up to byte {end} "
+                f"{source} ended after {start + len(data)} bytes while {what} were read up to byte {end} "
                 "(was it replaced while being read?)"
             )
         view = memoryview(data)
