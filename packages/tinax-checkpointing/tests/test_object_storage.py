@@ -460,6 +460,58 @@ def test_a_lock_object_left_on_a_gs_root_refuses_writers_until_deleted(gcs_store
     assert steps.committed_steps() == (1,)
 
 
+_KILLED_MANAGER = textwrap.dedent(
+    """
+    import sys
+    import grain
+    import jax
+    import numpy as np
+    from tinax.checkpointing import TrainingCheckpointManager
+
+    steps = TrainingCheckpointManager(
+        sys.argv[1], save_interval_steps=1, keep_last=2, keep_every=None, keep_best=None, best_mode=None,
+        save_in_flight="wait", create=True,
+    )
+    model = {f"w{index}": np.full((8,), index, np.float32) for index in range(100)}
+    iterator = iter(grain.MapDataset.source(list(range(24))).batch(4))
+    steps.save(2, model, {"count": np.arange(2)}, jax.random.key(2), None, iterator)
+    print("started", flush=True)
+    sys.stdin.read()
+    """
+)
+
+
+def test_a_manager_killed_mid_save_on_gs_leaves_no_counted_step(gcs_store: str) -> None:
+    root = f"{gcs_store}/run"
+    steps = manager(root)
+    save_step(steps, 1)
+    steps.wait()
+    with subprocess.Popen(
+        [sys.executable, "-W", "ignore", "-c", _KILLED_MANAGER, root],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=os.environ.copy(),
+    ) as child:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"started"
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+
+    fresh = manager(root)
+    committed = fresh.committed_steps()
+    # Step 2 counts only if its commit landed before the kill; its leftovers otherwise are never a step.
+    assert committed in ((1,), (1, 2))
+    # The killed job never released the root's lock: writers are refused until it is deleted by hand.
+    with pytest.raises(SaveInFlightError, match="delete the object"):
+        save_step(fresh, 3)
+    gcs().rm_file(f"{root.removeprefix('gs://')}/tinax-manager.lock")
+    fresh.scan(cleanup=True)
+    assert step_names(root) == {str(step) for step in committed}
+    save_step(fresh, 3)
+    fresh.wait()
+    assert fresh.committed_steps() == (*committed[-1:], 3)
+
+
 def test_the_manager_needs_an_existing_gs_root_when_create_is_false(gcs_store: str) -> None:
     with pytest.raises(FileNotFoundError, match="create=False"):
         TrainingCheckpointManager(
