@@ -76,15 +76,27 @@ def test_safetensors_round_trip(object_store: str, tmp_path, as_epath: bool) -> 
     _assert_same(dict(some.tensors), {name: tensors[name] for name in ("i64", "bf16")})
 
 
-def test_one_of_many_tensors_is_read_within_its_budget(object_store: str) -> None:  # noqa: F811
+def test_one_of_many_tensors_is_read_within_its_budget(object_store: str, monkeypatch) -> None:  # noqa: F811
+    from tinax._weights import _remote
+
     url = f"{object_store}/many.safetensors"
-    tensors = {f"t{index:02d}": np.full(16 * 1024, index, np.float32) for index in range(64)}
+    tensors = {f"t{index:02d}": np.full(4 * 1024, index, np.float32) for index in range(64)}
     save_safetensors(url, tensors, overwrite=False)
+    # Every byte that comes from the store passes through the opened object's fetch.
+    fetched: list[int] = []
+    fetch = _remote.ObjectFile.fetch
+    monkeypatch.setattr(_remote.ObjectFile, "fetch", lambda self, ranges: _counted(fetch(self, ranges), fetched))
     one = tensors["t37"].nbytes
     loaded = load_safetensors(url, max_bytes=one, names=["t37"])
     np.testing.assert_array_equal(loaded.tensors["t37"], tensors["t37"])
+    assert sum(fetched) <= 2 * one  # The header's first read and the tensor's bytes.
     with pytest.raises(ValueError, match="max_bytes"):
         load_safetensors(url, max_bytes=one - 1, names=["t37"])
+
+
+def _counted(pieces: list[bytes], fetched: list[int]) -> list[bytes]:
+    fetched.extend(len(piece) for piece in pieces)
+    return pieces
 
 
 def test_large_file_loads_whole(object_store: str) -> None:  # noqa: F811

@@ -306,7 +306,9 @@ def read_exactly(handle: ReadableFile, buffer: memoryview, offset: int) -> int:
     return filled
 
 
-def read_header(handle: ReadableFile, *, file_size: int, source: str, max_metadata_bytes: int) -> ParsedHeader:
+def read_header(
+    handle: ReadableFile, *, file_size: int, source: str, max_metadata_bytes: int, first_read_bytes: int | None = None
+) -> ParsedHeader:
     """Reads and completely validates the header of an open safetensors file.
 
     Validation depends only on the header bytes and the file size, so its
@@ -320,6 +322,8 @@ def read_header(handle: ReadableFile, *, file_size: int, source: str, max_metada
       source: How to name the file in messages.
       max_metadata_bytes: Limit on :func:`metadata_nbytes` of non-empty
         metadata; 0 allows no metadata at all (an empty mapping passes).
+      first_read_bytes: How many bytes the first read asks for (the length
+        field and, usually, the whole header), or None for 64 KiB.
 
     Returns:
       The header and the offset of the payload's first byte.
@@ -334,7 +338,7 @@ def read_header(handle: ReadableFile, *, file_size: int, source: str, max_metada
     def fail(problem: str) -> NoReturn:
         raise malformed_safetensors(f"{source} is not a valid safetensors file: {problem}")
 
-    header_bytes = _read_header_bytes(handle, file_size, fail)
+    header_bytes = _read_header_bytes(handle, file_size, fail, first_read_bytes or _FIRST_READ_BYTES)
     payload_start = LENGTH_FIELD_BYTES + len(header_bytes)
     key = (file_size, header_bytes)
     cacheable = len(header_bytes) <= _REMEMBERED_HEADER_MAX_BYTES
@@ -364,11 +368,11 @@ def forget_validated_headers() -> None:
         _remembered.clear()
 
 
-def _read_header_bytes(handle: ReadableFile, file_size: int, fail: _Fail) -> bytes:
+def _read_header_bytes(handle: ReadableFile, file_size: int, fail: _Fail, first_read_bytes: int) -> bytes:
     if file_size < LENGTH_FIELD_BYTES:
         fail(f"it has {file_size} bytes, fewer than the {LENGTH_FIELD_BYTES}-byte header length field")
     # One read covers the length field and, usually, the whole header.
-    first = bytearray(min(file_size, _FIRST_READ_BYTES))
+    first = bytearray(min(file_size, first_read_bytes))
     received = read_exactly(handle, memoryview(first), 0)
     if received < LENGTH_FIELD_BYTES:
         fail("the file ended inside the header length field (it changed while being read)")

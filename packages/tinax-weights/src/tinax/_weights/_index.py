@@ -31,7 +31,7 @@ from tinax._weights._header import (
     read_header,
 )
 from tinax._weights._paths import open_file_to_read, unreachable_path_error
-from tinax._weights._remote import Location, RemotePath, open_to_read
+from tinax._weights._remote import Location, RemotePath, first_header_read, open_to_read
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -144,7 +144,13 @@ def open_checkpoint(
     source = str(path)
     if not is_index_path(path):
         handle, file_size = stack.enter_context(open_to_read(path, kind="safetensors file", needed_by=needed_by))
-        header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=max_metadata_bytes)
+        header = read_header(
+            handle,
+            file_size=file_size,
+            source=source,
+            max_metadata_bytes=max_metadata_bytes,
+            first_read_bytes=first_header_read(path),
+        )
         return {
             name: OpenTensor(info, handle, header.payload_start, source, isinstance(path, RemotePath))
             for name, info in header.info.tensors.items()
@@ -168,7 +174,13 @@ def open_checkpoint(
                 raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
         else:
             handle, file_size = _open_local_part(stack, file_path, mapping)
-        header = read_header(handle, file_size=file_size, source=file_source, max_metadata_bytes=max_metadata_bytes)
+        header = read_header(
+            handle,
+            file_size=file_size,
+            source=file_source,
+            max_metadata_bytes=max_metadata_bytes,
+            first_read_bytes=first_header_read(file_path),
+        )
         held = header.info.tensors
         absent = [name for name in names if name not in held]
         if absent:

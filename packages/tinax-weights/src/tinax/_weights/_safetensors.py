@@ -45,6 +45,7 @@ from tinax._weights._remote import (
     RemotePath,
     display,
     fetch_into,
+    first_header_read,
     location_to_read,
     location_to_write,
     open_to_read,
@@ -167,7 +168,13 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
     file_path = location_to_read(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     with open_to_read(file_path, kind="safetensors file", needed_by=_INSPECT) as (handle, file_size):
-        return read_header(handle, file_size=file_size, source=str(file_path), max_metadata_bytes=metadata_limit).info
+        return read_header(
+            handle,
+            file_size=file_size,
+            source=str(file_path),
+            max_metadata_bytes=metadata_limit,
+            first_read_bytes=first_header_read(file_path),
+        ).info
 
 
 def load_safetensors(
@@ -243,7 +250,13 @@ def load_safetensors(
         validation.reported_as_both(widened),
         open_to_read(file_path, kind="safetensors file", needed_by=_LOAD) as (handle, file_size),
     ):
-        header = read_header(handle, file_size=file_size, source=source, max_metadata_bytes=metadata_limit)
+        header = read_header(
+            handle,
+            file_size=file_size,
+            source=source,
+            max_metadata_bytes=metadata_limit,
+            first_read_bytes=first_header_read(file_path),
+        )
         available = header.info.tensors
         selected = list(available) if requested is None else require_known(requested, available, source)
         total = sum(available[name].nbytes for name in selected)
