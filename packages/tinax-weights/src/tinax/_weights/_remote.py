@@ -32,12 +32,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Location",
+    "ObjectChangedError",
+    "ObjectFile",
     "RemotePath",
+    "display",
     "fetch_into",
     "filesystem",
+    "first_header_read",
     "location_to_read",
     "location_to_write",
+    "object_exists",
     "open_to_read",
+    "read_object",
+    "read_whole",
+    "remove_object",
     "write_atomically",
 ]
 
