@@ -24,7 +24,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from tinax._core import storage
-from tinax._core._command._registry import Inspector, detect, detect_object, installed, run
+from tinax._core._command._registry import Inspector, Probe, detect, detect_object, installed, run
 from tinax._core._command._report import InspectOptions, Report, error_document, schema_text
 
 __all__ = ["main"]
@@ -256,22 +256,28 @@ def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
 
 
 def _inspect_object(location: storage.RemotePath, arguments: argparse.Namespace, context: _Context) -> Report:
-    """Inspects one object in a bucket, reading it with ranged GETs as the local inspection reads a file."""
+    """Inspects an object, a prefix or a glob pattern in a bucket, reading with ranged GETs as locally."""
     inspectors = _require_inspectors(location.url)
     # The `tinax` distribution brings both stores' clients.
     fs = storage.filesystem(location, distribution="tinax", needed_by="tinax inspect", install_hint="pip install tinax")
-    try:
-        size = storage.object_size(fs, location, kind="object")
-    except FileNotFoundError as error:
-        # A prefix is a folder of a bucket: the folder kinds (checkpoints) are read from local disks only.
-        raise _CommandError(
-            f"error: PATH {location.url!r} is not an object in the bucket; tinax inspect reads single objects "
-            "(safetensors, msgpack, index, Parquet and ArrayRecord files) from buckets",
-            "usage",
-            EXIT_USAGE,
-        ) from error
-    with storage.open_to_read(fs, location, kind="object") as (handle, _):
-        kind, bytes_read = detect_object(handle, size, pathlib.Path(location.name), inspectors)
+    fs.invalidate_cache()
+    pattern = any(character in location.key for character in "*?[")
+    if not pattern and fs.isfile(location.fs_path):
+        kind, bytes_read = _detect_object(fs, location, inspectors)
+    else:
+        kind, bytes_read = None, 0
+        if not pattern and fs.isdir(location.fs_path):
+            kind = _detect_remote_folder(location, inspectors)
+        if kind is None:
+            first = _first_object(fs, location, pattern=pattern)
+            kind, bytes_read = _detect_object(fs, first, inspectors)
+            if kind is not None and not inspectors[kind].patterns:
+                raise _CommandError(
+                    f"error: PATH {location.url!r} is not an object, and {inspectors[kind].description}s are not "
+                    "described by a prefix or pattern: give one object",
+                    "usage",
+                    EXIT_USAGE,
+                )
     if kind is None:
         raise _unknown_kind(location.url, inspectors)
     context.kind = kind
@@ -280,6 +286,36 @@ def _inspect_object(location: storage.RemotePath, arguments: argparse.Namespace,
     if report.bytes_read is not None:
         report.bytes_read += bytes_read
     return report
+
+
+def _detect_object(fs: Any, location: storage.RemotePath, inspectors: dict[str, Inspector]) -> tuple[str | None, int]:
+    with storage.open_to_read(fs, location, kind="object") as (handle, size):
+        return detect_object(handle, size, pathlib.Path(location.name), inspectors)
+
+
+def _detect_remote_folder(location: storage.RemotePath, inspectors: dict[str, Inspector]) -> str | None:
+    """The folder kinds (checkpoints) told through ``etils.epath``, which Orbax installs; None without it."""
+    try:
+        from etils import epath
+    except ImportError:
+        return None
+    probe = Probe(epath.Path(location.url), None)  # type: ignore[arg-type]
+    return next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
+
+
+def _first_object(fs: Any, location: storage.RemotePath, *, pattern: bool) -> storage.RemotePath:
+    """The first object a dataset reader reads under a prefix or pattern: hidden names (``.``, ``_``) left out."""
+    found = fs.glob(location.fs_path) if pattern else fs.find(location.fs_path)
+    prefix = location.fs_path.rsplit("/", 1)[0] if pattern else location.fs_path
+    names = sorted(
+        name
+        for name in found
+        if not any(part.startswith((".", "_")) for part in name[len(prefix) :].split("/") if part) and fs.isfile(name)
+    )
+    if not names:
+        raise _CommandError(f"error: PATH {location.url!r} does not exist", "usage", EXIT_USAGE)
+    bucket, _, key = names[0].partition("/")
+    return storage.RemotePath(location.scheme, bucket, key)
 
 
 def _require_inspectors(path: str) -> dict[str, Inspector]:
