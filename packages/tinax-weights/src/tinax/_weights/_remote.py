@@ -186,6 +186,8 @@ class ObjectFile:
         expired = getattr(sys.modules.get("s3fs.utils"), "FileExpired", None)
         errors = (FileNotFoundError, expired) if expired is not None else (FileNotFoundError,)
         try:
+            if self._location.scheme == "s3" and len(ranges) == 1:
+                return [bytes(self._handle._fetch_range(*ranges[0]))]
             if self._location.scheme == "s3":
                 # The file's own ranged reads carry its If-Match; threads make them concurrent.
                 workers = max(1, min(len(ranges), _S3_THREADS))
