@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
-from _timing import report, run  # noqa: E402
+from _timing import report, run
 
-from tinax_testing.object_storage import start_object_stores  # noqa: E402
+from tinax_testing.object_storage import start_object_stores
 
 MIB = 1024 * 1024
 _NAMES = itertools.count()
@@ -60,7 +60,10 @@ def _weights_cases(prefix: str, size_mib: int, tensors: int, repeats: int, seed:
     from tinax.weights import load_safetensors, save_safetensors
 
     rows = size_mib * MIB // 4 // tensors // 256
-    arrays = {f"layer{index:03d}": np.random.default_rng(index).standard_normal((rows, 256), np.float32) for index in range(tensors)}
+    arrays = {
+        f"layer{index:03d}": np.random.default_rng(index).standard_normal((rows, 256), np.float32)
+        for index in range(tensors)
+    }
     url = f"{prefix}/model.safetensors"
     save_safetensors(url, arrays, overwrite=False)
     fs = fsspec.filesystem(url.partition("://")[0])
@@ -75,7 +78,12 @@ def _weights_cases(prefix: str, size_mib: int, tensors: int, repeats: int, seed:
 
     loaded = tinax()
     assert all(np.array_equal(loaded.tensors[name], arrays[name]) for name in arrays)
-    samples = run({f"tinax load_safetensors {scheme}": tinax, f"cat_file + safetensors.numpy.load {scheme}": upstream}, 1, repeats, seed)
+    samples = run(
+        {f"tinax load_safetensors {scheme}": tinax, f"cat_file + safetensors.numpy.load {scheme}": upstream},
+        1,
+        repeats,
+        seed,
+    )
     ratios = report(
         f"{scheme}:// load of a {size_mib} MiB safetensors file ({tensors} tensors)",
         samples,
@@ -88,7 +96,8 @@ def _weights_cases(prefix: str, size_mib: int, tensors: int, repeats: int, seed:
     wire = _loopback_received() - before
     assert np.array_equal(one.tensors[name], arrays[name])
     share = wire / arrays[name].nbytes
-    print(f"  one of {tensors} tensors ({arrays[name].nbytes / MIB:.2f} MiB): {wire / MIB:.2f} MiB on the wire, {share:.2f}x its bytes")
+    tensor_mib, wire_mib = arrays[name].nbytes / MIB, wire / MIB
+    print(f"  one of {tensors} tensors ({tensor_mib:.2f} MiB): {wire_mib:.2f} MiB on the wire, {share:.2f}x its bytes")
     fs.rm(key)
     return [*ratios, share]
 
@@ -123,7 +132,9 @@ def _checkpoint_cases(prefix: str, size_mib: int, repeats: int, seed: int) -> li
     restored = load_checkpointables(saved, {"state": targets})
     assert all(np.array_equal(np.asarray(restored["state"][name]), np.asarray(state[name])) for name in state)
 
-    samples = run({"tinax save_checkpointables gs": tinax_save, "ocp.save_checkpointables gs": orbax_save}, 1, repeats, seed)
+    samples = run(
+        {"tinax save_checkpointables gs": tinax_save, "ocp.save_checkpointables gs": orbax_save}, 1, repeats, seed
+    )
     ratios = report(
         f"gs:// checkpoint save, {size_mib} MiB over a 4x2 mesh",
         samples,
@@ -160,7 +171,9 @@ def main() -> int:
     stores = start_object_stores()
     if arguments.only in (None, "weights"):
         for scheme in ("gs", "s3"):
-            _weights_cases(stores.new_prefix(scheme), arguments.size_mib, arguments.tensors, arguments.repeats, arguments.seed)
+            _weights_cases(
+                stores.new_prefix(scheme), arguments.size_mib, arguments.tensors, arguments.repeats, arguments.seed
+            )
     if arguments.only in (None, "checkpoints"):
         _checkpoint_cases(stores.new_prefix("gs"), arguments.checkpoint_mib, arguments.repeats, arguments.seed)
     stores.stop()

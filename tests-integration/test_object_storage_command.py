@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tinax_testing import run_tinax
-from tinax_testing.object_storage import gcs_store, object_store  # noqa: F401
 
 from tinax.data import write_parquet_record
 from tinax.weights import save_safetensors
+from tinax_testing import run_tinax
+from tinax_testing.object_storage import gcs_store, object_store  # noqa: F401
 
 RECORDS = [{"label": index, "feature": np.full((2,), index, np.float32)} for index in range(6)]
 

@@ -11,9 +11,9 @@ import threading
 import time
 
 import pytest
-from tinax_testing.object_storage import object_store, start_object_stores  # noqa: F401
 
 from tinax._core import storage
+from tinax_testing.object_storage import object_store, start_object_stores  # noqa: F401
 
 
 def _filesystem(url: str) -> tuple[object, storage.RemotePath]:
@@ -120,7 +120,10 @@ def test_overwrite_is_the_callers_choice(object_store: str) -> None:  # noqa: F8
     fs, location = _filesystem(f"{object_store}/data.bin")
     with storage.remote_write(fs, location, overwrite=False) as handle:  # type: ignore[arg-type]
         handle.write(b"first")
-    with pytest.raises(FileExistsError, match="already exists"), storage.remote_write(fs, location, overwrite=False) as handle:  # type: ignore[arg-type]
+    with (
+        pytest.raises(FileExistsError, match="already exists"),
+        storage.remote_write(fs, location, overwrite=False) as handle,
+    ):  # type: ignore[arg-type]
         handle.write(b"second")
     assert fs.cat_file(location.fs_path) == b"first"  # type: ignore[attr-defined]
     with storage.remote_write(fs, location, overwrite=True) as handle:  # type: ignore[arg-type]
@@ -130,9 +133,14 @@ def test_overwrite_is_the_callers_choice(object_store: str) -> None:  # noqa: F8
 
 def test_a_failed_block_uploads_nothing(object_store: str) -> None:  # noqa: F811
     fs, location = _filesystem(f"{object_store}/data.bin")
-    with pytest.raises(RuntimeError, match="stop"), storage.remote_write(fs, location, overwrite=False) as handle:  # type: ignore[arg-type]
-        handle.write(b"partial")
-        raise RuntimeError("stop")
+
+    def write_then_fail() -> None:
+        with storage.remote_write(fs, location, overwrite=False) as handle:  # type: ignore[arg-type]
+            handle.write(b"partial")
+            raise RuntimeError("stop")
+
+    with pytest.raises(RuntimeError, match="stop"):
+        write_then_fail()
     assert not fs.exists(location.fs_path)  # type: ignore[attr-defined]
 
 

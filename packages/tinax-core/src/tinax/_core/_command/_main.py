@@ -296,10 +296,10 @@ def _detect_object(fs: Any, location: storage.RemotePath, inspectors: dict[str, 
 def _detect_remote_folder(location: storage.RemotePath, inspectors: dict[str, Inspector]) -> str | None:
     """The folder kinds (checkpoints) told through ``etils.epath``, which Orbax installs; None without it."""
     try:
-        from etils import epath
+        from etils import epath  # type: ignore[import-untyped]
     except ImportError:
         return None
-    probe = Probe(epath.Path(location.url), None)  # type: ignore[arg-type]
+    probe = Probe(epath.Path(location.url), None)
     return next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
 
 

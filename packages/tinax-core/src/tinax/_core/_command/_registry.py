@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import importlib
-import io
 import os
 import pathlib
 import stat
