@@ -38,7 +38,8 @@ def test_urls_name_a_bucket_and_key(text: str, expected: tuple[str, str, str]) -
 
 
 def test_an_epath_url_is_a_bucket_location() -> None:
-    from etils import epath
+    # Orbax's path type: installed with tinax-checkpointing, not with tinax-core alone.
+    epath = pytest.importorskip("etils.epath")
 
     location = storage.require_location(epath.Path("gs://bucket/run/1"), "path")
     assert location == storage.RemotePath("gs", "bucket", "run/1")

@@ -9,12 +9,10 @@ import sys
 import threading
 import time
 
-import fsspec
 import jax
 import ml_dtypes
 import numpy as np
 import pytest
-from etils import epath
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from tinax.weights import (
@@ -28,7 +26,13 @@ from tinax.weights import (
     save_safetensors,
     save_sharded_safetensors,
 )
-from tinax_testing.object_storage import object_store  # noqa: F401
+from tinax_testing.object_storage import object_store, skip_module_without_stores  # noqa: F401
+
+# tinax-weights installed alone has no storage extras (nor etils); there this module is skipped.
+skip_module_without_stores()
+
+import fsspec  # noqa: E402
+from etils import epath  # noqa: E402
 
 
 def _tensors() -> dict[str, np.ndarray]:

