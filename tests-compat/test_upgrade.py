@@ -2,8 +2,9 @@
 
 Each test starts from a fresh virtual environment holding the real tinax
 0.2.0 wheel and its exact pins, offers our freshly built wheels through
-``--find-links`` (with ``--no-index``: 0.2's pins already satisfy every
-third-party requirement), runs one installer command, and checks what a user
+``--find-links`` (with ``--no-index``: 0.2's pins satisfy every third-party
+requirement but the storage clients, whose wheels are offered beside ours),
+runs one installer command, and checks what a user
 would see afterwards: ``pip check``, every public module with every name of
 its ``__all__``, every installed file against its wheel's RECORD, and (after
 pip's upgrade) the members' own test suites.
@@ -57,6 +58,10 @@ def _public_module_names() -> list[str]:
 UV = [sys.executable, "-m", "uv"]
 
 
+#: The storage clients that the meta's pins bring through the members' gcs and s3 extras.
+STORAGE_CLIENTS = ["gcsfs", "s3fs"]
+
+
 @pytest.fixture(scope="module")
 def our_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("our-wheels")
@@ -65,7 +70,31 @@ def our_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
             [*UV, "build", "--wheel", "--quiet", "--out-dir", str(folder), str(pyproject.parent)],
             check=True,
         )
+    _download_storage_clients(folder, tmp_path_factory.mktemp("constraints"))
     return folder
+
+
+def _download_storage_clients(folder: Path, scratch: Path) -> None:
+    """Adds the storage clients and what they need to the offered wheels, at this environment's versions.
+
+    0.2's pins hold no storage client, and the upgrades run with --no-index.
+    This environment (0.2's pins next to our wheels, as the resolver placed
+    them) fixes every version, so the download is as locked as it is.
+    """
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--disable-pip-version-check", "--exclude-editable"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+    constraints = scratch / "constraints.txt"
+    constraints.write_text(
+        "\n".join(line for line in frozen if "==" in line and not line.lower().startswith("tinax")) + "\n"
+    )
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check"]
+    subprocess.run(
+        [*download, "--only-binary=:all:", "--dest", str(folder), "-c", str(constraints), *STORAGE_CLIENTS], check=True
+    )
 
 
 @pytest.fixture
@@ -74,7 +103,9 @@ def venv02(tmp_path: Path, tinax02_wheel: Path, tinax02_venv_factory: Callable[.
 
 
 def _run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
-    environment = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    # Without the test servers, the members' suites skip their gs:// and s3:// tests, as an isolated install does.
+    unset = {"PYTHONPATH", "VIRTUAL_ENV", "TINAX_OBJECT_STORE_TESTS"}
+    environment = {key: value for key, value in os.environ.items() if key not in unset}
     environment.setdefault("JAX_PLATFORMS", "cpu")
     return subprocess.run(command, capture_output=True, text=True, env=environment, check=False, **kwargs)  # type: ignore[call-overload, no-any-return]
 
