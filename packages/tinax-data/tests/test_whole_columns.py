@@ -162,7 +162,17 @@ def test_threads_fill_the_rest_of_the_file_ahead_of_the_batches(numeric_file, mo
             filled_by.append(threading.current_thread().name)
         return original(columns, group_index, fields)
 
+    # The threads wait until the test has seen them: on a fast machine they could otherwise finish the small
+    # file, and leave, before the first batch is returned.
+    proceed = threading.Event()
+    original_next = ParquetRecordSource._fill_next
+
+    def held_back(self: ParquetRecordSource, parquet_file: Any) -> bool:
+        proceed.wait(timeout=60)
+        return original_next(self, parquet_file)
+
     monkeypatch.setattr(FileColumns, "fill", noted)
+    monkeypatch.setattr(ParquetRecordSource, "_fill_next", held_back)
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: threads)
     batches = training_batches(
         dataset, shard_options=ShardOptions(1, 2, drop_remainder=True), seed=0, shuffle=False, num_epochs=2,
@@ -173,6 +183,7 @@ def test_threads_fill_the_rest_of_the_file_ahead_of_the_batches(numeric_file, mo
     filling = list(source._filling)
     assert len(filling) == threads
     assert all(thread.name.startswith(WINDOW_THREAD_PREFIX) and not thread.daemon for thread in filling)
+    proceed.set()
     for thread in filling:
         thread.join(timeout=120)
     assert source._whole.columns.complete
