@@ -1,16 +1,10 @@
 """The ``tinax`` console script's entry point, outside the ``tinax`` namespace.
 
-In a healthy environment it hands over to ``tinax._core._command``. Where the
-single-distribution tinax 0.2 is installed next to the 0.3 members, no
-``tinax`` module can be imported (0.2's package folders shadow the namespace,
-and the upgrade guard refuses them), so this module still answers:
-``tinax info`` checks every tinax distribution against its RECORD with the
-integrity module loaded by its file path (a path 0.2 never installed, which
-needs only the standard library), ``--version`` lists every tinax
-distribution, and every subcommand ends with a one-line message naming the
-repairs and exit code 1; with ``--json``, the error document of the
-command's schema (the report module, loaded the same way) is printed. It
-imports only the standard library and the guard.
+Normally it hands over to ``tinax._core._command``. Next to the single-distribution tinax 0.2 no
+``tinax`` module imports, so this still answers with the standard library and the upgrade guard:
+``info`` checks RECORDs (the integrity module loaded by file path, one 0.2 never installed),
+``--version`` lists distributions, and every subcommand exits 1 with the repair (``--json``: the
+schema's error document). See docs/guide/command-line.md, "A mixed tinax 0.2 and 0.3 install".
 """
 
 from __future__ import annotations
@@ -77,7 +71,7 @@ def _mixed(arguments: list[str], marker: str) -> int:
 
 
 def _load(name: str) -> ModuleType | None:
-    """Loads a standard-library-only module of the command from its file, without importing the ``tinax`` namespace."""
+    """Loads a standard-library-only module of the command by file, without importing ``tinax``."""
     folder = os.path.dirname(os.path.abspath(__file__))
     path = os.path.join(folder, _COMMAND, f"{name}.py")
     spec = importlib.util.spec_from_file_location(f"_tinax_command_standalone{name}", path)

@@ -1,17 +1,9 @@
 """Makes a half-upgraded tinax environment fail loudly at import.
 
-tinax 0.2 was one distribution whose package folders (``tinax/__init__.py``,
-``tinax/array/__init__.py``, ...) shadow the single-file public modules of the
-split 0.3 distributions. Both can end up installed together: upgrading one
-member alone over 0.2 (``pip install -U tinax-weights``) or going back to 0.2
-(``pip install tinax==0.2.0``) leaves the 0.3 members behind. Python would then
-import 0.2's code for some modules and 0.3's for others without a word.
-
-``tinax-core`` installs a ``.pth`` file that calls :func:`install` when the
-interpreter starts. It costs one ``stat`` call; only when 0.2's package marker
-sits next to this module does it put a finder in front of ``sys.meta_path``
-that refuses every ``tinax`` import with the commands that repair the
-environment. It never imports tinax, JAX or anything else.
+tinax 0.2's package folders shadow the 0.3 members' modules when both are installed. A ``.pth``
+file calls :func:`install` at interpreter start (one ``stat``); only if 0.2's marker is present
+does a finder refuse every ``tinax`` import, naming the repairs. It never imports tinax, JAX or
+anything else. See docs/guide/command-line.md, "A mixed tinax 0.2 and 0.3 install".
 """
 
 from __future__ import annotations

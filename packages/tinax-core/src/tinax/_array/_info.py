@@ -21,13 +21,10 @@ class ArrayInfo:
     Attributes:
       shape: The global shape.
       dtype: The dtype; an extended dtype object for PRNG key arrays.
-      logical_nbytes: Bytes of the global value (``prod(shape) * itemsize``),
-        or None for extended dtypes, whose storage size is not part of their
-        contract.
-      committed: Whether the array is committed to its devices (placed
-        explicitly), so JAX will not move it implicitly.
-      fully_addressable: Whether every shard lives on this process, which is
-        what host materialization requires.
+      logical_nbytes: ``prod(shape) * itemsize``, or None for extended dtypes, whose storage
+        size is not part of their contract.
+      committed: Whether the array was placed explicitly, so JAX will not move it implicitly.
+      fully_addressable: Whether every shard lives on this process, as host materialization needs.
     """
 
     shape: tuple[int, ...]
@@ -41,15 +38,13 @@ def inspect_array(array: jax.Array) -> ArrayInfo:
     """Describes a concrete array without materializing or waiting for it.
 
     Args:
-      array: A concrete ``jax.Array``, possibly sharded over many processes
-        and possibly still being computed.
+      array: A concrete ``jax.Array``, possibly multi-process and still being computed.
 
     Returns:
       An :class:`ArrayInfo`.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
-        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+      TypeError: If ``array`` is not a ``jax.Array`` or is traced (``ConcretizationTypeError``).
 
     Examples:
       >>> import jax.numpy as jnp

@@ -19,13 +19,9 @@ __all__ = ["is_value_preserving_cast", "one_hot", "safe_astype", "stack_batch"]
 
 
 def _require_dtype(value: object, name: str) -> np.dtype[Any]:
-    """Resolves a dtype-like to a NumPy dtype that JAX can hold.
+    """Resolves a dtype-like to a NumPy dtype JAX can hold, else a :class:`TypeAndValueError`.
 
-    Raises:
-      TypeAndValueError: If the value is no such dtype. It is both: tinax 0.2
-        passed on NumPy's or JAX's ``ValueError`` for many of these (a
-        structured, string or sub-array dtype, a bad sub-array shape) and a
-        ``TypeError`` for others.
+    Both types, since tinax 0.2 passed on NumPy's ``ValueError`` for some such dtypes, ``TypeError`` for others.
     """
     expected = "a numeric or bool dtype"
     if value is None or isinstance(value, bool):
@@ -36,10 +32,7 @@ def _require_dtype(value: object, name: str) -> np.dtype[Any]:
     except UnicodeEncodeError as error:
         raise DTypeEncodingError(validation.expectation_message(name, expected, value), error) from error
     except Exception as error:
-        # Whatever is not a dtype is refused, however NumPy says so: TypeError
-        # for most, ValueError for a bad sub-array shape such as ("i4", -1) or
-        # an object whose .dtype is no dtype, or what a broken .dtype
-        # property raises.
+        # Refuse whatever is not a dtype, however NumPy says so (TypeError, ValueError, ...).
         raise validation.TypeAndValueError(validation.expectation_message(name, expected, value)) from error
     if dtype is None:
         validation.fail_type_and_value(name, expected + " (extended dtypes such as PRNG keys cannot be cast to)", value)
@@ -95,21 +88,9 @@ def _component(dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def is_value_preserving_cast(source: DTypeLike, target: DTypeLike) -> bool:
-    """Returns whether every value of ``source`` is exactly representable in ``target``.
+    """Whether every ``source`` value is exact in ``target``, from dtypes alone (same under ``jit``).
 
-    The decision is made from the dtypes alone, never from data, so it is the
-    same eagerly and under ``jit``: narrowing integers, float to integer,
-    signed to unsigned, a float to one with less precision or range, complex
-    to real, and anything to bool other than bool are all lossy. Integer to
-    float is preserving only when the float's significand holds every
-    integer of the source.
-
-    Args:
-      source: The dtype being cast from.
-      target: The dtype being cast to.
-
-    Returns:
-      True when the cast can never change a value.
+    Rules are in docs/guide/arrays.md, "Casts and encodings that refuse to lose data".
     """
     source_dtype, target_dtype = np.dtype(source), np.dtype(target)
     if source_dtype == target_dtype or jnp.issubdtype(source_dtype, jnp.bool_):
@@ -140,32 +121,25 @@ def is_value_preserving_cast(source: DTypeLike, target: DTypeLike) -> bool:
 def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False) -> jax.Array:
     """Casts an array, refusing casts that can change values unless asked.
 
-    ``jnp.astype`` wraps, truncates and rounds without a word (int32 300
-    becomes int8 44). Here a cast that is not value-preserving for every
-    possible value of the source dtype (see :func:`is_value_preserving_cast`)
-    needs ``allow_lossy=True``. The decision uses dtypes only, so it works on
-    traced values inside ``jit``.
+    ``jnp.astype`` wraps, truncates and rounds silently (int32 300 becomes int8 44). Here a cast
+    that is not value-preserving for every value of the source dtype needs ``allow_lossy=True``.
+    The decision uses dtypes only, so it works on traced values inside ``jit``.
 
     Args:
       array: A ``jax.Array``, concrete or traced.
-      dtype: The target dtype. It must be representable in the current JAX
-        configuration (64-bit types need ``jax_enable_x64``). None means the
-        default floating dtype: float32, or float64 with ``jax_enable_x64``.
-      allow_lossy: Whether a cast that may change values is acceptable. A
-        lossy complex-to-real cast keeps the real part.
+      dtype: The target dtype, representable in the current JAX configuration (64-bit types need
+        ``jax_enable_x64``). None means the default float: float32, or float64 with x64.
+      allow_lossy: Whether a cast that may change values is acceptable; a lossy complex-to-real
+        cast keeps the real part.
 
     Returns:
       The cast array.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype,
-        ``dtype`` is not a numeric or bool dtype in native byte order
-        (anything NumPy cannot read as a dtype included, however NumPy
-        fails on it), or ``allow_lossy`` is not a bool. The error for an
-        unusable ``dtype`` is also a ``ValueError``, which tinax 0.2 raised
-        for many of them (string, structured and sub-array dtypes).
-      ValueError: If the cast is lossy and ``allow_lossy`` is False, or the
-        target dtype would silently be narrowed by JAX's configuration.
+      TypeError: If ``array`` is not a ``jax.Array`` or has an extended dtype, ``allow_lossy`` is not
+        a bool, or ``dtype`` is not a native-order numeric or bool dtype (then also a ``ValueError``).
+      ValueError: If the cast is lossy without ``allow_lossy``, or JAX's configuration would narrow
+        the target dtype.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -185,10 +159,7 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
     validation.require_bool(allow_lossy, "allow_lossy")
     requested: object = dtype  # DTypeLike leaves None out, but callers of tinax 0.2 pass it.
     if requested is None:
-        # As in NumPy's astype (and tinax 0.2), None is the default floating
-        # dtype; in JAX that is float32 unless 64-bit types are enabled. The
-        # cast is then checked like any other, so a lossy int32 -> float32
-        # still needs allow_lossy.
+        # As in NumPy and tinax 0.2, None is the default float; the cast is checked as any other.
         target = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
     else:
         target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
@@ -207,9 +178,8 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
 def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = None) -> jax.Array:
     """Encodes integer class indices as one-hot vectors.
 
-    An index outside ``[0, num_classes - 1]`` gives an all-zero row, as in
-    ``jax.nn.one_hot`` and tinax 0.2, eagerly and under ``jit`` alike. The
-    usual padding index -1 therefore encodes as "no class".
+    An index outside ``[0, num_classes - 1]`` gives an all-zero row, as in ``jax.nn.one_hot`` and
+    tinax 0.2, eagerly and under ``jit``; the padding index -1 encodes as "no class".
 
     Args:
       indices: Integer class indices (a ``jax.Array`` or ``numpy.ndarray``).
@@ -220,14 +190,10 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
       An array of shape ``indices.shape + (num_classes,)``.
 
     Raises:
-      TypeError: If ``indices`` is not an integer array (bool included),
-        ``num_classes`` is a bool or not an int, or ``dtype`` is not a
-        numeric or bool dtype in native byte order (as for
-        :func:`safe_astype`; that error is also a ``ValueError``).
-      ValueError: If ``num_classes`` is below 1 or so large that the result
-        could not exist (more bytes than XLA can represent in one array,
-        2**63 - 1, or than the memory of the devices it would live on; a CPU
-        counts as the host's physical memory).
+      TypeError: If ``indices`` is not an integer (non-bool) array, ``num_classes`` not an int, or
+        ``dtype`` unusable (as for :func:`safe_astype`; then also a ``ValueError``).
+      ValueError: If ``num_classes`` is below 1, or the result would exceed 2**63 - 1 bytes or the
+        memory of its devices (a CPU counts as the host's physical memory).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -261,9 +227,8 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
 def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
     """Stacks same-typed examples into a batch along a new axis.
 
-    ``jnp.stack`` promotes mixed dtypes silently. Here every array must have
-    the dtype and shape of the first, and an error names the first that
-    differs.
+    ``jnp.stack`` promotes mixed dtypes silently; here every array must have the first's dtype and
+    shape, and the error names the first that differs.
 
     Args:
       arrays: A non-empty sequence of ``jax.Array`` (concrete or traced).
@@ -273,10 +238,8 @@ def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
       The stacked array.
 
     Raises:
-      TypeError: If ``arrays`` is not a sequence, an item is not a
-        ``jax.Array``, or ``axis`` is a bool or not an int.
-      ValueError: If ``arrays`` is empty, the dtypes or shapes differ, or
-        ``axis`` is out of range.
+      TypeError: If ``arrays`` is not a sequence of ``jax.Array``, or ``axis`` is not an int.
+      ValueError: If ``arrays`` is empty, dtypes or shapes differ, or ``axis`` is out of range.
 
     Examples:
       >>> import jax.numpy as jnp

@@ -29,35 +29,25 @@ def _require_placement(device: object) -> jax.Device | Sharding | None:
 def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding | None = None) -> jax.Array:
     """Moves a host NumPy array into JAX under a stated ownership policy.
 
-    ``jax.device_put`` may alias the host buffer on CPU even when asked not to
-    (64-byte-aligned buffers are shared), so a later write to the NumPy array
-    would show through the "immutable" JAX array. This function takes a
-    private host snapshot first, which nothing else can reach, so the result
-    never changes afterwards. The transfer itself is asynchronous.
+    ``jax.device_put`` may alias the host buffer on CPU even when asked not to, so a later NumPy
+    write would show through. This takes a private host snapshot first, so the result never
+    changes afterwards. The transfer itself is asynchronous.
 
     Args:
-      array: The host data. Object dtypes are refused. A
-        ``numpy.ma.MaskedArray`` is accepted only when no element is masked
-        (its data is used); a JAX array has no place for a mask.
-      copy: True to snapshot the data now, so the result is independent of
-        ``array``. False allows sharing in principle, but today the result
-        is independent too, as it was in tinax 0.2; pass True where you rely
-        on that.
-      device: Where to place the result: a device, a sharding (whose shape
-        must divide the array), or None for JAX's default device.
+      array: The host data. Object dtypes are refused; a ``numpy.ma.MaskedArray`` only without
+        masked elements (its data is used).
+      copy: True to snapshot now, so the result is independent of ``array``. False allows sharing
+        in principle, but today the result is independent too, as in tinax 0.2.
+      device: A device, a sharding (whose shape must divide the array), or None for the default.
 
     Returns:
       A ``jax.Array`` with ``array``'s shape and (canonicalized) dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``numpy.ndarray``, has an object dtype,
-        ``copy`` is not a bool, or ``device`` is of the wrong kind.
-      ValueError: If ``array`` is a masked array with masked elements, or
-        JAX cannot place the data as asked. Where JAX raises a more specific
-        error, that error comes through with a note naming ``array`` (JAX's
-        ``IndivisibleError``, a ``ValueError``, for a sharding that does not
-        divide the shape); where it raises ``jax.errors.JaxRuntimeError``
-        the ValueError is one too.
+      TypeError: If ``array`` is not a ``numpy.ndarray`` or has an object dtype, ``copy`` is not a
+        bool, or ``device`` is of the wrong kind.
+      ValueError: If masked elements exist or JAX cannot place the data (JAX's more specific errors,
+        such as ``IndivisibleError``, pass with a note; a ``JaxRuntimeError`` one is both).
 
     Examples:
       >>> import numpy as np
@@ -71,18 +61,15 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
     require_host_array(array, "array")
     validation.require_bool(copy, "copy")
     placement = _require_placement(device)
-    # The snapshot is taken for copy=False too. tinax 0.2's results never
-    # shared a CPU array's memory (its ``jnp.asarray`` copied), and code may
-    # rely on that; ``device_put`` alone would share an aligned buffer even
-    # with ``may_alias=False`` (jax#37830).
+    # Snapshot for copy=False too: tinax 0.2 never shared CPU memory, and device_put
+    # shares aligned buffers even with may_alias=False (jax#37830).
     source = apply_copy_policy(require_unmasked(array, "array", where="a jax.Array"), copy=True)
     try:
         placed: jax.Array = jax.device_put(source, placement, may_alias=False)
     except (ValueError, RuntimeError) as error:
         message = f"array {validation.describe(array)} cannot be placed on {placement}: {error}"
         if _is_specific(error):
-            # JAX's own subclass (IndivisibleError for a sharding that does
-            # not divide the shape), which tinax 0.2 let through: keep it.
+            # JAX's own subclass (IndivisibleError, say), which tinax 0.2 let through.
             error.add_note(message)
             raise
         if isinstance(error, RuntimeError):
@@ -92,38 +79,26 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
 
 
 def _is_specific(error: Exception) -> bool:
-    """Returns whether ``error`` is of a subclass that a re-raised builtin type would hide.
-
-    tinax re-raises JAX's failures with a message that names the argument,
-    as a ``TypeError``, ``ValueError`` or :class:`RuntimeValueError` (which
-    is also JAX's ``JaxRuntimeError``). An error of any other class (a
-    subclass that JAX or a DLPack producer raises) keeps its class, so code
-    that catches it keeps working; it gets that message as a note instead.
-    """
+    """Whether ``error`` is a subclass a re-raised builtin type would hide; such errors keep their class."""
     return type(error) not in {TypeError, ValueError, RuntimeError, BufferError, jax.errors.JaxRuntimeError}
 
 
 def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
-    """Materializes a JAX array on the host.
-
-    Both forms wait for the array's computation to finish first.
+    """Materializes a JAX array on the host, after its computation finishes.
 
     Args:
       array: A concrete, fully addressable ``jax.Array``.
-      writable: False for a read-only host view that may share memory with
-        JAX's own host copy (no extra copy is made). True for an independent,
-        writable copy that the caller owns.
+      writable: False for a read-only view that may share JAX's host copy (no extra copy); True
+        for an independent, writable copy the caller owns.
 
     Returns:
       A ``numpy.ndarray`` with the array's shape and dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype
-        such as a PRNG key, or ``writable`` is not a bool. A traced value
-        raises ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
-      ValueError: If the array is not fully addressable from this process
-        or has been deleted (for example donated); for a deleted array the
-        error is also the ``jax.errors.JaxRuntimeError`` JAX raises there.
+      TypeError: If ``array`` is not a ``jax.Array`` or has an extended dtype (PRNG keys),
+        ``writable`` is not a bool, or the value is traced (``ConcretizationTypeError``).
+      ValueError: If the array is not fully addressable, or was deleted or donated (then also a
+        ``jax.errors.JaxRuntimeError``).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -160,12 +135,7 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
 
 
 class _WatchedProducer:
-    """Forwards the DLPack protocol to a producer and remembers what the producer raised.
-
-    ``from_dlpack`` passes this stand-in to JAX so that an exception raised by
-    the producer's own ``__dlpack__`` or ``__dlpack_device__`` can be told
-    apart from one raised by JAX, and handed back to the caller unchanged.
-    """
+    """DLPack stand-in that records what the producer raised, so that error passes back unchanged."""
 
     def __init__(self, producer: Any) -> None:
         self._producer = producer
@@ -190,8 +160,7 @@ class _WatchedProducer:
 
 
 def _is_tensorflow_tensor(value: object) -> bool:
-    # JAX recognises TensorFlow's eager tensors by their type and then omits
-    # the stream argument they refuse, so they must reach JAX as they are.
+    # JAX omits the stream argument for TF eager tensors only if it sees their own type.
     kind = type(value)
     return kind.__qualname__ == "EagerTensor" and kind.__module__.endswith("tensorflow.python.framework.ops")
 
@@ -200,35 +169,23 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
     """Imports any DLPack producer into JAX.
 
     Args:
-      array: An object implementing ``__dlpack__`` and ``__dlpack_device__``
-        (a NumPy array, a JAX array, a PyTorch tensor, ...).
-      copy: True to guarantee storage independent of the producer. The call
-        then waits until the copy is complete, so the producer may be mutated
-        or freed as soon as it returns; this holds for same-device JAX
-        producers and aligned NumPy buffers too, which JAX's own importer would
-        share. False to require sharing (an error if that is impossible). None
-        to let JAX decide.
+      array: An object implementing ``__dlpack__`` and ``__dlpack_device__`` (NumPy, JAX,
+        PyTorch, ...).
+      copy: True for storage independent of the producer, complete when the call returns (also
+        for producers JAX would share); False to require sharing; None to let JAX decide.
       device: Where the result should live, or None for the producer's device.
 
     Returns:
       A ``jax.Array`` with the producer's shape and dtype.
 
     Raises:
-      TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a
-        bool or None, ``device`` is of the wrong kind, or JAX does not
-        support the producer's device type.
-      ValueError: If JAX cannot import the tensor as asked: ``copy=False``
-        where sharing is impossible, a sharding over several devices, or a
-        strided producer. Where JAX reports the failure as a
-        ``jax.errors.JaxRuntimeError`` the ValueError is one too.
-        A deleted (for example donated) ``jax.Array`` is refused before
-        JAX sees it with a ValueError that is also a
-        ``jax.errors.JaxRuntimeError``, as in :func:`to_numpy`, and also
-        the ``TypeError`` that JAX itself raises there.
-      Exception: Whatever the producer's own ``__dlpack__`` or
-        ``__dlpack_device__`` raises passes through unchanged; NumPy, for
-        example, raises ``BufferError`` for a read-only array or a dtype
-        that DLPack cannot carry (strings, objects).
+      TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a bool or None, ``device``
+        is of the wrong kind, or JAX does not support the producer's device type.
+      ValueError: If JAX cannot import as asked (``copy=False`` impossible, a multi-device sharding,
+        a strided producer; a ``JaxRuntimeError`` failure is both), or ``array`` is a deleted
+        ``jax.Array`` (then also a ``JaxRuntimeError`` and a ``TypeError``).
+      Exception: Whatever the producer's ``__dlpack__`` or ``__dlpack_device__`` raises, unchanged
+        (NumPy's ``BufferError`` for read-only arrays or dtypes DLPack cannot carry, say).
 
     Examples:
       >>> import numpy as np
@@ -266,13 +223,7 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
 
 
 def _import_error(error: Exception, array: object, copy: bool | None) -> Exception | None:
-    """Translates a failure of JAX's importer, keeping the type JAX raised catchable.
-
-    Returns:
-      The exception to raise from ``error``, or None to let ``error`` through
-      (as it is, or with a note naming the argument where its class is more
-      specific than a builtin's).
-    """
+    """The exception to raise for a failure of JAX's importer, or None to let it through (with a note)."""
     if _is_specific(error):
         if isinstance(error, (TypeError, ValueError, RuntimeError, BufferError)):
             error.add_note(f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}")

@@ -1,39 +1,10 @@
-"""tinax 0.2's behaviour where 0.3 says more: the accommodations of 0.2 in tinax-core.
+"""tinax 0.2's behaviour where 0.3 says more: tinax-core's accommodations of 0.2.
 
-tinax 0.2 let JAX's, NumPy's and chex's own behaviour reach the caller, and
-code written against 0.2 relies on it. Each item here keeps one 0.2 behaviour
-next to what 0.3 documents:
-
-- a dtype string NumPy cannot even encode is also the ``UnicodeEncodeError``
-  0.2 let through (:class:`DTypeEncodingError`);
-- a ``BufferError`` while importing through DLPack is also a ``ValueError``,
-  and a deleted producer also the ``TypeError`` 0.2 let through
-  (:class:`DLPackBufferError`, :class:`DeletedProducerError`);
-- a size that 0.2 refused as the wrong type stays a ``TypeError``
-  (:class:`TooLargeIntegerError`);
-- ``chex.disable_asserts()`` and ``chex.clear_trace_counter()`` reach the
-  trace budgets of ``tinax.jit``, which 0.2 counted with chex
-  (:func:`chex_asserts_disabled`, :func:`chex_counter_clears`).
-
-Four accommodations live elsewhere, because the runtime needs them there:
-
-- ``validation.TypeAndValueError`` (with ``fail_type_and_value`` and
-  ``reported_as_both``): modules that must not import JAX (``tinax.device``,
-  the ``tinax`` command) raise it, and this module imports JAX;
-- ``jax_compat.RuntimeValueError``, also JAX's ``JaxRuntimeError``: building
-  JAX's own exception types is ``jax_compat``'s part;
-- ``TraceBudgetExceededError``, also 0.2's ``AssertionError``: a public class,
-  documented where ``tinax.jit`` defines it;
-- the ``sys.modules`` alias that lets 0.2's own tests import the device-index
-  checks from ``tinax.device._validation``: it runs as ``tinax.device`` is
-  imported.
-
-chex is an optional companion, never a dependency: it is looked up in
-``sys.modules`` only, never imported. A program that has not imported chex
-cannot have called either switch. chex offers no public way to read either
-switch, so this module reads its private state, and only here. When a chex
-release moves those names, the fallback is to enforce every budget and never
-reset one; the tests of the switches fail once that fallback is taken.
+0.2 let JAX's, NumPy's and chex's own errors and switches reach the caller. Others live where the
+runtime needs them: ``validation.TypeAndValueError``, ``jax_compat.RuntimeValueError``,
+``TraceBudgetExceededError`` and the ``tinax.device._validation`` alias. chex is never imported,
+only looked up in ``sys.modules``; its switches have no public reader, so its private state is read
+here alone. If chex moves it, every budget is enforced and never reset, and the switch tests fail.
 """
 
 from __future__ import annotations
@@ -56,12 +27,7 @@ __all__ = [
 
 
 class DTypeEncodingError(validation.TypeAndValueError, UnicodeEncodeError):
-    """A dtype string that cannot even be encoded (a lone surrogate, say).
-
-    NumPy raises ``UnicodeEncodeError`` there, which tinax 0.2 let through;
-    this error is that too, besides the ``TypeError`` and ``ValueError``
-    that every other unusable dtype raises.
-    """
+    """A dtype string NumPy cannot even encode; also the ``UnicodeEncodeError`` tinax 0.2 let through."""
 
     def __init__(self, message: str, cause: UnicodeEncodeError) -> None:
         UnicodeEncodeError.__init__(self, cause.encoding, cause.object, cause.start, cause.end, cause.reason)
@@ -76,32 +42,17 @@ class DLPackBufferError(ValueError, BufferError):
 
 
 class DeletedProducerError(RuntimeValueError, TypeError):
-    """A deleted (or donated) ``jax.Array`` handed to ``from_dlpack``.
-
-    Like every deleted array tinax refuses, it is a ValueError that is also
-    ``jax.errors.JaxRuntimeError``. It is a ``TypeError`` too, the type the
-    deleted array's own ``__dlpack_device__`` raises (and tinax 0.2 let
-    through), so code that catches that keeps working.
-    """
+    """A deleted ``jax.Array`` given to ``from_dlpack``; also the TypeError its ``__dlpack_device__`` raises (0.2)."""
 
 
 class TooLargeIntegerError(RuntimeValueError, validation.TypeAndValueError):
-    """A size too large for any array that tinax 0.2 refused with a ``TypeError``.
-
-    That is a size given as a NumPy (not a Python) integer, which 0.2
-    refused as a size, and a shape with an extent beyond the signed 64-bit
-    range, which JAX's shape builders refuse as an argument of the wrong
-    type. This error is a ``TypeError`` for those, besides what
-    ``shapes.require_fits`` raises for any size that is too large.
-    """
+    """A too-large size 0.2 refused as a TypeError: a NumPy-integer size, or an extent beyond int64."""
 
 
 #: The chex module that holds the switches (``DISABLE_ASSERTIONS`` and ``TRACE_COUNTER``).
 CHEX_STATE_MODULE = "chex._src.asserts_internal"
 
-# A key placed in chex's trace counter. chex keys its own entries by integer
-# hashes and only ever adds to them or clears the whole counter, so the key
-# disappears exactly when chex.clear_trace_counter() runs.
+# chex only adds int-hash keys or clears the whole counter, so this key goes exactly on a clear.
 _CLEAR_MARKER = "tinax.jit trace budgets"
 
 _lock = threading.Lock()
@@ -116,12 +67,9 @@ def chex_asserts_disabled() -> bool:
 
 
 def chex_counter_clears() -> int:
-    """Returns how many runs of ``chex.clear_trace_counter()`` have been seen so far.
+    """How many ``chex.clear_trace_counter()`` runs were seen; budgets restart when it changes, as in 0.2.
 
-    A trace budget remembers this number when it counts a trace; a different
-    number at its next trace means that chex's counters were cleared since,
-    and the budget starts afresh as tinax 0.2's did. A clear is seen from the
-    first trace counted after chex was imported onwards.
+    A marker key in chex's counter vanishes exactly when chex clears it; clears count once chex is imported.
     """
     global _clears, _marked_counter
     state = sys.modules.get(CHEX_STATE_MODULE)

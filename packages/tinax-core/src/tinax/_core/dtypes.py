@@ -1,19 +1,9 @@
-"""The one table of array dtypes that tinax's file formats store.
+"""The one table of array dtypes that tinax's file formats store (safetensors, Flax msgpack, records).
 
-Safetensors, Flax msgpack and tinax records all read their dtypes from here,
-so each format stores the same set of element types, except where the format
-itself has no name for one:
-
-* every NumPy bool, (u)int8 to (u)int64, float16/32/64 and complex64/128
-  type, and every element type of the installed ml_dtypes (bfloat16, the
-  float8, float6 and float4 formats, int4 and so on), by its NumPy name;
-* of these, safetensors names only those its ``Dtype`` enum lists with
-  one element per byte or more (:data:`SAFETENSORS_NAMES`): it has no
-  complex128, none of the narrower ml_dtypes integers or float8 variants,
-  and stores its 4- and 6-bit floats packed, which no array type holds.
-
-The table holds native byte order; how a format marks byte order is the
-format's own business.
+It holds every NumPy bool, (u)int8-64, float16/32/64 and complex64/128 type and every installed
+ml_dtypes type, by NumPy name, in native byte order. Safetensors names only the ones its ``Dtype``
+enum lists at one byte or more per element (:data:`SAFETENSORS_NAMES`): no complex128, no narrower
+ml_dtypes integers or extra float8 variants, and its packed 4/6-bit floats fit no array type.
 """
 
 from __future__ import annotations
@@ -50,9 +40,7 @@ _NUMPY_TYPES: tuple[type[np.generic], ...] = (
     np.complex128,
 )
 
-#: Safetensors' name for each element type it stores one or more bytes
-#: wide, mapped to the NumPy or ml_dtypes name, in safetensors' own order
-#: (its ``Dtype`` enum, smallest element first).
+#: Safetensors' name of each type at least one byte wide -> NumPy/ml_dtypes name, in its enum order.
 SAFETENSORS_NAMES: Mapping[str, str] = {
     "BOOL": "bool",
     "U8": "uint8",
@@ -78,11 +66,7 @@ SAFETENSORS_NAMES: Mapping[str, str] = {
 
 @functools.cache
 def array_dtypes() -> dict[str, np.dtype[Any]]:
-    """Returns every dtype the formats store, by its NumPy name, in native byte order.
-
-    ml_dtypes is imported on the first call, so importing a module that
-    uses the table does not import it.
-    """
+    """Every stored dtype by NumPy name, native order; ml_dtypes is imported only on the first call."""
     import ml_dtypes
 
     table = {np.dtype(kind).name: np.dtype(kind) for kind in _NUMPY_TYPES}
@@ -95,26 +79,19 @@ def array_dtypes() -> dict[str, np.dtype[Any]]:
 
 @functools.cache
 def safetensors_dtypes() -> dict[str, np.dtype[Any]]:
-    """Returns each safetensors name with its dtype, in safetensors' order."""
+    """Each safetensors name with its dtype, in safetensors' order."""
     table = array_dtypes()
     return {code: table[name] for code, name in SAFETENSORS_NAMES.items()}
 
 
 def array_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
-    """Returns ``dtype`` in native byte order if the table holds it, else None.
-
-    Structured, subarray, object, string and datetime dtypes are never held,
-    nor is a dtype that merely shares a held dtype's name.
-    """
+    """``dtype`` in native byte order if the table holds exactly it, else None."""
     native = dtype if dtype.isnative else dtype.newbyteorder("=")
     return native if array_dtypes().get(native.name) == native else None
 
 
 def is_big_endian_in_memory(dtype: np.dtype[Any]) -> bool:
-    """Returns whether elements of ``dtype`` sit in memory most significant byte first.
-
-    One-byte types have no byte order.
-    """
+    """Whether ``dtype``'s elements sit most significant byte first (never for one-byte types)."""
     if dtype.itemsize <= 1:
         return False
     return dtype.byteorder == ">" or (dtype.byteorder == "=" and sys.byteorder == "big")

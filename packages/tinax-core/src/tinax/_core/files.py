@@ -1,22 +1,10 @@
-"""Atomic file writes, and checked opens of files to read, shared by the tinax distributions.
+"""Atomic file writes and checked opens to read, shared by the tinax distributions.
 
-Every file tinax writes goes through :func:`atomic_write` (or, for native
-writers that open a path themselves, :func:`atomic_path`): the bytes land in a
-temporary file in the destination folder, are flushed and fsynced, and only
-then take the destination name. A crash at any moment leaves either the old
-file (or nothing) or the complete new one, never a torn file.
-
-A writer killed before it publishes leaves its hidden temporary file behind.
-Each temporary name records who wrote it (the machine and PID namespace, the
-process id and the process's start time), so the next write to the same
-destination removes the temporary files of writers that are no longer
-running, and never those of a live one. Where that cannot be told for sure
-(no ``/proc``, another machine or container), nothing is removed.
-
-A published file has the permissions an ordinary ``open()`` would give it
-(``0o666`` less the process's umask), and a file that replaces another keeps
-the replaced file's permissions. The temporary file gets them before any byte
-is written, so the destination never appears with other permissions.
+Writes land in a fsynced temporary file in the destination folder before taking its name, so
+a crash leaves the old file or the new one, never a torn one. Temporary names record the writer
+(host/PID namespace, pid, start time); the next write removes leftovers of writers certainly
+dead, never when that cannot be told. Published files get ``0o666 & ~umask``, or the replaced
+file's permissions, set before any byte is written.
 """
 
 from __future__ import annotations
@@ -44,18 +32,7 @@ _NOT_REPLACED = "this write does not replace existing files"
 def exists_error(
     path: pathlib.PurePath | str, reason: str, error_type: type[FileExistsError] = FileExistsError
 ) -> FileExistsError:
-    """Builds the one error tinax raises for a destination that already exists.
-
-    Args:
-      path: The destination.
-      reason: Why it is not replaced, such as ``"this write does not replace
-        existing files"``.
-      error_type: FileExistsError or a subclass of it (one that is also a
-        ValueError, where 0.2 raised that).
-
-    Returns:
-      An ``error_type`` with the message ``"'<path>' already exists; <reason>"``.
-    """
+    """The one error for an existing destination: ``"'<path>' already exists; <reason>"``."""
     return error_type(f"{str(path)!r} already exists; {reason}")
 
 
@@ -78,18 +55,16 @@ def atomic_write(destination: pathlib.Path, *, overwrite: bool) -> Iterator[Bina
     """Opens a temporary file that atomically becomes ``destination`` on success.
 
     Args:
-      destination: The final path. Its folder must exist.
-      overwrite: Whether an existing destination may be replaced. Without it,
-        an existing destination is refused before anything is written, and the
-        final step is a hard link that fails rather than clobbers if another
-        writer created the file in the meantime.
+        destination: The final path; its folder must exist.
+        overwrite: Whether an existing destination may be replaced; without it, publishing is a
+            hard link that fails rather than clobbers a file another writer created meanwhile.
 
     Yields:
-      A binary file object to write the content to.
+        A binary file object to write the content to.
 
     Raises:
-      FileExistsError: If the destination exists and ``overwrite`` is False.
-      FileNotFoundError: If the destination's folder does not exist.
+        FileExistsError: If the destination exists and ``overwrite`` is False.
+        FileNotFoundError: If the destination's folder does not exist.
     """
     descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
     try:
@@ -106,34 +81,16 @@ def atomic_write(destination: pathlib.Path, *, overwrite: bool) -> Iterator[Bina
 
 @contextlib.contextmanager
 def atomic_path(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
-    """Gives a temporary path that atomically becomes ``destination`` on success.
+    """Like :func:`atomic_write`, but yields a temporary path for writers that open it themselves.
 
-    For writers that insist on opening a path themselves (native libraries
-    such as array-record). The caller writes the complete file at the yielded
-    path and closes it before the block ends; the file is then fsynced and
-    published exactly as :func:`atomic_write` publishes its file. If the block
-    raises, the temporary file is removed and ``destination`` is untouched.
-
-    Args:
-      destination: The final path. Its folder must exist.
-      overwrite: Whether an existing destination may be replaced; see
-        :func:`atomic_write`.
-
-    Yields:
-      A path in the destination's folder. An empty file already exists there,
-      so a writer that truncates and rewrites it is fine.
-
-    Raises:
-      FileExistsError: If the destination exists and ``overwrite`` is False.
-      FileNotFoundError: If the destination's folder does not exist, or the
-        block removed the temporary file.
+    The caller writes and closes the (already created, empty) file within the block; it is then
+    fsynced and published. Raises as :func:`atomic_write` does.
     """
     descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
     os.close(descriptor)
     try:
         yield temporary
-        # The writer's own descriptor is closed by now; a fresh one reaches the
-        # same inode, and fsync flushes that inode whatever descriptor asks.
+        # fsync on a fresh descriptor flushes the same inode the writer wrote.
         written = os.open(temporary, os.O_RDONLY)
         try:
             os.fsync(written)
@@ -160,8 +117,7 @@ def _open_temporary(destination: pathlib.Path, *, overwrite: bool) -> tuple[int,
         prefix=f".{stem}.tinax-{owner.host}-{owner.pid}-{owner.start}.", suffix=".tmp", dir=directory
     )
     try:
-        # mkstemp makes the file 0o600; readers other than the owner (a serving
-        # process, a colleague) expect what open() would have made.
+        # mkstemp makes 0o600; other readers expect what open() would have made.
         os.fchmod(descriptor, mode)
     except BaseException:
         os.close(descriptor)
@@ -188,13 +144,9 @@ _UMASK_LOCK = threading.Lock()
 
 
 def _current_umask() -> int:
-    """The process's umask, read without changing it where the system allows.
+    """The umask from ``/proc/self/status``, else set-and-restored under a lock.
 
-    Linux reports it in ``/proc/self/status``. Elsewhere it is read the only
-    portable way, by setting and restoring it, under a lock so that two tinax
-    writers never race; code outside tinax that creates files at that instant
-    could see a umask of 0o077 for that moment, which only makes its files
-    stricter.
+    Outside code creating files at that instant may see 0o077, which only makes its files stricter.
     """
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as status:
@@ -209,11 +161,9 @@ def _current_umask() -> int:
     return umask
 
 
-#: Destination names longer than this are shortened in temporary names (a
-#: prefix and a hash), so the temporary name still fits NAME_MAX (255).
+#: Longer destination names are shortened (prefix + hash) so temporary names fit NAME_MAX.
 _LONGEST_STEM = 150
-#: Host token of a process that cannot tell its machine and PID namespace: its
-#: temporary files carry it, and it never removes anyone's leftovers.
+#: Host token when machine and PID namespace are unknown; such a process removes no leftovers.
 _UNKNOWN_HOST = "00000000"
 
 
@@ -239,9 +189,7 @@ def _this_writer() -> _Writer:
 
 @functools.cache
 def _host_token() -> str:
-    # A process id means something only on the machine, and in the PID
-    # namespace, that issued it: a folder may be shared with other hosts or
-    # containers, whose writers this process cannot see.
+    # A pid only means something on its machine and PID namespace; folders may be shared.
     try:
         boot = pathlib.Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
         namespace = os.readlink("/proc/self/ns/pid")
@@ -321,22 +269,10 @@ def _publish(temporary: pathlib.Path, destination: pathlib.Path, *, overwrite: b
 
 @contextlib.contextmanager
 def open_regular_file(path: pathlib.Path, *, kind: str) -> Iterator[tuple[io.FileIO, int]]:
-    """Opens an existing regular file for unbuffered binary reading, with its size.
+    """Yields an unbuffered binary handle on a regular file and its size (from the descriptor).
 
-    The file type is checked before the file is opened, because opening a FIFO
-    for reading would block until some writer appears.
-
-    Args:
-      path: The file to read.
-      kind: What the file should be, for messages, such as ``"safetensors file"``.
-
-    Yields:
-      The open raw file (callers read in large blocks, so it has no buffer of
-      its own) and its size in bytes, taken from the open descriptor.
-
-    Raises:
-      FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a regular file (a directory, a device).
+    The type is checked before opening, since opening a FIFO would block. Raises FileNotFoundError
+    if nothing is there, ValueError if it is not a regular file; ``kind`` names it in messages.
     """
     try:
         status = path.stat()

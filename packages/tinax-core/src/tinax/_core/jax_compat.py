@@ -1,12 +1,8 @@
 """The one place where tinax touches JAX APIs that are private or move between versions.
 
-tinax supports JAX from 0.10.2 (what Python 3.11 resolves) to the newest
-release below the upper bound in ``tinax-core``'s requirements. Everything here
-either reaches into ``jax._src`` (no public API answers the question), builds
-JAX's own exception types (their constructors are not a stable API), or adapts
-to signatures that differ between those releases. The rest of the code base
-imports these stable names instead; ``tests/test_jax_compat.py`` fails loudly
-when an installed JAX moves one of them.
+Supported JAX: 0.10.2 up to ``tinax-core``'s upper bound. Everything here reaches into ``jax._src``,
+builds JAX's exception types, or adapts to changing signatures; ``tests/test_jax_compat.py``
+fails loudly when an installed JAX moves one of them.
 """
 
 from __future__ import annotations
@@ -32,63 +28,38 @@ __all__ = [
 
 
 def is_tracer(value: object) -> bool:
-    """Returns whether ``value`` is an abstract value being traced.
-
-    ``jax.core`` has been shrinking release by release; ``Tracer`` is read from
-    it in this one place.
-    """
+    """Whether ``value`` is a tracer; ``jax.core`` keeps shrinking, so ``Tracer`` is read only here."""
     return isinstance(value, jax.core.Tracer)
 
 
 def require_concrete(value: object, name: str, expected: str) -> None:
-    """Refuses a traced value where a concrete array is needed.
-
-    Raises:
-      jax.errors.ConcretizationTypeError: If ``value`` is a tracer. It is a
-        ``TypeError``, as the tinax error contract asks, and the type JAX
-        itself raises when a traced value is used as a concrete one (and
-        that tinax 0.2 let through).
-    """
+    """Raises ``ConcretizationTypeError`` (a TypeError, JAX's own type, let through by 0.2) for a tracer."""
     if is_tracer(value):
         raise jax.errors.ConcretizationTypeError(value, expectation_message(name, expected, value))  # type: ignore[arg-type]
 
 
 class RuntimeValueError(ValueError, jax.errors.JaxRuntimeError):  # type: ignore[misc]  # jaxlib ships no stub for it
-    """A bad value that JAX itself reports as ``jax.errors.JaxRuntimeError``.
-
-    tinax raises ValueError for a bad value (a deleted array, a tensor JAX
-    cannot import). Where JAX would raise ``JaxRuntimeError`` for the same
-    input, and tinax 0.2 let that through, this error is both, so code that
-    catches either keeps working.
-    """
+    """A ValueError that is also ``JaxRuntimeError``, where JAX (and so tinax 0.2) raised the latter."""
 
     def __init__(self, message: str) -> None:
-        # JaxRuntimeError keeps its message in state that only its own
-        # __init__ sets up; ValueError's alone would leave str() broken.
+        # Only JaxRuntimeError's own __init__ sets up its message; without it str() breaks.
         jax.errors.JaxRuntimeError.__init__(self, message)
 
 
 def backends_are_initialized() -> bool:
-    """Returns whether any JAX backend (CPU, GPU, TPU) has been started."""
+    """Whether any JAX backend (CPU, GPU, TPU) has been started."""
     from jax._src import xla_bridge  # Private, but stable across 0.10-0.12.
 
     return bool(xla_bridge.backends_are_initialized())
 
 
 def tracing_in_progress() -> bool:
-    """Returns whether the caller runs inside a JAX trace or transformation.
-
-    ``jax.set_mesh`` can only be entered when this is False.
-    """
+    """Whether the caller runs inside a JAX trace; ``jax.set_mesh`` can be entered only outside one."""
     return not _jax_core.trace_state_clean()
 
 
 def ambient_concrete_mesh() -> Mesh | None:
-    """Returns the concrete mesh entered with ``jax.set_mesh``, or None.
-
-    Unlike ``jax.sharding.get_mesh``, this also answers inside a trace, where
-    only the abstract mesh is public; the devices are what it adds.
-    """
+    """The concrete mesh entered with ``jax.set_mesh``, or None; unlike ``get_mesh``, also inside a trace."""
     from jax._src import mesh as _jax_mesh  # Private, but stable across 0.10-0.12.
 
     mesh = _jax_mesh.get_concrete_mesh()
@@ -107,25 +78,9 @@ def initialize_distributed(
     shutdown_timeout: int,
     coordinator_bind_address: str | None = None,
 ) -> None:
-    """Calls ``jax.distributed.initialize`` with the timeouts this JAX accepts.
+    """``jax.distributed.initialize`` with the timeouts this JAX accepts (all do from 0.10.2 to 0.12).
 
-    JAX 0.10.2 to 0.12 all accept ``initialization_timeout``,
-    ``heartbeat_timeout_seconds``, ``shutdown_timeout_seconds`` and
-    ``coordinator_bind_address``. A release that drops one of them still
-    works: that argument is left out and JAX's default applies, so callers
-    must bound the whole run with their own timeout as well.
-
-    Args:
-      coordinator_address: ``"host:port"`` of process 0's coordinator.
-      num_processes: Number of processes in the runtime.
-      process_id: This process's index, in ``[0, num_processes)``.
-      initialization_timeout: Seconds to wait for every peer to connect.
-      heartbeat_timeout: Seconds without a heartbeat after which a peer
-        counts as dead.
-      shutdown_timeout: Seconds that a finishing process waits for the
-        others at shutdown.
-      coordinator_bind_address: Where process 0's coordinator listens; None
-        keeps JAX's default.
+    A release dropping one gets JAX's default, so callers must bound the whole run with their own timeout.
     """
     optional: dict[str, Any] = {
         "initialization_timeout": initialization_timeout,

@@ -16,8 +16,7 @@ __all__ = [
     "require_key",
 ]
 
-#: Largest Python coordinate accepted by key derivation: ``fold_in`` consumes
-#: 32 bits, and anything wider would silently collide with a smaller value.
+#: Largest coordinate: ``fold_in`` takes 32 bits, so wider values would silently collide.
 COORDINATE_MAX = 2**32 - 1
 
 
@@ -33,22 +32,9 @@ def is_key_array(value: object) -> bool:
 
 
 def require_key(value: object, name: str) -> jax.Array:
-    """Checks for a single PRNG key.
+    """Checks for one PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key of the default impl.
 
-    Accepts a typed key of shape ``()`` (from ``jax.random.key``) or a raw
-    ``uint32`` key vector of the default PRNG implementation (from the legacy
-    ``jax.random.PRNGKey``). Batches of keys are refused: deriving from a
-    batch would fold the same coordinate into every key, which is rarely what
-    the caller meant.
-
-    The exception types follow tinax 0.2: an array whose shape no single key
-    has (a batch, a vector that is no raw key) is a bad value, anything else
-    that is not a key is the wrong kind of object.
-
-    Raises:
-      TypeError: If the value is not an array, or is a scalar array that is
-        not a typed key.
-      ValueError: If the value is an array of a shape that no single key has.
+    Batches are refused. As in tinax 0.2, a keyless shape is a ValueError, any other non-key a TypeError.
     """
     expected = "a single PRNG key (a typed key of shape () or a raw uint32 key vector)"
     if not isinstance(value, (jax.Array, np.ndarray)):
@@ -77,20 +63,9 @@ def _raw_key_shape_of(implementation: str) -> tuple[int, ...]:
 
 
 def require_coordinate(value: object, name: str) -> int | jax.Array:
-    """Checks one key-derivation coordinate.
+    """Checks one coordinate: an int in ``[0, 2**32 - 1]`` (returned as ``int``) or an unsigned scalar array.
 
-    A Python (or NumPy scalar) integer must lie in ``[0, 2**32 - 1]``. An array
-    (concrete or traced) must be an unsigned integer scalar of at most 32 bits,
-    because wider or signed data is silently truncated by ``fold_in`` under
-    ``jit``.
-
-    Returns:
-      A Python int, or the array unchanged.
-
-    Raises:
-      TypeError: If the value is a bool, not an integer, or an array of the
-        wrong dtype or shape.
-      ValueError: If a Python integer is out of range.
+    Arrays must be at most 32 bits: ``fold_in`` silently truncates wider or signed data under ``jit``.
     """
     if isinstance(value, (jax.Array, np.ndarray)):
         dtype = np.dtype(value.dtype) if not is_key_array(value) else None

@@ -1,21 +1,8 @@
 """The loggers of the tinax distributions, and the one line each long operation logs when done.
 
-Every area logs through ``logging.getLogger("tinax.<area>")``
-(``tinax.weights``, ``tinax.checkpointing``, ``tinax.data``, ...), and the
-``"tinax"`` logger carries a :class:`logging.NullHandler`, as libraries do:
-nothing is shown unless the application configures logging, for example
-``logging.basicConfig(level=logging.INFO)`` or
-``logging.getLogger("tinax").setLevel(logging.INFO)`` with a handler of its own.
-
-Long operations (saves, loads, exports, record writes, deletions) log one
-INFO line when they succeed, in one shape::
-
-    saved 3 tensors to '/run/model.safetensors': 536870912 bytes (512.0 MiB) in 1.204 s, 425.2 MiB/s
-
-and attach the same numbers to the record for structured handlers:
-``tinax_action``, ``tinax_path``, ``tinax_bytes``, ``tinax_rows`` (None where
-not counted) and ``tinax_seconds``. A failed operation logs nothing: its
-exception says what went wrong. Nothing is logged when a module is imported.
+Areas log to ``tinax.<area>``; the ``tinax`` logger has a NullHandler. A successful long
+operation logs one INFO line plus ``tinax_*`` record attributes; failures log nothing.
+See docs/guide/logging.md.
 """
 
 from __future__ import annotations
@@ -37,26 +24,12 @@ _UNITS = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
 
 
 def get_logger(area: str) -> logging.Logger:
-    """Returns the logger of one tinax area, ``tinax.<area>``.
-
-    Args:
-      area: The area, such as ``"weights"`` or ``"checkpointing"``.
-
-    Returns:
-      ``logging.getLogger(f"tinax.{area}")``.
-    """
+    """The logger of one tinax area, ``tinax.<area>``."""
     return logging.getLogger(f"{LIBRARY_LOGGER}.{area}")
 
 
 def format_bytes(nbytes: int) -> str:
-    """Writes a byte count for people: ``"512.0 MiB"``, ``"12 bytes"``.
-
-    Args:
-      nbytes: A non-negative number of bytes.
-
-    Returns:
-      The count in the largest binary unit that keeps it at least 1.
-    """
+    """A byte count in the largest binary unit keeping it >= 1: ``"512.0 MiB"``, ``"12 bytes"``."""
     if nbytes < 1024:
         return f"{nbytes} bytes"
     value = float(nbytes)
@@ -68,17 +41,7 @@ def format_bytes(nbytes: int) -> str:
 
 
 def tree_nbytes(path: str | os.PathLike[str]) -> int:
-    """Returns the bytes of the regular files in a folder and its subfolders (or of one file).
-
-    Symbolic links are not followed, and files that vanish or cannot be
-    read while counting are left out, so the count never raises.
-
-    Args:
-      path: A file or folder.
-
-    Returns:
-      The sum of the sizes of the regular files found; 0 if there are none.
-    """
+    """Bytes of the regular files under a folder (or of one file); never follows links and never raises."""
     total = 0
     pending = [os.fspath(path)]
     while pending:
@@ -99,17 +62,9 @@ def tree_nbytes(path: str | os.PathLike[str]) -> int:
 
 
 class Operation:
-    """Times one long operation and logs its INFO line once it has succeeded.
+    """Times one long operation; :meth:`done` logs its INFO line on success (failures never call it).
 
-    Create it when the operation starts and call :meth:`done` when it
-    succeeded; an operation that fails simply never calls it.
-
-    Args:
-      logger: The area's logger, from :func:`get_logger`.
-      action: What was done, in the past tense, such as ``"saved"``.
-      what: What was acted on, with the word that leads to ``target``, such
-        as ``"3 tensors to"``; may be empty.
-      target: The file or folder.
+    ``what`` leads to ``target``, e.g. ``action="saved", what="3 tensors to"``; it may be empty.
     """
 
     def __init__(self, logger: logging.Logger, action: str, what: str, target: str | os.PathLike[str]) -> None:
@@ -121,7 +76,7 @@ class Operation:
 
     @property
     def enabled(self) -> bool:
-        """Whether the INFO line would be shown; costly counts can be skipped when it would not."""
+        """Whether the INFO line would show; costly counts can be skipped otherwise."""
         return self.logger.isEnabledFor(logging.INFO)
 
     def seconds(self) -> float:
@@ -129,13 +84,7 @@ class Operation:
         return time.perf_counter() - self.started
 
     def done(self, *, nbytes: int | None = None, rows: int | None = None, detail: str = "") -> None:
-        """Logs that the operation succeeded, with its amount and duration.
-
-        Args:
-          nbytes: The bytes written, read or deleted, or None if not counted.
-          rows: The rows or records written, or None if not counted.
-          detail: More words for the end of the line, such as ``"2 files"``.
-        """
+        """Logs success with ``nbytes`` and ``rows`` (None if not counted), duration and ``detail``."""
         if not self.enabled:
             return
         seconds = self.seconds()

@@ -1,27 +1,8 @@
 """Progress of long operations: one callback protocol, and bars drawn with tqdm or rich on request.
 
-Every long tinax operation that reports progress takes one keyword-only
-argument, ``progress``, of the type :data:`Progress`:
-
-* ``None`` (the default): nothing is reported, and nothing is shown.
-* A callable ``progress(done, total)``: called with two ints in the unit the
-  function documents (bytes or rows). The first call is ``(0, total)``
-  before any work; then ``done`` grows, at most about a thousand calls in
-  all, and after success the last call is ``(total, total)``. ``total`` is
-  None where the amount is not known in advance (records from a
-  generator); the last call then gives ``(done, done)``. The callback runs
-  in the calling thread; an exception it raises aborts the operation like
-  any other error (so a callback can cancel a long write, which leaves
-  nothing behind, as every tinax write is atomic).
-* ``"bar"``: a progress bar on standard error, drawn with ``tqdm`` if it is
-  installed, otherwise with ``rich``. If neither is installed, the call
-  raises ImportError before any work starts.
-
-In a multi-process run each process reports its own part (the bytes it
-writes or reads).
-
-Neither tqdm nor rich is imported until a bar is asked for and the operation
-starts, so importing tinax stays inert.
+Long operations take a keyword-only ``progress`` (:data:`Progress`): None, a callable
+``progress(done, total)``, or ``"bar"``. See docs/guide/logging.md for the call sequence and
+the multi-process rule. tqdm and rich are imported only once a bar is asked for.
 """
 
 from __future__ import annotations
@@ -55,31 +36,16 @@ _Sink = ProgressCallback
 
 @dataclasses.dataclass(frozen=True)
 class ProgressChoice:
-    """A checked ``progress`` argument: no reporting, a callback, or a bar of one library.
-
-    Attributes:
-      callback: The caller's callable, or None.
-      bar: ``"tqdm"`` or ``"rich"`` when a bar was asked for, else None.
-    """
+    """A checked ``progress`` argument: a ``callback``, a ``bar`` library (``"tqdm"``/``"rich"``), or neither."""
 
     callback: ProgressCallback | None = None
     bar: str | None = None
 
     @contextlib.contextmanager
     def reporting(self, total: int | None, *, unit: _Unit, description: str) -> Iterator[Reporter]:
-        """Reports one operation's progress for the duration of the block.
+        """Yields a :class:`Reporter`: ``(0, total)`` on entry, ``(total, total)`` on success; bars always close.
 
-        The first report, ``(0, total)``, is made on entry; the last,
-        ``(total, total)``, when the block ends without an error. A bar is
-        closed however the block ends.
-
-        Args:
-          total: The amount of work, in ``unit``, or None if not known.
-          unit: ``"bytes"`` or ``"rows"``; it sets how a bar counts.
-          description: Shown at the start of a bar, such as a file name.
-
-        Yields:
-          The :class:`Reporter` to tell how much more is done.
+        ``unit`` (``"bytes"``/``"rows"``) sets how a bar counts; ``description`` starts the bar.
         """
         sink: _Sink | None = self.callback
         close: Callable[[], None] = _nothing
@@ -98,22 +64,8 @@ class ProgressChoice:
 def require_progress(value: object, *, needed_by: str, argument: str = "progress") -> ProgressChoice:
     """Checks a ``progress`` argument before any work starts.
 
-    Args:
-      value: The argument: None, a callable, or ``"bar"``.
-      needed_by: The public name of the function, for the error raised when
-        no bar library is installed, such as
-        ``"tinax.weights.save_sharded_safetensors"``.
-      argument: The argument's name in messages.
-
-    Returns:
-      The checked choice.
-
-    Raises:
-      TypeError: If ``value`` is neither None, a str nor callable (a bool
-        included).
-      ValueError: If ``value`` is a str other than ``"bar"``.
-      ImportError: If a bar is asked for and neither tqdm nor rich can be
-        imported.
+    TypeError unless None, a str or callable (bool refused); ValueError for a str other than ``"bar"``;
+    ImportError, naming ``needed_by``, when a bar is asked for and neither tqdm nor rich imports.
     """
     if value is None:
         return ProgressChoice()
@@ -127,12 +79,7 @@ def require_progress(value: object, *, needed_by: str, argument: str = "progress
 
 
 class Reporter:
-    """Counts the work done and passes it on to a callback or a bar, at most about :data:`MAX_CALLS` times.
-
-    Args:
-      sink: Called with ``(done, total)``; None counts only.
-      total: The amount of work, or None if not known.
-    """
+    """Counts work done and passes it to ``sink`` (None: count only), at most about :data:`MAX_CALLS` times."""
 
     def __init__(self, sink: _Sink | None, total: int | None) -> None:
         self.done = 0
@@ -144,14 +91,14 @@ class Reporter:
             sink(0, total)
 
     def advance(self, amount: int) -> None:
-        """Adds ``amount`` to the work done, and reports it if enough has been done since the last report."""
+        """Adds ``amount`` and reports if enough was done since the last report."""
         self.done += amount
         if self._sink is not None and (self.done - self._reported >= self._step or self.done == self.total):
             self._reported = self.done
             self._sink(self.done, self.total)
 
     def finish(self) -> None:
-        """Makes the last report, ``(total, total)``, or ``(done, done)`` where the total was not known."""
+        """The last report: ``(total, total)``, or ``(done, done)`` where the total was unknown."""
         final = self.done if self.total is None else self.total
         if self._sink is not None and (self._reported != final or self.total is None):
             self.done = self._reported = final

@@ -26,41 +26,23 @@ __all__ = [
     "require_shape",
 ]
 
-#: The largest byte size of one array that XLA can represent. XLA computes an
-#: array's byte size as a signed 64-bit integer; a larger shape aborts the
-#: process inside XLA ("overflow in static extent product") instead of
-#: raising, so tinax refuses it before JAX sees it.
+#: Largest byte size of one XLA array (int64); beyond it XLA aborts the process instead of raising.
 XLA_MAX_BYTES = 2**63 - 1
 
 
-# The largest extent JAX's shape builders take; a larger one is refused
-# there with a TypeError (it does not convert to a signed 64-bit integer).
+# The largest extent JAX's shape builders take; beyond it they raise TypeError.
 _INT64_MAX = 2**63 - 1
 
 
-# Results up to this size are never compared with device memory, so the
-# common small calls do not look the memory up.
+# Results up to this size skip the device memory lookup.
 _ALWAYS_FITS_BYTES = 2**24
 
-# No element that tinax sizes is larger (complex128 and rbg keys take 16), so
-# up to this many elements the result fits without looking at the dtype.
+# No element tinax sizes exceeds 256 bytes, so this many elements fit whatever the dtype.
 _ALWAYS_FITS_ELEMENTS = _ALWAYS_FITS_BYTES // 256
 
 
 def require_shape(value: object, name: str) -> tuple[int, ...]:
-    """Checks a shape: a sequence of non-negative ints (bool refused).
-
-    Args:
-      value: The received value, for example ``(2, 3)`` or ``[4]``.
-      name: The argument name for messages.
-
-    Returns:
-      The shape as a tuple of Python ints.
-
-    Raises:
-      TypeError: If the value is not a sequence or an extent is not an int.
-      ValueError: If an extent is negative.
-    """
+    """Checks a shape: a sequence of non-negative ints (bool refused); returns a tuple."""
     return validation.require_sequence(
         value,
         name,
@@ -70,11 +52,7 @@ def require_shape(value: object, name: str) -> tuple[int, ...]:
 
 
 def is_extended_dtype(dtype: Any) -> bool:
-    """Returns whether ``dtype`` is a JAX extended dtype (PRNG keys and the like).
-
-    Extended dtypes have no NumPy equivalent: their element size is an
-    implementation detail and the data cannot be viewed as plain bytes.
-    """
+    """Whether ``dtype`` is a JAX extended dtype (PRNG keys...), which has no NumPy byte view."""
     try:
         return bool(jax.numpy.issubdtype(dtype, jax.dtypes.extended))
     except TypeError:
@@ -82,24 +60,14 @@ def is_extended_dtype(dtype: Any) -> bool:
 
 
 def logical_nbytes(shape: tuple[int, ...], dtype: Any) -> int | None:
-    """Returns the logical payload size of a value of ``shape`` and ``dtype``.
-
-    Returns:
-      ``prod(shape) * itemsize``, or None for extended dtypes, whose payload
-      size is not part of their contract.
-    """
+    """``prod(shape) * itemsize``, or None for extended dtypes, whose size is not part of their contract."""
     if is_extended_dtype(dtype):
         return None
     return int(math.prod(shape)) * int(np.dtype(dtype).itemsize)
 
 
 def element_nbytes(dtype: Any) -> int:
-    """Returns the bytes one element of ``dtype`` occupies on a device.
-
-    For PRNG key dtypes this is the size of one key's underlying data (8
-    bytes for the default threefry keys); other extended dtypes count as 1
-    byte, the least any stored element takes.
-    """
+    """Device bytes per element: a PRNG key's data size (8 for threefry), 1 for other extended dtypes."""
     if is_extended_dtype(dtype):
         return _extended_element_nbytes(dtype)
     return max(1, int(np.dtype(dtype).itemsize))
@@ -116,7 +84,7 @@ def _extended_element_nbytes(dtype: Any) -> int:
 
 
 def _host_memory_bytes() -> int | None:
-    """Returns this host's physical memory, or None where it is unknown."""
+    """This host's physical memory, or None where unknown."""
     try:
         pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
@@ -128,7 +96,7 @@ def _host_memory_bytes() -> int | None:
 
 @functools.lru_cache(maxsize=64)
 def _device_memory_bytes(device: jax.Device) -> int | None:
-    """Returns the memory an accelerator device reports, or None if it reports none."""
+    """The ``bytes_limit`` an accelerator reports, or None."""
     candidates = [device]
     if device.process_index != jax.process_index():
         # A remote device cannot be asked; a local one of the same kind answers for it.
@@ -146,12 +114,7 @@ def _device_memory_bytes(device: jax.Device) -> int | None:
 
 
 def devices_of(value: object) -> tuple[jax.Device, ...]:
-    """Returns the devices a result computed from ``value`` may live on.
-
-    A concrete ``jax.Array`` gives its own devices. A traced value or a host
-    array may end up on any device of the default backend, so it gives them
-    all: the bound is then the largest any placement could have.
-    """
+    """Devices a result computed from ``value`` may live on: its own if concrete, else all default ones."""
     if isinstance(value, jax.Array) and not is_tracer(value):
         try:
             return tuple(value.sharding.device_set)
@@ -161,19 +124,9 @@ def devices_of(value: object) -> tuple[jax.Device, ...]:
 
 
 def memory_bound(devices: Iterable[jax.Device]) -> tuple[int, str] | None:
-    """Returns the combined memory of ``devices``, which no one array can exceed.
+    """``(bytes, description)`` of the combined memory of ``devices``, or None where any is unknown.
 
-    An accelerator counts with the ``bytes_limit`` its ``memory_stats()``
-    reports. CPU devices report no memory (``memory_stats()`` is None), so the
-    CPU devices of one process count together as that host's physical
-    memory (``os.sysconf``). Where any device's memory is unknown there is no
-    bound, and only :data:`XLA_MAX_BYTES` applies.
-
-    Args:
-      devices: The devices a value would live on.
-
-    Returns:
-      ``(bytes, description)``, or None where the memory is unknown.
+    Accelerators count their ``bytes_limit``; the CPU devices of one process count as the host's memory.
     """
     listed = list(dict.fromkeys(devices))
     if not listed:
@@ -206,32 +159,11 @@ def require_fits(
     devices: Callable[[], Iterable[jax.Device]] | None,
     what: str = "the result",
 ) -> None:
-    """Refuses a count or size whose result the backend cannot hold.
+    """Refuses a size whose result exceeds :data:`XLA_MAX_BYTES` (XLA would abort) or :func:`memory_bound`.
 
-    Two limits apply, checked by arithmetic before JAX is called: the
-    result's byte size (``prod(shape)`` times :func:`element_nbytes`) must
-    be at most :data:`XLA_MAX_BYTES`, beyond which XLA aborts the process;
-    and it must be at most :func:`memory_bound` of ``devices`` where that is
-    known, beyond which JAX would fail with an out-of-memory error.
-
-    Args:
-      name: The argument that sets the size, for the message.
-      value: The argument's value, for the message.
-      shape: The shape of the result that ``value`` asks for.
-      dtype: The dtype of the result.
-      devices: Called, only for a result too large to pass at a glance, to
-        get the devices the result would live on (see :func:`devices_of`);
-        None to check only the XLA limit (without looking up any device, so
-        no backend starts).
-      what: How to call the result in the message.
-
-    Raises:
-      ValueError: If the result would exceed either limit. The message names
-        the shape, the bytes it would need and the limit. The error is also
-        a ``jax.errors.JaxRuntimeError`` (a ``RuntimeError``), the type
-        that JAX raised for such a result where it did not abort, and also
-        a ``TypeError`` when ``value`` is a NumPy integer or an extent of
-        ``shape`` is beyond the signed 64-bit range (as JAX refused those).
+    Checked by arithmetic before JAX runs; ``devices`` is called only for large results (None: XLA limit
+    only, no backend start). Raises a ValueError that is also ``JaxRuntimeError`` (JAX's type there),
+    and also TypeError for a NumPy-integer ``value`` or an extent beyond int64, as JAX refused those.
     """
     count = int(math.prod(shape))
     if count <= _ALWAYS_FITS_ELEMENTS:

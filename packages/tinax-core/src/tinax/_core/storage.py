@@ -1,12 +1,8 @@
-"""Object storage locations (``gs://`` and ``s3://``) for the path arguments of the tinax distributions.
+"""Object storage locations (``gs://``, ``s3://``) for the path arguments of the tinax distributions.
 
-One filesystem layer serves every member: fsspec, with gcsfs for ``gs://``
-and s3fs for ``s3://``, installed by each member's ``gcs`` and ``s3`` extras.
-Object stores have no rename, so "complete or absent" rests on what a store
-does guarantee: a single PUT, a finished multipart upload and a finalised
-resumable upload each appear whole or not at all, and ``If-None-Match: *``
-(S3) or ``ifGenerationMatch=0`` (GCS) make a write create-if-absent. The
-guide's "Object storage" page describes the promises per store.
+One layer serves every member: fsspec with gcsfs or s3fs (each member's ``gcs``/``s3`` extras).
+Stores have no rename, so "complete or absent" rests on whole-object uploads and
+create-if-absent writes. See docs/guide/storage.md for the promises per store.
 """
 
 from __future__ import annotations
@@ -87,22 +83,9 @@ class RemotePath:
 
 
 def as_remote(value: object, name: str, *, needs_key: bool = True) -> RemotePath | None:
-    """Returns the bucket location ``value`` names, or None for anything else (a local path).
+    """The bucket location a ``gs://``/``s3://`` str or PathLike names, or None for anything else.
 
-    Strings and ``os.PathLike`` objects (``etils.epath.Path`` among them)
-    whose text starts with ``gs://`` or ``s3://`` are locations in a bucket.
-
-    Args:
-      value: A path argument.
-      name: The argument's name, for messages.
-      needs_key: Whether the location must name an object or prefix inside
-        the bucket (a file does); a folder argument may name a bucket's root.
-
-    Returns:
-      The location, or None if ``value`` is not a ``gs://`` or ``s3://`` URL.
-
-    Raises:
-      ValueError: If the URL names no bucket, or no key where one is needed.
+    Raises ValueError for no bucket, a ``..`` escape, or no key when ``needs_key`` (folders may name a root).
     """
     if not isinstance(value, (str, os.PathLike)):
         return None
@@ -126,15 +109,7 @@ def as_remote(value: object, name: str, *, needs_key: bool = True) -> RemotePath
 
 
 def require_location(value: object, name: str, *, needs_key: bool = True) -> pathlib.Path | RemotePath:
-    """Checks a path argument that may also be a ``gs://`` or ``s3://`` URL.
-
-    Returns:
-      The bucket location for a URL, else the local path as :func:`validation.require_path` gives it.
-
-    Raises:
-      TypeError: If ``value`` is not a ``str`` or ``os.PathLike[str]``.
-      ValueError: If the path is empty, or the URL names no bucket (or no key where one is needed).
-    """
+    """A :class:`RemotePath` for a bucket URL, else the local path from :func:`validation.require_path`."""
     remote = as_remote(value, name, needs_key=needs_key)
     return remote if remote is not None else validation.require_path(value, name)
 
@@ -142,22 +117,7 @@ def require_location(value: object, name: str, *, needs_key: bool = True) -> pat
 def filesystem(
     location: RemotePath, *, distribution: str, needed_by: str, install_hint: str | None = None
 ) -> AbstractFileSystem:
-    """The fsspec filesystem of ``location``'s store.
-
-    Args:
-      location: The bucket location.
-      distribution: The tinax distribution whose extra installs the client,
-        such as ``"tinax-weights"``.
-      needed_by: The public function, for the message of a missing client.
-      install_hint: The install command to name instead of the distribution's extra.
-
-    Returns:
-      The (cached) filesystem instance.
-
-    Raises:
-      ImportError: If the store's client is not installed; the message names
-        the extra that installs it.
-    """
+    """The cached fsspec filesystem of ``location``'s store; ImportError naming the extra without its client."""
     store = _STORES[location.scheme]
     hint = install_hint or f'pip install "{distribution}[{store.extra}]"'
     import_optional(store.client, needed_by=needed_by, install_hint=hint)
@@ -166,12 +126,7 @@ def filesystem(
 
 
 def object_size(fs: AbstractFileSystem, location: RemotePath, *, kind: str) -> int:
-    """The size of the object at ``location``, refusing a missing object or a prefix.
-
-    Raises:
-      FileNotFoundError: If no object has this name (a prefix with objects
-        under it included: it is a folder, not a file).
-    """
+    """The size of the object; FileNotFoundError if missing or only a prefix (a folder)."""
     try:
         info = fs.info(location.fs_path)
     except FileNotFoundError:
@@ -184,32 +139,16 @@ def object_size(fs: AbstractFileSystem, location: RemotePath, *, kind: str) -> i
 
 @contextlib.contextmanager
 def open_to_read(fs: AbstractFileSystem, location: RemotePath, *, kind: str) -> Iterator[tuple[BinaryIO, int]]:
-    """Opens an object to read with ranged GETs, with its size.
-
-    The file has no read-ahead cache: each read asks the store for exactly
-    the bytes requested, so reading one tensor of a large file fetches that
-    tensor and no more.
-
-    Yields:
-      The open file and the object's size in bytes.
-
-    Raises:
-      FileNotFoundError: If no object has this name.
-    """
+    """Yields the object opened without read-ahead (each read is one ranged GET) and its size."""
     size = object_size(fs, location, kind=kind)
     with fs.open(location.fs_path, "rb", cache_type="none", size=size) as handle:
         yield handle, size
 
 
 def publish_file(fs: AbstractFileSystem, source: pathlib.Path, location: RemotePath, *, overwrite: bool) -> None:
-    """Uploads a complete local file to ``location`` as one object that appears whole or not at all.
+    """Uploads a complete local file as one object; without ``overwrite`` the upload is create-if-absent.
 
-    Without ``overwrite``, the upload is conditional on the object being
-    absent, so of two racing writers exactly one succeeds.
-
-    Raises:
-      FileExistsError: If the object exists (or another writer created it
-        during the upload) and ``overwrite`` is False.
+    So of two racing writers exactly one succeeds; the other gets FileExistsError.
     """
     if not overwrite and fs.exists(location.fs_path):
         raise exists_error(location.url, "this write does not replace existing objects")
@@ -227,14 +166,9 @@ def publish_file(fs: AbstractFileSystem, source: pathlib.Path, location: RemoteP
 def local_copy_to_publish(
     fs: AbstractFileSystem, location: RemotePath, *, overwrite: bool, suffix: str = ""
 ) -> Iterator[pathlib.Path]:
-    """Gives a local temporary path whose complete file is uploaded to ``location`` when the block ends.
+    """Yields a local temporary path uploaded to ``location`` when the block ends without error.
 
-    For writers that open a path themselves (array-record, Parquet). If the
-    block raises, nothing is uploaded. An existing object is refused before
-    the block runs when ``overwrite`` is False.
-
-    Raises:
-      FileExistsError: As :func:`publish_file`.
+    For writers that open a path themselves; existing objects are refused up front without ``overwrite``.
     """
     if not overwrite and fs.exists(location.fs_path):
         raise exists_error(location.url, "this write does not replace existing objects")
@@ -247,11 +181,7 @@ def local_copy_to_publish(
 
 @contextlib.contextmanager
 def remote_write(fs: AbstractFileSystem, location: RemotePath, *, overwrite: bool) -> Iterator[BinaryIO]:
-    """Gives a binary file whose complete content becomes the object at ``location`` when the block ends.
-
-    Raises:
-      FileExistsError: As :func:`publish_file`.
-    """
+    """Yields a binary file whose complete content becomes the object at ``location``."""
     with local_copy_to_publish(fs, location, overwrite=overwrite) as temporary, open(temporary, "wb") as handle:
         yield handle
         handle.flush()

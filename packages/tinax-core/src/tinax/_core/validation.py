@@ -1,16 +1,8 @@
-"""Argument checks shared by every tinax distribution.
+"""Argument checks shared by every tinax distribution (internal, not a public API).
 
-Every public tinax function validates its arguments through these helpers so
-that all error messages have one shape::
-
-    <argument> must be <expectation>, got <value> (<type>)
-
-The helpers follow the tinax error contract: a ``TypeError`` when the value is
-the wrong kind of object, a ``ValueError`` when it is the right kind with a bad
-value. Integers never accept ``bool``, even though ``bool`` subclasses ``int``.
-
-This module is internal to the tinax family. Sibling distributions import it
-through their bounded ``tinax-core`` requirement; it is not a public API.
+Messages have one shape, ``<argument> must be <expectation>, got <value> (<type>)``;
+a wrong kind of object is a ``TypeError``, a bad value of the right kind a
+``ValueError``. Integers never accept ``bool``.
 """
 
 from __future__ import annotations
@@ -56,27 +48,11 @@ _MAX_REPR = 80
 
 
 class TypeAndValueError(TypeError, ValueError):
-    """An argument refused where tinax 0.2 raised the other of the two types.
-
-    The error contract gives a ``TypeError`` for the wrong kind of object and
-    a ``ValueError`` for a bad value of the right kind. A few checks draw that
-    line elsewhere than 0.2 did: 0.3 accepts a NumPy integer where an int is
-    asked for (0.2 refused it as the wrong kind), and calls a dtype that
-    NumPy cannot read the wrong kind (0.2 passed on NumPy's ``ValueError``).
-    Those refusals are both, so code that catches either keeps working.
-    """
+    """Refusal where tinax 0.2 raised the other type (NumPy ints, unreadable dtypes), so catching either works."""
 
 
 def describe(value: object) -> str:
-    """Describes a received value for an error message.
-
-    Args:
-      value: Any object.
-
-    Returns:
-      A short ``repr`` of the value followed by its type name in parentheses,
-      for example ``"True (bool)"`` or ``"'abc' (str)"``. Long reprs are cut.
-    """
+    """Short ``repr`` plus type name for messages, e.g. ``"True (bool)"``; arrays show only dtype and shape."""
     array_text = _describe_array(value)
     if array_text is not None:
         return array_text
@@ -90,17 +66,7 @@ def describe(value: object) -> str:
 
 
 def expectation_message(name: str, expected: str, got: object) -> str:
-    """Builds the one message shape that tinax errors use.
-
-    Args:
-      name: The argument, as the caller wrote it (for example ``"max_traces"``
-        or ``"arrays[2]"``).
-      expected: What was expected, phrased to follow "must be".
-      got: The received value.
-
-    Returns:
-      ``"<name> must be <expected>, got <describe(got)>"``.
-    """
+    """Returns ``"<name> must be <expected>, got <describe(got)>"``."""
     return f"{name} must be {expected}, got {describe(got)}"
 
 
@@ -120,13 +86,7 @@ def fail_type_and_value(name: str, expected: str, got: object) -> NoReturn:
 
 
 def is_non_python_int(value: object) -> bool:
-    """Returns whether ``value`` is an integer other than a Python ``int`` (or bool).
-
-    A NumPy integer scalar, for example: :func:`require_int` accepts those,
-    where tinax 0.2 refused them as the wrong type. The answer comes from the
-    type, dtype and rank alone: an array's value is never read (that would
-    wait for a device).
-    """
+    """Whether ``value`` is a non-``int`` integer scalar (NumPy's, say), judged without reading device data."""
     if isinstance(value, (int, bool)) or _is_numpy_bool(value) or not hasattr(type(value), "__index__"):
         return False
     dtype = getattr(value, "dtype", None)
@@ -137,18 +97,9 @@ def is_non_python_int(value: object) -> bool:
 
 @contextlib.contextmanager
 def reported_as_both(widened: bool) -> Iterator[None]:
-    """Reports the checks in the block as :class:`TypeAndValueError` after a widening.
+    """Re-raises plain TypeError/ValueError as :class:`TypeAndValueError` when ``widened``.
 
-    tinax 0.2 checked its arguments in order and raised at the first it
-    refused. Where an argument is one that 0.3 accepts and 0.2 refused (a
-    NumPy integer, a single ``str`` of names, a raw key), a later argument's
-    plain ``TypeError`` or ``ValueError`` is raised as both, because 0.2
-    raised its own error, for the widened argument, with whichever type
-    applied there.
-
-    Args:
-      widened: Whether some argument of the call was accepted only as a
-        widening over tinax 0.2.
+    tinax 0.2 refused the widened argument first, with whichever type applied there.
     """
     try:
         yield
@@ -159,21 +110,7 @@ def reported_as_both(widened: bool) -> Iterator[None]:
 
 
 def require_bool(value: object, name: str) -> bool:
-    """Checks that a flag is a real ``bool``.
-
-    Truthy stand-ins such as ``1`` or ``"yes"`` are refused: a flag that picks
-    a copy or overwrite policy must be stated, not inferred.
-
-    Args:
-      value: The received value.
-      name: The argument name for the message.
-
-    Returns:
-      The value.
-
-    Raises:
-      TypeError: If the value is not a ``bool``.
-    """
+    """Checks for a real ``bool``; truthy stand-ins are refused since policy flags must be stated."""
     if not isinstance(value, bool):
         fail_type(name, "a bool", value)
     return value
@@ -187,27 +124,9 @@ def require_int(
     maximum: int | None = None,
     bounds_text: str | None = None,
 ) -> int:
-    """Checks that a value is an integer (never a bool) within bounds.
+    """Checks for an integer (never bool) within inclusive bounds and returns it as ``int``.
 
-    NumPy integer scalars are accepted and returned as Python ``int``.
-
-    Args:
-      value: The received value.
-      name: The argument name for the message.
-      minimum: Smallest allowed value, inclusive, or None for no bound.
-      maximum: Largest allowed value, inclusive, or None for no bound.
-      bounds_text: How to write the allowed range in the message; derived
-        from the bounds when omitted.
-
-    Returns:
-      The value as a Python ``int``.
-
-    Raises:
-      TypeError: If the value is a bool or not an integer.
-      ValueError: If the value is outside the bounds. For an integer that
-        is not a Python ``int`` (a NumPy integer, say) it is a
-        :class:`TypeAndValueError`, as tinax 0.2 refused those with a
-        ``TypeError``.
+    Out-of-bounds non-``int`` integers raise :class:`TypeAndValueError`: 0.2 refused them as a type.
     """
     expected = "an int" + (f" {bounds_text}" if bounds_text else _bounds_text(minimum, maximum))
     if isinstance(value, bool) or _is_numpy_bool(value):
@@ -218,8 +137,7 @@ def require_int(
         fail_type(name, expected, value)
     if (minimum is not None and as_int < minimum) or (maximum is not None and as_int > maximum):
         if not isinstance(value, int):
-            # tinax 0.2 took Python ints only and refused any other integer
-            # (NumPy's included) with a TypeError, whatever its value.
+            # tinax 0.2 refused any non-int integer with a TypeError.
             fail_type_and_value(name, expected, value)
         fail_value(name, expected, value)
     return as_int
@@ -243,12 +161,7 @@ def require_optional_positive_int(value: object, name: str) -> int | None:
 
 
 def require_str(value: object, name: str, *, allow_empty: bool = False) -> str:
-    """Checks for a string, non-empty unless ``allow_empty``.
-
-    Raises:
-      TypeError: If the value is not a ``str``.
-      ValueError: If the string is empty and that is not allowed.
-    """
+    """Checks for a ``str``, non-empty unless ``allow_empty``."""
     expected = "a str" if allow_empty else "a non-empty str"
     if not isinstance(value, str):
         fail_type(name, expected, value)
@@ -258,20 +171,7 @@ def require_str(value: object, name: str, *, allow_empty: bool = False) -> str:
 
 
 def require_one_of(value: T, name: str, choices: Collection[Hashable]) -> T:
-    """Checks that a value is one of a fixed set of choices.
-
-    Args:
-      value: The received value.
-      name: The argument name for the message.
-      choices: The allowed values, in the order the message should list them.
-
-    Returns:
-      The value.
-
-    Raises:
-      TypeError: If the value's type matches none of the choices' types.
-      ValueError: If the value has a valid type but is not a choice.
-    """
+    """Checks ``value`` is among ``choices``: TypeError if no choice has its type, else ValueError."""
     listed = ", ".join(repr(choice) for choice in choices)
     expected = f"one of {listed}"
     choice_types = {type(choice) for choice in choices}
@@ -287,32 +187,14 @@ def require_one_of(value: T, name: str, choices: Collection[Hashable]) -> T:
 
 
 def require_instance(value: object, name: str, types: type[T] | tuple[type[T], ...], expected: str) -> T:
-    """Checks ``isinstance(value, types)``.
-
-    Args:
-      value: The received value.
-      name: The argument name for the message.
-      types: A class or tuple of classes.
-      expected: How to describe the expected kind, for example
-        ``"a jax.sharding.Mesh"``.
-
-    Returns:
-      The value, narrowed to the expected type.
-
-    Raises:
-      TypeError: If the value is not an instance.
-    """
+    """Checks ``isinstance(value, types)``; ``expected`` describes the kind in the message."""
     if not isinstance(value, types):
         fail_type(name, expected, value)
     return value
 
 
 def require_callable(value: object, name: str) -> Callable[..., Any]:
-    """Checks that a value can be called.
-
-    Raises:
-      TypeError: If the value is not callable.
-    """
+    """Checks that a value can be called."""
     if not callable(value):
         fail_type(name, "callable", value)
     return value
@@ -326,27 +208,7 @@ def require_sequence(
     non_empty: bool = False,
     description: str = "a sequence",
 ) -> tuple[T, ...]:
-    """Checks for a finite, ordered sequence and optionally each item.
-
-    A bare ``str`` or ``bytes`` is refused: it is a sequence of characters,
-    and treating it as one is almost always a caller mistake.
-
-    Args:
-      value: The received value.
-      name: The argument name; items are reported as ``name[i]``.
-      item_check: Called as ``item_check(item, f"{name}[{i}]")`` for each item;
-        its return value replaces the item. It raises for bad items.
-      non_empty: Whether an empty sequence is refused.
-      description: How to describe the expected sequence in messages.
-
-    Returns:
-      The items as a tuple.
-
-    Raises:
-      TypeError: If the value is not a sequence, or an item check raises it.
-      ValueError: If the sequence is empty and ``non_empty``, or an item
-        check raises it.
-    """
+    """Checks for a sequence (``str``/``bytes`` refused); ``item_check(item, "name[i]")`` may replace items."""
     if isinstance(value, (str, bytes, bytearray)) or not isinstance(value, Sequence):
         fail_type(name, description, value)
     items = tuple(value)
@@ -358,11 +220,7 @@ def require_sequence(
 
 
 def require_unique(items: Iterable[Hashable], name: str) -> None:
-    """Checks that no item repeats.
-
-    Raises:
-      ValueError: Naming the first repeated item.
-    """
+    """Raises ValueError naming the first repeated item."""
     seen: set[Hashable] = set()
     for item in items:
         if item in seen:
@@ -371,18 +229,7 @@ def require_unique(items: Iterable[Hashable], name: str) -> None:
 
 
 def utf8_problem(text: str) -> str | None:
-    r"""Says why ``text`` cannot be written as UTF-8, or returns None if it can.
-
-    A Python str that UTF-8 cannot encode holds a lone surrogate (from a
-    ``surrogateescape`` decode, or a ``\ud800`` JSON escape, say).
-
-    Args:
-      text: The str to check.
-
-    Returns:
-      None, or the problem as a phrase to follow the str's name, such as
-      ``"contains a lone surrogate '\ud800' at index 3, which UTF-8 cannot encode"``.
-    """
+    """Says why ``text`` cannot be UTF-8 encoded (a lone surrogate), as a phrase; None if it can."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -391,19 +238,7 @@ def utf8_problem(text: str) -> str | None:
 
 
 def require_utf8(text: str, name: str) -> bytes:
-    """Encodes a str as UTF-8, or refuses it naming the argument.
-
-    Args:
-      text: The str to encode.
-      name: What the str is, for the message, such as ``"keys of state"``.
-
-    Returns:
-      The UTF-8 bytes of ``text``.
-
-    Raises:
-      UnicodeEncodeError: If ``text`` holds a lone surrogate. It is a
-        ValueError, and its message is ``"<name> contains a lone surrogate ..."``.
-    """
+    """Encodes ``text`` as UTF-8, or raises UnicodeEncodeError (a ValueError) starting with ``name``."""
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as error:
@@ -413,12 +248,7 @@ def require_utf8(text: str, name: str) -> bytes:
 
 
 def require_path(value: object, name: str) -> pathlib.Path:
-    """Checks for a ``str`` or ``os.PathLike[str]`` and returns a ``Path``.
-
-    Raises:
-      TypeError: If the value is neither (``bytes`` paths included).
-      ValueError: If the path is empty.
-    """
+    """Checks for a non-empty ``str`` or ``os.PathLike[str]`` (not bytes) and returns a ``Path``."""
     expected = "a str or os.PathLike[str] path"
     if not isinstance(value, (str, os.PathLike)):
         fail_type(name, expected, value)
@@ -431,12 +261,7 @@ def require_path(value: object, name: str) -> pathlib.Path:
 
 
 def require_existing_path(value: object, name: str) -> pathlib.Path:
-    """Like :func:`require_path`, and the path must exist.
-
-    Raises:
-      TypeError: If the value is not a path.
-      FileNotFoundError: If nothing exists at the path.
-    """
+    """Like :func:`require_path`, and raises FileNotFoundError if nothing exists there."""
     path = require_path(value, name)
     if not path.exists():
         raise FileNotFoundError(f"{name} must name an existing path, got {str(path)!r} which does not exist")
@@ -444,11 +269,7 @@ def require_existing_path(value: object, name: str) -> pathlib.Path:
 
 
 def require_str_mapping(value: object, name: str) -> Mapping[str, Any]:
-    """Checks for a mapping whose keys are all ``str``.
-
-    Raises:
-      TypeError: If the value is not a mapping or a key is not a ``str``.
-    """
+    """Checks for a mapping whose keys are all ``str``."""
     if not isinstance(value, Mapping):
         fail_type(name, "a mapping with str keys", value)
     for key in value:
@@ -458,15 +279,7 @@ def require_str_mapping(value: object, name: str) -> Mapping[str, Any]:
 
 
 def require_str_to_str_mapping(value: object, name: str) -> dict[str, str]:
-    """Checks for a mapping of ``str`` to ``str`` (metadata, headers).
-
-    Returns:
-      A plain ``dict`` copy, so later mutation of the argument is harmless.
-
-    Raises:
-      TypeError: If the value is not a mapping, or a key or value is not a
-        ``str``.
-    """
+    """Checks for a ``str`` to ``str`` mapping and returns a plain ``dict`` copy."""
     mapping = require_str_mapping(value, name)
     for key, item in mapping.items():
         if not isinstance(item, str):

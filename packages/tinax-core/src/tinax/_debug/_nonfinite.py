@@ -19,32 +19,27 @@ __all__ = ["observe_nonfinite"]
 def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None], max_indices: int) -> jax.Array:
     """Calls ``callback`` on the host when ``values`` holds NaN or infinity.
 
-    Works eagerly and inside ``jax.jit``, ``jax.vmap`` and differentiation.
-    Only a bounded summary leaves the device: the number of non-finite
-    elements and the first ``max_indices`` of their flat (row-major) indices,
-    padded with ``-1``. The callback runs through ``jax.debug.callback``, so
-    it is an asynchronous, observational effect: its exceptions surface when
-    the computation is waited on, and ``jax.effects_barrier()`` waits for it.
-    Arrays without NaN or infinity, including every integer and boolean
-    array, never invoke it. Under ``jax.vmap`` it runs once per batch element
-    that holds a non-finite value. Sharded arrays are summarized as a whole.
+    Works eagerly and inside ``jax.jit``, ``jax.vmap`` and differentiation. Only a bounded summary
+    leaves the device: the non-finite count and the first ``max_indices`` flat (row-major)
+    indices, padded with ``-1``. The callback runs through ``jax.debug.callback``, asynchronously:
+    its exceptions surface when the computation is waited on (``jax.effects_barrier()`` waits).
+    Finite arrays (every integer and bool array) never invoke it; under ``jax.vmap`` it runs once
+    per batch element holding a non-finite value. Sharded arrays are summarized as a whole.
 
     Args:
       values: The array to watch; it is returned unchanged.
-      callback: Called as ``callback(count, indices)`` with a scalar integer
-        array and an integer array of shape ``(max_indices,)``.
+      callback: Called as ``callback(count, indices)``: a scalar int array and an int array of
+        shape ``(max_indices,)``.
       max_indices: How many flat indices to report, at least 0.
 
     Returns:
       ``values`` itself, so the call can sit inside an expression.
 
     Raises:
-      TypeError: If ``callback`` is not callable, ``max_indices`` is a bool or
-        not an integer, or ``values`` is not a ``jax.Array``.
-      ValueError: If ``max_indices`` is negative, or so large that the
-        indices could not exist (more bytes than XLA can represent in one
-        array, 2**63 - 1, or than the memory of the devices it would live
-        on; a CPU counts as the host's physical memory).
+      TypeError: If ``callback`` is not callable, ``max_indices`` not an int (bool refused), or
+        ``values`` not a ``jax.Array``.
+      ValueError: If ``max_indices`` is negative, or the indices would exceed 2**63 - 1 bytes or
+        the memory of their devices (a CPU counts as the host's physical memory).
 
     Examples:
       >>> import jax
@@ -81,8 +76,7 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
     (indices,) = jnp.nonzero(nonfinite, size=index_budget, fill_value=-1)
 
     def report(observed_count: Any, observed_indices: Any) -> None:
-        # Under vmap the conditional below becomes a select and the callback
-        # runs for every batch element; finite elements are filtered here.
+        # Under vmap the cond becomes a select and runs for every batch element; filter here.
         if int(observed_count) > 0:
             callback(observed_count, observed_indices)
 
@@ -91,11 +85,9 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
 
 
 def _replicated(mask: jax.Array) -> jax.Array:
-    """Makes a flat mask that is sharded over Explicit mesh axes replicated.
+    """Replicates a flat mask split over Explicit axes: JAX won't stage the index scan otherwise.
 
-    Finding the first indices scans the whole array, which JAX refuses to
-    stage on an array whose Explicit sharding splits that axis. The mask is
-    one byte per element, the cheapest thing to gather.
+    The one-byte-per-element mask is the cheapest thing to gather.
     """
     sharding = jax.typeof(mask).sharding
     if not isinstance(sharding, NamedSharding) or sharding.mesh.empty:

@@ -25,27 +25,22 @@ def profile_call(
 ) -> R:
     """Runs ``function(*args, **kwargs)`` under a JAX profiler trace.
 
-    JAX dispatches work asynchronously, so a trace closed right after the call
-    returns would miss most of the device time. The trace stays open until
-    every array in the result is ready (``jax.block_until_ready``) and every
-    staged side effect, such as a ``jax.debug.callback``, has run
-    (``jax.effects_barrier``). If ``function`` raises, the trace is closed and
-    the exception propagates. Only one trace can run at a time per process.
+    JAX dispatches asynchronously, so the trace stays open until every result array is ready
+    (``jax.block_until_ready``) and every staged effect, such as a ``jax.debug.callback``, has
+    run (``jax.effects_barrier``). If ``function`` raises, the trace is closed and the exception
+    propagates. One trace at a time per process.
 
     Args:
-      log_dir: Folder that receives the trace (TensorBoard / XProf layout,
-        under ``plugins/profile/``); created if missing.
+      log_dir: Folder for the trace (TensorBoard / XProf layout, ``plugins/profile/``); created if missing.
       function: The callable to profile.
       *args: Positional arguments for ``function``.
-      **kwargs: Keyword arguments for ``function``; ``log_dir`` and
-        ``function`` are free to be used as their names.
+      **kwargs: Keyword arguments for ``function`` (``log_dir`` and ``function`` included).
 
     Returns:
       What ``function`` returned, with its arrays ready.
 
     Raises:
-      TypeError: If ``function`` is not callable or ``log_dir`` is not a
-        ``str`` or ``os.PathLike[str]`` path.
+      TypeError: If ``function`` is not callable or ``log_dir`` not a ``str`` or ``os.PathLike[str]``.
       ValueError: If ``log_dir`` is empty.
       RuntimeError: If a profiler trace is already running.
 

@@ -13,9 +13,8 @@ __all__ = ["visualize_array_sharding"]
 def visualize_array_sharding(array: jax.Array) -> None:
     """Prints a table of which device holds which block of ``array``.
 
-    Delegates to ``jax.debug.visualize_array_sharding``, which draws with
-    ``rich`` (the ``debug`` extra). Inside ``jax.jit`` the table is printed
-    when the computation is compiled. JAX draws 1-D and 2-D arrays only.
+    Delegates to ``jax.debug.visualize_array_sharding`` (drawn with ``rich``, the ``debug`` extra);
+    inside ``jax.jit`` it prints at compile time. JAX draws 1-D and 2-D arrays only.
 
     Args:
       array: A ``jax.Array``, concrete or traced.
@@ -23,8 +22,7 @@ def visualize_array_sharding(array: jax.Array) -> None:
     Raises:
       TypeError: If ``array`` is not a ``jax.Array`` (NumPy arrays included).
       ImportError: If ``rich`` is not installed.
-      ValueError: If JAX cannot draw the array, for example because it has
-        more than two dimensions.
+      ValueError: If JAX cannot draw the array (more than two dimensions, say).
 
     Examples:
       >>> import jax

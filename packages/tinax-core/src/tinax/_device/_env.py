@@ -1,9 +1,7 @@
 """Environment policy that the JAX runtime reads when it starts.
 
-Each function writes process environment variables and must run before
-``jax`` is imported; afterwards the runtime may already have read them, so the
-functions refuse instead of silently having no effect. Nothing here imports
-JAX at module level.
+Each function must run before ``jax`` is imported and refuses afterwards rather than silently
+having no effect. Nothing here imports JAX at module level.
 """
 
 from __future__ import annotations
@@ -20,16 +18,12 @@ __all__ = ["configure_jax", "configure_single_chip", "set_visible_cuda"]
 def set_visible_cuda(indices: Iterable[int]) -> None:
     """Limits the CUDA devices this process sees, in the given order.
 
-    Sets ``CUDA_VISIBLE_DEVICES`` to the comma-joined indices. The order is
-    kept: ``[2, 0]`` makes physical GPU 2 the process's ``cuda:0``. An empty
-    iterable hides every GPU. The indices are CUDA's, which follow
-    ``CUDA_DEVICE_ORDER`` (fastest first by default) and may differ from the
-    NVML order that :func:`tinax.device.gpus` reports unless
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``.
+    Sets ``CUDA_VISIBLE_DEVICES``, keeping the order (``[2, 0]`` makes GPU 2 ``cuda:0``); an
+    empty iterable hides every GPU. Indices follow ``CUDA_DEVICE_ORDER`` (fastest first by
+    default), which differs from :func:`tinax.device.gpus`' NVML order unless ``PCI_BUS_ID``.
 
     Args:
-      indices: A finite iterable of non-negative integer GPU indices, each at
-        most once. A ``str`` or ``bytes`` value is refused.
+      indices: A finite iterable of distinct non-negative int GPU indices (``str``/``bytes`` refused).
 
     Raises:
       RuntimeError: If ``jax`` has already been imported.
@@ -50,15 +44,13 @@ def set_visible_cuda(indices: Iterable[int]) -> None:
     """
     require_jax_unimported("set_visible_cuda()")
     if isinstance(indices, (str, bytes, bytearray)):
-        # Iterating them yields characters or byte values, never device indices.
         validation.fail_type("indices", "an iterable of int GPU indices", indices)
     try:
         items = iter(indices)
     except TypeError:
         validation.fail_type("indices", "an iterable of int GPU indices", indices)
     checked = [validate_device_index(item, f"indices[{position}]") for position, item in enumerate(items)]
-    # A repeated index never yields a second device, so the process would see
-    # fewer GPUs than the caller listed.
+    # A repeated index would show fewer GPUs than listed.
     validation.require_unique(checked, "indices")
     os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in checked)
 
@@ -66,10 +58,8 @@ def set_visible_cuda(indices: Iterable[int]) -> None:
 def configure_single_chip(chip: int) -> None:
     """Makes this process own exactly one local TPU chip.
 
-    Sets ``TPU_PROCESS_BOUNDS=1,1,1`` (this process is the whole slice) and
-    ``TPU_VISIBLE_CHIPS`` to ``chip``, so several processes on one TPU host
-    can each run on their own chip. Other TPU topology variables are left as
-    they are.
+    Sets ``TPU_PROCESS_BOUNDS=1,1,1`` and ``TPU_VISIBLE_CHIPS=chip``, so several processes on one
+    TPU host can each run on their own chip. Other TPU topology variables are left alone.
 
     Args:
       chip: The local chip index, a non-negative integer.
@@ -100,27 +90,20 @@ def configure_single_chip(chip: int) -> None:
 def configure_jax(*, preallocate: bool = False, matmul_precision: str | None = "high") -> None:
     """Sets the accelerator memory policy and the default matmul precision.
 
-    ``XLA_PYTHON_CLIENT_PREALLOCATE`` is set to ``"true"`` or ``"false"``; the
-    GPU client reads it when it starts. When ``matmul_precision`` is not None,
-    JAX is imported (no backend is started) and its
-    ``jax_default_matmul_precision`` option is updated, so later calls of the
-    environment functions in this module refuse to run. With
-    ``matmul_precision=None`` JAX is not imported and its precision setting is
-    left alone.
+    Sets ``XLA_PYTHON_CLIENT_PREALLOCATE`` for the GPU client. A ``matmul_precision`` imports JAX
+    (no backend starts) to update ``jax_default_matmul_precision``, so the environment functions
+    refuse afterwards; with None JAX is not imported and its setting is left alone.
 
     Args:
-      preallocate: Whether the GPU client reserves most of the device memory
-        up front (JAX's own default) instead of allocating on demand.
-      matmul_precision: A value that ``jax_default_matmul_precision`` accepts,
-        such as ``"default"``, ``"high"``, ``"highest"``, ``"bfloat16"``,
-        ``"tensorfloat32"`` or ``"float32"``, or None to keep JAX's setting.
+      preallocate: Whether the GPU client reserves most memory up front (JAX's default) rather
+        than allocating on demand.
+      matmul_precision: A value ``jax_default_matmul_precision`` accepts (``"default"``, ``"high"``,
+        ``"highest"``, ``"bfloat16"``, ...), or None to keep JAX's setting.
 
     Raises:
-      TypeError: If ``preallocate`` is not a bool, or ``matmul_precision`` is
-        neither a ``str`` nor None.
+      TypeError: If ``preallocate`` is not a bool, or ``matmul_precision`` neither a ``str`` nor None.
       RuntimeError: If ``jax`` has already been imported.
-      ValueError: If JAX does not know ``matmul_precision``. Nothing has been
-        changed in that case.
+      ValueError: If JAX does not know ``matmul_precision`` (nothing is changed then).
 
     Examples:
       >>> import subprocess
@@ -139,8 +122,7 @@ def configure_jax(*, preallocate: bool = False, matmul_precision: str | None = "
         validation.fail_type("matmul_precision", "a str or None", matmul_precision)
     require_jax_unimported("configure_jax()")
     if matmul_precision is not None:
-        # The precision is checked by JAX itself (its accepted values grow
-        # between releases) before any environment variable is touched.
+        # JAX checks the precision itself (values grow between releases), before the environment changes.
         import jax
 
         try:

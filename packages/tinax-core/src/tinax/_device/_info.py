@@ -12,14 +12,12 @@ class DeviceInfo:
     """What the active JAX backend sees.
 
     Attributes:
-      backend: The default backend's platform name, for example ``"cpu"``,
-        ``"gpu"`` or ``"tpu"``.
+      backend: The default backend's platform name: ``"cpu"``, ``"gpu"``, ``"tpu"``...
       device_count: Devices over all processes.
       local_device_count: Devices attached to this process.
       process_index: This process's index in the runtime.
       process_count: Processes in the runtime.
-      device_kinds: ``device_kind`` of every device over all processes, in
-        ``jax.devices()`` order.
+      device_kinds: ``device_kind`` of every device over all processes, in ``jax.devices()`` order.
     """
 
     backend: str
@@ -33,8 +31,7 @@ class DeviceInfo:
 def device_info() -> DeviceInfo:
     """Summarizes the default JAX backend, importing and starting JAX if needed.
 
-    This starts the backend, so the environment policy functions of
-    :mod:`tinax.device` can no longer run afterwards.
+    Afterwards the environment policy functions of :mod:`tinax.device` can no longer run.
 
     Returns:
       A :class:`DeviceInfo` for the default backend.

@@ -1,10 +1,7 @@
 """The one ``argnums`` check shared by every tinax differentiation transform.
 
-JAX treats ``argnums=True`` as ``argnums=1`` and only notices an index past
-the last parameter when the transformed function is first called. Every
-transform in :mod:`tinax.grad` runs its ``argnums`` through
-:func:`check_argnums` instead, so those mistakes surface when the function is
-wrapped, with the shared tinax message shape.
+JAX reads ``argnums=True`` as 1 and notices an index past the last parameter only at the first
+call; :func:`check_argnums` catches both at wrap time.
 """
 
 from __future__ import annotations
@@ -20,29 +17,10 @@ _POSITIONAL_KINDS = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITI
 
 
 def check_argnums(argnums: object, function: Callable[..., object]) -> int | tuple[int, ...]:
-    """Validates ``argnums`` for a differentiation transform of ``function``.
+    """Validates ``argnums`` against ``function``'s positional parameters (no upper bound with ``*args``).
 
-    A single index stays a single ``int`` and a sequence becomes a ``tuple``,
-    because JAX shapes the gradient differently for the two (one gradient
-    against a tuple of gradients).
-
-    Args:
-      argnums: The positional parameter index, or sequence of indices, to
-        differentiate against.
-      function: The function being transformed. Its signature bounds the
-        indices; when it has ``*args`` or cannot be inspected, only the lower
-        bound applies.
-
-    Returns:
-      The index as a Python ``int``, or the indices as a tuple of ``int``.
-
-    Raises:
-      TypeError: If ``argnums`` is a bool, is neither an integer nor a
-        sequence, or holds an item that is a bool or not an integer.
-      ValueError: If the sequence is empty, an index is negative, or an index
-        repeats.
-      TypeAndValueError: If an index names no positional parameter of
-        ``function`` (a ``TypeError`` too, as JAX raises at call time).
+    An int stays an int and a sequence becomes a tuple, since JAX shapes the gradients differently;
+    an index past the parameters is a :class:`TypeAndValueError` (JAX raises TypeError at call time).
     """
     limit = _positional_parameter_count(function)
     if isinstance(argnums, Sequence) and not isinstance(argnums, (str, bytes, bytearray)):
@@ -67,16 +45,13 @@ def _check_index(value: object, name: str, function: Callable[..., object], limi
         else:
             plural = "" if limit == 1 else "s"
             expected = f"an int in [0, {limit - 1}] because {owner} takes {limit} positional parameter{plural}"
-        # JAX raises TypeError for this when the function is called, and tinax
-        # 0.2 let that through; refusing it early is a ValueError by our
-        # contract, so it is both.
+        # JAX (and so tinax 0.2) raises TypeError at call time; our contract says ValueError: both.
         validation.fail_type_and_value(name, expected, value)
     return index
 
 
 def _positional_parameter_count(function: Callable[..., object]) -> int | None:
-    # None means "no upper bound": either *args takes any number of positional
-    # arguments, or the signature is unknown and JAX will check at call time.
+    # None: no upper bound (*args, or an unknown signature JAX checks at call time).
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):

@@ -27,27 +27,22 @@ def value_and_grad(
 ) -> Callable[P, tuple[object, object]]:
     """Transforms ``function`` to return its value together with its gradient.
 
-    This is the only gradient transform tinax offers: when just the gradient
-    is needed, drop the value from the result.
+    The only gradient transform tinax offers: drop the value when only the gradient is needed.
 
     Args:
-      function: A scalar-valued function of one or more arrays (or pytrees
-        of arrays).
-      argnums: Index of the positional parameter to differentiate against,
-        or a sequence of indices to get one gradient per index, in order.
-      has_aux: Whether ``function`` returns a pair ``(value, aux)`` whose
-        second item is carried through without being differentiated.
+      function: A scalar-valued function of one or more arrays (or pytrees of arrays).
+      argnums: Index of the positional parameter to differentiate against, or a sequence of
+        indices for one gradient per index, in order.
+      has_aux: Whether ``function`` returns ``(value, aux)`` with ``aux`` carried through.
 
     Returns:
-      A function with the same parameters as ``function`` that returns
+      A function with ``function``'s parameters, name and docstring that returns
       ``(value, gradient)``, or ``((value, aux), gradient)`` with ``has_aux``.
-      It keeps the name and docstring of ``function``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``has_aux`` is not a bool,
-        or ``argnums`` (or one of its items) is a bool or not an integer.
-      ValueError: If ``argnums`` is empty, negative, repeats an index, or
-        names a positional parameter that ``function`` does not have.
+      TypeError: If ``function`` is not callable, ``has_aux`` is not a bool, or ``argnums`` (or
+        an item) is a bool or not an integer.
+      ValueError: If ``argnums`` is empty, negative, repeats an index, or names a missing parameter.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -74,33 +69,25 @@ def jacobian(
 ) -> Callable[P, object]:
     """Transforms ``function`` to return its Jacobian.
 
-    The mode has no default because the right choice depends on the shape of
-    the problem: forward mode costs one pass per input element and suits
-    functions with fewer inputs than outputs (tall Jacobians), reverse mode
-    costs one pass per output element and suits the opposite (wide ones).
-    Both give the same values.
+    ``mode`` has no default: forward mode costs one pass per input element (suits tall
+    Jacobians), reverse mode one per output element (wide ones). Both give the same values.
 
     Args:
       function: A function of one or more arrays (or pytrees of arrays).
-      mode: ``"forward"`` (what ``jax.jacfwd`` does) or ``"reverse"``
-        (what ``jax.jacrev`` does).
-      argnums: Index of the positional parameter to differentiate against,
-        or a sequence of indices to get one Jacobian per index, in order.
-      has_aux: Whether ``function`` returns a pair ``(output, aux)`` whose
-        second item is carried through without being differentiated.
+      mode: ``"forward"`` (as ``jax.jacfwd``) or ``"reverse"`` (as ``jax.jacrev``).
+      argnums: Index of the positional parameter to differentiate against, or a sequence of
+        indices for one Jacobian per index, in order.
+      has_aux: Whether ``function`` returns ``(output, aux)`` with ``aux`` carried through.
 
     Returns:
-      A function with the same parameters as ``function`` that returns the
-      Jacobian, or ``(jacobian, aux)`` with ``has_aux``. It keeps the name
-      and docstring of ``function``.
+      A function with ``function``'s parameters, name and docstring that returns the Jacobian,
+      or ``(jacobian, aux)`` with ``has_aux``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``mode`` is not a str,
-        ``has_aux`` is not a bool, or ``argnums`` (or one of its items) is a
-        bool or not an integer.
-      ValueError: If ``mode`` is another string, or ``argnums`` is empty,
-        negative, repeats an index, or names a positional parameter that
-        ``function`` does not have.
+      TypeError: If ``function`` is not callable, ``mode`` is not a str, ``has_aux`` is not a
+        bool, or ``argnums`` (or an item) is a bool or not an integer.
+      ValueError: If ``mode`` is another string, or ``argnums`` is empty, negative, repeats an
+        index, or names a missing parameter.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -122,22 +109,17 @@ def hessian(function: Callable[P, object], *, argnums: int | Sequence[int] = 0) 
     """Transforms a scalar-valued ``function`` to return its Hessian.
 
     Args:
-      function: A scalar-valued function of one or more arrays (or pytrees
-        of arrays).
-      argnums: Index of the positional parameter to differentiate against,
-        or a sequence of indices to get the blocks of second derivatives for
-        every pair of them.
+      function: A scalar-valued function of one or more arrays (or pytrees of arrays).
+      argnums: Index of the positional parameter to differentiate against, or a sequence of
+        indices for the second-derivative blocks of every pair of them.
 
     Returns:
-      A function with the same parameters as ``function`` that returns the
-      matrix of second derivatives, computed as ``jax.hessian`` does. It keeps
-      the name and docstring of ``function``.
+      A function with ``function``'s parameters, name and docstring that returns the second
+      derivatives, computed as ``jax.hessian`` does.
 
     Raises:
-      TypeError: If ``function`` is not callable, or ``argnums`` (or one of
-        its items) is a bool or not an integer.
-      ValueError: If ``argnums`` is empty, negative, repeats an index, or
-        names a positional parameter that ``function`` does not have.
+      TypeError: If ``function`` is not callable, or ``argnums`` (or an item) is a bool or not an integer.
+      ValueError: If ``argnums`` is empty, negative, repeats an index, or names a missing parameter.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -153,8 +135,7 @@ def hessian(function: Callable[P, object], *, argnums: int | Sequence[int] = 0) 
 
 
 def _named_like(function: Callable[P, object], transformed: Callable[..., R]) -> Callable[P, R]:
-    # A thin wrapper, rather than renaming JAX's own function object in place,
-    # keeps tinax independent of how each JAX release builds its transforms.
+    # A wrapper, not renaming JAX's function in place, stays independent of how JAX builds transforms.
     @functools.wraps(function)
     def named(*args: P.args, **kwargs: P.kwargs) -> R:
         return transformed(*args, **kwargs)

@@ -31,51 +31,37 @@ def batched_jit(
 ) -> Callable[..., R]:
     """Vectorizes ``function`` with ``jax.vmap`` and compiles it with a trace budget.
 
-    The result is ``jax.jit(jax.vmap(function, ...))`` with the trace budget
-    and mesh handling of :func:`bounded_jit`. The budget counts traces of the
-    batched function, so a new batch size is a new trace, and a budget error
-    names the argument whose batched shape (or dtype, weak type, sharding)
-    changed.
+    The result is ``jax.jit(jax.vmap(function, ...))`` with :func:`bounded_jit`'s budget and mesh
+    handling. The budget counts traces of the batched function, so a new batch size is a new
+    trace, and a budget error names the argument whose batched shape (dtype, ...) changed.
 
     Args:
       function: The per-example function.
-      in_axes: The mapped axis of each positional argument, as for
-        ``jax.vmap``: an int, None (broadcast, not mapped), or a sequence
-        with one entry per positional argument, each an int, None or a
-        pytree prefix of that argument with int or None leaves. Keyword
-        arguments are always mapped over axis 0.
-      out_axes: Where the mapped axis goes in the outputs: an int, None, or
-        a pytree prefix of the output with int or None leaves.
+      in_axes: The mapped axis of each positional argument, as for ``jax.vmap``: an int, None
+        (broadcast), or one entry per positional argument (an int, None or a pytree prefix with
+        int or None leaves). Keyword arguments are always mapped over axis 0.
+      out_axes: Where the mapped axis goes in the outputs: an int, None, or a pytree prefix of
+        the output with int or None leaves.
       axis_size: The batch size, needed only when no argument is mapped.
-      max_traces: How many times the batched function may be traced, at
-        least 0. A trace counts once ``jax.vmap`` calls ``function``, so a
-        call whose arguments vmap refuses (an axis beyond an argument's
-        rank, mismatched batch sizes) spends nothing, as in tinax 0.2.
-      mesh: If given, every call (and ``lower``, ``trace``,
-        ``eval_shape``) runs inside ``jax.set_mesh(mesh)``.
+      max_traces: How many times the batched function may be traced, at least 0. A trace counts
+        once ``jax.vmap`` calls ``function``, so a call vmap refuses spends nothing, as in tinax 0.2.
+      mesh: If given, every call (and ``lower``, ``trace``, ``eval_shape``) runs inside
+        ``jax.set_mesh(mesh)``.
 
     Returns:
-      A callable taking batched arguments, with the ``trace_count``,
-      ``max_traces``, ``mesh`` and the ``jax.jit`` methods (``lower``,
-      ``trace``, ``eval_shape``, ``clear_cache``) described in
-      :func:`bounded_jit`, which also says which traces count.
+      A callable taking batched arguments, with ``trace_count``, ``max_traces``, ``mesh`` and the
+      ``jax.jit`` methods described in :func:`bounded_jit`, which also says which traces count.
 
     Raises:
-      TypeError: If ``function`` is not callable, an axis is not an int or
-        None (bools are refused), ``axis_size`` or ``max_traces`` is not an
-        int, or ``mesh`` is not a ``jax.sharding.Mesh``.
-      ValueError: If ``axis_size`` or ``max_traces`` is below 1, or ``mesh``
-        has no devices or a Manual axis. Also when ``axis_size`` is ``2**63`` or
-        more (no batched value of that size is representable), or when a trace
-        finds a batched output needing more bytes than XLA can represent in
-        one array (``2**63 - 1``) or than the memory of the devices (a CPU
-        counts as the host's physical memory); the message names the output
-        and the bytes it would need. Intermediate values inside the function
-        are not checked. A size error is also JAX's ``JaxRuntimeError``.
-        When an integer argument is a NumPy integer (which tinax 0.2 refused
-        as the wrong type), the error is also a ``TypeError``.
-      TraceBudgetExceededError: When a call would trace the batched function
-        more than ``max_traces`` times.
+      TypeError: If ``function`` is not callable, an axis is not an int or None (bools refused),
+        ``axis_size`` or ``max_traces`` is not an int, or ``mesh`` is not a ``jax.sharding.Mesh``.
+      ValueError: If ``axis_size`` is below 1 or ``2**63`` or more, ``max_traces`` is negative,
+        ``mesh`` has no devices or a Manual axis, or a trace finds a batched output over 2**63 - 1
+        bytes or the devices' memory (a CPU counts as host memory; such size errors are also
+        ``JaxRuntimeError``; intermediates are not checked). Also a ``TypeError`` where an integer
+        argument is a NumPy integer, which tinax 0.2 refused.
+      TraceBudgetExceededError: When a call would trace the batched function more than
+        ``max_traces`` times.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -87,15 +73,12 @@ def batched_jit(
       [3.0, 3.0, 3.0]
     """
     validation.require_callable(function, "function")
-    # tinax 0.2 refused NumPy integers as the wrong type, and checked the axes
-    # last (jax.vmap did).
+    # tinax 0.2 refused NumPy integers as the wrong type, and checked the axes last.
     integers = [axis_size, max_traces, *jax.tree_util.tree_leaves((in_axes, out_axes))]
     with validation.reported_as_both(any(validation.is_non_python_int(value) for value in integers)):
         checked_axis_size = validation.require_optional_positive_int(axis_size, "axis_size")
         if checked_axis_size is not None:
-            # Any batched value holds axis_size elements of at least one byte. The
-            # memory of the devices is checked on the outputs, when the function is
-            # traced: looking it up here would start a JAX backend.
+            # Device memory is checked on the traced outputs: looking it up here would start a backend.
             require_fits(
                 "axis_size", axis_size, shape=(checked_axis_size,), dtype=np.uint8, devices=None, what="a batched value"
             )
@@ -111,8 +94,7 @@ def batched_jit(
         return _checking_outputs(vectorized, checked_mesh, axis_size)
 
     budget = TraceBudget(function, budget_size, static_argnames=(), site=wrap_site("batched_jit"))
-    # A trace counts once jax.vmap calls the function, as with tinax 0.2: a
-    # call whose axes vmap refuses spends nothing.
+    # A trace counts once jax.vmap calls the function, as with tinax 0.2.
     jitted = jax.jit(budget.counting_inside(vectorize, function))
     wrapped = BudgetedFunction(function, jitted, budget, checked_mesh, "batched_jit")
     return cast("Callable[..., R]", wrapped)
@@ -130,11 +112,7 @@ def _require_in_axes(value: object) -> int | tuple[Any, ...] | None:
 
 
 def _require_axis_tree(value: object, name: str) -> Any:
-    """Checks that every leaf of an axis pytree is an int (not a bool) or None.
-
-    Returns:
-      The pytree with NumPy integer leaves turned into Python ints.
-    """
+    """Checks every leaf of an axis pytree is an int (not bool) or None; NumPy ints become ``int``."""
     pairs, structure = jax.tree_util.tree_flatten_with_path(value, is_leaf=lambda leaf: leaf is None)
     leaves = [
         None if leaf is None else validation.require_int(leaf, name + jax.tree_util.keystr(path), bounds_text="or None")
@@ -144,11 +122,7 @@ def _require_axis_tree(value: object, name: str) -> Any:
 
 
 def _checking_outputs(vectorized: Callable[..., Any], mesh: Mesh | None, axis_size: object) -> Callable[..., Any]:
-    """Wraps the batched function so that each trace checks its outputs' sizes.
-
-    The check runs on abstract values while JAX traces, before XLA sees the
-    shapes: an output too large for XLA would otherwise abort the process.
-    """
+    """Checks each trace's output sizes on abstract values, before XLA (which would abort) sees them."""
 
     @functools.wraps(vectorized)
     def checked(*args: Any, **kwargs: Any) -> Any:

@@ -31,65 +31,37 @@ def bounded_jit(
 ) -> Callable[P, R]:
     """Compiles ``function`` with ``jax.jit`` and limits how often it is traced.
 
-    Every argument is checked when the function is wrapped, so a bad argument
-    name or a name listed as both static and donated fails here rather than
-    on some later call. Each time JAX traces the function's Python body (the
-    first call, and every call whose abstract arguments or static values are
-    new) one trace of the budget is spent; the call that would go over budget
-    raises instead of compiling again. Cached calls do no extra work.
+    Every argument is checked at wrap time, so a bad or doubly listed name fails here, not on a
+    later call. Each trace of the Python body (the first call, and calls with new abstract
+    arguments or static values) spends one trace; the call that would go over budget raises
+    instead of compiling again. Cached calls do no extra work.
 
     Args:
       function: The function to compile.
-      max_traces: How many times the function may be traced, at least 0
-        (0 lets only calls that trace nothing run, as in tinax 0.2).
-        Traces started by ``lower``, ``trace`` or ``eval_shape``, by an
-        enclosing transformation and traces that fail with an exception all
-        count. As in tinax 0.2, a trace in which no argument is traced (all
-        of them static, or none given) does not count, and while
-        ``chex.disable_asserts()`` is in force no trace is refused (they
-        still count); ``chex.clear_trace_counter()`` gives the budget back.
-        Also as in tinax 0.2, wrapping the same function again at the same
-        place (from the same chain of calling functions, such as in a loop
-        or in a function called repeatedly) does not give the budget back:
-        those wrappers count their traces together, each against its own
-        ``max_traces``. A function made again from the same source (a
-        lambda or closure) is the same function.
-      static_argnames: Names of parameters that are compile-time constants,
-        as for ``jax.jit``. A single ``str`` is one name. Each must be a
-        parameter that can be passed by keyword, unless ``function`` takes
-        ``**kwargs``.
-      donate_argnames: Names of parameters whose buffers may be reused for
-        the outputs, as for ``jax.jit``, with the same rules as
-        ``static_argnames``. A name may not be both static and donated.
-      mesh: If given, every call (and ``lower``) runs inside
-        ``jax.set_mesh(mesh)``, so the function sees it as the ambient mesh.
-        Called inside another trace, the enclosing trace must already run
-        under this mesh.
+      max_traces: How many times the function may be traced, at least 0 (0 runs only calls that
+        trace nothing). Which traces count, and how chex switches and re-wrapping at the same place
+        share budgets as in tinax 0.2: see the guide, "Compiling with a trace budget".
+      static_argnames: Compile-time constant parameters, as for ``jax.jit``; a single ``str`` is one
+        name. Each must be passable by keyword, unless ``function`` takes ``**kwargs``.
+      donate_argnames: Parameters whose buffers may be reused for outputs, as for ``jax.jit``, with
+        the same rules; a name may not be both static and donated.
+      mesh: If given, every call (and ``lower``) runs inside ``jax.set_mesh(mesh)``; inside another
+        trace, the enclosing trace must already run under it.
 
     Returns:
-      A callable with the signature of ``function``. It also has a read-only
-      ``trace_count`` (traces so far, with those of the wrappers it shares
-      the budget with), ``max_traces``, ``mesh`` and
-      ``__wrapped__`` pointing at ``function``, and everything a ``jax.jit``
-      function has (tinax 0.2 returned that function itself):
-      ``lower(...)`` (so ``.lower(...).compile()`` and its
-      ``cost_analysis()`` work), ``trace(...)``, ``eval_shape(...)`` and
-      ``clear_cache()``, the first three under ``mesh`` if one is given.
+      A callable with ``function``'s signature, plus read-only ``trace_count`` (including wrappers
+      sharing the budget), ``max_traces``, ``mesh``, ``__wrapped__``, and everything a ``jax.jit``
+      function has (tinax 0.2 returned it): ``lower(...)`` (so ``.lower(...).compile()`` works),
+      ``trace(...)``, ``eval_shape(...)`` and ``clear_cache()``, the first three under ``mesh``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``max_traces`` is not an
-        int (bools are refused), an argument name is not a ``str``, or
-        ``mesh`` is not a ``jax.sharding.Mesh``.
-      ValueError: If ``max_traces`` is below 1, an argument name is empty,
-        repeated, not a parameter that can be passed by keyword, or both
-        static and donated, or ``mesh`` has no devices or a Manual axis.
-        When ``max_traces`` is a NumPy integer or an argument's names are a
-        single ``str`` (which tinax 0.2 refused as the wrong type), the
-        error is also a ``TypeError``.
-      TraceBudgetExceededError: When a call (or ``lower``, ``trace``,
-        ``eval_shape``) would trace the function more than ``max_traces``
-        times. The message names the argument that differs from the
-        previous trace.
+      TypeError: If ``function`` is not callable, ``max_traces`` not an int (bools refused), a name
+        not a ``str``, or ``mesh`` not a ``jax.sharding.Mesh``.
+      ValueError: If ``max_traces`` is negative, a name is empty, repeated, not passable by keyword,
+        or both static and donated, or ``mesh`` has no devices or a Manual axis. Also a ``TypeError``
+        for a NumPy-integer ``max_traces`` or a single ``str`` of names, which tinax 0.2 refused.
+      TraceBudgetExceededError: When a call (or ``lower``, ``trace``, ``eval_shape``) would trace
+        more than ``max_traces`` times; the message names the argument that changed.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -122,8 +94,7 @@ def bounded_jit(
         checked_mesh = require_mesh(mesh, "mesh")
 
     budget = TraceBudget(function, budget_size, static, site=wrap_site("bounded_jit"))
-    # Empty name lists are passed as None: jax.jit refuses even an empty list
-    # of names for a function whose signature cannot be inspected.
+    # None, not empty lists: jax.jit refuses even those for a function without an inspectable signature.
     jitted = jax.jit(budget.counting(function), static_argnames=static or None, donate_argnames=donated or None)
     wrapped = BudgetedFunction(function, jitted, budget, checked_mesh, "bounded_jit")
     return cast("Callable[P, R]", wrapped)

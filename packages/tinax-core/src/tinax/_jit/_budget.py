@@ -27,13 +27,10 @@ _MAX_REPORTED_CHANGES = 5
 class TraceBudgetExceededError(RuntimeError, AssertionError):
     """A function wrapped by ``tinax.jit`` was about to be traced too often.
 
-    Each trace is followed by a compilation, so an unexpected retrace usually
-    means that an argument's shape, dtype, weak type, sharding or static value
-    varies between calls. The message names the function, its budget and the
-    argument that differs from the previous trace.
-
-    It is also an ``AssertionError``, the type tinax 0.2 raised for an
-    exceeded budget, so code that catches that keeps working.
+    An unexpected retrace usually means an argument's shape, dtype, weak type,
+    sharding or static value varies between calls; the message names the function,
+    its budget and the argument that differs from the previous trace. It is also an
+    ``AssertionError``, the type tinax 0.2 raised, so code catching that still works.
     """
 
 
@@ -172,13 +169,7 @@ def _describe_changes(old: _Record, new: _Record) -> list[str]:
 
 
 class _Spent:
-    """The traces spent on one budget, shared by every wrapper made at one place.
-
-    tinax 0.2 counted with ``chex.assert_max_traces``, which keeps one count
-    per function and place of wrapping (the names of the calling functions
-    at wrap time), so a function wrapped again at the same place, such as
-    in a loop or in a function called repeatedly, spends the same budget.
-    """
+    """Traces spent on one budget, shared by wrappers made at one place, as 0.2's ``chex.assert_max_traces`` did."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -189,19 +180,14 @@ class _Spent:
 
 
 _sites_lock = threading.Lock()
-# Code object -> (place of wrapping -> spent traces). Keyed weakly, so a
-# function that is gone (with every function sharing its code) takes its
-# counts with it.
+# Code object -> (place of wrapping -> spent traces); weak, so counts go with the code.
 _sites: weakref.WeakKeyDictionary[types.CodeType, dict[tuple[str, ...], _Spent]] = weakref.WeakKeyDictionary()
 
 
 def wrap_site(kind: str) -> tuple[str, ...]:
-    """Returns where a function is being wrapped: the names of the calling functions.
+    """Names of the calling functions (outermost first, ``tinax._jit`` frames skipped) plus ``kind``.
 
-    The names run from the outermost frame to the caller of the tinax
-    wrapper (frames inside ``tinax._jit`` are left out), followed by
-    ``kind``, the name of the wrapper. Line numbers are not part of it, as
-    they were not for tinax 0.2.
+    No line numbers, matching tinax 0.2's per-place trace counts.
     """
     names: list[str] = []
     frame: types.FrameType | None = sys._getframe(1)
@@ -216,13 +202,7 @@ def wrap_site(kind: str) -> tuple[str, ...]:
 
 
 def _spent_for(function: Callable[..., Any], site: tuple[str, ...] | None) -> _Spent:
-    """Returns the shared count for ``function`` wrapped at ``site``, or a new one.
-
-    Functions are told apart by their code object, so a function made again
-    (a new lambda or closure from the same source) is the same function. A
-    callable without Python code (a ``functools.partial``, a builtin, an
-    object with ``__call__``) gets a count of its own.
-    """
+    """Shared count keyed by code object and site; callables without Python code get their own."""
     code = getattr(function, "__code__", None)
     if site is None or not isinstance(code, types.CodeType):
         return _Spent()
@@ -237,25 +217,10 @@ def _spent_for(function: Callable[..., Any], site: tuple[str, ...] | None) -> _S
 
 
 class TraceBudget:
-    """Counts the traces of one wrapped function and refuses those over budget.
+    """Counts traces of one function and refuses those over budget, as tinax 0.2 did.
 
-    A trace counts when some argument leaf is a tracer, as in tinax 0.2: a
-    trace whose arguments are all static (or that have no leaves at all)
-    costs nothing, and neither does running the function's Python body
-    eagerly (under ``jax.disable_jit``). Where the program uses chex, its
-    switches apply as they did to 0.2's budgets (see ``tinax._core._compat02``).
-
-    Budgets made for the same function (the same code) at the same place
-    (see :func:`wrap_site`) count their traces together, as tinax 0.2's
-    did: wrapping a function again does not give its budget back. Each
-    budget compares the shared count with its own ``max_traces``.
-
-    Args:
-      function: The user's function; its name and signature label messages.
-      max_traces: How many traces are allowed.
-      static_argnames: Parameters whose values are static (compared by repr).
-      site: Where the function is wrapped, from :func:`wrap_site`; None
-        for a count of this budget's own.
+    Only traces with a tracer leaf count; chex switches apply (see ``tinax._core._compat02``), and budgets
+    for the same code at the same :func:`wrap_site` share one count.
     """
 
     def __init__(
@@ -277,15 +242,11 @@ class TraceBudget:
 
     @property
     def count(self) -> int:
-        """The number of traces admitted so far, with those of the budgets it shares."""
+        """Traces admitted so far, including those of budgets sharing the count."""
         return self._spent.count
 
     def counting(self, inner: Callable[..., R]) -> Callable[..., R]:
-        """Wraps ``inner`` so that each trace of its body is admitted first.
-
-        The wrapper keeps ``inner``'s signature visible (through
-        ``__wrapped__``), which ``jax.jit`` needs to resolve argument names.
-        """
+        """Wraps ``inner`` to admit each trace first; ``__wrapped__`` keeps the signature for ``jax.jit``."""
 
         @functools.wraps(inner)
         def traced(*args: Any, **kwargs: Any) -> R:
@@ -297,21 +258,9 @@ class TraceBudget:
     def counting_inside(
         self, outer: Callable[[Callable[..., Any]], Callable[..., R]], inner: Callable[..., Any]
     ) -> Callable[..., R]:
-        """Counts the traces of ``outer`` at the moment it calls ``inner``.
+        """Returns ``outer(wrapped inner)`` that admits a trace only once ``inner`` runs.
 
-        For a transformation that may refuse the arguments before it calls
-        the user's function (``jax.vmap`` checking its axes): the trace is
-        recorded with ``outer``'s arguments but admitted only once
-        ``inner``, the function passed to the transformation, runs, so a
-        refused call spends nothing, as with tinax 0.2.
-
-        Args:
-          outer: Builds the transformed function from the returned
-            ``inner`` wrapper; called as ``outer(wrapped_inner)``.
-          inner: The user's function.
-
-        Returns:
-          The counting transformed function.
+        So a call the transformation refuses (``jax.vmap`` checking axes) spends nothing, as with tinax 0.2.
         """
         pending = self._pending
 
@@ -340,12 +289,7 @@ class TraceBudget:
         return traced
 
     def admit(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-        """Counts one trace with these arguments, if any of them is traced.
-
-        Raises:
-          TraceBudgetExceededError: If the budget is already spent (and chex's
-            assertions are not disabled).
-        """
+        """Counts one trace if any argument is traced; raises TraceBudgetExceededError over budget."""
         record = self._record_if_traced(args, kwargs)
         if record is not None:
             self._admit_record(record)

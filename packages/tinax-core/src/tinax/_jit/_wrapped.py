@@ -19,12 +19,7 @@ __all__ = ["BudgetedFunction", "require_mesh"]
 
 
 def require_mesh(value: object, name: str) -> Mesh | None:
-    """Checks an optional mesh that ``jax.set_mesh`` can enter.
-
-    Raises:
-      TypeError: If the value is neither None nor a ``jax.sharding.Mesh``.
-      ValueError: If the mesh has no devices or has a Manual axis.
-    """
+    """Checks an optional mesh ``jax.set_mesh`` can enter: None or a ``Mesh`` with devices and no Manual axis."""
     if value is None:
         return None
     mesh = validation.require_instance(value, name, Mesh, "None or a jax.sharding.Mesh")
@@ -37,22 +32,14 @@ def require_mesh(value: object, name: str) -> Mesh | None:
 
 
 class BudgetedFunction:
-    """A jitted function with a trace budget and an optional ambient mesh.
+    """A jitted function with a trace budget and an optional mesh entered around each call.
 
-    Calling it calls the jitted function; with a mesh, the call runs inside
-    ``jax.set_mesh(mesh)``. ``trace_count`` and ``max_traces`` report the
-    budget. Everything else a ``jax.jit`` function offers (``lower``,
-    ``trace``, ``eval_shape``, ``clear_cache`` and the rest) is the jitted
-    function's own, as in tinax 0.2, which returned the ``jax.jit`` function
-    itself; with a mesh, ``lower``, ``trace`` and ``eval_shape`` also run
-    under it. Each of them traces the function only where ``jax.jit`` has no
-    matching trace cached, and such a trace counts towards the budget.
+    Other ``jax.jit`` attributes are the jitted function's own, as in tinax 0.2 (which returned it);
+    with a mesh, ``lower``, ``trace`` and ``eval_shape`` run under it too. Any new trace they make counts.
     """
 
-    # Calls go straight to ``_dispatch``: the property hands back the jitted
-    # function (or the mesh-entering method) without running a Python frame,
-    # so a cached call without a mesh costs about what a raw ``jax.jit`` call
-    # costs (benchmarks/bench_jit.py measures it).
+    # Calls go straight to ``_dispatch`` without a Python frame, so a cached call costs about
+    # what a raw ``jax.jit`` call does (benchmarks/bench_jit.py).
     __call__ = property(operator.attrgetter("_dispatch"))
 
     _dispatch: Callable[..., Any]
@@ -65,8 +52,7 @@ class BudgetedFunction:
         mesh: Mesh | None,
         kind: str,
     ) -> None:
-        # First, so that nothing copied from ``function.__dict__`` shadows the
-        # attributes set below.
+        # First, so nothing copied from ``function.__dict__`` shadows the attributes below.
         functools.update_wrapper(self, function)
         self._jitted = jitted
         self._budget = budget
@@ -76,7 +62,7 @@ class BudgetedFunction:
 
     @property
     def trace_count(self) -> int:
-        """How many traces the budget has admitted, with those of the wrappers sharing it."""
+        """Traces the budget has admitted, including those of wrappers sharing it."""
         return self._budget.count
 
     @property
@@ -90,51 +76,24 @@ class BudgetedFunction:
         return self._mesh
 
     def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
-        """Lowers the function for these arguments, as ``jax.jit(...).lower`` does.
-
-        Returns:
-          The ``jax.stages.Lowered`` object, ready for ``compile()``.
-
-        Raises:
-          TraceBudgetExceededError: If tracing would exceed the budget.
-        """
+        """Lowers for these arguments like ``jax.jit(...).lower``; a new trace counts towards the budget."""
         return self._staged(self._jitted.lower, args, kwargs)  # type: ignore[no-any-return]
 
     def trace(self, *args: Any, **kwargs: Any) -> jax.stages.Traced:
-        """Traces the function for these arguments, as ``jax.jit(...).trace`` does.
-
-        Returns:
-          The ``jax.stages.Traced`` object, with its jaxpr and ``lower()``.
-
-        Raises:
-          TraceBudgetExceededError: If tracing would exceed the budget.
-        """
+        """Traces for these arguments like ``jax.jit(...).trace``; a new trace counts towards the budget."""
         return self._staged(self._jitted.trace, args, kwargs)  # type: ignore[no-any-return]
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
-        """Returns the shapes and dtypes of the outputs, as ``jax.jit(...).eval_shape`` does.
-
-        Returns:
-          A pytree of ``jax.ShapeDtypeStruct`` in the structure of the outputs.
-
-        Raises:
-          TraceBudgetExceededError: If tracing would exceed the budget.
-        """
+        """Output shapes and dtypes like ``jax.jit(...).eval_shape``; a new trace counts towards the budget."""
         return self._staged(self._jitted.eval_shape, args, kwargs)
 
     def clear_cache(self) -> None:
-        """Clears the compiled function's cache, as ``jax.jit(...).clear_cache`` does.
-
-        The budget is not given back: the next call traces again, and that
-        trace counts, as in tinax 0.2.
-        """
+        """Clears the compiled cache; as in tinax 0.2 the budget is not given back."""
         self._jitted.clear_cache()
 
     def __getattr__(self, name: str) -> Any:
-        # The rest of the jax.jit function's interface (``_cache_size`` and
-        # the like, which tests use to count compilations) is its own.
-        # Special names are left alone, so copying or pickling an instance
-        # never reaches a half-built one's jitted function.
+        # The rest (``_cache_size``...) is the jitted function's; special names are left alone
+        # so copying or pickling never reaches a half-built instance's jitted function.
         if name.startswith("__") or name == "_jitted":
             raise AttributeError(name)
         return getattr(self._jitted, name)
@@ -150,8 +109,6 @@ class BudgetedFunction:
     def _call_under_mesh(self, *args: Any, **kwargs: Any) -> Any:
         if tracing_in_progress():
             return self._call_inside_trace(self._jitted, args, kwargs)
-        # jax.set_mesh switches the mesh when called; its result is used
-        # directly, without a generator-based wrapper, on this hot path.
         with jax.set_mesh(self._mesh):
             return self._jitted(*args, **kwargs)
 
@@ -162,8 +119,7 @@ class BudgetedFunction:
             return call(*args, **kwargs)
 
     def _call_inside_trace(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        # jax.set_mesh cannot be entered inside another trace; the call is only
-        # correct if the enclosing trace already runs under this mesh.
+        # jax.set_mesh cannot be entered inside a trace; only correct if it already runs under this mesh.
         mesh = cast("Mesh", self._mesh)
         ambient = jax.sharding.get_abstract_mesh()
         if ambient != mesh.abstract_mesh:

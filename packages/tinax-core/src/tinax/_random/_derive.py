@@ -16,32 +16,24 @@ __all__ = ["derive_key", "derive_process_step_key", "split_key"]
 def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
     """Derives a key from ``key`` by folding in each coordinate, in order.
 
-    The same key and coordinates always give the same result, and the order
-    matters: ``derive_key(key, 1, 2)`` differs from ``derive_key(key, 2, 1)``.
+    The same key and coordinates always give the same result, and order matters:
+    ``derive_key(key, 1, 2)`` differs from ``derive_key(key, 2, 1)``.
 
     Args:
-      key: One PRNG key: a typed key of shape ``()`` (``jax.random.key``) or
-        a raw ``uint32`` key (``jax.random.PRNGKey``).
-      *coordinates: The coordinates, possibly none. A Python integer must
-        lie in ``[0, 2**32 - 1]``; an array, concrete or traced under
-        ``jit``, must be an unsigned integer scalar of at most 32 bits.
-        Signed or wider values are refused because ``fold_in`` would
-        silently wrap or truncate them into collisions.
+      key: One PRNG key: a typed key of shape ``()`` (``jax.random.key``) or a raw ``uint32`` key
+        (``jax.random.PRNGKey``).
+      *coordinates: Possibly none. A Python int in ``[0, 2**32 - 1]``, or an unsigned integer scalar
+        array (concrete or traced) of at most 32 bits; others would wrap into collisions in ``fold_in``.
 
     Returns:
-      A key of the same kind as ``key``. With no coordinates there is nothing
-      to fold in and the result is ``key`` itself, as in tinax 0.2, so that
-      ``derive_key(key, *path)`` works for an empty ``path`` too. Like any
-      key, that one must not be consumed twice: derive from it, or split it.
+      A key of the same kind as ``key``; with no coordinates, ``key`` itself (as in tinax 0.2), which
+      like any key must not be consumed twice.
 
     Raises:
-      TypeError: If ``key`` is not an array or is a scalar array that is
-        no key, or a coordinate is a bool, not an integer, or an array of the
-        wrong dtype or shape.
-      ValueError: If ``key`` is an array of a shape no single key has (a
-        batch of keys, for example), or a coordinate is an integer out of
-        range (for a NumPy integer, which tinax 0.2 refused with a
-        ``TypeError``, the error is both).
+      TypeError: If ``key`` is not an array or a scalar non-key, or a coordinate is a bool, not an
+        integer, or an array of the wrong dtype or shape.
+      ValueError: If ``key``'s shape fits no single key (a batch, say), or an integer coordinate is
+        out of range (for a NumPy integer also a ``TypeError``, as in tinax 0.2).
 
     Examples:
       >>> import jax
@@ -68,12 +60,9 @@ def derive_process_step_key(
 ) -> jax.Array:
     """Derives the key that one process uses at one training step.
 
-    The coordinates are always folded in the order process, step, stream,
-    so the result equals ``derive_key(key, process_index, step, stream)``.
-    Use a distinct ``stream`` for each independent use of randomness within
-    the same step (dropout, data augmentation, ...). Each coordinate follows
-    the rules of :func:`derive_key`: a Python integer in ``[0, 2**32 - 1]``,
-    or an unsigned integer scalar array of at most 32 bits.
+    Equals ``derive_key(key, process_index, step, stream)``; each coordinate follows
+    :func:`derive_key`'s rules. Use a distinct ``stream`` per independent use of randomness within
+    a step (dropout, augmentation, ...).
 
     Args:
       key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
@@ -85,12 +74,10 @@ def derive_process_step_key(
       A key of the same kind as ``key``.
 
     Raises:
-      TypeError: If ``key`` is not an array or is a scalar array that is
-        no key, or a coordinate is a bool, not an integer, or an array of the
-        wrong dtype or shape. The message names the keyword.
-      ValueError: If ``key`` is an array of a shape no single key has, or a
-        coordinate is an integer out of range (both a ``ValueError`` and a
-        ``TypeError`` for a NumPy integer, as for :func:`derive_key`).
+      TypeError: If ``key`` or a coordinate is refused as for :func:`derive_key`; the message
+        names the keyword.
+      ValueError: If ``key``'s shape fits no single key or a coordinate is out of range (also a
+        ``TypeError`` for a NumPy integer).
 
     Examples:
       >>> import jax
@@ -115,28 +102,22 @@ def derive_process_step_key(
 def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
     """Splits ``key`` into a continuation key and ``count`` operation keys.
 
-    ``key`` is consumed: keep using the continuation key in its place, and
-    hand each operation key to one random operation.
+    ``key`` is consumed: use the continuation key in its place, and give each operation key to
+    one random operation.
 
     Args:
       key: One PRNG key: a typed key of shape ``()`` or a raw ``uint32`` key.
-      count: How many operation keys to make, 0 or more. With 0 the
-        operation keys are an empty key array and the continuation key is
-        still a fresh key, different from ``key``.
+      count: How many operation keys to make, 0 or more; with 0 the continuation key is still a
+        fresh key, different from ``key``.
 
     Returns:
-      ``(continuation, operation_keys)``: one key of the same kind as
-      ``key``, then a key array with ``count`` keys along its first axis.
-      Together they are exactly ``jax.random.split(key, count + 1)``.
+      ``(continuation, operation_keys)``: one key of ``key``'s kind and a key array of ``count``
+      keys along its first axis; together exactly ``jax.random.split(key, count + 1)``.
 
     Raises:
-      TypeError: If ``key`` is not an array or is a scalar array that is
-        no key, or ``count`` is a bool or not an integer.
-      ValueError: If ``key`` is an array of a shape no single key has, or
-        ``count`` is negative or so large that the keys could not exist:
-        more bytes than XLA can represent in one array (2**63 - 1) or than
-        the memory of the key's devices (a CPU counts as the host's physical
-        memory). The message names the bytes needed and the limit.
+      TypeError: If ``key`` is not an array or a scalar non-key, or ``count`` is not an int (bool refused).
+      ValueError: If ``key``'s shape fits no single key, or ``count`` is negative or the keys would
+        exceed 2**63 - 1 bytes or the memory of the key's devices (a CPU counts as host memory).
 
     Examples:
       >>> import jax
@@ -163,12 +144,7 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
 
 
 def _widened(key: jax.Array, coordinates: Sequence[object]) -> bool:
-    """Returns whether tinax 0.2 would have refused ``key`` or a coordinate as a widening.
-
-    0.2 took typed keys only (a raw key was a ValueError) and refused NumPy
-    integers that are not unsigned scalars of at most 32 bits (a TypeError).
-    Over-approximating is harmless: it only makes a refusal both types.
-    """
+    """Whether tinax 0.2 would refuse ``key`` (raw) or a coordinate (NumPy int); over-approximating is harmless."""
     return not is_key_array(key) or any(validation.is_non_python_int(value) for value in coordinates)
 
 

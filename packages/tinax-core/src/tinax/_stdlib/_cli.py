@@ -21,27 +21,22 @@ def parse_config(
 ) -> T:
     """Parses ``argv`` with ``parser`` and builds the configuration with ``factory``.
 
-    ``sys.argv`` is never read: ``argv`` excludes the program name, so an
-    entry point passes ``sys.argv[1:]`` (an Abseil ``main(argv)`` passes
-    ``argv[1:]``). ``factory`` receives the parsed values as a read-only
-    mapping from destination name to value; it is a shallow view, so a
-    mutable value such as a list from ``nargs="*"`` stays the caller's.
-    argparse's own error handling is kept: a usage error exits with status 2
-    through ``SystemExit`` (or raises ``argparse.ArgumentError`` for a parser
-    built with ``exit_on_error=False``), and ``--help`` exits with status 0.
+    ``sys.argv`` is never read: pass ``sys.argv[1:]`` (Abseil: ``argv[1:]``). ``factory`` gets a
+    shallow read-only mapping of destination names to values (a list from ``nargs="*"`` stays
+    mutable). argparse's error handling is kept: usage errors exit 2 via ``SystemExit`` (or raise
+    ``argparse.ArgumentError`` with ``exit_on_error=False``), ``--help`` exits 0.
 
     Args:
       parser: The ``argparse.ArgumentParser`` that defines the arguments.
       argv: The arguments as a sequence of ``str`` (not a single ``str``).
-      factory: Called once with the read-only mapping; its result is
-        returned.
+      factory: Called once with the read-only mapping; its result is returned.
 
     Returns:
       What ``factory`` returned.
 
     Raises:
-      TypeError: If ``parser`` is not an ``argparse.ArgumentParser``,
-        ``argv`` is not a sequence of ``str``, or ``factory`` is not callable.
+      TypeError: If ``parser`` is not an ``argparse.ArgumentParser``, ``argv`` not a sequence of
+        ``str``, or ``factory`` not callable.
       SystemExit: From argparse, on a usage error or ``--help``.
 
     Examples:

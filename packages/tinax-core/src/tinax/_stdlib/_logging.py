@@ -13,29 +13,22 @@ __all__ = ["make_stream_logger"]
 def make_stream_logger(name: str, *, level: int, stream: TextIO, format_string: str) -> logging.Logger:
     """Creates a logger that writes formatted records to ``stream`` and nowhere else.
 
-    The logger is built directly, not through ``logging.getLogger``: it is
-    not registered under ``name``, does not propagate to the root logger and
-    has exactly one handler, so two calls with the same name give two
-    independent loggers and neither ``logging.basicConfig`` nor the root
-    handlers are involved.
+    Built directly, not via ``logging.getLogger``: unregistered, non-propagating, with exactly one
+    handler, so two calls with one name give independent loggers and the root logger is untouched.
 
     Args:
       name: The logger's name, as shown by ``%(name)s``; not empty.
       level: The logger's threshold, an ``int`` such as ``logging.INFO``.
-      stream: Where records go; any object with callable ``write`` and
-        ``flush`` methods.
-      format_string: A ``%``-style ``logging.Formatter`` format, for example
-        ``"%(levelname)s %(message)s"``.
+      stream: Where records go; any object with callable ``write`` and ``flush``.
+      format_string: A ``%``-style ``logging.Formatter`` format, e.g. ``"%(levelname)s %(message)s"``.
 
     Returns:
       The new ``logging.Logger``.
 
     Raises:
-      TypeError: If ``name`` or ``format_string`` is not a ``str``, ``level``
-        is a bool or not an ``int``, or ``stream`` lacks ``write`` or
-        ``flush``.
-      ValueError: If ``name`` is empty or ``format_string`` is not a valid
-        ``%``-style format.
+      TypeError: If ``name`` or ``format_string`` is not a ``str``, ``level`` not an ``int`` (bool
+        refused), or ``stream`` lacks ``write`` or ``flush``.
+      ValueError: If ``name`` is empty or ``format_string`` is not a valid ``%``-style format.
 
     Examples:
       >>> import io

@@ -1,7 +1,6 @@
 """Snapshots, restores and clones of Flax NNX graphs.
 
-flax is an optional dependency (the ``nnx`` extra of ``tinax-parallel``). It
-is imported inside each function, never when ``tinax.nn`` is imported.
+flax (the ``nnx`` extra of ``tinax-parallel``) is imported inside each function, never with ``tinax.nn``.
 """
 
 from __future__ import annotations
@@ -40,13 +39,7 @@ def _private(value: T) -> T:
 
 
 def _detached(flax_nnx: Any, tree: T) -> T:
-    """Rebuilds a state tree with new Variable objects and private host buffers.
-
-    Every Variable is copied with its metadata in the original order (a map
-    over the flattened Variable would give it in sorted order). JAX arrays
-    are immutable and are shared; NumPy arrays can be written in place, so
-    each one is copied.
-    """
+    """Rebuilds a state tree with new Variables (metadata and original order kept) and copied NumPy buffers."""
 
     def rebuild(leaf: Any) -> Any:
         if isinstance(leaf, flax_nnx.Variable):
@@ -60,19 +53,16 @@ def _detached(flax_nnx: Any, tree: T) -> T:
 def snapshot_graph(module: T) -> nnx.GraphState[T]:
     """Captures a module's graph and state, independent of later changes to it.
 
-    The snapshot holds the graph definition (types, structure, shared
-    submodules and variables) and new Variable objects, so assigning to the
-    module's variables afterwards does not change it. JAX arrays are
-    immutable and shared with the module rather than copied; donating the
-    module's buffers to a jitted call (``donate_argnums``) deletes them for
-    the snapshot too. NumPy values are copied. The module is not modified.
+    The snapshot holds the graph definition (types, structure, shared submodules and variables)
+    and new Variable objects, so later assignments to the module do not change it. JAX arrays
+    are shared, not copied: donating the module's buffers (``donate_argnums``) deletes them for
+    the snapshot too. NumPy values are copied; the module is not modified.
 
     Args:
       module: A ``flax.nnx.Module``.
 
     Returns:
-      A ``flax.nnx.GraphState`` that :func:`restore_graph` turns back into a
-      module of the same type.
+      A ``flax.nnx.GraphState`` that :func:`restore_graph` turns back into a module of the same type.
 
     Raises:
       TypeError: If ``module`` is not a ``flax.nnx.Module``.
@@ -97,21 +87,17 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
     """Builds a module from a snapshot, with its concrete type and aliases.
 
     Args:
-      snapshot: A ``flax.nnx.GraphState``, such as one from
-        :func:`snapshot_graph`.
-      copy: With True the module gets its own Variables (and NumPy buffers),
-        so the snapshot can be restored again unchanged. With False the
-        module uses the snapshot's Variables: assigning to the module changes
-        the snapshot and every other module restored from it with
-        ``copy=False``.
+      snapshot: A ``flax.nnx.GraphState``, such as one from :func:`snapshot_graph`.
+      copy: True gives the module its own Variables (and NumPy buffers), so the snapshot can be
+        restored again unchanged. False uses the snapshot's Variables: assigning to the module
+        changes the snapshot and every other module restored from it with ``copy=False``.
 
     Returns:
       The restored module.
 
     Raises:
-      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` describing
-        a ``flax.nnx.Module`` (the state of a bare ``nnx.Rngs`` or of a dict
-        is refused), or ``copy`` is not a bool.
+      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` describing a ``flax.nnx.Module``
+        (a bare ``nnx.Rngs`` or dict state is refused), or ``copy`` is not a bool.
       ImportError: If flax is not installed.
 
     Examples:
@@ -137,12 +123,9 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
 def clone_graph(module: T) -> T:
     """Copies a module with new Variables, keeping its type and shared parts.
 
-    Submodules and variables that the module shares (one object under two
-    attributes) are shared the same way in the clone, and random number
-    streams continue from the same state. Assigning to a variable of either
-    module does not affect the other. JAX arrays are immutable and shared
-    rather than copied (see :func:`snapshot_graph` about donation); NumPy
-    values are copied.
+    Shared submodules and variables stay shared the same way in the clone, and random streams
+    continue from the same state; assigning to either module's variables does not affect the
+    other. JAX arrays are shared (see :func:`snapshot_graph` about donation); NumPy values are copied.
 
     Args:
       module: A ``flax.nnx.Module``.

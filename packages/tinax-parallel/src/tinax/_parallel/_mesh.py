@@ -31,15 +31,12 @@ def make_mesh(
 ) -> Mesh:
     """Arranges the given devices into a mesh with stated axis types.
 
-    Unlike ``jax.make_mesh``, nothing is chosen on the caller's behalf: the
-    devices are the ones passed, in the order passed (filling the mesh in
-    row-major order), and each axis carries the type it was given.
+    Unlike ``jax.make_mesh``, nothing is chosen for the caller: the devices passed fill the mesh
+    in the order passed (row-major), and each axis carries the type it was given.
 
     Args:
-      devices: The devices to arrange, each a distinct ``jax.Device``; all of
-        them are used, once each.
-      shape: The size of each mesh axis, each at least 1. The sizes multiply to
-        the number of devices.
+      devices: Distinct ``jax.Device`` objects, all used once each.
+      shape: The size of each mesh axis, each at least 1, multiplying to the number of devices.
       axis_names: A distinct, non-empty name for each axis.
       axis_types: The ``jax.sharding.AxisType`` of each axis.
 
@@ -47,14 +44,10 @@ def make_mesh(
       A ``jax.sharding.Mesh`` over exactly ``devices``.
 
     Raises:
-      TypeError: If an argument is not a sequence (a ``str`` does not count),
-        a device is not a ``jax.Device``, a size is not an int (a bool is
-        refused), a name is not a ``str``, or an axis type is not an
-        ``AxisType``.
-      ValueError: If ``devices`` is empty or repeats a device, a size is below
-        1, a name is empty or repeated, there are no axes, the three per-axis
-        sequences differ in length, or the sizes do not multiply to the
-        number of devices.
+      TypeError: If an argument is not a sequence (``str`` refused), or a device, size (bool
+        refused), name or axis type has the wrong type.
+      ValueError: If ``devices`` is empty or repeats one, a size is below 1, a name is empty or
+        repeated, there are no axes, the per-axis lengths differ, or sizes don't match the devices.
 
     Examples:
       >>> import jax
@@ -113,25 +106,20 @@ def _require_partition_entry(value: object, name: str) -> str | tuple[str, ...] 
 def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> NamedSharding:
     """Describes how an array is split over a mesh whose axes are all Explicit.
 
-    The layout has one entry per array dimension, so its rank is
-    ``len(partitions)``.
-
     Args:
       mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Explicit``.
-      partitions: For each array dimension, the mesh axis that splits it, a
-        non-empty tuple of axes that split it together (major to minor), or
+      partitions: One entry per array dimension (so the rank is ``len(partitions)``): the mesh
+        axis splitting it, a non-empty tuple of axes splitting it together (major to minor), or
         None to replicate it. A mesh axis may split at most one dimension.
 
     Returns:
       The ``jax.sharding.NamedSharding`` for that layout on ``mesh``.
 
     Raises:
-      TypeError: If ``mesh`` is not a ``jax.sharding.Mesh``, ``partitions``
-        is not a sequence, or an entry is of the wrong type or an empty
-        tuple, or a name in a tuple entry is not a ``str``.
-      ValueError: If an axis of ``mesh`` is not Explicit, a name is empty,
-        an entry names an axis the mesh does not have, or a mesh axis
-        appears more than once.
+      TypeError: If ``mesh`` is not a ``jax.sharding.Mesh``, ``partitions`` is not a sequence, or
+        an entry (or a name in a tuple entry) has the wrong type or is an empty tuple.
+      ValueError: If an axis of ``mesh`` is not Explicit, a name is empty or not a mesh axis, or a
+        mesh axis appears more than once.
 
     Examples:
       >>> import jax
@@ -174,23 +162,9 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
 
 
 def require_homogeneous_mesh(mesh: object, name: str = "mesh") -> Mesh:
-    """Checks for a non-empty mesh whose axes are all Auto or all Explicit.
+    """Checks for a non-empty mesh whose axes are all Auto or all Explicit, before flax sees it.
 
-    Flax NNX shards variables with ``reshard`` on Explicit meshes and with
-    sharding constraints on Auto meshes; it cannot handle Manual axes or a
-    mix of types, so such meshes are refused here, before flax sees them.
-
-    Args:
-      mesh: The received value.
-      name: The argument name for the message.
-
-    Returns:
-      The mesh.
-
-    Raises:
-      TypeError: If the value is not a ``jax.sharding.Mesh``.
-      ValueError: If the mesh is empty, has a Manual axis, or mixes Auto and
-        Explicit axes; the message lists every axis with its type.
+    Flax NNX cannot handle Manual axes or mixed types; the ValueError lists every axis with its type.
     """
     checked = validation.require_instance(mesh, name, Mesh, "a jax.sharding.Mesh")
     if checked.empty:

@@ -1,8 +1,6 @@
 """Flax NNX sharding helpers: abstract state, eager initialization, shardings.
 
-flax is an optional dependency (the ``nnx`` extra). It is imported inside each
-function, never when ``tinax.parallel`` is imported, so inference hosts that
-install ``tinax-parallel`` alone never load it.
+flax (the ``nnx`` extra) is imported inside each function, never with ``tinax.parallel``.
 """
 
 from __future__ import annotations
@@ -37,33 +35,24 @@ def _import_nnx(function: str) -> Any:
 def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.GraphState[T]:
     """Describes the state an NNX initializer would build, without allocating it.
 
-    The initializer is only traced (through ``nnx.get_abstract_model``), so no
-    parameter memory is used. Every leaf of the result is a
-    ``jax.ShapeDtypeStruct`` whose sharding is a ``NamedSharding`` over the
-    concrete ``mesh`` (not an ``AbstractMesh``), laid out as the variable's
-    partitioning annotation says and replicated where there is none. Such
-    leaves are complete restore targets: Orbax can load into them without an
-    ambient mesh, and ``nnx.merge`` turns the result back into an abstract
-    module.
+    The initializer is only traced (``nnx.get_abstract_model``). Each leaf is a
+    ``jax.ShapeDtypeStruct`` with a ``NamedSharding`` over the concrete ``mesh``, laid out as the
+    variable's partitioning annotation says (replicated without one): a complete restore target
+    for Orbax without an ambient mesh, and ``nnx.merge`` turns it back into an abstract module.
 
     Args:
-      initializer: A callable taking no arguments that builds and returns an
-        NNX graph node, such as an ``nnx.Module``, or any other value that
-        ``nnx.split`` splits into a graph definition and a state (a dict or
-        list of Variables and arrays, None).
-      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
-        all ``AxisType.Explicit``.
+      initializer: A no-argument callable returning an NNX graph node (an ``nnx.Module``, or
+        anything ``nnx.split`` splits: a dict or list of Variables and arrays, None).
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or all ``AxisType.Explicit``.
 
     Returns:
-      A ``flax.nnx.GraphState`` pairing the graph definition with the
-      abstract, sharded state.
+      A ``flax.nnx.GraphState`` pairing the graph definition with the abstract, sharded state.
 
     Raises:
-      TypeError: If ``initializer`` is not callable, ``mesh`` is not a
-        ``jax.sharding.Mesh``, or the initializer returns something that is
-        not a graph (such as a lone array or number).
-      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
-        Explicit axes. Nothing is traced in that case.
+      TypeError: If ``initializer`` is not callable, ``mesh`` is not a ``jax.sharding.Mesh``, or the
+        initializer returns no graph (a lone array or number).
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (nothing
+        is traced then).
       ImportError: If flax is not installed.
 
     Examples:
@@ -94,9 +83,7 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
         return node
 
     graphdef, state = flax_nnx.get_abstract_model(build, mesh)
-    # Whatever nnx.split takes as a graph (a Module, a dict or list of
-    # Variables and arrays, None) gives a GraphDef and a State; a lone array
-    # or number gives a bare leaf instead.
+    # A lone array or number gives a bare leaf instead of a GraphDef and a State.
     if not isinstance(graphdef, flax_nnx.GraphDef) or not isinstance(state, Mapping):
         validation.fail_type("initializer()", "an NNX graph node such as an nnx.Module", built[-1] if built else state)
     abstract: nnx.GraphState[T] = flax_nnx.GraphState(graphdef, state)
@@ -106,26 +93,21 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
 def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
     """Builds NNX state with every annotated variable already laid out on a mesh.
 
-    The initializer runs once, with ``mesh`` as the ambient mesh and Flax's
-    eager sharding switched on, whatever the caller's setting is. Each variable
-    created with a partitioning annotation (for example through
-    ``nnx.with_partitioning``) is therefore placed according to that
-    annotation as soon as it exists; variables without one are replicated.
+    The initializer runs once with ``mesh`` as the ambient mesh and Flax's eager sharding on,
+    whatever the caller's setting, so each variable with a partitioning annotation (e.g. from
+    ``nnx.with_partitioning``) is placed as soon as it exists; others are replicated.
 
     Args:
-      initializer: A callable taking no arguments that builds and returns NNX
-        state, such as an ``nnx.Module``.
-      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
-        all ``AxisType.Explicit``.
+      initializer: A no-argument callable that builds and returns NNX state, such as an ``nnx.Module``.
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or all ``AxisType.Explicit``.
 
     Returns:
       Whatever ``initializer`` returns.
 
     Raises:
-      TypeError: If ``initializer`` is not callable or ``mesh`` is not a
-        ``jax.sharding.Mesh``.
-      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
-        Explicit axes. The initializer is not called in that case.
+      TypeError: If ``initializer`` is not callable or ``mesh`` is not a ``jax.sharding.Mesh``.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (the
+        initializer is not called then).
       ImportError: If flax is not installed.
 
     Examples:
@@ -155,13 +137,9 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
 
 
 def _trim_variable_specs(flax_nnx: Any, node: object, mesh: Mesh) -> None:
-    """Drops trailing None entries from the specs of the Variables' arrays over ``mesh``.
+    """Drops trailing None spec entries, as 0.2's ``nnx.jit`` outputs over an Auto mesh had (``P()``).
 
-    tinax 0.2 built the state under ``nnx.jit``, whose outputs over an Auto
-    mesh carry specs without trailing None entries (``P()`` for an
-    annotation of ``(None,)``). The layout is the same; the arrays are
-    rebuilt from their own device buffers with the shorter spec, nothing is
-    copied.
+    Same layout; arrays are rebuilt from their own buffers, nothing is copied.
     """
     for _, value in flax_nnx.graphlib.iter_graph(node):
         if not isinstance(value, flax_nnx.Variable):
@@ -186,26 +164,20 @@ def _trim_variable_specs(flax_nnx: Any, node: object, mesh: Mesh) -> None:
 def state_shardings(state: StateMapping, mesh: Mesh) -> StateMapping:
     """Derives the ``NamedSharding`` of each leaf from partitioning annotations.
 
-    The shardings come from the variables' metadata, not from where their
-    values currently live, so they are right even for state built with eager
-    sharding off (whose values are replicated). Call it once per state, for
-    example once for the model and once for the optimizer. Leaves without an
-    annotation get a replicated sharding.
+    Shardings come from the variables' metadata, not from where values live, so they are right
+    even for state built with eager sharding off. Call it once per state (model, optimizer);
+    leaves without an annotation are replicated.
 
     Args:
       state: A mapping of NNX state, such as ``nnx.state(model)``.
-      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or
-        all ``AxisType.Explicit``.
+      mesh: A ``jax.sharding.Mesh`` whose axes are all ``AxisType.Auto`` or all ``AxisType.Explicit``.
 
     Returns:
-      A mapping with the structure of ``state`` whose leaves are
-      ``jax.sharding.NamedSharding`` instances over ``mesh``.
+      A mapping shaped like ``state`` whose leaves are ``jax.sharding.NamedSharding`` over ``mesh``.
 
     Raises:
-      TypeError: If ``state`` is not a mapping or ``mesh`` is not a
-        ``jax.sharding.Mesh``.
-      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and
-        Explicit axes.
+      TypeError: If ``state`` is not a mapping or ``mesh`` is not a ``jax.sharding.Mesh``.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes.
       ImportError: If flax is not installed.
 
     Examples:

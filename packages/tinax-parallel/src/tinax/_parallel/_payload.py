@@ -34,16 +34,15 @@ def _extent(index: slice | int, size: int) -> int:
 def logical_payload_nbytes(array: jax.Array) -> int | None:
     """Returns how many bytes the array's elements take, counted once.
 
-    Only the shape and dtype are read, so the data is never waited on or
-    copied, and a traced value can be sized too. Replicas and padding are not
-    counted: this is the nominal size of one full copy.
+    Only shape and dtype are read, so data is never waited on or copied and tracers can be sized.
+    Replicas and padding are not counted: this is the nominal size of one full copy.
 
     Args:
       array: The ``jax.Array`` to size (a tracer is accepted).
 
     Returns:
-      The element count times the item size, or None for an extended dtype
-      (such as a PRNG key array), whose storage size JAX does not promise.
+      Element count times item size, or None for an extended dtype (a PRNG key array), whose
+      storage size JAX does not promise.
 
     Raises:
       TypeError: If ``array`` is not a ``jax.Array``.
@@ -61,21 +60,18 @@ def logical_payload_nbytes(array: jax.Array) -> int | None:
 def addressable_payload_nbytes(array: jax.Array) -> int | None:
     """Returns how many bytes this process's devices hold for the array.
 
-    Every addressable device is counted, so a dimension replicated over ``n``
-    local devices contributes ``n`` times: the result is what the local
-    devices store in total, not the size of the distinct local data. Sizes
-    come from the sharding alone; the data is never waited on or copied.
+    Every addressable device counts, so data replicated over ``n`` local devices counts ``n``
+    times: the total stored locally, not the distinct local data. Sizes come from the sharding
+    alone; data is never waited on or copied.
 
     Args:
       array: A concrete ``jax.Array``.
 
     Returns:
-      The sum of the nominal sizes of the shards on this process's devices, or
-      None for an extended dtype such as a PRNG key array.
+      The sum of the nominal shard sizes on this process's devices, or None for an extended dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
-        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+      TypeError: If ``array`` is not a ``jax.Array`` or is traced (``ConcretizationTypeError``).
 
     Examples:
       >>> import jax
@@ -108,21 +104,18 @@ def addressable_payload_nbytes(array: jax.Array) -> int | None:
 def addressable_indices(array: jax.Array) -> dict[jax.Device, Index | None]:
     """Maps each of this process's devices to the part of the array it holds.
 
-    Indices are in the array's own logical coordinates: for a PRNG key array
-    they have one entry per key dimension, without the extra trailing entry
-    that ``Shard.index`` adds for the key data.
+    Indices are in the array's logical coordinates: for a PRNG key array, without the trailing
+    key-data entry that ``Shard.index`` adds.
 
     Args:
       array: A concrete ``jax.Array``.
 
     Returns:
-      A dict from each addressable ``jax.Device`` to a tuple of slices (or
-      ints) selecting its shard from the global array, or None where the
-      sharding gives no index.
+      A dict from each addressable ``jax.Device`` to a tuple of slices (or ints) selecting its
+      shard, or None where the sharding gives no index.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array``; a traced value raises
-        ``jax.errors.ConcretizationTypeError``, a ``TypeError`` too.
+      TypeError: If ``array`` is not a ``jax.Array`` or is traced (``ConcretizationTypeError``).
 
     Examples:
       >>> import jax

@@ -13,26 +13,11 @@ __all__ = ["ShardingRankError", "place_host_array", "require_divisible_shape"]
 
 
 class ShardingRankError(ValueError, IndexError):
-    """A sharding describes more dimensions than the array has.
-
-    It is also an ``IndexError``, the type tinax 0.2 raised for such an
-    array and layout.
-    """
+    """A sharding describes more dimensions than the array has; also ``IndexError``, as tinax 0.2 raised."""
 
 
 def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, name: str) -> None:
-    """Checks that ``sharding`` can split an array of ``shape`` evenly.
-
-    Args:
-      shape: The global shape to split.
-      sharding: The layout to split it by.
-      name: What to call the shape in messages (for example ``"array"``).
-
-    Raises:
-      ShardingRankError: If the layout has more entries than ``shape`` has
-        dimensions (a ``ValueError`` and an ``IndexError``).
-      ValueError: If the mesh axes of a dimension do not divide its extent.
-    """
+    """Checks ``sharding`` splits ``shape`` evenly: ShardingRankError for too many entries, else ValueError."""
     spec = tuple(sharding.spec)
     if len(spec) > len(shape):
         raise ShardingRankError(
@@ -53,11 +38,7 @@ def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, nam
 
 
 def _require_no_manual_axes(sharding: NamedSharding, name: str) -> None:
-    """Refuses a sharding over a mesh with Manual axes, which only ``jax.shard_map`` can use.
-
-    Raises:
-      ValueError: If some axis of the sharding's mesh is ``AxisType.Manual``.
-    """
+    """Refuses a sharding over Manual axes, which only ``jax.shard_map`` can use."""
     mesh = sharding.mesh
     manual = [
         f"{axis!r}" for axis, kind in zip(mesh.axis_names, mesh.axis_types, strict=True) if kind == AxisType.Manual
@@ -70,11 +51,7 @@ def _require_no_manual_axes(sharding: NamedSharding, name: str) -> None:
 
 
 def require_fully_addressable(sharding: NamedSharding, name: str) -> None:
-    """Checks that every device of ``sharding`` belongs to this process.
-
-    Raises:
-      ValueError: If some of its devices belong to other processes.
-    """
+    """Raises ValueError if some of the sharding's devices belong to other processes."""
     if not sharding.is_fully_addressable:
         raise ValueError(
             f"{name} must be fully addressable from this process, got a sharding over "
@@ -85,36 +62,26 @@ def require_fully_addressable(sharding: NamedSharding, name: str) -> None:
 def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) -> jax.Array:
     """Transfers a host array to the devices of a layout, asynchronously.
 
-    The call returns once the transfer is scheduled. ``copy`` decides who owns
-    the host memory meanwhile: ``jax.device_put`` may share an aligned NumPy
-    buffer on CPU even when told not to (jax#37830), so with ``copy=True`` a
-    private snapshot is taken before this function returns and later writes to
-    ``array`` never reach the result.
-
-    A layout with fewer entries than ``array`` has dimensions leaves the
-    remaining dimensions replicated; one with more entries is refused.
+    The call returns once the transfer is scheduled. ``jax.device_put`` may share an aligned
+    NumPy buffer on CPU even when told not to (jax#37830), so ``copy=True`` takes a private
+    snapshot before returning. A layout with fewer entries than ``array`` has dimensions
+    replicates the rest; one with more is refused.
 
     Args:
       array: The host data, a ``numpy.ndarray`` with a numeric or bool dtype.
-      sharding: Where to put it: a ``jax.sharding.NamedSharding`` whose devices
-        all belong to this process.
-      copy: True to snapshot ``array`` now, making the result independent of
-        it. False to let the result share ``array``'s memory; the caller must
-        then leave ``array`` unchanged for as long as the result lives.
+      sharding: A ``jax.sharding.NamedSharding`` whose devices all belong to this process.
+      copy: True to snapshot ``array`` now, making the result independent of it. False to share
+        its memory; the caller must then leave ``array`` unchanged while the result lives.
 
     Returns:
       A ``jax.Array`` with ``array``'s shape, laid out as ``sharding`` says.
 
     Raises:
-      TypeError: If ``array`` is not a ``numpy.ndarray`` (or has an object
-        dtype), ``sharding`` is not a ``NamedSharding``, or ``copy`` is not a
-        bool.
-      ValueError: If ``array`` is a masked array with masked elements, or
-        ``sharding`` has devices outside this process, is over a mesh with
-        Manual axes, describes more dimensions than ``array`` has (that
-        error is also an ``IndexError``, as in tinax 0.2), or cannot split
-        one of its dimensions evenly; the message names that dimension and
-        its mesh axes.
+      TypeError: If ``array`` is not a ``numpy.ndarray`` (or has an object dtype), ``sharding`` is
+        not a ``NamedSharding``, or ``copy`` is not a bool.
+      ValueError: If ``array`` has masked elements, or ``sharding`` has devices of other processes,
+        Manual axes, more dimensions than ``array`` (also an ``IndexError``, as in tinax 0.2), or
+        cannot split a dimension evenly (the message names it and its mesh axes).
 
     Examples:
       >>> import jax

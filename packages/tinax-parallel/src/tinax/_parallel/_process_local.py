@@ -32,16 +32,9 @@ def _index_key(index: object, shape: tuple[int, ...]) -> Hashable:
 def cross_process_replicas(
     indices: Mapping[object, object], shape: tuple[int, ...]
 ) -> list[tuple[Hashable, tuple[int, ...]]]:
-    """Finds blocks of a global array that devices of several processes hold.
+    """Blocks held by devices of several processes: ``(normalised index, sorted process indices)`` pairs.
 
-    Args:
-      indices: Each device (anything with a ``process_index``) mapped to its
-        global index, as ``Sharding.devices_indices_map`` gives.
-      shape: The global shape the indices refer to.
-
-    Returns:
-      For every block held in more than one process, its normalised index and
-      the sorted process indices holding it; empty when there are none.
+    ``indices`` maps devices to global indices, as ``Sharding.devices_indices_map`` gives.
     """
     holders: dict[Hashable, set[int]] = {}
     for device, index in indices.items():
@@ -71,53 +64,35 @@ def from_process_local_data(
 ) -> jax.Array:
     """Builds one global array from the block of it that this process holds.
 
-    Every process calls this with its own block; nothing is exchanged between
-    processes, so this is not a gather. Where the layout replicates a block on
-    devices of several processes, each of them supplies that block, and the
-    caller must make sure they agree: ``replica_policy`` says whether such a
-    layout is allowed at all. Checks against other processes' devices use
-    only the sharding, which every process knows.
+    Every process calls this with its own block and nothing is exchanged, so this is no gather.
+    Where the layout replicates a block across processes each supplies it, and the caller must
+    make them agree; ``replica_policy`` says whether such a layout is allowed. Checks involving
+    other processes' devices use only the sharding, which every process knows.
 
     Args:
-      local_data: This process's block, a ``numpy.ndarray`` whose extent in
-        each dimension is what this process's devices cover of
-        ``global_shape``.
+      local_data: This process's block, a ``numpy.ndarray`` whose extents are what this process's
+        devices cover of ``global_shape``.
       sharding: The ``jax.sharding.NamedSharding`` of the result.
-      global_shape: The shape of the assembled array, with the rank of
-        ``local_data``; the sharding must split it evenly.
-      copy: True to snapshot ``local_data`` before returning, so later writes
-        to it do not reach the result. False to let the result share its
-        memory; the caller then must not change it while the result lives.
-      replica_policy: ``"disallow"`` to refuse a layout that places the same
-        block on devices of different processes; ``"assume_consistent"`` to
-        accept it, on the caller's word that every process passes identical
-        data for such blocks.
-      process_index: If given, the index this process expects to have; it
-        must match ``jax.process_index()``. The runtime is only asked when
-        this is given.
-      process_count: If given, the number of processes expected; it must
-        match ``jax.process_count()``, which is only asked when this is
-        given.
+      global_shape: The assembled shape, with ``local_data``'s rank; the sharding must split it evenly.
+      copy: True to snapshot ``local_data`` so later writes do not reach the result; False to share
+        its memory (the caller must then not change it while the result lives).
+      replica_policy: ``"disallow"`` refuses a layout placing one block on devices of different
+        processes; ``"assume_consistent"`` accepts it on the caller's word that the data agree.
+      process_index: If given, must match ``jax.process_index()`` (only asked when given).
+      process_count: If given, must match ``jax.process_count()`` (only asked when given).
 
     Returns:
-      The global ``jax.Array`` of shape ``global_shape`` laid out by
-      ``sharding``.
+      The global ``jax.Array`` of shape ``global_shape`` laid out by ``sharding``.
 
     Raises:
-      TypeError: If ``local_data`` is not a ``numpy.ndarray`` (or has an
-        object dtype), ``sharding`` is not a ``NamedSharding``,
-        ``global_shape`` is not a sequence of ints, ``copy`` is not a bool,
-        ``replica_policy`` is not a str, or ``process_index`` /
-        ``process_count`` is neither an int nor None (bools are refused).
-      ValueError: If ``local_data`` is a masked array with masked elements,
-        ``replica_policy`` is not a known policy,
-        ``process_index`` is negative, ``process_count`` is below 1, the ranks of ``local_data`` and
-        ``global_shape`` differ, the sharding cannot split ``global_shape``,
-        ``local_data``'s extents differ from what this process covers, or a
-        block is replicated across processes under ``"disallow"``.
-      RuntimeError: If ``process_index`` or ``process_count`` differs from
-        what the JAX runtime reports (an index that is not below the number
-        of processes always does).
+      TypeError: If ``local_data`` is not a ``numpy.ndarray`` (or has an object dtype), ``sharding``
+        not a ``NamedSharding``, ``global_shape`` not a sequence of ints, ``copy`` not a bool,
+        ``replica_policy`` not a str, or ``process_index``/``process_count`` not an int or None.
+      ValueError: If ``local_data`` has masked elements, ``replica_policy`` is unknown,
+        ``process_index`` is negative, ``process_count`` below 1, the ranks differ, the sharding
+        cannot split ``global_shape``, ``local_data``'s extents differ from this process's part,
+        or a block is replicated across processes under ``"disallow"``.
+      RuntimeError: If ``process_index`` or ``process_count`` differs from the JAX runtime's.
 
     Examples:
       >>> import jax
@@ -142,9 +117,7 @@ def from_process_local_data(
     if process_index is not None:
         declared_index = validation.require_non_negative_int(process_index, "process_index")
 
-    # The runtime is asked only about what the caller declared: without a
-    # declaration there is nothing to check, and the call stays independent
-    # of how the process identity is looked up.
+    # The runtime is asked only about what the caller declared.
     if declared_index is not None:
         runtime_index = jax.process_index()
         if declared_index != runtime_index:

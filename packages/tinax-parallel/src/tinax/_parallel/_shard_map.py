@@ -39,48 +39,34 @@ def shard_mapped(
 ) -> Callable[P, R]:
     """Wraps a per-shard callable with ``jax.shard_map`` over Manual mesh axes.
 
-    Each axis the call maps over by hand must be typed ``AxisType.Manual`` on
-    ``mesh``, and every argument is checked here, before anything is traced.
-    Each call then runs on the caller's devices with the axis types its
-    context asks for (an ambient mesh, inputs laid out on an Explicit mesh,
-    or plain host arrays), so results mix with ``layout``-placed arrays
-    inside one ``jit``. Spec trees follow ``jax.shard_map``, except that a
-    top-level ``in_specs=None`` is refused. The user guide's "Hand-written
-    collectives" section describes how the mesh of a call is chosen and
-    checked.
+    Each axis the call is manual over must be ``AxisType.Manual`` on ``mesh``; every argument is
+    checked before anything is traced. Each call runs on the caller's devices with the axis types
+    its context asks for (an ambient mesh, inputs on an Explicit mesh, or host arrays), so results
+    mix with ``layout``-placed arrays inside one ``jit``. Spec trees follow ``jax.shard_map``, but a
+    top-level ``in_specs=None`` is refused. See the user guide, "Hand-written collectives".
 
     Args:
-      function: The per-shard body. It receives the local block of every
-        mapped argument and may issue collectives over the manual axes.
-      mesh: A concrete ``jax.sharding.Mesh``. ``AbstractMesh`` is refused:
-        running the call needs the devices.
-      in_specs: Pytree prefix of the positional arguments whose leaves are
-        ``PartitionSpec`` instances naming only manual axes.
-      out_specs: Pytree prefix of the result whose leaves are
-        ``PartitionSpec`` instances naming only manual axes.
-      axis_names: A ``frozenset`` (or ``set``) of mesh axis names that the
-        call is manual over. Empty means every mesh axis, as in
-        ``jax.shard_map``. Other axes stay under the compiler's control.
-      check_vma: Whether ``jax.shard_map`` checks that outputs replicated by
-        ``out_specs`` really are invariant over the unmentioned axes. Must
-        be a real ``bool``.
+      function: The per-shard body; gets the local block of each mapped argument and may issue
+        collectives over the manual axes.
+      mesh: A concrete ``jax.sharding.Mesh`` (``AbstractMesh`` is refused: running needs devices).
+      in_specs: Pytree prefix of the positional arguments with ``PartitionSpec`` leaves naming
+        only manual axes.
+      out_specs: Pytree prefix of the result with ``PartitionSpec`` leaves naming only manual axes.
+      axis_names: A ``frozenset`` (or ``set``) of mesh axes the call is manual over; empty means
+        every axis, as in ``jax.shard_map``. Other axes stay with the compiler.
+      check_vma: Whether ``jax.shard_map`` checks that outputs replicated by ``out_specs`` are
+        invariant over the unmentioned axes. Must be a real ``bool``.
 
     Returns:
-      A callable with the signature of ``function`` (arguments by position
-      only, as for ``jax.shard_map``) that runs it once per shard and
-      assembles the global result as ``out_specs`` describes.
+      A callable with ``function``'s signature (arguments by position only) that runs it once per
+      shard and assembles the global result as ``out_specs`` describes.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``mesh`` is not a
-        ``jax.sharding.Mesh``, ``axis_names`` is not a set of ``str``,
-        ``check_vma`` is not a ``bool``, ``in_specs`` is ``None``, or a spec
-        leaf is not a ``PartitionSpec``.
-      ValueError: If ``mesh`` is empty, an entry of ``axis_names`` is not a
-        mesh axis, an axis the call is manual over is not
-        ``AxisType.Manual``, or a spec names an axis outside that set.
-        Calls of the returned function raise ValueError when an input or the
-        ambient mesh is on other devices, axis names or axis sizes than
-        ``mesh``, or when inputs carry Explicit meshes typed differently.
+      TypeError: If ``function`` is not callable, ``mesh`` not a ``Mesh``, ``axis_names`` not a set
+        of ``str``, ``check_vma`` not a ``bool``, ``in_specs`` ``None`` or a spec leaf not a ``PartitionSpec``.
+      ValueError: If ``mesh`` is empty, ``axis_names`` names no mesh axis, a manual axis is not
+        ``AxisType.Manual`` or a spec names another axis; calls raise it when inputs or the
+        ambient mesh use other devices, axis names or sizes, or Explicit meshes typed differently.
 
     Examples:
       >>> import jax
@@ -158,13 +144,9 @@ def _check_specs(specs: object, name: str, mesh: Mesh, manual_axes: frozenset[st
 
 
 class _Runner:
-    """Picks the mesh ``jax.shard_map`` runs over, per call, from the inputs.
+    """Picks, per call, the mesh types ``jax.shard_map`` runs with: JAX needs one mesh per computation.
 
-    The caller's mesh names the devices, the axes and which of them are
-    manual. The types the run uses come from what the inputs carry: JAX
-    needs one mesh per computation, so a run over arrays that ``layout`` put
-    on an Explicit mesh has to use that Explicit mesh, and its results then
-    live there too. Without such inputs the manual axes run as Auto.
+    Inputs on an Explicit mesh force that mesh's types (results then live there); otherwise manual axes run as Auto.
     """
 
     def __init__(
@@ -207,8 +189,7 @@ class _Runner:
         return mapped(*args)
 
     def _ambient_types(self) -> tuple[AxisType, ...] | None:
-        # jax.shard_map requires its mesh to equal the ambient one (jax.set_mesh,
-        # bounded_jit's mesh, an enclosing shard_map), so that decides the types.
+        # jax.shard_map requires its mesh to equal the ambient one, so that decides the types.
         ambient = jax.sharding.get_abstract_mesh()
         if ambient.empty:
             return None
@@ -269,9 +250,8 @@ class _Runner:
         return entry
 
     def _place_unplaced(self, args: tuple[Any, ...], runnable: Mesh) -> tuple[Any, ...]:
-        # Explicit axes take the layout an input carries as its in_spec, so host
-        # and uncommitted values (which carry none) are placed as in_specs say;
-        # arrays that carry a layout are left for jax.shard_map to check.
+        # Explicit axes use an input's own layout as its in_spec: place host and uncommitted
+        # values as in_specs say, and leave laid-out arrays for jax.shard_map to check.
         def is_spec(node: object) -> bool:
             return node is None or isinstance(node, PartitionSpec)
 

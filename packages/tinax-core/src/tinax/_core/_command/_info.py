@@ -27,12 +27,7 @@ THIRD_PARTY = (
 
 
 def environment_report(*, devices: bool) -> Report:
-    """Describes the environment; starts the JAX backend only if ``devices`` is true.
-
-    Returns:
-      A report whose problems are the integrity check's findings, each with
-      the command that repairs the distribution at fault.
-    """
+    """Describes the environment (starting JAX only with ``devices``); problems carry their repair commands."""
     report = Report("info", "environment")
     report.summary["python"] = platform.python_version()
     report.summary["executable"] = sys.executable

@@ -1,11 +1,8 @@
-"""Checks every installed tinax distribution against its RECORD file.
+"""Checks every installed tinax distribution against its RECORD file (standard library only).
 
-A wheel's RECORD lists each file it installed with its SHA-256. A file that
-is missing or whose hash differs means the install is broken: a ``pip``
-upgrade over the single-distribution tinax 0.2 removes 0.2's files by its
-RECORD, and hand edits or half-finished installs leave changed files. This
-module's own path is one tinax 0.2 never installed, so such a removal cannot
-delete it; it uses only the standard library.
+A missing or changed file means a broken install: a pip upgrade over the single-distribution
+tinax 0.2 removes 0.2's files by its RECORD, and hand edits or half-finished installs change files.
+This module's path is one 0.2 never installed, so such a removal cannot delete it.
 """
 
 from __future__ import annotations
@@ -36,14 +33,7 @@ _CHUNK = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class DistributionCheck:
-    """The outcome of checking one distribution.
-
-    Attributes:
-      name: The distribution's name.
-      version: Its installed version.
-      files: How many RECORD entries carry a hash and were checked.
-      problems: One line per missing or changed file (or a missing RECORD).
-    """
+    """One distribution's outcome: ``files`` hashed entries checked, one ``problems`` line per bad file."""
 
     name: str
     version: str
@@ -70,7 +60,7 @@ PRIVATE_CLASSIFIER = "Private :: Do Not Upload"
 
 
 def installer(distribution: metadata.Distribution | None) -> str | None:
-    """Returns the tool that installed ``distribution`` (its ``INSTALLER`` file, lowercased), or None if unknown."""
+    """The tool that installed ``distribution`` (its ``INSTALLER`` file, lowercased), or None."""
     if distribution is None:
         return None
     try:
@@ -84,17 +74,9 @@ def installer(distribution: metadata.Distribution | None) -> str | None:
 def install_command(
     arguments: Sequence[str], distribution: metadata.Distribution | None, *, reinstall: bool = False
 ) -> str:
-    """Returns the install command, for this interpreter, of the tool that installed ``distribution``.
+    """The install command for this interpreter, by the tool that installed ``distribution``.
 
-    A distribution that uv installed gets ``uv pip install --python
-    INTERPRETER``: uv's environment has no pip, and naming the interpreter
-    finds it wherever the command runs. Any other (pip, or an installer
-    that did not say) gets ``python -m pip install``.
-
-    Args:
-      arguments: What follows ``install`` (requirements, and options every installer takes).
-      distribution: The installed distribution whose installer to use, or None for pip.
-      reinstall: Whether to reinstall what is already installed (each installer spells it its own way).
+    uv installs get ``uv pip install --python INTERPRETER`` (uv has no pip); others get ``python -m pip install``.
     """
     if installer(distribution) == "uv":
         prefix = f"uv pip install --python {shlex.quote(sys.executable)}" + (" --reinstall" if reinstall else "")
@@ -104,11 +86,7 @@ def install_command(
 
 
 def repair_command(distribution: metadata.Distribution) -> str:
-    """Returns the command that reinstalls exactly this distribution's files, with the tool that installed it.
-
-    A distribution marked private (the test harness of a source checkout) is
-    on no package index, so the repair names the checkout instead of an index.
-    """
+    """The command reinstalling exactly this distribution; a private one (a test harness) names its checkout."""
     name = distribution.metadata["Name"] or "?"
     if PRIVATE_CLASSIFIER in (distribution.metadata.get_all("Classifier") or []):
         return f"reinstall {name} from the source checkout it was built from (it is never published to an index)"

@@ -1,13 +1,7 @@
 """The ``tinax`` console script: argument parsing, dispatch, output and exit codes.
 
-Exit codes: 0 when the command succeeded and found nothing wrong, 1 when a
-check found a problem (a damaged install or file, an incomplete checkpoint, a
-kind no installed distribution reads), 2 for usage errors (bad arguments, a
-path that does not exist). An error is one line on stderr; ``--debug`` adds
-the traceback. With ``--json``, stdout always holds exactly one document of
-the published schema (``schema.json``), on an error too: it then has
-``ok: false`` and ``error`` set, and the exit code is the same as without
-``--json``.
+Exit codes 0 (ok), 1 (a check found a problem), 2 (usage); with ``--json`` stdout always
+holds one schema document, on errors too. See docs/guide/command-line.md, "Exit status and JSON".
 """
 
 from __future__ import annotations
@@ -67,7 +61,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 class _PrintAction(argparse.Action):
-    """An option that prints ``text()`` and exits 0, whatever else the arguments say (``--version``, ``--schema``)."""
+    """An option that prints ``text()`` and exits 0 whatever else is given (``--version``, ``--schema``)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, *, text: Callable[[], str], **kwargs: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
@@ -155,7 +149,7 @@ def _parser(*, as_json: bool = False) -> argparse.ArgumentParser:
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
-    """The argument type of an integer of at least ``minimum``: 0 (non-negative) or 1 (positive)."""
+    """Argparse type for an integer of at least ``minimum`` (0 or 1)."""
     wanted = ("non-negative", "positive")[minimum]
 
     def parse(text: str) -> int:
@@ -181,7 +175,7 @@ def _wants_json(argv: Sequence[str]) -> bool:
 
 
 def _context(argv: Sequence[str]) -> _Context:
-    """What the arguments say before they are parsed: the subcommand and whether JSON and tracebacks are wanted."""
+    """What the arguments say before parsing: the subcommand, and whether JSON and tracebacks are wanted."""
     command = next((argument for argument in argv if argument in _COMMANDS), None)
     debug = any(len(argument) > 3 and "--debug".startswith(argument) for argument in argv)
     return _Context(command=command, json=_wants_json(argv), debug=debug)
@@ -304,7 +298,7 @@ def _detect_remote_folder(location: storage.RemotePath, inspectors: dict[str, In
 
 
 def _first_object(fs: Any, location: storage.RemotePath, *, pattern: bool) -> storage.RemotePath:
-    """The first object a dataset reader reads under a prefix or pattern: hidden names (``.``, ``_``) left out."""
+    """The first object a dataset reader would read under a prefix or pattern (hidden ``.``/``_`` names skipped)."""
     found = fs.glob(location.fs_path) if pattern else fs.find(location.fs_path)
     prefix = location.fs_path.rsplit("/", 1)[0] if pattern else location.fs_path
     names = sorted(
@@ -348,7 +342,7 @@ def _installed(name: str) -> metadata.Distribution | None:
 
 
 def _install() -> str:
-    """The command that installs the tinax distribution (every member), with the tool that installed tinax-core."""
+    """The command installing the ``tinax`` distribution, with the tool that installed tinax-core."""
     from tinax._core._command._integrity import install_command
 
     return install_command(["tinax"], _installed("tinax-core"))
@@ -360,11 +354,7 @@ def _one_line(error: BaseException) -> str:
 
 
 def _fail(context: _Context, message: str, error_type: str, code: int, error: BaseException) -> int:
-    """Reports a failure: one line on stderr (after the traceback, with ``--debug``), and its document with ``--json``.
-
-    Returns:
-      ``code``, the exit code.
-    """
+    """Prints one error line on stderr (after the traceback with ``--debug``), the JSON document, returns ``code``."""
     if context.debug and error_type != "usage":
         traceback.print_exc()
     message = " ".join(message.split())

@@ -1,19 +1,9 @@
 """The inspectors the installed members register, and which of them reads a path.
 
-tinax-core knows no file format. Each member registers one :class:`Inspector`
-per kind it reads in the ``tinax.inspectors`` entry-point group, the entry
-point's name being the kind::
-
-    [project.entry-points."tinax.inspectors"]
-    safetensors = "tinax._weights._sniff:SAFETENSORS"
-
-An inspector's module imports only the standard library, so that telling
-the kind imports no member's readers. Its ``sniff`` tells the kind from the
-content, never the name, through a :class:`Probe`; only the inspector of the
-kind found is imported. Readers that keep no count of their own leave
-``Report.bytes_read`` unset, and :func:`run` counts what the process read
-meanwhile: the ``rchar`` field of ``/proc/self/io`` (every read of every
-thread, Linux only).
+Members register an :class:`Inspector` per kind in the ``tinax.inspectors`` entry-point group;
+sniffing uses only the standard library and the content. :func:`run` counts ``rchar`` of
+``/proc/self/io`` for readers keeping no count. See docs/guide/command-line.md,
+"How kinds are registered".
 """
 
 from __future__ import annotations
@@ -40,15 +30,7 @@ HEAD_BYTES = 4096
 
 
 class Probe:
-    """What a sniffer may look at: a folder's path, or a file's first :data:`HEAD_BYTES`, size and more on request.
-
-    Attributes:
-      path: The path being told.
-      is_folder: Whether it is a folder (then ``head`` is empty and ``size`` 0).
-      head: The file's first :data:`HEAD_BYTES` (all of a smaller file).
-      size: The file's size.
-      bytes_read: Every byte read from the file so far.
-    """
+    """What a sniffer may see: a folder's path, or a file's first :data:`HEAD_BYTES`, ``size`` and reads on request."""
 
     def __init__(self, path: pathlib.Path, handle: BinaryIO | None, size: int | None = None) -> None:
         self.path = path
@@ -61,7 +43,7 @@ class Probe:
         self.head = self.read(0, HEAD_BYTES)
 
     def read(self, offset: int, count: int) -> bytes:
-        """Reads up to ``count`` bytes of the file from ``offset`` (nothing of a folder), counted in ``bytes_read``."""
+        """Reads up to ``count`` bytes from ``offset`` (nothing for a folder), counted in ``bytes_read``."""
         if self._handle is None or offset >= self.size:
             return b""
         self._handle.seek(offset)
@@ -76,13 +58,11 @@ class Inspector:
 
     Attributes:
       description: The kind in words (``"safetensors file"``).
-      sniff: Whether a :class:`Probe`'s path is of this kind; cheap, and reads only through the probe.
-      inspect: ``"module:function"`` of the inspector, imported only for a path of this kind: the function
-        takes ``(path, options)`` and returns a :class:`~tinax._core._command._report.Report`.
-      order: Sniffers run in ascending order (then by kind); a signature that other kinds' content can
-        also show (one byte, a footer) has a higher order.
-      patterns: Whether the inspector also describes the files a glob pattern matches, as one (a dataset
-        of many files): the kind is told from the first file the pattern matches in sorted order.
+      sniff: Whether a :class:`Probe` is of this kind; cheap, reading only through the probe.
+      inspect: ``"module:function"`` taking ``(path, options)`` and returning a ``Report``; imported
+        only for a path of this kind.
+      order: Sniffers run in ascending order (then by kind); weak signatures get a higher order.
+      patterns: Whether a glob pattern's files are described as one dataset, told by the first match.
     """
 
     description: str
@@ -101,12 +81,7 @@ def installed() -> dict[str, Inspector]:
 
 
 def detect(path: pathlib.Path, inspectors: dict[str, Inspector]) -> tuple[str | None, int]:
-    """Tells the kind of ``path`` from its content.
-
-    Returns:
-      The kind of the first inspector whose sniffer recognises ``path`` (None
-      if none does, or if it is neither a file nor a folder), and the bytes read.
-    """
+    """The kind of the first inspector recognising ``path`` (None also for non-files/folders), and bytes read."""
     mode = path.stat().st_mode
     if not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
         return None, 0
@@ -120,14 +95,14 @@ def detect(path: pathlib.Path, inspectors: dict[str, Inspector]) -> tuple[str | 
 def detect_object(
     handle: BinaryIO, size: int, path: pathlib.Path, inspectors: dict[str, Inspector]
 ) -> tuple[str | None, int]:
-    """Tells the kind of an object in a bucket, opened for ranged reads, from its content; see :func:`detect`."""
+    """Like :func:`detect`, for a bucket object opened for ranged reads."""
     probe = Probe(path, handle, size)
     kind = next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
     return kind, probe.bytes_read
 
 
 def run(inspector: Inspector, path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Imports ``inspector``'s function and runs it on ``path``, counting the process's reads if it keeps no count."""
+    """Runs ``inspector``'s function on ``path``, counting the process's reads if it keeps no count."""
     module, _, name = inspector.inspect.partition(":")
     function: Callable[[pathlib.Path | str, InspectOptions], Report] = getattr(importlib.import_module(module), name)
     start = _process_bytes_read()

@@ -1,17 +1,8 @@
 """What every subcommand produces, as aligned text or as JSON of one published schema.
 
-A :class:`Report` is a kind, a path, an ok flag with the problems found, a
-flat summary of named values and named tables. The text form prints the
-summary as aligned ``name: value`` lines and each table as aligned columns;
-``--json`` prints :meth:`Report.to_json`, which the JSON Schema in
-``schema.json`` (shipped next to this module, loaded as :data:`SCHEMA`)
-describes. A command that fails prints :func:`error_document` instead: the
-same keys, with ``error`` set.
-
-Summary names, table names and column names are display labels
-(``"files checked"``); the JSON form writes each as snake_case
-(``files_checked``). Values are converted to JSON by :func:`json_value`,
-which the schema's ``value`` definition documents.
+A :class:`Report` has a kind, a path, problems, a summary of named values and named tables.
+``--json`` prints :meth:`Report.to_json` (described by ``schema.json`` next to this module);
+failures print :func:`error_document`. Display labels become snake_case JSON names.
 """
 
 from __future__ import annotations
@@ -47,11 +38,7 @@ SCHEMA_FILE = "schema.json"
 
 
 def schema_text() -> str:
-    """Returns the published JSON Schema of the command's output, as shipped in tinax-core.
-
-    Read by its path next to this module, so that it can be read where the
-    ``tinax`` namespace cannot be imported (see ``_tinax_command``).
-    """
+    """The published JSON Schema, read by path so it works where ``tinax`` cannot import (``_tinax_command``)."""
     return pathlib.Path(__file__).with_name(SCHEMA_FILE).read_text(encoding="utf-8")
 
 
@@ -67,14 +54,7 @@ ERROR_TYPES: tuple[str, ...] = tuple(SCHEMA["$defs"]["error"]["properties"]["typ
 
 @dataclasses.dataclass(frozen=True)
 class InspectOptions:
-    """The caller's choices for ``tinax inspect``, passed to every inspector.
-
-    Attributes:
-      names: A shell-style pattern (``fnmatch``) that tensor or array names
-        must match to be listed, or None for all.
-      head: How many records a record file inspector prints (0 for none).
-      max_bytes: The largest file an inspector may decode whole (msgpack).
-    """
+    """The caller's ``tinax inspect`` choices: ``names`` (fnmatch pattern), ``head`` records, ``max_bytes``."""
 
     names: str | None = None
     head: int = 0
@@ -83,12 +63,7 @@ class InspectOptions:
 
 @dataclasses.dataclass(frozen=True)
 class Shown:
-    """A value shown one way in the text form and as its data in the JSON form.
-
-    Attributes:
-      text: What the text form prints (a short summary, say).
-      data: What the JSON form holds, converted by :func:`json_value`.
-    """
+    """A value shown as ``text`` in the text form and as ``data`` in the JSON form."""
 
     text: str
     data: Any
@@ -105,18 +80,7 @@ class Table:
 
 @dataclasses.dataclass
 class Report:
-    """The result of one subcommand.
-
-    Attributes:
-      command: ``"info"``, ``"inspect"`` or ``"version"``.
-      kind: What was inspected (``"safetensors"``, ``"orbax-checkpoint"``,
-        ...), ``"environment"`` for ``info`` or ``"versions"`` for ``--version``.
-      path: The inspected path, or None.
-      problems: What a check found wrong; the command exits 1 if any.
-      summary: Named values, in display order.
-      tables: Named tables, in display order.
-      bytes_read: How many bytes of the inspected files the readers read, where counted.
-    """
+    """The result of one subcommand; any ``problems`` make the command exit 1."""
 
     command: str
     kind: str
@@ -204,20 +168,7 @@ def error_document(
     kind: str | None = None,
     path: str | None = None,
 ) -> dict[str, Any]:
-    """Returns the document of a command that failed: ``ok`` false and ``error`` set, nothing else found.
-
-    Args:
-      command: The subcommand, or None if the arguments named none.
-      error_type: One of :data:`ERROR_TYPES`.
-      message: The error's one line, without the ``tinax COMMAND:`` prefix.
-      exit_code: The exit code the command returns (1 or 2).
-      exception: The exception behind the error, if any; its class name is recorded.
-      kind: The kind of PATH, if it was told before the failure.
-      path: The PATH given, if any.
-
-    Raises:
-      ValueError: If ``error_type`` is not one of :data:`ERROR_TYPES`.
-    """
+    """The document of a failed command: ``ok`` false, ``error`` set (ValueError for unknown ``error_type``)."""
     if error_type not in ERROR_TYPES:
         raise ValueError(f"error_type must be one of {ERROR_TYPES}, got {error_type!r}")
     document = _document(command, kind, path)
@@ -256,13 +207,9 @@ def _non_finite_name(value: float) -> str:
 
 
 def json_value(value: Any) -> Any:
-    """Converts a value to JSON data by the conventions the schema's ``value`` definition documents.
+    """Converts a value to JSON data per the schema's ``value`` definition (tagged objects for arrays, bytes...).
 
-    Summary values and table cells are usually JSON data already (numbers,
-    strings, lists of ints); the records shown by ``--head`` hold arrays,
-    bytes and dates, which become tagged objects. A :class:`Shown` gives its
-    ``data``. NumPy is never imported here: its types are recognised only
-    when a reader has imported it.
+    NumPy is never imported here; its types are recognised only once a reader has imported it.
     """
     if isinstance(value, Shown):
         return json_value(value.data)
@@ -298,7 +245,7 @@ def json_value(value: Any) -> Any:
 
 
 def _element(value: Any) -> Any:
-    """An array element (or nested list of them) from ``ndarray.tolist()``, in the compact array form."""
+    """An element (or nested list) from ``ndarray.tolist()`` in the compact array form."""
     if isinstance(value, list):
         return [_element(item) for item in value]
     if isinstance(value, float) and not math.isfinite(value):
