@@ -4,7 +4,8 @@ The migration guide, the changelogs and the contributing guide are included
 from their places in the repository: a page whose whole text is the line
 ``--8<-- "PATH"`` renders the file at PATH, which this hook reads. Their relative
 links are written for a reader of the repository. Here a link to a file that is also a
-page of the site becomes a link to that page, and a link to any other file of
+page of the site (an included file, or a page under docs/) becomes a link to
+that page, and a link to any other file of
 the repository becomes its text followed by the path, since the site does not
 carry that file. A link to a path that does not exist is left alone, so the
 strict build still reports it.
@@ -65,6 +66,8 @@ def _rewrite(markdown: str, source: str, page: str) -> str:
         relative = resolved.relative_to(ROOT).as_posix()
         if relative in PAGES:
             return f"[{text}]({'../' * page_depth}{PAGES[relative]}{anchor})"
+        if relative.startswith("docs/") and relative.endswith(".md"):
+            return f"[{text}]({'../' * page_depth}{relative.removeprefix('docs/')}{anchor})"
         return f"{text} (`{relative}` in the repository)"
 
     return _LINK.sub(replace, markdown)
