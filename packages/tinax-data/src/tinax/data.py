@@ -1,15 +1,11 @@
 """Records, splits and deterministic, process-aware Grain pipelines.
 
-ArrayRecord and Parquet files read back as random-access
-``grain.MapDataset`` objects. Records tinax 0.2 could write are written as
-0.2 wrote them (JSON in ArrayRecord files, a plain Arrow table in Parquet
-files) and read as 0.2 read them; records it could not (NumPy arrays in
-ArrayRecord files, arrays Arrow cannot convert in Parquet files) are written
-in one versioned, pickle-free format that reads back exactly. Splits and the training and evaluation pipelines give
-tinax 0.2's parts and batches for the same arguments, and the pipelines'
-iterators carry states that refuse to restore into another pipeline. Worker
-processes live exactly as long as an ``open_multiprocessing_iterator`` block.
-grain, pyarrow and array-record are imported only when a function runs.
+ArrayRecord and Parquet files read back as random-access ``grain.MapDataset``
+objects. Records tinax 0.2 could write are written and read as 0.2 did; others
+use a versioned, pickle-free format that reads back exactly. Splits and
+pipelines give 0.2's parts and batches for the same arguments, and iterator
+states refuse to restore into another pipeline. grain, pyarrow and
+array-record are imported only when a function runs. See docs/guide/data.md.
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version

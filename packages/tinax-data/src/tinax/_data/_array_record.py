@@ -1,28 +1,10 @@
 """Records in ArrayRecord files, read back as random-access Grain datasets.
 
-:func:`write_array_record` writes every input tinax 0.2 could write as 0.2
-wrote it: one ArrayRecord record per record, holding
-``json.dumps(record)`` encoded as UTF-8, so tinax 0.2's reader, grain's
-``ArrayRecordDataSource`` with ``json.loads``, and any other JSON reader
-read such a file as before. Whether the records are JSON is decided by the
-first one: records whose first record ``json.dumps`` refuses (it holds NumPy
-arrays or bytes, which 0.2 could not write) are written in the tinax record
-format instead, if they all fit it.
-
-A file in the tinax record format holds one ArrayRecord record per tinax
-record, encoded as ``tinax._data._record_codec`` describes, followed by one
-last record: the line ``tinax-records`` (with its newline) and the JSON
-header. The header goes last because the records are streamed and checked as
-they come, and only the end knows their count and digest. JSON never starts
-with that line, so the reader tells the two kinds of file apart by the last
-record alone.
-
-Why not grain's ``ArrayRecordDataSource``: it gives raw bytes and knows no
-header, so it can neither decode tinax records nor tell a changed file from
-the one a worker was sent; array-record's own reader still does every read.
-
-array-record is an optional dependency (the ``arrayrecord`` extra), imported
-when a function here runs.
+Records ``json.dumps`` takes (judged by the first) are written as tinax 0.2
+wrote them, one UTF-8 JSON text each; others go in the tinax record format,
+ending in a ``tinax-records`` header record (see docs/guide/data.md, "The tinax
+record format"). grain's ``ArrayRecordDataSource`` knows no header, so it cannot
+decode tinax records or spot a changed file. array-record is imported lazily.
 """
 
 from __future__ import annotations
@@ -77,8 +59,7 @@ __all__ = [
 _logger = get_logger("data")
 _INSTALL_HINT = 'pip install "tinax-data[arrayrecord]"'
 _HEADER_MAGIC = b"tinax-records\n"
-# No readahead: records are read one at a time in random order. The buffer
-# size is the one Grain's own ArrayRecord source uses.
+# No readahead: records are read one at a time in random order (buffer size as Grain's own source).
 _READER_OPTIONS = "readahead_buffer_size:0"
 _FILE_READER_BUFFER_SIZE = 32768
 #: The records read and stacked at once into the stacked fields held whole.
@@ -110,67 +91,39 @@ def write_array_record(
 ) -> None:
     """Writes records to an ArrayRecord file, atomically.
 
-    The records are written one at a time, so ``records`` may be a generator
-    over more data than fits in memory. Records that ``json.dumps`` takes
-    (everything tinax 0.2 could write) are written as 0.2 wrote them: each
-    record is the UTF-8 of ``json.dumps(record)``, so 0.2 and any JSON reader
-    read the file as before, and :func:`read_array_record` gives back what
-    ``json.loads`` gives (a tuple as a list, a non-str key as a str, ...).
-    Records whose first record holds NumPy arrays or bytes, which JSON cannot
-    hold, are written in the tinax record format if they all fit it (see the
-    package README: the same fields in every record, each holding the same
-    kind of plain value or NumPy array) and read back exactly.
-
-    The file appears at ``path`` only once every record has been written and
-    flushed to disk; if any record is refused, the file that was there (if
-    any) is left as it was. A write that succeeds logs one INFO line to the
-    ``tinax.data`` logger with its rows, bytes and seconds.
+    Records are streamed, so ``records`` may be a generator larger than memory.
+    Records ``json.dumps`` takes are written as tinax 0.2 wrote them (UTF-8 JSON,
+    read back as ``json.loads`` gives); if the first record holds NumPy arrays or
+    bytes, all are written in the tinax record format and read back exactly. The
+    file appears only once fully written and flushed; a refused record leaves any
+    old file untouched. A successful write logs one INFO line (rows, bytes,
+    seconds) to the ``tinax.data`` logger.
 
     Args:
-      path: Where to write the file. Its folder must exist. A symbolic link
-        there is followed: the file it points to is replaced, as tinax 0.2
-        wrote through it. A ``gs://`` or ``s3://`` URL (a str or an
-        ``etils.epath.Path``) names an object: the file is written locally
-        first, then uploaded as one object that appears whole or not at
-        all (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
-      records: An iterable of records (a ``str``, ``bytes`` or mapping, whose
-        items would be characters, ints or keys, is refused).
-      group_size: Records per ArrayRecord chunk. 1 (the default) gives the
-        fastest random access; larger groups compress better but each read
-        decompresses the whole group.
-      overwrite: Whether a file already at ``path`` is replaced. The default
-        replaces it, as tinax 0.2 did; False refuses it.
-      progress: None (the default) reports nothing; a callable
-        ``progress(done, total)`` is called with records written, from
-        ``(0, total)`` to ``(total, total)``, where ``total`` is
-        ``len(records)``, or None for records without a length (a
-        generator; the last call is then ``(done, done)``); ``"bar"`` draws
-        a progress bar on standard error (tqdm, else rich). An exception the
-        callback raises stops the write, and nothing is published.
+      path: The file; its folder must exist, and a symlink there is followed. A
+        ``gs://`` or ``s3://`` URL is uploaded as one whole object (needs the
+        ``gcs`` or ``s3`` extra).
+      records: An iterable of records (a ``str``, ``bytes`` or mapping is refused).
+      group_size: Records per ArrayRecord chunk: 1 (the default) reads fastest at
+        random, larger groups compress better.
+      overwrite: Whether a file already at ``path`` is replaced (default True, as in 0.2).
+      progress: None, a callable ``progress(done, total)`` (``total`` None for
+        records without a length; raising stops the write), or ``"bar"`` for a
+        progress bar on standard error (tqdm, else rich).
 
     Raises:
-      TypeError: If ``path`` is not a path, ``group_size`` is not an int (or
-        is a bool), ``overwrite`` is not a bool, ``progress`` is neither
-        None, ``"bar"`` nor callable, ``records`` is not an
-        iterable of records, or a record is not JSON-serializable (the
-        ``json`` error, as tinax 0.2 let it through) and its records are
-        not in the tinax format either (for a record after the first, an
-        error that is also a ValueError).
-      ValueError: If ``group_size`` is below 1 (or above array-record's
-        limit), ``progress`` is a str other than ``"bar"``, or a JSON record
-        is circular (``json``'s error).
-      ArrayRecordWriteError: If ``path`` is empty (also a
-        FileNotFoundError), its folder does not exist (also a
-        FileNotFoundError), a part of its folder is a regular file (also a
-        NotADirectoryError), ``path`` is a folder (also an
-        IsADirectoryError), or the file system or array-record fails to
-        write; a RuntimeError, as in tinax 0.2.
-      FileExistsError: If a file already exists at ``path`` and ``overwrite``
-        is False (for an object: also where another writer created it
-        during the upload).
-      ImportError: If array-record is not installed, ``progress="bar"``
-        and neither tqdm nor rich is, or ``path`` is a URL whose store's
-        client is not (before anything is written).
+      TypeError: If an argument has the wrong type, or a record is neither JSON
+        (``json``'s error, as in 0.2; also a ValueError after the first record)
+        nor in the tinax format.
+      ValueError: If ``group_size`` is out of range, ``progress`` is another str,
+        or a JSON record is circular.
+      ArrayRecordWriteError: A RuntimeError, as in 0.2, if the path is empty, a
+        folder, or under a missing folder or a file (also the matching OSError),
+        or the write fails.
+      FileExistsError: If a file exists at ``path`` (or another writer created the
+        object meanwhile) and ``overwrite`` is False.
+      ImportError: If array-record, tqdm or rich for ``progress="bar"``, or the
+        URL's store client is missing (before anything is written).
 
     Examples:
       >>> import numpy as np
@@ -377,13 +330,7 @@ def _write_tinax_records(
 
 
 def _tinax_record(schema: RecordSchema, record: Any, index: int) -> bytes:
-    """The encoding of one record in the tinax format.
-
-    Raises:
-      TypeError: If the record is not a mapping with str keys, or a value is
-        of no supported kind.
-      ValueError: If the record does not agree with the schema.
-    """
+    """The encoding of one record in the tinax format."""
     data = schema.encode(record, index)
     if tuple(record) != schema.names:
         raise _fields_out_of_order(schema, record, index)
@@ -417,26 +364,14 @@ class _LastRecord(NamedTuple):
 
     header_bytes: bytes | None
     total: int
-    #: For JSON records: the SHA-256 of the file's size and last record, so
-    #: that a file replaced by another one of as many records is told apart.
-    #: None in the tinax format, whose header says more.
+    #: JSON records only: SHA-256 of size and last record, to tell a replaced file of as many records apart.
     fingerprint: str | None = None
 
 
 class ArrayRecordSource(RecordFileSource[_LastRecord]):
-    """Random access to the records of one ArrayRecord file.
+    """Grain random-access source over one ArrayRecord file: tinax records exactly, else ``json.loads``/``decode``.
 
-    A Grain random-access data source. A file in the tinax record format gives
-    its records back exactly; a file of JSON records (tinax 0.2's format)
-    gives ``json.loads`` of each. It pickles as its path and what its last
-    record said; an unpickled copy (in a Grain worker, say) opens the file on
-    first use and checks that it still says the same.
-
-    Attributes:
-      source_id: For the tinax format only: the identity of the records,
-        derived from the header (see the package README); equal for equal
-        records, whatever the path. JSON files have no identity, since naming
-        their content would mean reading all of it.
+    Pickles as its path and last record; a copy reopens the file on first use and checks it still says the same.
     """
 
     _header_name = "last record"
@@ -448,20 +383,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         decode: Callable[[bytes], Any] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
-        """Opens the file and reads its last record.
-
-        Args:
-          path: The file, preferably absolute so that workers with another
-            working directory find it too.
-          decode: Turns a record of a file without the tinax header into
-            the record; None reads such records as JSON.
-          cache_bytes: The memory budget of the stacked fields held whole
-            for batches of ``stack_records``.
-
-        Raises:
-          UnreadableArrayRecordError: If the file is not ArrayRecord, or its
-            tinax header is malformed.
-        """
+        """Opens the file (an absolute path, for workers) and reads its last record."""
         self._decode = decode
         self._cache_bytes = cache_bytes
         super().__init__(path)
@@ -493,15 +415,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         self._whole = WholeColumns(ends, self._cache_bytes, self._lock)
 
     def stacked_at(self, positions: np.ndarray[Any, Any]) -> StackedColumns:
-        """The records at valid positions, stacked field by field as ``stack_records`` stacks them.
-
-        From the stacked fields of every record held whole, where they fit
-        ``cache_bytes`` and stack alike; else from the records themselves,
-        which gives the same arrays or the same error.
-
-        Args:
-          positions: Record positions, each at least 0 and below the count.
-        """
+        """Records at valid positions stacked as ``stack_records`` does, from whole held fields where they fit."""
         arrays = self._whole.arrays(positions, self._block_fields) if len(positions) else None
         if arrays is not None:
             return StackedColumns(gather_rows(arrays, positions), len(positions))
@@ -545,11 +459,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         return self._open_file(self._path)
 
     def _open_file(self, path: Location) -> tuple[Any, _LastRecord]:
-        """Opens one ArrayRecord file and reads its last record; returns the reader and what the record says.
-
-        Raises:
-          UnreadableArrayRecordError: As the constructor says, naming ``path``.
-        """
+        """Opens one ArrayRecord file and reads its last record; returns the reader and what the record says."""
         module = _array_record_module("read_array_record")
         try:
             reader = module.ArrayRecordReader(
@@ -564,8 +474,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         except RuntimeError as error:
             raise self._unreadable(f"array-record cannot read it ({error})", path) from error
         if not last.startswith(_HEADER_MAGIC):
-            # No tinax header: records of JSON, as tinax 0.2 wrote them (a JSON
-            # text never starts with the header's line).
+            # No tinax header (no JSON text starts with its line): JSON records, as 0.2 wrote them.
             size = file_size(path, "ArrayRecord")
             fingerprint = hashlib.sha256(size.to_bytes(8, "little") + last).hexdigest()
             return reader, _LastRecord(None, total, fingerprint)
@@ -586,21 +495,16 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         check_reads_go_on(f"record {position} of {str(self._path)!r}")
         reader = self._handle()
         try:
-            # A one-record range: array-record reads a list of positions
-            # through its thread pool, a fixed cost many times one record's.
+            # A one-record range, not a list: array-record reads lists through its thread pool, at a high fixed cost.
             data = reader.read(position, position + 1)[0]
         except RuntimeError as error:
             raise ValueError(f"{str(self._path)!r}: record {position} cannot be read ({error})") from error
         return self._decoded(data, position)
 
     def _getitems(self, indices: Sequence[int]) -> list[Any]:
-        """Returns the records at several indices, as indexing each would (grain's batched read).
+        """Records at several indices in one array-record call (grain's batched read).
 
-        The records are read with one array-record call (a range when the
-        positions are consecutive, as in order and in plain iteration) and
-        decoded together. Should the read or any record fail, the records
-        are read again one by one, so that the error is the one indexing
-        raises and names the record.
+        On any failure they are read again one by one, so the error names the record.
         """
         positions = self._positions(indices)
         if not positions:

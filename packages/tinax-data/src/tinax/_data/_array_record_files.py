@@ -1,11 +1,7 @@
 """Random access to the records of many ArrayRecord files as one dataset: a folder, a pattern or a list of shards.
 
-The records of the files, one file after the other in the order of
-``tinax._data._file_sets``, are the dataset's records. Opening reads each
-file's last record (the tinax header, or the fingerprint of a file of JSON
-records). Each file is opened again only
-when a record of it is read, by whichever handle reads it (a few stay open
-at a time), and its last record must still say what it said.
+Opening reads each file's last record (tinax header or JSON fingerprint); a file reopened later must still
+end in the same record. See docs/guide/data.md, section "Datasets of many files".
 """
 
 from __future__ import annotations
@@ -28,27 +24,15 @@ __all__ = ["ArrayRecordFilesSource"]
 class _RecordFiles(NamedTuple):
     """What the last records of a dataset's files say: the header of an :class:`ArrayRecordFilesSource`."""
 
-    #: The files' names relative to the root, in the dataset's order.
     names: tuple[str, ...]
-    #: Their sizes in bytes when the dataset was opened.
     sizes: tuple[int, ...]
-    #: What each file's last record says, as the one-file reader reads it.
     last_records: tuple[_LastRecord, ...]
 
 
 class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
-    """Random access to the records of several ArrayRecord files, one after the other.
+    """The one-file reader over the records of several ArrayRecord files, one after the other.
 
-    The one-file reader (:class:`ArrayRecordSource`) over the records of
-    every file. It pickles as its root folder, the files' names and what
-    their last records said; an unpickled copy opens each file when it
-    first reads from it and refuses, with a ValueError, a file that changed.
-
-    Attributes:
-      file_set: ``[name, size, records]`` of every file, in the dataset's
-        order: what a pipeline's iterator state records of its data.
-      source_id: For files in the tinax format only: the identity of their
-        records, one after the other.
+    Pickles as root, names and last records; a copy refuses a file that changed.
     """
 
     _files_header: _RecordFiles
@@ -60,19 +44,7 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
         decode: Callable[[bytes], Any] | None = None,
         cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
-        """Reads the last record of every file and checks them against each other.
-
-        Args:
-          files: The files, in the dataset's order.
-          decode: As ``read_array_record`` takes it, for files outside the tinax format.
-          cache_bytes: The memory budget of the stacked fields held whole.
-
-        Raises:
-          FileNotFoundError: If a file is gone.
-          UnreadableArrayRecordError: If a file is not ArrayRecord (naming it).
-          ValueError: If the files mix the tinax format with other records,
-            or hold tinax records of different schemas (naming two files).
-        """
+        """Reads the last record of every file and checks them against each other."""
         self._given = files.given
         self._named_files = files.files
         super().__init__(files.root, decode=decode, cache_bytes=cache_bytes)
@@ -120,13 +92,7 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
 
 
 class _OpenRecordFiles:
-    """A reading handle of an :class:`ArrayRecordFilesSource`: reads the dataset's records from their files.
-
-    It stands where the one-file reader keeps its ``ArrayRecordReader``
-    (``read`` of a range or of a list of positions). Files are opened on
-    first use, their last records checked, and the least recently used
-    closed past a few. Reads take turns under a lock of their own.
-    """
+    """Stands in for the one-file reader's ``ArrayRecordReader``; keeps a few files open (LRU), reads under a lock."""
 
     def __init__(self, source: ArrayRecordFilesSource, files: _RecordFiles) -> None:
         self._source = source
@@ -136,13 +102,7 @@ class _OpenRecordFiles:
         self._lock = threading.Lock()
 
     def read(self, first: int | Sequence[int], stop: int | None = None) -> list[bytes]:
-        """The records at a range of positions of the dataset (``first`` to ``stop``), or at a list of them.
-
-        Raises:
-          RuntimeError: As array-record raises for a record it cannot read,
-            naming the file; ValueError if a file changed since the dataset
-            was opened.
-        """
+        """The records at positions ``first`` to ``stop``, or at a list of positions; errors name the file."""
         starts = self._starts
         if stop is not None:
             assert isinstance(first, int)

@@ -1,9 +1,6 @@
 """``read_array_record``: the opener of ArrayRecord record files, one file or many.
 
-It checks its arguments and finds the files, then builds the reader of one
-file (``tinax._data._array_record``) or of many
-(``tinax._data._array_record_files``, which builds on the first); living
-here, above both, it keeps both importing only downward.
+It lives above the one-file and many-file readers so that both import only downward.
 """
 
 from __future__ import annotations
@@ -33,68 +30,38 @@ def read_array_record(
 ) -> grain.MapDataset:
     """Opens an ArrayRecord file of records, or many as one dataset, as a random-access dataset.
 
-    A file :func:`write_array_record` wrote in the tinax record format reads
-    back exactly as written. Any other file's records are given by
-    ``decode`` when it is given; without it they are read as JSON records
-    (what :func:`write_array_record` writes for records JSON can hold, as
-    tinax 0.2 wrote every file) through ``json.loads``, as tinax 0.2 read
-    them, and a record that is not JSON raises a ValueError naming the path
-    and suggesting ``decode``. Only the last record is read on open. Records are read
-    and decoded when they are indexed, so the dataset supports ``len``,
-    indexing, ``shuffle`` and every other ``MapDataset`` transformation, and
-    it can be sent to Grain's multiprocessing workers (each reopens the file
-    on first use).
-
-    A folder, a glob pattern or a list of paths opens many files (the
-    shards an Apache Beam pipeline writes, say) as one dataset: their
-    records one file after the other, the files sorted by their paths
-    relative to the folder (of the pattern before its first wildcard, or
-    the folders the listed paths share), a folder's files being all those
-    whose names, and whose folders' names, do not start with ``.`` or
-    ``_``. Only each file's last record is read on open.
+    A file in the tinax record format reads back exactly as written. Other
+    files' records go through ``decode``, or else ``json.loads`` as tinax 0.2
+    read them (a non-JSON record raises a ValueError suggesting ``decode``).
+    Only the last record is read on open; records are decoded when indexed,
+    and the dataset can go to grain's worker processes. A folder, glob
+    pattern or list opens many files as one dataset, sorted by path (see
+    the data guide, section "Datasets of many files").
 
     Args:
-      path: The file; or a folder, a glob pattern or a sequence of paths of
-        many files. A ``gs://`` URL (a str or an ``etils.epath.Path``) names
-        an object, and a prefix or pattern the objects under it, read by
-        array-record's own file layer (needs ``tinax-data[gcs]`` for the
-        listing); ``s3://`` is refused.
-      decode: For files without the tinax header: a function that turns one
-        record's bytes into the record (a protocol buffer parser, say). It
-        must be picklable (a module-level function) to reach Grain's worker
-        processes. Ignored for files in the tinax format.
-      cache_bytes: The memory budget, in bytes per process, of the fields
-        a pipeline with ``batch_fn=stack_records`` keeps decoded: where the
-        stacked fields of every record fit it (and stack alike: numbers,
-        arrays of one dtype and shape), they are held whole after their
-        first read and later batches are gathered from them. Other reads
-        keep nothing.
+      path: The file; or a folder, a glob pattern or a sequence of paths. A
+        ``gs://`` URL names an object, prefix or pattern (listing needs
+        ``tinax-data[gcs]``); ``s3://`` is refused.
+      decode: For files without the tinax header: a picklable function turning
+        one record's bytes into the record. Ignored for tinax-format files.
+      cache_bytes: Per-process budget for holding the stacked fields whole for
+        pipelines with ``batch_fn=stack_records``, where they fit and stack alike.
 
     Returns:
-      A ``grain.MapDataset`` of records over an :class:`ArrayRecordSource`. A
-      record that turns out to be corrupt when it is read raises
-      ``ValueError`` naming the path and index (for JSON records, the
-      ``json.JSONDecodeError`` tinax 0.2 raised, with the path and index in
-      a note).
+      A ``grain.MapDataset`` of records over an :class:`ArrayRecordSource`; a
+      record found corrupt when read raises ``ValueError`` naming path and
+      index (for JSON, 0.2's ``json.JSONDecodeError``).
 
     Raises:
-      TypeError: If ``path`` is not a path or a sequence of paths,
-        ``decode`` is neither None nor callable, or ``cache_bytes`` is not
-        an int.
-      ValueError: If ``cache_bytes`` is below 1; for many files, if they
-        mix the tinax format with other records, hold tinax records of
-        different schemas (naming two files), or a list names a file twice.
-      FileNotFoundError: If no file exists at ``path``, a folder or pattern
-        holds no file, a listed path is no file, or a path is empty (also a
-        ValueError).
-      UnreadableArrayRecordError: If ``path`` is not an ArrayRecord file, or
-        holds a tinax header that is malformed or from a newer format
-        version (a ValueError, and the RuntimeError tinax 0.2 raised); the
-        cause is chained.
-      UnsupportedStoreError: If ``path`` is an ``s3://`` URL, which
-        array-record cannot read (a ValueError).
-      ImportError: If array-record is not installed, or ``path`` is a URL
-        whose store's client is not.
+      TypeError: If an argument has the wrong type.
+      ValueError: If ``cache_bytes`` is below 1, or many files mix kinds or
+        schemas or a list names a file twice.
+      FileNotFoundError: If a path, folder or pattern holds no file, or a path
+        is empty (also a ValueError).
+      UnreadableArrayRecordError: If a file is not ArrayRecord or its tinax
+        header is malformed or newer (a ValueError and 0.2's RuntimeError).
+      UnsupportedStoreError: If ``path`` is an ``s3://`` URL (a ValueError).
+      ImportError: If array-record, or a URL's store client, is not installed.
 
     Examples:
       >>> import numpy as np
@@ -130,11 +97,7 @@ class UnsupportedStoreError(ValueError):
 
 
 def require_readable_store(location: RemotePath) -> None:
-    """Refuses a store array-record's own file layer cannot read (it reads ``gs://``, and no ``s3://``).
-
-    Raises:
-      UnsupportedStoreError: For an ``s3://`` location.
-    """
+    """Refuses a store array-record's own file layer cannot read (it reads ``gs://``, and no ``s3://``)."""
     if location.scheme == "gs":
         return
     raise UnsupportedStoreError(

@@ -1,22 +1,10 @@
 """The grain datasets and iterator behind ``training_batches`` and ``evaluation_batches``.
 
-The two checked datasets *stand in* for a grain dataset rather than wrap it:
-each holds the dataset it replaces, takes over that dataset's parents and
-hands every read to it. So the dataset graph keeps its depth, and grain's
-default seeds, which depend on how far a random transformation sits above a
-``seed()``, come out as they do for the bare grain chain (and as they did in
-tinax 0.2, which returned that chain). Their iterator's state is grain's plus
-the pipeline description, checked on restore.
-
-A training pipeline's iterator can also restore a re-dealt state (see
-``redeal_state``): it then reads from :class:`RedealtMapDataset`, the same
-batches except for the re-dealt rest of one epoch. That dataset is built for
-the iterator alone; the pipeline itself, and so every default seed, stays the
-plain chain.
-
-This module imports grain, so the pipeline functions import it when they run
-(importing ``tinax.data`` imports no grain); the classes pickle by reference
-to this module, which the worker processes import.
+The checked datasets stand in for the grain dataset they replace (taking over its
+parents) rather than wrap it, so the graph depth, and thus grain's default seeds,
+match the bare chain tinax 0.2 returned. Iterator states are grain's plus the
+pipeline description, checked on restore; a re-dealt state reads through
+:class:`RedealtMapDataset`. Imports grain; workers import this module to unpickle.
 """
 
 from __future__ import annotations
@@ -57,22 +45,12 @@ __all__ = [
 ]
 
 
-#: How a pipeline straight over a record source whose reads take turns (the
-#: Parquet reader: one row group at a time under a lock, rows assembled in
-#: Python) reads when the caller names no read options. More threads than one
-#: can only queue for that lock and the interpreter lock (grain itself advises
-#: 0 threads for data in memory); one thread, unlike 0, still prepares batches
-#: while the consumer's step runs. It stays a few batches ahead, not grain's
-#: 500: a thread that never waits keeps taking the interpreter lock from the
-#: consumer's dispatch of its step, which halved the rows a small jitted step
-#: was fed (``bench:data --only-feeding``), and holds 500 batches of memory.
+#: Default read options over a record source whose reads take turns (the Parquet reader's lock): more
+#: threads only queue; one prepares batches during the step. A few batches ahead, not grain's 500: a thread
+#: that never waits starves the consumer's dispatch (halved feeding, ``bench:data --only-feeding``).
 IN_TURN_READ_OPTIONS = grain.ReadOptions(num_threads=1, prefetch_buffer_size=8)
-#: How such a pipeline reads when its batches are taken from the decoded
-#: columns (``batch_fn=stack_records``): in the consumer's thread. A batch then
-#: costs less host time than handing it over from another thread, and the
-#: accelerator still computes the previous step meanwhile (JAX dispatches
-#: asynchronously); on one TPU host, no thread fed a jitted step 1.4 times the
-#: rows one thread did (``bench:data --only-feeding``).
+#: With ``batch_fn=stack_records``: read in the consumer's thread, cheaper than a hand-over while JAX
+#: dispatch overlaps the step (1.4 times the rows of one thread on a TPU host, ``bench:data --only-feeding``).
 STACKED_READ_OPTIONS = grain.ReadOptions(num_threads=0)
 
 
@@ -147,9 +125,7 @@ class CheckedIterDataset(grain.IterDataset):  # type: ignore[misc]
         return CheckedIterator(self._replaced.__iter__(), self._description, redealer=redealer)
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
-        # grain's worker processes each read a slice; the replaced dataset
-        # (grain's prefetch over the MapDataset) knows how to take it. A
-        # re-dealt iterator takes the same slice of its own dataset.
+        # grain's workers each read a slice, which the replaced dataset takes (a re-dealt iterator: of its own).
         self._replaced.set_slice(sl, sequential_slice)
         self._slices.append((sl, sequential_slice))
 
@@ -180,8 +156,7 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
             STATE_DESCRIPTION_KEY: copy.deepcopy(self._description),
             STATE_GRAIN_KEY: copy.deepcopy(self._iterator.get_state()),
         }
-        # The record goes with the state only until the re-dealt batches are read:
-        # from then on the state is the one a plain run has at that batch.
+        # The re-deal goes with the state only until its batches are read; then the state is a plain run's.
         record = self._record
         if record is not None and self._redealer is not None:
             next_batch = self._redealer.position(state[STATE_GRAIN_KEY]["next_index"])
@@ -190,8 +165,7 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        # grain's single-process iterator knows its length; it checks the
-        # upper bound only after taking the index, so tinax checks first.
+        # grain checks the upper bound only after taking the index, so tinax checks first.
         checked, record = check_state_and_record(state, self._description, length=iterator_length(self._iterator))
         if record is None and self._record is None:
             self._iterator.set_state(copy.deepcopy(checked))
@@ -233,11 +207,7 @@ class CheckedIterator(grain.DatasetIterator):  # type: ignore[misc]
 
 
 class EpochRows:
-    """What the re-deal of a training pipeline reads: each epoch's order of rows, and the batch function.
-
-    ``rows[epoch * num_rows + position]`` is the row at ``position`` of
-    ``epoch``'s order: the dataset the pipeline cuts and deals, before the cut.
-    """
+    """What a re-deal reads: ``rows[epoch * num_rows + position]`` is that position of the epoch's order."""
 
     def __init__(self, rows: MapDataset[Any], batch_fn: Any) -> None:
         self.rows = rows
@@ -247,10 +217,7 @@ class EpochRows:
 class RedealtMapDataset(grain.MapDataset):  # type: ignore[misc]
     """A training pipeline's batches with the rest of one interrupted epoch dealt out again.
 
-    Outside the re-dealt batch indices it reads the plain pipeline's batches;
-    within them it reads this process's block of the epoch's unread
-    positions, ``batch_size`` rows at a time, through the same datasets the
-    plain pipeline reads and with the same batch function.
+    Re-dealt batch indices read this process's block of the epoch's unread rows; others the plain batches.
     """
 
     def __init__(
@@ -358,11 +325,7 @@ class _Redealer:
 
 
 class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
-    """The window shuffle of :func:`training_batches`, one new order per epoch.
-
-    Positions past the first epoch are later epochs, as for grain's
-    shuffle, so ``repeat`` gives each epoch its own order.
-    """
+    """The window shuffle of :func:`training_batches`, one new order per epoch (as ``repeat`` expects)."""
 
     def __init__(self, parent: MapDataset[Any], *, seed: int, block_ends: Sequence[int], window: int) -> None:
         super().__init__(parent)
@@ -434,8 +397,7 @@ class _WindowPlan:
         self._window = window
         self._seed = seed
         self._epoch = epoch
-        # Grain's prefetch threads read several batches at once: windows are
-        # computed under a lock, and each is an immutable (start, stop, rows).
+        # Grain's prefetch threads read concurrently: windows are computed under a lock, each immutable.
         self._lock = threading.Lock()
         self._windows: dict[int, tuple[int, int, np.ndarray[Any, Any]]] = {}
         self._last: tuple[int, int, np.ndarray[Any, Any]] = (0, 0, np.zeros(0, dtype=np.int64))
@@ -487,11 +449,7 @@ _WINDOWS_KEPT = 4
 
 
 def _runs(values: np.ndarray[Any, Any]) -> Iterator[tuple[int, slice | np.ndarray[Any, Any]]]:
-    """Each distinct value of an int array with what selects its slots: a slice where the array is sorted.
-
-    Positions read in order (the common case) give sorted epochs and windows,
-    whose runs are slices: no mask per value over the whole array.
-    """
+    """Each distinct value of an int array with its slots: a slice where sorted (the common case), else a mask."""
     if not len(values):
         return
     if len(values) == 1 or bool(np.all(values[1:] >= values[:-1])):
@@ -506,11 +464,7 @@ def _runs(values: np.ndarray[Any, Any]) -> Iterator[tuple[int, slice | np.ndarra
 def _permutation(size: int, seed: int) -> np.ndarray[Any, Any]:
     """A permutation of ``range(size)`` from a 32-bit seed, the same with every NumPy version.
 
-    The positions are sorted by a SplitMix64 hash of (seed, position): plain
-    integer arithmetic, so the order never depends on a library's generator.
-    SplitMix64's steps are a bijection of 64-bit integers, so the keys of
-    distinct positions are distinct and any sort gives this one order: the
-    default (quick) sort, faster than a stable one.
+    Sorted by a SplitMix64 hash of (seed, position): a bijection, so keys are distinct and any sort agrees.
     """
     with np.errstate(over="ignore"):
         keys = np.arange(size, dtype=np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)

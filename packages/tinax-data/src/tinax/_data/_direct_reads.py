@@ -1,24 +1,9 @@
-"""Batches read straight from a reader's source: positions computed per batch with NumPy.
+"""Batches read straight from a reader's source: positions computed per batch with NumPy (imports grain).
 
-A pipeline's rows are its dataset seeded, ordered (grain's shuffle, the
-window shuffle, or dataset order) and cut by slices. grain maps a batch's
-indices down that chain one Python int per node and row, which costs more
-than taking the rows out of a decoded row group. :class:`DirectBatchMapDataset`
-is grain's batch over the same rows (it replaces tinax's bulk batch node for
-node, so the dataset graph and grain's default seeds stay those of the
-chain) that computes a whole batch's source positions at once, with
-:class:`~tinax._data._planned_reads.VectorPositions` over a twin of the
-chain, and asks the source for all of them in one call. With
-:func:`~tinax._data._stacking.stack_records` as the batch function, a source
-that can stack its columns (the Parquet reader) gives the batch's arrays
-without building a record per row.
-
-The twin is checked against grain's own datasets on a sample of indices
-before it is used, as the planned reads check theirs; where the two would
-differ, or the dataset is not a reader's, the batch reads down the chain as
-before. Either way the batches are the same.
-
-This module imports grain; instances pickle by reference to it.
+grain maps a batch's indices down the chain one Python int per node and row; :class:`DirectBatchMapDataset`
+replaces tinax's bulk batch node for node (same graph, same default seeds) and computes a whole batch's
+source positions at once with a twin of the chain, checked against grain on a sample first. Where the twin
+would differ, or the dataset is not a reader's, it reads down the chain; the batches are the same.
 """
 
 from __future__ import annotations
@@ -51,14 +36,7 @@ class BatchPositions(Protocol):
 
 
 def read_positions(source: Any, positions: np.ndarray[Any, Any] | range, *, stacked: bool) -> Any:
-    """The records of a source at valid positions, or, with ``stacked``, their :class:`StackedColumns`.
-
-    Args:
-      source: A reader's record source (or any random-access source).
-      positions: Positions in the source, each at least 0 and below its
-        length: an array, or a ``range`` of consecutive ones.
-      stacked: Whether the caller's batch function is ``stack_records``.
-    """
+    """The records of a source at valid positions, or, with ``stacked``, their :class:`StackedColumns`."""
     if stacked:
         if isinstance(positions, range):
             stacked_range = getattr(source, "stacked_range", None)
@@ -77,17 +55,7 @@ def read_positions(source: Any, positions: np.ndarray[Any, Any] | range, *, stac
 
 
 class DirectBatchMapDataset(BulkBatchMapDataset):
-    """tinax's bulk batch, reading a batch's rows from the source at positions computed at once.
-
-    Args:
-      parent: The pipeline's rows (the chain the batches would read).
-      batch_size: The rows of a batch.
-      drop_remainder: Whether a last, shorter batch is dropped.
-      batch_fn: The batch function.
-      positions: The source positions of ``parent``'s indices, or None to
-        read down ``parent`` as grain does.
-      source: The record source under ``parent``.
-    """
+    """tinax's bulk batch, reading a batch's rows from the source at positions computed at once (None: as grain)."""
 
     def __init__(
         self,
@@ -109,8 +77,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
     def _get_parent_items_fn(self, items: range) -> Any:
         from tinax._data._shutdown import check_reads_go_on
 
-        # A batch queued in a prefetch thread when the interpreter shuts down
-        # is dropped before any of its rows is read, whatever its dataset.
+        # A batch queued in a prefetch thread at interpreter shutdown is dropped before any read.
         check_reads_go_on("a batch")
         return self.read_rows(items)
 
@@ -122,12 +89,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         return read_positions(self._source, self._positions_of(items.start, items.stop), stacked=self._stacked)
 
     def _positions_of(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
-        """The source positions of rows ``start`` to ``stop``, from those computed ahead where they are.
-
-        Shuffled positions cost a few NumPy passes per call whatever their
-        number, so they are computed for :data:`_POSITIONS_AHEAD` rows at
-        once and the batches that follow take theirs from them.
-        """
+        """Source positions of rows ``start`` to ``stop``; shuffled ones computed far ahead (fixed cost per call)."""
         assert self._positions is not None
         ahead = self._ahead
         if ahead is not None and ahead[0] <= start and stop <= ahead[1]:

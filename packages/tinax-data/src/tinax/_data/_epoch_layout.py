@@ -1,22 +1,9 @@
-"""Which positions of an epoch each process reads, before and after a re-deal.
+"""Which positions of an epoch each process reads, before and after a re-deal (NumPy arithmetic, no grain).
 
-A *position* is an index into one epoch's order: the rows as the shuffle (or
-the dataset, without shuffling) puts them, before the cut to whole global
-batches. ``training_batches`` gives process ``p`` of ``shard_count`` the
-``p``-th contiguous block of the first ``steps * global_batch`` positions,
-``steps = num_rows // global_batch``.
-
-A re-deal changes that for one interrupted epoch: the positions its old
-processes had not read yet (the rows the old cut left out included) are
-taken in epoch order, cut to whole global batches of the new layout, and
-dealt in contiguous blocks to the new processes. The record of a re-deal is
-the epoch and the positions already read, as merged ``[start, stop)``
-intervals; it does not depend on the new layout, so the same record serves
-every new process. The re-dealt batches of process ``p`` take the batch
-indices that end exactly where the epoch ends in the new layout, so later
-epochs keep their usual indices.
-
-This module is plain arithmetic on NumPy arrays: it imports no grain.
+A *position* indexes one epoch's (shuffled) order; process ``p`` reads the ``p``-th contiguous block of
+the first ``steps * global_batch`` positions. A re-deal record is the epoch and the positions already read
+as merged ``[start, stop)`` intervals, independent of the new layout; the re-dealt batches take the batch
+indices that end where the epoch ends, so later epochs keep their usual indices.
 """
 
 from __future__ import annotations
@@ -73,13 +60,7 @@ def _merged(intervals: Iterable[tuple[int, int]]) -> Intervals:
 
 @dataclass(frozen=True)
 class RedealtEpoch:
-    """An interrupted epoch whose unread positions are dealt over a new layout.
-
-    Attributes:
-      epoch: The epoch, counted from 0.
-      consumed: The positions already read, as sorted, disjoint, non-adjacent
-        ``(start, stop)`` intervals.
-    """
+    """An interrupted epoch whose unread positions are dealt over a new layout; ``consumed`` is merged intervals."""
 
     epoch: int
     consumed: Intervals
@@ -108,11 +89,7 @@ class RedealtEpoch:
         return (num_rows - read) // (shard_count * batch_size)
 
     def region(self, num_rows: int, shard_count: int, batch_size: int) -> tuple[int, int]:
-        """The batch indices ``[first, stop)`` of the re-dealt batches in the pipeline.
-
-        ``stop`` is where the epoch ends in the usual layout, so the next epoch
-        starts at its usual index.
-        """
+        """The batch indices ``[first, stop)`` of the re-dealt batches; ``stop`` is the epoch's usual end."""
         stop = (self.epoch + 1) * epoch_steps(num_rows, shard_count, batch_size)
         return stop - self.rest_steps(num_rows, shard_count, batch_size), stop
 
@@ -158,13 +135,7 @@ def epoch_progress(
 def resume_point(
     num_rows: int, shard_count: int, batch_size: int, epoch: int, consumed: Intervals
 ) -> tuple[int, RedealtEpoch | None]:
-    """Where a layout resumes an epoch of which ``consumed`` has been read.
-
-    Returns:
-      The next batch index and the re-deal record, or None where the usual
-      layout itself is at that point (no re-deal needed) or where the unread
-      positions fill no global batch (the epoch is over).
-    """
+    """The next batch index where a layout resumes an epoch, and the re-deal record (None where none is needed)."""
     steps = epoch_steps(num_rows, shard_count, batch_size)
     read = sum(stop - start for start, stop in consumed)
     global_batch = shard_count * batch_size
@@ -180,13 +151,7 @@ def resume_point(
 
 
 def checked_redeal_record(record: object, where: str, num_rows: object) -> RedealtEpoch:
-    """Checks a re-deal record read from a state (any tampering is refused) and returns it.
-
-    Raises:
-      TypeError: If it is not a mapping, or a count in it is not an int.
-      ValueError: If it has other keys, or its intervals are out of range,
-        unsorted, overlapping or adjacent.
-    """
+    """Checks a re-deal record read from a state (any tampering is refused) and returns it."""
     if not isinstance(record, Mapping):
         fail_type(where, "a mapping with the keys 'epoch' and 'consumed', as re-dealt states hold", record)
     if set(record) != {"epoch", "consumed"}:

@@ -1,19 +1,9 @@
 """A file's stacked fields held whole: one NumPy array per field, for batches of ``stack_records``.
 
-Batches that ``stack_records`` stacks are arrays per field. Taken out of
-decoded row groups, a shuffled batch costs a take per row group it touches
-and a join in the batch's order; the same rows in one NumPy array per field
-cost one gather each, which is what a user who loaded the file into memory
-pays. :class:`FileColumns` is that array per field for a reader whose
-stacked rows fit its cache budget: filled row group by row group as batches
-first reach them (each decoded once, copied in, and let go), then read by
-gathers (a shuffle) or slices (in order).
-
-Only fields whose stacked dtype and trailing shape do not depend on which
-rows a batch holds are kept: numbers without missing values, and arrays of
-one shape and a numeric dtype throughout the file. A file with any other
-field (text, missing values, arrays whose shapes vary) is read from its row
-groups as before, and so is one whose stacked rows exceed the budget.
+One gather per field beats a take per row group plus a join for a shuffled
+batch. The arrays fill row group by row group as batches reach them, only
+when the stacked rows fit the cache budget and every field has one numeric
+dtype and shape whatever the rows; otherwise row groups are read as before.
 """
 
 from __future__ import annotations
@@ -40,14 +30,9 @@ def kept_whole(dtype: np.dtype[Any]) -> bool:
 
 
 class FileColumns:
-    """The stacked fields of every row of a file, one array per field, filled row group by row group.
+    """The stacked fields of every row of a file, filled row group by row group.
 
-    Not thread-safe on its own: the reader fills it under its lock. Rows of
-    filled row groups never change, so gathers from them need no lock.
-
-    Args:
-      group_ends: The position after each row group's last row, in file order.
-      budget: The most bytes the arrays may take.
+    Filled under the reader's lock; filled rows never change, so gathers need no lock.
     """
 
     def __init__(self, group_ends: Sequence[int], budget: int) -> None:
@@ -85,11 +70,7 @@ class FileColumns:
         return bool(self._filled[group_index])
 
     def next_missing(self, start: int, *, skip: Collection[int] = ()) -> int | None:
-        """The first row group not filled yet at or after ``start``, else the first one before it.
-
-        Row groups in ``skip`` (taken by other threads) are passed over;
-        None where every row group left is among them.
-        """
+        """The first unfilled row group not in ``skip`` at or after ``start``, else before it, else None."""
         missing = ~self._filled
         for group_index in skip:
             missing[group_index] = False
@@ -100,19 +81,7 @@ class FileColumns:
         return int(before[0]) if len(before) else None
 
     def fill(self, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
-        """Copies one row group's stacked fields into the arrays.
-
-        Args:
-          group_index: The row group.
-          fields: Its rows' stacked fields, in row order, or None where a
-            field does not stack to one dtype and shape.
-
-        Returns:
-          Whether the arrays hold the row group now. Where they cannot (the
-          fields are not kept whole, differ from the earlier row groups', or
-          the arrays would exceed the budget), they are dropped and
-          :attr:`usable` is False from then on.
-        """
+        """Copies one row group's stacked fields in; where they do not fit, drops the arrays for good (False)."""
         if not self.usable:
             return False
         first = int(self._ends[group_index - 1]) if group_index else 0
@@ -148,8 +117,7 @@ class FileColumns:
 
 def gather_rows(arrays: Mapping[str, np.ndarray[Any, Any]], positions: np.ndarray[Any, Any]) -> dict[str, Any]:
     """The rows at ``positions`` of each array, as new arrays in that order."""
-    # np.take along the first axis copies whole rows of a many-dimensional array, which indexing
-    # with an array does element by element; for one dimension, indexing is the quicker.
+    # np.take copies whole rows of a many-dimensional array; for one dimension, indexing is quicker.
     return {
         name: np.take(array, positions, axis=0) if array.ndim > 1 else array[positions]
         for name, array in arrays.items()
@@ -162,16 +130,9 @@ def slice_rows(arrays: Mapping[str, np.ndarray[Any, Any]], first: int, stop: int
 
 
 def stacked_alike(records: Sequence[Any]) -> dict[str, np.ndarray[Any, Any]] | None:
-    """``stack_records`` of some records, where any of their subsets stacks each field alike, else None.
+    """``stack_records`` of some records where any subset stacks each field alike, else None.
 
-    Every record must be a dict with the fields of the first, in its order
-    (a batch's fields come in its first record's order), and every value of
-    a field must be, as ``np.asarray`` gives it, of one dtype and shape (an
-    int beyond int64 among smaller ones, a float among ints, a list longer
-    than another would make a batch's array depend on its rows).
-
-    Args:
-      records: Decoded records, in file order.
+    Needs dicts with the first record's fields in order, each field of one dtype and shape under ``np.asarray``.
     """
     if not records or type(records[0]) is not dict:
         return None
@@ -190,14 +151,7 @@ def stacked_alike(records: Sequence[Any]) -> dict[str, np.ndarray[Any, Any]] | N
 
 
 class WholeColumns:
-    """A record source's :class:`FileColumns` in one process: filled as batches need them, or refused for good.
-
-    Args:
-      group_ends: The position after each block of rows the columns are
-        filled by (a Parquet file's row groups), in file order.
-      budget: The most bytes the arrays may take.
-      lock: The source's lock, held while row groups are filled.
-    """
+    """A record source's :class:`FileColumns` in one process: filled as batches need them, or refused for good."""
 
     def __init__(self, group_ends: Sequence[int], budget: int, lock: threading.Lock) -> None:
         self._group_ends = tuple(group_ends)
@@ -214,19 +168,11 @@ class WholeColumns:
         self._wanted: collections.deque[int] = collections.deque()
 
     def expect(self, blocks: Sequence[int]) -> None:
-        """Says which blocks the next batches read, in that order, for the threads filling ahead to take first.
-
-        Called with the lock held. Replaces what was said before.
-        """
+        """Says which blocks the next batches read, for threads filling ahead to take first (lock held)."""
         self._wanted = collections.deque(blocks)
 
     def next_to_fill(self) -> int | None:
-        """The block a thread filling ahead takes next, or None where every block left is being filled.
-
-        Called with the lock held: the first block the next batches read
-        that is neither filled nor taken, else the first missing one from
-        :attr:`cursor` on, as :meth:`FileColumns.next_missing` finds it.
-        """
+        """The block a thread filling ahead takes next (expected ones first), or None (lock held)."""
         columns = self.columns
         if columns is None:
             return None
@@ -247,15 +193,9 @@ class WholeColumns:
         positions: np.ndarray[Any, Any] | range,
         fields_of: Callable[[int], Mapping[str, np.ndarray[Any, Any]] | None],
     ) -> dict[str, np.ndarray[Any, Any]] | None:
-        """The arrays of the fields, holding at least the rows at ``positions``, or None where they cannot.
+        """The arrays holding at least the rows at ``positions``, or None where they cannot.
 
-        Args:
-          positions: Valid row positions.
-          fields_of: Gives a block's stacked fields (None where they do not
-            stack alike); called with the lock held, for each block of
-            ``positions`` not filled yet, in file order. A ValueError it
-            raises (a block that cannot be read) refuses the columns too:
-            the caller reads its batches as before, raising where it always did.
+        A ValueError from ``fields_of`` refuses the columns, so the caller's usual read raises it instead.
         """
         columns = self.columns
         if columns is not None:
@@ -285,11 +225,9 @@ class WholeColumns:
             return columns.arrays
 
     def _awaited(self, group_index: int) -> bool:
-        """Waits, without the lock, for a block a thread ahead is decoding; False where none is (lock held).
+        """Waits, without the lock, for a block a thread ahead is decoding; False where none is.
 
-        A batch that reaches a block the threads filling ahead took waits for
-        it rather than decode it a second time under the lock, which would
-        hold back every thread's next fill too.
+        Decoding it again under the lock would hold back every thread's next fill.
         """
         pending = self.in_flight.get(group_index)
         if pending is None:

@@ -1,15 +1,9 @@
 """The files a record reader is given: one file, or many in a fixed order (a folder, a glob pattern, a sequence).
 
-A dataset of many files is the rows of its files one after the other, in
-the order of their paths relative to a root folder (compared as strings,
-with ``/`` between folders). That order depends on nothing but the names,
-so every process and every run numbers the rows alike, whatever order the
-file system lists them in. Finding the files imports neither pyarrow nor
-array-record: the readers that open them do.
-
-A ``gs://`` or ``s3://`` URL names an object, or a prefix whose objects are
-a folder's files (keys split at ``/`` into folders), or a glob pattern over
-keys; a sequence of URLs names objects of one bucket.
+Files are ordered by their path relative to a root, so every process numbers
+rows alike; see docs/guide/data.md, section "Datasets of many files". A
+``gs://`` or ``s3://`` prefix stands for a folder (keys split at ``/``); a
+sequence of URLs must name objects of one bucket. Imports no pyarrow or array-record.
 """
 
 from __future__ import annotations
@@ -46,13 +40,7 @@ _GLOB_MAGIC = frozenset("*?[")
 
 @dataclasses.dataclass(frozen=True)
 class DatasetFile:
-    """One file of a dataset of many files.
-
-    Attributes:
-      path: The file's absolute path, or its location in a bucket.
-      name: Its path relative to the dataset's root folder, folders joined
-        with ``/``: what orders the files and names them in states.
-    """
+    """One file of a dataset; ``name`` (relative to the root, ``/``-joined) orders it and names it in states."""
 
     path: Location
     name: str
@@ -60,15 +48,7 @@ class DatasetFile:
 
 @dataclasses.dataclass(frozen=True)
 class FileSet:
-    """The files of a dataset of many files, in the dataset's order.
-
-    Attributes:
-      root: The folder the names are relative to: the folder given, the
-        folder of a glob pattern before its first wildcard, or the common
-        folder of a sequence of paths.
-      files: The files, sorted by name.
-      given: What the caller passed, in words, for messages.
-    """
+    """The files of a dataset sorted by name; ``given`` says what the caller passed, for messages."""
 
     root: Location
     files: tuple[DatasetFile, ...]
@@ -76,28 +56,9 @@ class FileSet:
 
 
 def resolve_record_paths(value: object, name: str, container: str) -> Location | FileSet:
-    """Checks a reader's path argument and finds the files it names.
+    """Checks a reader's path argument and finds its files; a single (or missing) local file is returned as is.
 
-    Args:
-      value: The argument: a path to a file or a folder, a glob pattern, or
-        a sequence of file paths.
-      name: The argument's name, for messages.
-      container: ``"Parquet"`` or ``"ArrayRecord"``, for messages.
-
-    Returns:
-      The path itself where it names one file (or nothing: the reader then
-      raises as it always did for a missing file; a URL naming nothing is
-      refused here), else the files found.
-
-    Raises:
-      TypeError: If the value is neither a path nor a sequence of paths.
-      EmptyPathError: If a path is empty (a FileNotFoundError and a ValueError).
-      FileNotFoundError: If a folder or pattern holds no file, a path of
-        a sequence names no regular file, or a URL names no object and no
-        prefix with objects under it.
-      ValueError: If a sequence is empty or names a file twice, a URL names
-        no bucket, or a sequence mixes URLs with local paths or buckets.
-      ImportError: If a URL's store has no client installed.
+    A missing local file is left for the reader to refuse as 0.2 did; a URL naming nothing is refused here.
     """
     if isinstance(value, (str, os.PathLike)):
         remote = as_remote(value, name, needs_key=False)
@@ -291,12 +252,7 @@ def _named(files: list[pathlib.Path], root: pathlib.Path) -> tuple[DatasetFile, 
 
 
 def describe_file_difference(saved: object, current: object) -> str | None:
-    """Says how two file lists of pipeline descriptions (``[name, size, rows]`` each) differ, or None.
-
-    Args:
-      saved: The list in a saved state.
-      current: The list of the pipeline being restored.
-    """
+    """Says how a saved and a current ``[name, size, rows]`` file list differ, or None."""
     if not isinstance(saved, list) or not isinstance(current, list):
         return None
     try:
@@ -322,21 +278,7 @@ def describe_file_difference(saved: object, current: object) -> str | None:
 
 
 def require_one_kind(given: str, names: Sequence[str], headers: Sequence[bytes | None]) -> RecordHeader | None:
-    """Checks that the files of a dataset are all in the tinax format with one schema, or all outside it.
-
-    Args:
-      given: What the caller passed, in words.
-      names: The files' names.
-      headers: Each file's tinax header, None for a file outside the format.
-
-    Returns:
-      One header standing for all the files' records, one file's after the
-      other (see :func:`combined_header`), or None for files outside the format.
-
-    Raises:
-      ValueError: If the files mix both kinds, or tinax files hold records of
-        different schemas, naming two files (and the field).
-    """
+    """Checks the files are all tinax files of one schema (giving their combined header) or all plain (None)."""
     formatted = [header is not None for header in headers]
     if any(formatted) and not all(formatted):
         raise ValueError(
@@ -363,10 +305,6 @@ def require_one_kind(given: str, names: Sequence[str], headers: Sequence[bytes |
 
 
 def combined_header(headers: Sequence[RecordHeader]) -> RecordHeader:
-    """The header of the records of several tinax files of one schema, one file's after the other.
-
-    Its content digest is that of the files' digests in order, so the
-    dataset's ``source_id`` names these files' records in this order.
-    """
+    """The header of several tinax files' records in order; its digest hashes theirs, so ``source_id`` names them."""
     digest = hashlib.sha256("".join(header.content_sha256 for header in headers).encode("ascii")).hexdigest()
     return RecordHeader(headers[0].schema, sum(header.count for header in headers), digest)

@@ -1,9 +1,6 @@
 """Where the record readers' files are: a local path, or an object in a bucket (``gs://``, ``s3://``).
 
-Local paths keep every code path they always had; only a
-:class:`~tinax._core.storage.RemotePath` takes the helpers' other branch,
-which reads objects with ranged requests through tinax-core's storage layer
-(fsspec's clients, imported only then).
+Only a :class:`~tinax._core.storage.RemotePath` takes the ranged-request branch (fsspec, imported then).
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ __all__ = [
 Location = pathlib.Path | RemotePath
 
 _DISTRIBUTION = "tinax-data"
-# The readers name themselves in the message of a missing client; a reader reopening its files in a
-# worker has only its kind of file to go by.
+# The reader a missing client's message names; a worker reopening files knows only their kind.
 _READERS = {"Parquet": "tinax.data.read_parquet_record", "ArrayRecord": "tinax.data.read_array_record"}
 
 
@@ -44,12 +40,7 @@ def remote_filesystem(location: RemotePath, needed_by: str) -> Any:
 def open_object(location: RemotePath, *, container: str = "Parquet") -> BinaryIO:
     """Opens an object for ranged reads without read-ahead: every read fetches exactly the bytes asked for.
 
-    The client reads the object's size (and on S3 its ETag, which every later
-    read then requires, so a replaced object fails the read rather than
-    mixing two objects' bytes) when the file is opened.
-
-    Raises:
-      FileNotFoundError: If no object has this name.
+    On S3 the ETag read on open is required by later reads, so a replaced object fails rather than mixing bytes.
     """
     fs = remote_filesystem(location, _READERS.get(container, _READERS["Parquet"]))
     handle: BinaryIO = fs.open(location.fs_path, "rb", cache_type="none")
@@ -62,13 +53,7 @@ def read_object_range(location: RemotePath, start: int, end: int) -> bytes:
 
 
 def require_remote_file(location: RemotePath, container: str) -> int:
-    """Checks that an object is at ``location`` before a reader opens it; returns its size.
-
-    Raises:
-      FileNotFoundError: If no object has this name, or it is a prefix with
-        objects under it (a folder), as for a local path that names no file.
-      ImportError: If the store's client is not installed.
-    """
+    """Checks that an object (not a prefix) is at ``location`` before a reader opens it; returns its size."""
     fs = remote_filesystem(location, _READERS[container])
     # Another process may have written the object since this one last listed its prefix.
     fs.invalidate_cache(location.fs_path)

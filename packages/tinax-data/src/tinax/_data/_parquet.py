@@ -1,50 +1,10 @@
-"""Records in Parquet files, read back as random-access Grain datasets.
+"""Writes records to Parquet: 0.2's plain table where pyarrow converts them, else the tinax format.
 
-:func:`write_parquet_record` writes every input tinax 0.2 could write as 0.2
-wrote it: a plain Arrow table built by ``pyarrow.Table.from_pylist``, whose
-types pyarrow infers (a 1-d NumPy array becomes a list column), written by
-pyarrow's ``write_table`` writer with its defaults. Such files, and any other
-Parquet file (other tools' included), read under the caller's mapping
-(``tinax._data._arrow_values``): pyarrow's ``to_pylist`` rows by default, as
-0.2 read them, so 0.2 and 0.3 read the same rows from the files either
-wrote. The bytes differ from 0.2's by the checksums alone (below).
-
-Records pyarrow cannot convert (arrays of two or more dimensions, 0-d
-arrays, ``ml_dtypes`` and complex elements, big-endian arrays) are written
-in the tinax record format when they fit it (see
-``tinax._data._record_codec``), as Arrow-native columns: plain values as
-``null``, ``bool``, ``int64``, ``double``, ``large_string`` and
-``large_binary`` columns; an array field as a ``fixed_shape_tensor`` column
-when every record's array has one shape (a plain column for 0-d arrays), or
-as ``large_list`` nested once per dimension when extents vary. Elements
-Arrow has no type for are stored as the nearest one (raw bits for
-``ml_dtypes`` types, float pairs for complex numbers, little-endian values
-for big-endian arrays), and each array column's field metadata names the
-exact dtype. Nested lists lose the extents after a zero one (an array of
-shape ``(0, 4)`` is an empty list): the field metadata ``tinax.empty_shapes``
-of such a column gives them back (:class:`EmptyShapes`). The file's
-key-value metadata holds the JSON header of ``tinax._data._record_codec``
-under ``tinax.records``. Other Parquet readers see numbers; tinax reads the
-arrays back exactly, whatever the mapping.
-
-Checksums, in every file this module writes: Parquet's CRC-32 page
-checksums, and under ``tinax.records.checksums`` in the key-value metadata
-the SHA-256 of each row group's bytes and of the footer (with its own digest
-written as zeros). The row groups tile the file between the leading magic
-and the footer, so together they cover every byte: the page checksums leave
-the page headers and the footer (schema, offsets, column names) unchecked,
-where a flipped bit can still decode to different values.
-
-Row groups of the tinax format hold about 1 MiB of data (at most 4096
-records, at least one). The reader, ``tinax._data._parquet_source``, opens
-only the footer and reads one row group at a time through a cache bounded by
-a memory budget, so random access works on files much larger than memory.
-
-Why not pyarrow alone: pyarrow has no Arrow type for ``bfloat16``, the float8
-types or ``int4``, and its page checksums leave the footer (where the header
-and the schema live) and the page headers unchecked, so the array columns,
-the dtype metadata and the row-group and footer digests are written here;
-pyarrow still does all Parquet encoding and decoding.
+The tinax format stores Arrow-native columns (tensor or nested-list arrays,
+nearest-type storage for dtypes Arrow lacks) plus the header and dtype metadata;
+every file also gets page CRCs and SHA-256 digests of row groups and footer,
+which pyarrow alone does not write. See docs/guide/data.md, "Writing Parquet
+files" and "The tinax record format". The reader is ``_parquet_source``.
 """
 
 from __future__ import annotations
@@ -131,13 +91,7 @@ def _plain_arrow_type(kind: str) -> pa.DataType:
 
 @dataclasses.dataclass(frozen=True)
 class _Storage:
-    """How the elements of an array field are stored in Arrow.
-
-    Attributes:
-      dtype: The NumPy dtype of the stored elements (little-endian, one Arrow has).
-      pairs: Whether each element is stored as two (a complex number as its
-        real and imaginary parts, on a trailing axis of 2).
-    """
+    """How an array field's elements are stored in Arrow: a little-endian dtype Arrow has, as complex pairs or not."""
 
     dtype: np.dtype[Any]
     pairs: bool
@@ -234,75 +188,40 @@ def write_parquet_record(
 ) -> None:
     """Writes records to a Parquet file, atomically.
 
-    Records that tinax 0.2 could write (those ``pyarrow.Table.from_pylist``
-    takes: plain values, lists, nested mappings, 1-d NumPy arrays of the
-    dtypes Arrow has, ...) are written as 0.2 wrote them, a plain Arrow
-    table whose column types pyarrow infers, so 0.2, other tools and
-    :func:`read_parquet_record` read the same rows from it (a NumPy array
-    as a list of Python numbers). Records pyarrow cannot convert but that
-    fit the tinax record format (the same fields in every record, each
-    holding one kind of plain value or NumPy array: arrays of two or more
-    dimensions, 0-d arrays, ``bfloat16`` and the other ``ml_dtypes``,
-    complex numbers, big-endian arrays, ...) are written in that format, as
-    native Arrow columns that read back exactly (arrays with zero extents
-    included). Every file carries Parquet page checksums and tinax's
-    checksums of its row groups and footer, which the reader verifies. The
-    file appears at
-    ``path`` only once every record is written and flushed; a refused record
-    leaves the file that was there as it was. The data user guide's
-    "Writing Parquet files" section gives the column types.
-
-    A write that succeeds logs one INFO line to the ``tinax.data`` logger
-    with its rows, bytes and seconds.
+    Records ``pyarrow.Table.from_pylist`` takes are written as tinax 0.2 wrote
+    them (a plain Arrow table); records it refuses but that fit the tinax record
+    format (n-d or 0-d arrays, ``ml_dtypes``, complex, big-endian, ...) are written
+    in that format and read back exactly. Every file carries page checksums and
+    tinax's row-group and footer digests. The file appears only once fully written
+    and flushed; a refused record leaves any old file untouched. The data guide's
+    "Writing Parquet files" section gives the column types. A successful write
+    logs one INFO line (rows, bytes, seconds) to the ``tinax.data`` logger.
 
     Args:
-      path: Where to write the file. Its folder must exist. A symbolic link
-        there is followed: the file it points to is replaced, as tinax 0.2
-        wrote through it. A ``gs://`` or ``s3://`` URL (a str or an
-        ``etils.epath.Path``) names an object: the file is written locally
-        first, then uploaded as one object that appears whole or not at
-        all (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
-      records: A non-empty, finite sequence (a list or tuple, or any
-        ``collections.abc.Sequence``) of mappings of field names to values.
-      overwrite: Whether a file already at ``path`` is replaced. The default
-        replaces it, as tinax 0.2 did; False refuses it.
-      progress: None (the default) reports nothing; a callable
-        ``progress(done, total)`` is called with rows written, from
-        ``(0, len(records))`` to ``(len(records), len(records))``; ``"bar"``
-        draws a progress bar on standard error (tqdm, else rich). Records
-        written as a plain table are written in one piece, so the count
-        jumps from 0 to the total; records in the tinax format are counted
-        row group by row group. An exception the callback raises stops the
-        write, and nothing is published.
+      path: The file; its folder must exist, and a symlink there is followed. A
+        ``gs://`` or ``s3://`` URL is uploaded as one whole object (needs the
+        ``gcs`` or ``s3`` extra).
+      records: A non-empty, finite ``collections.abc.Sequence`` of mappings.
+      overwrite: Whether a file already at ``path`` is replaced (default True, as in 0.2).
+      progress: None, a callable ``progress(done, total)`` called with rows written
+        (a plain table jumps from 0 to the total; raising stops the write), or
+        ``"bar"`` for a progress bar on standard error (tqdm, else rich).
 
     Raises:
-      TypeError: If ``path`` is not a path, ``records`` is not a sequence (a
-        generator or another one-shot iterable included), a record is not
-        a mapping, ``overwrite`` is not a bool, or ``progress`` is neither
-        None, ``"bar"`` nor callable; or pyarrow cannot
-        convert a value and the records are outside the tinax format (the
-        pyarrow error, as tinax 0.2 let it through).
-      ValueError: If ``progress`` is a str other than ``"bar"``, ``records``
-        is empty, ``records[0]`` has no fields (a
-        Parquet row needs a column), or a record has a field that
-        ``records[0]`` lacks (tinax 0.2 silently dropped such fields); or
-        pyarrow refuses the values (``pyarrow.ArrowInvalid``, such as a bool
-        and an int in one field) and the records are outside the tinax
-        format.
-      OverflowError: If an int does not fit in 64 bits (pyarrow's error, as
-        in tinax 0.2).
-      FileNotFoundError: If ``path`` is empty (also a ValueError) or its
-        folder does not exist.
-      NotADirectoryError: If a part of the folder of ``path`` is a regular
-        file.
+      TypeError: If an argument has the wrong type (a generator as ``records``
+        included), or pyarrow cannot convert a value outside the tinax format.
+      ValueError: If ``progress`` is another str, ``records`` is empty, the first
+        record has no fields or lacks a later record's field, or pyarrow refuses
+        the values (``ArrowInvalid``) outside the tinax format.
+      OverflowError: If an int does not fit in 64 bits (pyarrow's error, as in 0.2).
+      FileNotFoundError: If ``path`` is empty (also a ValueError) or its folder does not exist.
+      NotADirectoryError: If a part of the folder of ``path`` is a regular file.
       IsADirectoryError: If ``path`` is a folder.
-      FileExistsError: If a file already exists at ``path`` and
-        ``overwrite`` is False (for an object: also where another writer
-        created it during the upload).
+      FileExistsError: If a file exists at ``path`` (or another writer created the
+        object meanwhile) and ``overwrite`` is False.
       OSError: If the file system or the store refuses the write.
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
-        installed, or ``path`` is a URL whose store's client is not
-        (before anything is written).
+      ImportError: If ``progress="bar"`` without tqdm or rich, or the URL's store
+        client is missing (before anything is written).
 
     Examples:
       >>> import numpy as np
@@ -364,13 +283,7 @@ def _write_file(
 
 
 def _pyarrow_refuses(first: Mapping[str, Any]) -> bool:
-    """Whether ``pyarrow.Table.from_pylist`` is certain to refuse records whose first one is ``first``.
-
-    pyarrow converts every column of the first record and takes NumPy
-    arrays of one dimension only, so an array of any other number of
-    dimensions there fails the whole conversion. Converting that one value
-    confirms it, should a later pyarrow take such arrays.
-    """
+    """Whether ``Table.from_pylist`` must refuse records starting with ``first`` (a non-1-d array in it)."""
     import pyarrow as pa
 
     if type(first) is not dict:
@@ -442,13 +355,7 @@ def _require_records(records: object) -> None:
 
 
 def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
-    """Refuses records that a plain table would silently lose, as tinax 0.2 lost them.
-
-    Raises:
-      ValueError: If ``records[0]`` has no fields (the file would hold no
-        rows at all), or a record has a field ``records[0]`` lacks (pyarrow
-        takes the columns from ``records[0]`` and drops it).
-    """
+    """Refuses records a plain table would silently drop fields of (0.2 lost them): no fields, or extra ones."""
     if not records[0]:
         validation.fail_value(
             "records[0]", "a mapping with at least one field (a Parquet row needs a column)", records[0]
@@ -468,16 +375,9 @@ def _require_columns(records: Sequence[Mapping[str, Any]]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class _TinaxPlan:
-    """What writing records in the tinax format needs to know before its first row group.
+    """What a tinax-format write must know before its first row group.
 
-    Attributes:
-      schema: The records' schema.
-      fixed_shapes: For every array field, the shape each record's array
-        has (a tensor column), or None where shapes vary or hold no element
-        (nested lists).
-      empty_shapes: For array fields whose nested lists lose extents (after
-        a zero one), the field metadata that gives them back.
-      group_ends: The record position after each row group, ascending.
+    ``fixed_shapes`` is None for fields stored as nested lists; ``group_ends`` the position after each row group.
     """
 
     schema: RecordSchema
@@ -487,11 +387,7 @@ class _TinaxPlan:
 
 
 def _plan_tinax_records(records: Sequence[Mapping[str, Any]]) -> _TinaxPlan:
-    """Checks every record against the tinax format, once, and plans the file.
-
-    Raises:
-      _OutsideTheFormatError: If a record does not fit the format.
-    """
+    """Checks every record against the tinax format, once, and plans the file."""
     try:
         schema = RecordSchema.from_first_record(records[0])
     except (TypeError, ValueError) as error:
@@ -531,16 +427,7 @@ _EXACT_TYPES: dict[str, type] = {
 class _RecordChecker:
     """Checks records against a schema a slice at a time, with the stored size of each.
 
-    A slice whose records are plain dicts of the schema's exact value types
-    is checked a field at a time, each check one pass of C over the slice
-    (type sets, min and max, the distinct dtypes and shapes). Any other
-    slice, or one that fails such a check, goes record by record through
-    ``RecordSchema.checked_values``, which accepts and refuses exactly as
-    before and names the first bad record and field; the quick checks only
-    ever accept what it accepts.
-
-    Attributes:
-      shapes: The distinct shapes of each array field's arrays seen so far.
+    Plain-dict slices are checked in bulk; others (or failures) go through ``checked_values``, which names errors.
     """
 
     def __init__(self, schema: RecordSchema) -> None:
@@ -551,11 +438,7 @@ class _RecordChecker:
         self._known_dtypes: dict[str, set[np.dtype[Any]]] = {name: set() for name in self.shapes}
 
     def checked_sizes(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
-        """Checks ``records[start:stop]``; returns the stored size of each (what row groups are cut by).
-
-        Raises:
-          _OutsideTheFormatError: If a record does not fit the format.
-        """
+        """Checks ``records[start:stop]``; returns the stored size of each (what row groups are cut by)."""
         sizes = self._quick_sizes(_record_slice(records, start, stop))
         return sizes if sizes is not None else self._sizes_one_by_one(records, start, stop)
 
@@ -640,11 +523,7 @@ def _record_slice(records: Sequence[Mapping[str, Any]], start: int, stop: int) -
 
 
 class _RowGroupCutter:
-    """Where row groups end: each closes at the record that brings it to the target bytes or row count.
-
-    Attributes:
-      ends: The record position after each closed row group.
-    """
+    """Where row groups end: each closes at the record that brings it to the target bytes or row count."""
 
     def __init__(self) -> None:
         self.ends: list[int] = []
@@ -680,19 +559,9 @@ class _RowGroupCutter:
 
 
 class EmptyShapes(NamedTuple):
-    """The extents of arrays with no element that a nested-list column cannot hold.
+    """Extents after the first zero one, which a nested-list column cannot hold.
 
-    Nested lists keep an array's extents up to its first zero one; the
-    extents after it have no list to be the length of. They are kept here:
-    a row whose extents after the first zero one are ``fill``'s (from the
-    same dimension on) is not listed, every other such row is.
-
-    Attributes:
-      fill: The extent of each dimension after the first, for rows whose
-        nested lists stop before it.
-      rows: The rows (record positions, ascending) whose extents ``fill``
-        does not give.
-      shapes: The full shape of each of those rows.
+    Rows whose extents match ``fill`` are not listed; ``rows``/``shapes`` list the others.
     """
 
     fill: tuple[int, ...]
@@ -700,16 +569,7 @@ class EmptyShapes(NamedTuple):
     shapes: tuple[tuple[int, ...], ...]
 
     def shape(self, extents: tuple[int, ...], row: int | None) -> tuple[int, ...]:
-        """The shape of an array with no element, from the extents its nested lists give (zeros after the first).
-
-        Args:
-          extents: What the nested lists give: extents up to the first zero
-            one, zeros after it.
-          row: The record's position, or None where no row is listed.
-
-        Raises:
-          ValueError: If a listed shape contradicts the nested lists.
-        """
+        """The full shape of an empty array from its nested-list extents; ``row`` is its position or None."""
         first = extents.index(0)
         if row is not None:
             found = bisect.bisect_left(self.rows, row)
@@ -725,12 +585,9 @@ class EmptyShapes(NamedTuple):
 
 
 def empty_shapes_entry(shapes: Sequence[tuple[int, ...]]) -> bytes | None:
-    """The field metadata of an array field stored as nested lists; None where they keep every extent.
+    """Field metadata for a nested-list array field; None where the lists keep every extent.
 
-    ``fill`` holds, for each dimension after the first, its most common
-    extent among the arrays that lose it (the smallest of equally common
-    ones), so a field whose empty arrays share their trailing extents (no
-    detections: ``(0, 4)`` beside ``(3, 4)``) lists no row.
+    ``fill`` takes each dimension's most common lost extent (smallest on ties), so usually no row is listed.
     """
     losing = [(row, shape, shape.index(0)) for row, shape in enumerate(shapes) if 0 in shape[:-1]]
     if not any(any(shape[first + 1 :]) for _, shape, first in losing):
@@ -745,16 +602,7 @@ def empty_shapes_entry(shapes: Sequence[tuple[int, ...]]) -> bytes | None:
 
 
 def parse_empty_shapes(value: bytes, ndim: int, count: int) -> EmptyShapes:
-    """Reads and checks the field metadata :func:`empty_shapes_entry` writes.
-
-    Args:
-      value: The metadata value.
-      ndim: The field's number of dimensions.
-      count: The number of records in the file.
-
-    Raises:
-      ValueError: If it is not what the writer writes for such a field.
-    """
+    """Reads and checks the field metadata :func:`empty_shapes_entry` writes."""
     key = FIELD_EMPTY_SHAPES_KEY.decode()
     try:
         entry = json.loads(value.decode("ascii"))
@@ -846,14 +694,7 @@ def _checksum_value(footer_digest: str, group_digests: Sequence[str]) -> bytes:
 
 
 def _read_raw_footer(handle: Any, what: str) -> tuple[bytes, int]:
-    """Reads the footer of an open Parquet file as bytes.
-
-    Returns:
-      The footer with its 8-byte trailer (length and magic), and its offset.
-
-    Raises:
-      ValueError: If the file does not start and end as Parquet does.
-    """
+    """Reads an open Parquet file's footer with its 8-byte trailer, and its offset; ValueError if not Parquet."""
     size = handle.seek(0, os.SEEK_END)
     handle.seek(0)
     if size < 12 or handle.read(4) != _MAGIC:
@@ -909,19 +750,9 @@ def _footer_digest(footer: bytes, stored: bytes, group_digests: Sequence[str]) -
 
 
 def seal_checksums(path: pathlib.Path) -> None:
-    """Writes the checksums into a closed Parquet file whose checksum entry holds zeros.
+    """Writes the digests into a closed file whose checksum entry holds zero placeholders.
 
-    The file must carry, under :data:`CHECKSUM_KEY`, the entry
-    :func:`_checksum_value` gives for zero digests, one per row group. The
-    digests of the row groups' bytes go in first, then the digest of the
-    footer they are part of; both have the placeholders' length, so the
-    footer keeps its size and layout.
-
-    Args:
-      path: The written (and closed) file.
-
-    Raises:
-      OSError: If the file is not as this writer left it.
+    Row-group digests first, then the footer's; same lengths, so the footer keeps its layout.
     """
     import pyarrow.parquet as pq
 
@@ -971,12 +802,9 @@ def _is_digest(value: object) -> bool:
 
 
 def _write_plain_table(destination: pathlib.Path, table: pa.Table, *, overwrite: bool, reporter: Reporter) -> None:
-    """Writes the table as ``pyarrow.parquet.write_table`` writes it, plus page checksums and the checksum entry.
+    """Writes the table as ``pq.write_table`` does, plus page checksums and the checksum entry.
 
-    The entry holds a digest per row group, so its length depends on how
-    many row groups pyarrow cuts the table into: pyarrow's default row-group
-    length says, and a file that turns out otherwise is written again with
-    the count it has.
+    The entry's length depends on the row-group count, so a file that guessed it wrong is written again.
     """
     import pyarrow.parquet as pq
 
@@ -1037,12 +865,7 @@ def _write_row_group(writer: Any, table: pa.Table, digest: Any, encodings: np.nd
 def _row_group_table(
     schema: RecordSchema, arrow_schema: pa.Schema, rows: list[Mapping[str, Any]]
 ) -> tuple[pa.Table, np.ndarray[Any, Any]]:
-    """Converts checked records to one row group's columns and the records' encodings, concatenated.
-
-    Every column is built from all its values at once, and the encodings of
-    the records (the tinax record format's, which the header's content
-    digest covers) are assembled from the same columns in NumPy.
-    """
+    """One row group's columns and the records' tinax encodings (for the content digest), built column-wise."""
     import pyarrow as pa
 
     count = len(rows)

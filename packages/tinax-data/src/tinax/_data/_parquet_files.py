@@ -1,19 +1,9 @@
 """Random access to the rows of many Parquet files as one dataset: the reader behind a folder, a pattern or a list.
 
-The files' row groups, one file after the other in the order of
-``tinax._data._file_sets``, are the dataset's row groups, so everything the
-one-file reader does by row group (its cache, the whole columns, planned
-windows, the threads decoding ahead) works across files unchanged. Opening
-reads every file's footer, and nothing else.
-Each file is opened again only when one of its row groups is read, by
-whichever handle reads it (a few stay open at a time), and its footer must
-still say what it said.
-
-Rows of plain tables are given in the schema that ``pyarrow.unify_schemas``
-makes of the files' schemas (a column a file lacks is a missing value
-there), followed by the values of hive partition folders (``key=value``),
-typed as pyarrow's dataset discovery types them. Files in the tinax record
-format must all hold records of one schema.
+The files' row groups, one file after another, are the dataset's row groups,
+so everything the one-file reader does by row group works across files.
+Schemas, hive partitions and reopening rules: docs/guide/data.md, section
+"Datasets of many files".
 """
 
 from __future__ import annotations
@@ -40,58 +30,28 @@ _HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 class _Files(NamedTuple):
     """What the footers of a dataset's files say: the header of a :class:`ParquetFilesSource`."""
 
-    #: The files' names relative to the root, in the dataset's order.
     names: tuple[str, ...]
-    #: Their sizes in bytes when the dataset was opened.
     sizes: tuple[int, ...]
-    #: What each file's footer says, as the one-file reader reads it.
     footers: tuple[_Footer, ...]
-    #: The Arrow schema of the rows: the files' columns unified, then the partition fields.
+    #: The files' columns unified, then the partition fields.
     schema: pa.Schema
-    #: The names of the files' own columns in each file.
     file_columns: tuple[tuple[str, ...], ...]
-    #: The hive partition fields' names, and each file's values of them.
     partition_names: tuple[str, ...]
     partition_values: tuple[tuple[Any, ...], ...]
-    #: The bytes each file's row groups take, uncompressed, as its footer says.
+    #: Uncompressed bytes of each file's row groups, as its footer says.
     stored_bytes: tuple[int, ...]
 
 
 class ParquetFilesSource(FileSetSource, ParquetRecordSource):
-    """Random access to the rows of several Parquet files, one after the other.
+    """The one-file reader over the row groups of several Parquet files, one after the other.
 
-    The one-file reader (:class:`ParquetRecordSource`) over the row groups of
-    every file. It pickles as its root folder, the files' names and what
-    their footers said; an unpickled copy opens each file when it first
-    reads from it and refuses, with a ValueError, a file whose footer
-    changed.
-
-    Attributes:
-      file_set: ``[name, size, rows]`` of every file, in the dataset's order:
-        what a pipeline's iterator state records of its data.
-      source_id: For files in the tinax format only: the identity of their
-        records, one after the other.
+    Pickles as root, names and footers; a copy refuses a file whose footer changed.
     """
 
     _files_header: _Files
 
     def __init__(self, files: FileSet, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        """Reads the footer of every file, checks them against each other, and unifies their schemas.
-
-        Args:
-          files: The files, in the dataset's order.
-          mapping: ``"python"`` or ``"numpy"`` (see ``read_parquet_record``).
-          cache_bytes: The memory budget of the row-group cache, for all files together.
-
-        Raises:
-          FileNotFoundError: If a file is gone.
-          ValueError: If a file is not Parquet or contradicts its tinax
-            metadata (naming it); if the files mix the tinax format with
-            plain tables, or hold tinax records of different schemas, or
-            plain columns that pyarrow cannot unify (naming two files and
-            the column); or if a partition folder names a column the files
-            hold.
-        """
+        """Reads every file's footer, checks them against each other and unifies their schemas."""
         self._given = files.given
         self._named_files = files.files
         super().__init__(files.root, mapping=mapping, cache_bytes=cache_bytes)
@@ -175,7 +135,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
 
     @property
     def checksummed_files(self) -> int:
-        """How many of the files carry tinax checksums (their footers' checked on open, their row groups' on read)."""
+        """How many of the files carry tinax checksums."""
         return sum(footer.group_checks is not None for footer in self._files_header.footers)
 
     @property
@@ -235,13 +195,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
 
 
 class _OpenFiles:
-    """A reading handle of a :class:`ParquetFilesSource`: reads the dataset's row groups from their files.
-
-    It stands where the one-file reader keeps its ``pyarrow.parquet.ParquetFile``
-    (``read_row_group``, ``close``), and is used by one thread at a time, as
-    that is. Files are opened on first use, their footers checked, and the
-    least recently used closed past a few.
-    """
+    """Stands in for the one-file reader's ``ParquetFile``, one thread at a time; keeps a few files open (LRU)."""
 
     def __init__(self, source: ParquetFilesSource, files: _Files) -> None:
         self._source = source
@@ -253,12 +207,7 @@ class _OpenFiles:
         return self._files.schema
 
     def read_row_group(self, group_index: int, columns: list[str] | None = None) -> pa.Table:
-        """Reads a row group of the dataset, its columns in the dataset's schema.
-
-        Raises:
-          ValueError: If the file changed since the dataset was opened, or
-            pyarrow cannot read the row group (pyarrow's own errors).
-        """
+        """Reads a row group of the dataset, its columns in the dataset's schema."""
         source, files = self._source, self._files
         file_index, local = source.locate_group(group_index)
         parquet_file = self.file_of_group(group_index)
@@ -282,11 +231,7 @@ class _OpenFiles:
         return pa.Table.from_arrays(arrays, schema=pa.schema([files.schema.field(name) for name in wanted]))
 
     def file_of_group(self, group_index: int) -> Any:
-        """The open ``pyarrow.parquet.ParquetFile`` holding a row group of the dataset, opened and checked first.
-
-        Raises:
-          ValueError: If the file changed since the dataset was opened.
-        """
+        """The open ``ParquetFile`` holding a row group; a ValueError if the file changed since opening."""
         return self._file(self._source.locate_group(group_index)[0])
 
     def _file(self, file_index: int) -> Any:
@@ -299,16 +244,9 @@ class _OpenFiles:
 def _partitions(
     names: tuple[str, ...], file_columns: set[str]
 ) -> tuple[tuple[str, ...], tuple[pa.DataType, ...], tuple[tuple[Any, ...], ...]]:
-    """The hive partition fields of the files' folders: names, types and each file's values.
+    """The hive partition fields (names, types, each file's values), as ``HivePartitioning.discover()`` finds them.
 
-    As pyarrow's dataset discovery (``HivePartitioning.discover()``) finds
-    them: ``key=value`` folders, keys and values URL-decoded, fields in the
-    order their keys first appear, ``__HIVE_DEFAULT_PARTITION__`` a missing
-    value, a file without the key's folder a missing value too, and a key
-    whose values pyarrow's cast all parses as int32 an int32 field, any
-    other a string field. A key the files also hold as a column (Polars'
-    partitioned writes keep it there) adds no field: the column gives the
-    values, as the files hold them.
+    Keys and values are URL-decoded; a key the files hold as a column (Polars keeps it) adds no field.
     """
     found: list[dict[str, str | None]] = []
     keys: dict[str, None] = {}
@@ -344,11 +282,7 @@ def _partitions(
 
 
 def _unified(names: tuple[str, ...], schemas: list[pa.Schema]) -> pa.Schema:
-    """The files' schemas unified as ``pyarrow.unify_schemas`` unifies them, every field nullable.
-
-    Raises:
-      ValueError: Naming the first file of a field and the file whose type of it cannot be unified.
-    """
+    """The files' schemas unified by ``pyarrow.unify_schemas``, every field nullable; a ValueError names two files."""
     plain = [schema.remove_metadata() for schema in schemas]
     try:
         unified = pa.unify_schemas(plain)

@@ -1,10 +1,6 @@
 """``read_parquet_record``: the opener of Parquet record files, above both the writer and the reader.
 
-It checks its arguments and the file, then builds the reader
-(``tinax._data._parquet_source``, which imports pyarrow) only when it runs, so
-importing ``tinax.data`` imports no pyarrow. The reader builds on the layout
-the writer (``tinax._data._parquet``) defines; living here, the opener keeps
-both of them importing only downward.
+It imports the reader (and pyarrow) only when it runs, and keeps writer and reader importing only downward.
 """
 
 from __future__ import annotations
@@ -34,66 +30,36 @@ def read_parquet_record(
 ) -> grain.MapDataset:
     """Opens a Parquet file, or many as one dataset, as a random-access dataset of dict rows.
 
-    A file :func:`write_parquet_record` wrote in the tinax record format reads
-    back exactly as written, whatever ``mapping`` says; any other Parquet file
-    reads as ``mapping`` says (``"python"``: pyarrow's ``to_pylist`` rows, as
-    tinax 0.2 read them; ``"numpy"``: lists of numbers and tensors become NumPy
-    arrays). Only the footer is read on open; indexing decodes whole row groups
-    into a per-process cache of at most ``cache_bytes``. The data user guide's
-    "Reading Parquet files" section describes both mappings and the cache.
-
-    A folder, a glob pattern or a list of paths opens many files as one
-    dataset: their rows one file after the other, the files sorted by their
-    paths relative to the folder (of the pattern before its first wildcard,
-    or the folders the listed paths share). Only their footers are read on
-    open. A folder's files are all files under it whose names, and whose
-    folders' names, do not start with ``.`` or ``_`` (as pyarrow's dataset
-    discovery takes them). Plain tables are read in the schema
-    ``pyarrow.unify_schemas`` makes of theirs, a column a file lacks giving
-    missing values there, and hive partition folders (``lang=en/``) add
-    their values as fields, typed as pyarrow's discovery types them. The
-    data guide's "Datasets of many files" section says more.
+    A tinax-format file reads back exactly as written, whatever ``mapping``
+    says; other files read as ``mapping`` says. Only the footer is read on
+    open; indexing decodes whole row groups into a per-process cache. A
+    folder, glob pattern or list opens many files as one dataset, sorted by
+    path. See the data guide, sections "Reading Parquet files" and
+    "Datasets of many files".
 
     Args:
-      path: The file; or a folder, a glob pattern or a sequence of paths of
-        many files. A ``gs://`` or ``s3://`` URL (a str or an
-        ``etils.epath.Path``) names an object, and a prefix or pattern the
-        objects under it (as a folder's files); objects are read with
-        ranged requests, the footer on open and a row group when it is
-        read (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
-      mapping: ``"python"`` or ``"numpy"``, how the values of a file outside
-        the tinax format become Python values.
-      cache_bytes: The memory budget of the cache of decoded row groups, in
-        bytes (the Arrow-decoded size). One row group is always kept, even
-        if it alone is larger.
+      path: The file; or a folder, a glob pattern or a sequence of paths. A
+        ``gs://`` or ``s3://`` URL names an object, prefix or pattern, read
+        with ranged requests (needs ``tinax-data[gcs]`` or ``tinax-data[s3]``).
+      mapping: ``"python"`` (pyarrow's ``to_pylist`` rows, as tinax 0.2) or
+        ``"numpy"`` (lists of numbers and tensors become NumPy arrays).
+      cache_bytes: The budget of the decoded row-group cache, in Arrow-decoded
+        bytes; one row group is always kept.
 
     Returns:
-      A ``grain.MapDataset`` of ``dict`` rows over a
-      :class:`ParquetRecordSource`. For the tinax format it equals what
-      :func:`read_array_record` gives for the same records. A row group that
-      turns out to be corrupt when it is read raises ``ValueError`` naming
-      the path and index, and so does, with ``mapping="numpy"``, a row
-      where an array would need a missing value (naming the column and
-      the row).
+      A ``grain.MapDataset`` of ``dict`` rows over a :class:`ParquetRecordSource`;
+      a corrupt row group, or with ``mapping="numpy"`` an array needing a
+      missing value, raises ``ValueError`` when read.
 
     Raises:
-      TypeError: If ``path`` is not a path or a sequence of paths,
-        ``mapping`` is not a str or ``cache_bytes`` not an int.
-      FileNotFoundError: If no file exists at ``path``, a folder or pattern
-        holds no file, a listed path is no file, or a path is empty (also a
-        ValueError).
-      ValueError: If ``path`` is not a Parquet file (a
-        ``pyarrow.ArrowInvalid``, as tinax 0.2 raised), or carries the tinax
-        metadata but contradicts it (truncated, columns that do not match,
-        a newer format version), the cause chained; if ``mapping`` is not
-        one of the two, ``cache_bytes`` is below 1, or, with
-        ``mapping="numpy"``, a column has a type without a mapping. For
-        many files also: if they mix the tinax format with plain tables,
-        hold tinax records of different schemas or columns pyarrow cannot
-        unify (naming two files and the column), or a list names a file
-        twice, or mixes URLs with local paths or buckets.
-      ImportError: If ``path`` is a URL whose store's client is not
-        installed.
+      TypeError: If an argument has the wrong type.
+      FileNotFoundError: If a path, folder or pattern holds no file, or a path
+        is empty (also a ValueError).
+      ValueError: If a file is not Parquet (a ``pyarrow.ArrowInvalid``, as in
+        0.2) or contradicts its tinax metadata, an argument is out of range, a
+        column has no ``"numpy"`` mapping, or many files mix kinds, schemas,
+        stores or name a file twice.
+      ImportError: If ``path`` is a URL whose store's client is not installed.
 
     Examples:
       >>> from tinax.data import read_parquet_record, write_parquet_record
@@ -107,8 +73,7 @@ def read_parquet_record(
     if mapping not in MAPPINGS:
         validation.fail_value("mapping", f"one of {list(MAPPINGS)}", mapping)
     cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
-    # grain's source dataset, refusing bool indices that it would read as 0 or 1, and the
-    # readers, which import pyarrow.
+    # Imported here: grain's source dataset and the readers import grain and pyarrow.
     from tinax._data._reader_datasets import source_dataset
 
     if isinstance(found, FileSet):

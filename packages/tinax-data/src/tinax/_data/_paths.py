@@ -1,11 +1,7 @@
 """The paths record readers and writers are given, checked so that failures keep tinax 0.2's exception types.
 
-tinax 0.2 handed paths straight to the file system, pyarrow or array-record,
-so what it raised for a bad path was whatever they raised: an empty path was
-a missing file, a destination under a regular file was a
-NotADirectoryError, and array-record reported every failure as a
-RuntimeError. The checks here raise tinax's own errors (a message that names
-the path), each also an instance of what tinax 0.2 raised for the same path.
+0.2 raised whatever the file system, pyarrow or array-record raised; each error here names the path and
+is also an instance of that type.
 """
 
 from __future__ import annotations
@@ -25,21 +21,7 @@ __all__ = ["DestinationErrors", "EmptyPathError", "require_record_path", "writab
 def require_record_path(
     value: object, name: str, *, empty_error: type[EmptyPathError] = EmptyPathError
 ) -> pathlib.Path:
-    """Checks a reader's or writer's path argument.
-
-    Args:
-      value: The argument.
-      name: Its name, for messages.
-      empty_error: What to raise for an empty path (a subclass that is also
-        what 0.2's writer raised for one).
-
-    Returns:
-      The path.
-
-    Raises:
-      TypeError: If the value is not a ``str`` or ``os.PathLike[str]``.
-      EmptyPathError: If the path is empty (``empty_error``).
-    """
+    """Checks a reader's or writer's path argument; an empty one raises ``empty_error`` (0.2's type for its caller)."""
     try:
         return validation.require_path(value, name)
     except TypeError:
@@ -50,13 +32,7 @@ def require_record_path(
 
 @dataclasses.dataclass(frozen=True)
 class DestinationErrors:
-    """What a writer raises for a destination it cannot create, one class per reason.
-
-    Attributes:
-      folder_missing: The folder of the destination does not exist.
-      not_a_folder: A part of the destination's folder is a regular file.
-      is_folder: The destination is a folder.
-    """
+    """What a writer raises for a destination it cannot create, one class per reason."""
 
     folder_missing: type[FileNotFoundError] = FileNotFoundError
     not_a_folder: type[NotADirectoryError] = NotADirectoryError
@@ -64,26 +40,9 @@ class DestinationErrors:
 
 
 def writable_destination(destination: pathlib.Path, errors: DestinationErrors) -> pathlib.Path:
-    """Checks that a file can be created at ``destination``, and says where the bytes go.
+    """Checks a file can be created at ``destination``; returns it, or the file a symbolic link there points to.
 
-    tinax 0.2 opened the destination for writing, which follows a symbolic
-    link: the linked file received the records and the link stayed. The path
-    returned is that file, so that the atomic replacement happens there too.
-
-    Args:
-      destination: The path the caller gave.
-      errors: The classes to raise.
-
-    Returns:
-      The path to write: ``destination``, or the file a symbolic link at
-      ``destination`` points to.
-
-    Raises:
-      FileNotFoundError: If the destination's folder does not exist
-        (``errors.folder_missing``).
-      NotADirectoryError: If a part of the destination's folder is a regular
-        file (``errors.not_a_folder``).
-      IsADirectoryError: If the destination is a folder (``errors.is_folder``).
+    0.2 wrote through a link (the link stayed), so the atomic replacement happens at the linked file too.
     """
     if destination.is_symlink():
         destination = pathlib.Path(os.path.realpath(destination))

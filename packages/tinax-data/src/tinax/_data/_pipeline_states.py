@@ -1,12 +1,7 @@
-"""The iterator states of tinax's pipelines: what they carry, and the checks a restore makes.
+"""The iterator states of tinax's pipelines: grain's state plus a pipeline description, and the restore checks.
 
-A state of an iterator of :func:`~tinax.data.training_batches` or
-:func:`~tinax.data.evaluation_batches` holds grain's own state and a
-description of the pipeline (its kind, source identity, row count, seed,
-shards, batch size, worker count). Restoring a state checks that the
-description is the pipeline's, and that grain's part is well formed, before
-grain sees it. Both the datasets that restore states and the re-deal use
-these checks, so they live apart from the pipelines that build the datasets.
+Shared by the pipelines' datasets and the re-deal. See docs/guide/data.md,
+section "What a restored state must match".
 """
 
 from __future__ import annotations
@@ -32,11 +27,9 @@ __all__ = [
 STATE_DESCRIPTION_KEY = "tinax_pipeline"
 #: Key of grain's own iterator state in an iterator state.
 STATE_GRAIN_KEY = "grain"
-#: Version of the description. 2: the chains of tinax 0.2 (contiguous
-#: per-process blocks of whole global batches, one shuffle per epoch).
+#: Version of the description. 2: tinax 0.2's chains (per-process blocks of whole global batches).
 STATE_FORMAT = 2
-# Fields are reported in this order when a restore is refused; the rest follow
-# alphabetically.
+# Fields are reported in this order when a restore is refused; the rest follow alphabetically.
 _FIELD_ORDER = (
     "kind",
     "source_id",
@@ -54,51 +47,21 @@ _FIELD_ORDER = (
 
 
 def in_process_description(pipeline: Mapping[str, Any]) -> dict[str, Any]:
-    """The description an iterator state carries: the pipeline's arguments, iterated without workers.
-
-    :func:`open_multiprocessing_iterator` sets the worker count and slicing
-    it iterates with.
-    """
+    """The description an iterator state carries, without workers (the multiprocessing iterator sets its own)."""
     return {**pipeline, "num_workers": 0, "sequential_slice": False, "state_format": STATE_FORMAT}
 
 
 def check_state(state: object, expected: Mapping[str, Any], *, length: int | None = None) -> Any:
-    """Checks that an iterator state belongs to the described pipeline and is well formed.
-
-    The same as :func:`check_state_and_record`, returning grain's part only.
-    """
+    """:func:`check_state_and_record`, returning grain's part only."""
     return check_state_and_record(state, expected, length=length)[0]
 
 
 def check_state_and_record(
     state: object, expected: Mapping[str, Any], *, length: int | None = None
 ) -> tuple[Any, RedealtEpoch | None]:
-    """Checks that an iterator state belongs to the described pipeline and is well formed.
+    """Checks a state against the pipeline's description; returns a checked copy of grain's part and the re-deal record.
 
-    The check is as strict as the checkpoint loaders': every key is known,
-    every count is an int (never a bool or a float), and every index is in
-    range, so a tampered state is refused before grain sees any of it.
-
-    Args:
-      state: What ``set_state`` received.
-      expected: The description of the pipeline being restored.
-      length: The number of elements of the iterator being restored, when
-        known: the largest ``next_index`` a single-process state may hold.
-
-    Returns:
-      grain's part of the state, to hand to the grain iterator (a checked
-      copy), and the state's re-deal record (see :func:`redeal_state`), or
-      None where it has none. A state without a description (grain's own
-      state, as tinax 0.2 saved it) is grain's part as a whole: there is no
-      description to compare, but its form is checked all the same.
-
-    Raises:
-      TypeError: If ``state`` or a part of it is not a mapping, or a count or
-        index in it is not an int (bools and floats included).
-      ValueError: If its description differs from ``expected`` (the message
-        names every differing field), it has keys a state never has or lacks
-        one it always has, or an index is out of range; the message names
-        the field.
+    Strict, so a tampered state never reaches grain; a 0.2 state (no description) is checked as grain's part.
     """
     if not isinstance(state, Mapping):
         fail_type("state", "a dict returned by get_state() of a grain or tinax pipeline iterator", state)
@@ -177,8 +140,7 @@ def _same_value(saved: object, expected: object) -> bool:
     return type(saved) is type(expected) and saved == expected
 
 
-# The keys of the state of grain's multiprocess prefetch (an interleave over one
-# dataset per worker).
+# The keys of the state of grain's multiprocess prefetch (an interleave over one dataset per worker).
 _WORKER_STATE_KEYS = (
     "next_index_in_cycle",
     "next_index_in_datasets",
@@ -257,9 +219,7 @@ def _checked_worker_state(worker_state: object, where: str) -> Any:
     if not worker_state:
         return {}
     if STATE_DESCRIPTION_KEY not in worker_state:
-        # The state of whatever grain iterator the worker runs (a dataset
-        # built on a tinax pipeline need not be one): its keys depend on that
-        # iterator, so only the index every such state shares is checked.
+        # Whatever grain iterator the worker runs: only the index every such state shares is checked.
         checked = dict(worker_state)
         if "next_index" in checked:
             checked["next_index"] = exact_int(checked["next_index"], f"{where}['next_index']", 0)

@@ -1,30 +1,9 @@
 """The grain datasets the readers and splits return: grain's own, refusing bool indices, iterated in order.
 
-``grain.MapDataset.source(source)`` reduces every index modulo the source's
-length before the source sees it, so ``True`` reaches a tinax source as the
-int 1 and reads record 1. :class:`RecordSourceMapDataset` is grain's source
-dataset with a ``__getitem__`` that refuses bools (and NumPy bools) with
-TypeError first and otherwise reads as grain does: slices, ints, NumPy ints,
-length, iteration, transformations and worker processes behave exactly as
-for the dataset ``MapDataset.source`` returns. Int indices (and batched
-reads) go to the source directly, modulo the length as grain reduces them,
-without grain's per-record metrics. It is a
-subclass, not a wrapper, so no node is added to the dataset graph and grain's
-default seeds stay where they are. grain's classes behind ``MapDataset.source``
-and ``MapDataset.slice`` have no public names: ``_grain_compat`` finds them.
-
-Iterating one of these datasets (``for row in dataset``, ``list(dataset)``,
-``iter(dataset)``) reads its elements in order in the calling thread, many
-consecutive ones at a time (:class:`SequentialIterator`), where grain's
-``MapDataset.__iter__`` starts 16 prefetch threads that read one element
-each: for a reader whose reads take turns under a lock (the Parquet reader)
-those threads only queue, and iteration ran ten times slower than the
-pipelines. The elements, their order and the iterator's state are those of
-grain's iterator; ``to_iter_dataset`` still gives grain's own.
-
-This module imports grain, so tinax imports it only when a function that
-builds a dataset runs; instances pickle by reference to the class here, and
-unpickling imports the module (and grain) in the worker process.
+grain reduces indices modulo the length, so ``True`` would read record 1; these subclasses of grain's
+classes (not wrappers, so default seeds stay put) refuse bools. Iteration reads chunks in the calling
+thread: grain's 16 prefetch threads only queued on the Parquet reader's lock (ten times slower), while
+elements, order and state stay grain's. Imports grain, so it is imported only when a dataset is built.
 """
 
 from __future__ import annotations
@@ -50,21 +29,14 @@ __all__ = [
 #: grain's dataset that ``MapDataset.map`` builds (no public name; see ``_grain_compat``).
 _MAP_MAP_DATASET: type[Any] = type(grain.MapDataset.range(1).map(int))
 
-#: How many consecutive elements a plain iteration reads at once: one call
-#: down to the source (a Parquet reader reads them row group by row group),
-#: few enough that the elements read ahead take little memory.
+#: Consecutive elements a plain iteration reads in one call to the source; few, to bound memory.
 ITERATION_CHUNK = 256
 
 
 class SequentialIterator(grain.DatasetIterator):  # type: ignore[misc]
-    """Iterates a finite MapDataset in order, in the calling thread, reading chunks of elements at once.
+    """Iterates a finite MapDataset in order in this thread, in chunks; elements and state match grain's iterator.
 
-    It gives what grain's iterator of ``MapDataset.__iter__`` gives: every
-    element in order, None elements (filtered-out rows) skipped, and the
-    state ``{"next_index": n}``, so a state saved from either restores into
-    the other. An element that cannot be read raises when the iteration
-    reaches it, after every element before it, as in grain's iterator without
-    threads; the elements of its chunk are then read one at a time.
+    A failing read raises at its own element's turn, the chunk then read one element at a time.
     """
 
     _MUTATES_ELEMENT_SPEC = False
@@ -101,8 +73,7 @@ class SequentialIterator(grain.DatasetIterator):  # type: ignore[misc]
         try:
             elements = read_many(self._dataset, range(start, stop))
         except Exception:
-            # Read again one at a time, so that the elements before the
-            # failing one come out and the error is raised at its own turn.
+            # Read one at a time so the error is raised at its own turn.
             self._single_until = stop
             self._pending.append(self._dataset[start])
             return
@@ -147,16 +118,9 @@ class RecordSourceMapDataset(SOURCE_MAP_DATASET):  # type: ignore[misc]
         return self._record_source
 
     def __getitem__(self, index: Any) -> Any:
-        """Returns the record at ``index``, or a sliced dataset for a slice, as grain does.
-
-        Raises:
-          TypeError: If ``index`` is a bool or a NumPy bool (grain would read
-            it as 0 or 1), or what the source raises for other non-ints.
-          IndexError: As the source raises it.
-        """
+        """Returns the record at ``index`` (or a sliced dataset), as grain does, refusing bools."""
         if type(index) is int:
-            # grain's own read (index modulo the length) without its per-record
-            # metrics, which cost more than reading a cached record.
+            # grain's read without its per-record metrics, which cost more than reading a cached record.
             source = self._record_source
             return source[index % len(source)]
         if isinstance(index, (bool, np.bool_)):
@@ -175,22 +139,13 @@ class RecordSourceMapDataset(SOURCE_MAP_DATASET):  # type: ignore[misc]
 
 
 class SlicedMapDataset(SLICE_MAP_DATASET):  # type: ignore[misc]
-    """grain's ``MapDataset.slice`` result, refusing bool indices.
-
-    A subclass, like :class:`RecordSourceMapDataset`, so that the dataset
-    graph and grain's default seeds are those of ``parent.slice(sl)``.
-    """
+    """grain's ``MapDataset.slice`` result, refusing bool indices (a subclass, so seeds match ``parent.slice``)."""
 
     def __init__(self, parent: grain.MapDataset, sl: slice) -> None:
         super().__init__(parent=parent, sl=sl)
 
     def __getitem__(self, index: Any) -> Any:
-        """Returns the record at ``index``, or a sliced dataset for a slice, as grain does.
-
-        Raises:
-          TypeError: If ``index`` is a bool or a NumPy bool (grain would read
-            it as 0 or 1).
-        """
+        """Returns the record at ``index`` (or a sliced dataset), as grain does, refusing bools."""
         if isinstance(index, (bool, np.bool_)):
             fail_type("index", "an int", index)
         return super().__getitem__(index)
@@ -201,11 +156,7 @@ class SlicedMapDataset(SLICE_MAP_DATASET):  # type: ignore[misc]
 
 
 class MappedMapDataset(_MAP_MAP_DATASET):  # type: ignore[misc]
-    """grain's ``MapDataset.map`` result, iterated as :class:`SequentialIterator` iterates.
-
-    A subclass, so that the dataset graph and grain's default seeds are those
-    of ``parent.map(transform)``.
-    """
+    """grain's ``MapDataset.map`` result, iterated in order (a subclass, so seeds match ``parent.map``)."""
 
     def __init__(self, parent: grain.MapDataset, transform: Any) -> None:
         super().__init__(parent, transform)
@@ -223,12 +174,5 @@ def record_source_of(dataset: Any) -> Any | None:
 
 
 def source_dataset(source: Any) -> grain.MapDataset:
-    """Returns ``grain.MapDataset.source(source)``, refusing bool indices.
-
-    Args:
-      source: A random-access data source (``len`` and integer indexing).
-
-    Returns:
-      A :class:`RecordSourceMapDataset` over ``source``.
-    """
+    """Returns ``grain.MapDataset.source(source)``, refusing bool indices."""
     return RecordSourceMapDataset(source)

@@ -1,62 +1,9 @@
-"""The tinax record format: what a record may hold and how it is stored.
+"""The tinax record format (version 1): what a record may hold, its header and its byte encoding.
 
-A *record* is a mapping of ``str`` field names to values. Every record of a
-file has the fields of the first one, and each field keeps the kind of value
-(and, for arrays, the dtype and number of dimensions) it has there. The
-extents of an array may differ from record to record: token sequences of
-different lengths are the common case. Reading gives back ``dict`` records
-with the fields in the first record's order.
-
-Values
-------
-``None``, ``bool``, ``int`` (a signed 64-bit value), ``float`` (a double),
-``str`` (stored as UTF-8) and ``bytes`` are *plain values*; the exact built-in
-types are required and come back as the same types. A ``numpy.ndarray`` (or a
-``numpy.memmap``) of a bool, signed or unsigned integer, floating or complex
-dtype, or of an ``ml_dtypes`` type such as ``bfloat16``, ``float8_e4m3fn`` or
-``int4``, comes back as a ``numpy.ndarray`` with the same dtype (byte order
-included) and shape. Read arrays are C-contiguous, aligned, writable and own
-their memory. Everything else is refused with ``TypeError``: NumPy scalars such
-as ``numpy.float32(1)`` (use ``numpy.asarray(x)`` for a 0-d array, or
-``x.item()`` for a Python value), lists and tuples (use an array), ``bytearray``,
-JAX arrays (use ``numpy.asarray``), other ndarray subclasses (a masked array
-would lose its mask), and arrays of object, string, structured, datetime or
-``longdouble`` dtype. A field that is ``None`` in the first record must be
-``None`` in every record. Nothing is ever unpickled: a file holds only JSON and
-raw numbers, so reading a crafted file cannot run code.
-
-Header (format version 1)
--------------------------
-Both containers carry the same JSON header, written after all records have
-been checked::
-
-    {"content_sha256": "<hex>", "count": <records>,
-     "fields": [{"kind": "int", "name": "label"},
-                {"dtype": "<f4", "kind": "array", "name": "image", "ndim": 3}],
-     "format": "tinax-records", "version": 1}
-
-``kind`` is one of ``none``, ``bool``, ``int``, ``float``, ``str``, ``bytes``
-and ``array``. An array ``dtype`` is the NumPy type string for built-in dtypes
-(``"<f4"``, ``">i8"``, ``"|b1"``, ``"<c16"``) and the ``ml_dtypes`` name for
-those types (``"bfloat16"``). ``content_sha256`` is the SHA-256 of every record's
-encoding below, concatenated in order, so it identifies the data whatever the
-container. Readers refuse a header whose ``version`` is newer than theirs.
-
-Record encoding
----------------
-Each field, in header order, little-endian: ``none`` takes no bytes; ``bool``
-one byte (0 or 1); ``int`` an int64; ``float`` a float64; ``str`` and
-``bytes`` a uint64 length, then the bytes; ``array`` ``ndim`` uint64 extents,
-then the elements in C order (their count times the item size, in the dtype's
-own byte order). A record is exactly as long as its fields.
-
-Source identity
----------------
-A reader's ``source_id`` is ``"tinax-records:"`` followed by the first 32 hex
-digits of the SHA-256 of the canonical header (sorted keys, no spaces). It is
-computed from the header alone, so opening is cheap, and it changes whenever
-the records, their order, the fields or the format change; the same records
-written as ArrayRecord and as Parquet have the same ``source_id``.
+See docs/guide/data.md, "The tinax record format", for the values accepted, the
+JSON header, the record encoding and the ``source_id``. Headers carry only JSON
+and raw numbers, and only the dtypes the format writes are accepted from them,
+so reading a crafted file cannot run code.
 """
 
 from __future__ import annotations
@@ -143,17 +90,7 @@ _NO_FILE_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.ENA
 def require_record_file(file: pathlib.Path, container: str) -> None:
     """Checks that a path names a regular file before a reader opens it.
 
-    Args:
-      file: The path given to the reader.
-      container: ``"Parquet"`` or ``"ArrayRecord"``, for the message.
-
-    Raises:
-      FileNotFoundError: If no regular file is there: nothing, a folder, a
-        path through a regular file, a symlink loop, a name longer than the
-        file system allows, a dangling link, or something that is not a
-        file (a FIFO, a device, ...). The message says which.
-      OSError: If the file system refuses to say (a folder without search
-        permission), as ``pathlib.Path.is_file`` raised in tinax 0.2.
+    FileNotFoundError says why not; an OSError where the file system refuses to say, as 0.2's ``is_file`` raised.
     """
     try:
         mode = os.stat(file).st_mode
@@ -171,20 +108,7 @@ def require_record_file(file: pathlib.Path, container: str) -> None:
 
 
 def record_position(index: object, count: int, path: object) -> int:
-    """Checks a record index the way a sequence would, negative indices included.
-
-    Args:
-      index: The index given to a record source's ``__getitem__``.
-      count: Number of records in the file.
-      path: The file, for the error message.
-
-    Returns:
-      The index as a position in ``[0, count)``.
-
-    Raises:
-      TypeError: If ``index`` is not an int (bools are refused).
-      IndexError: If it is out of range.
-    """
+    """A record index checked as a sequence checks it (negatives included, bools refused), as a position."""
     position = index if type(index) is int else validation.require_int(index, "index")
     if position < 0:
         position += count
@@ -210,14 +134,7 @@ def dtype_descriptor(dtype: np.dtype[Any]) -> str | None:
 
 
 def dtype_from_descriptor(descriptor: object) -> np.dtype[Any]:
-    """Turns a stored dtype descriptor back into a dtype.
-
-    Only the descriptors :func:`dtype_descriptor` writes are accepted, so a
-    crafted header cannot ask for an object or structured dtype.
-
-    Raises:
-      ValueError: If the descriptor is not one the format writes.
-    """
+    """A stored dtype descriptor back as a dtype; only those :func:`dtype_descriptor` writes are accepted."""
     if isinstance(descriptor, str):
         if _BUILTIN_DESCRIPTOR.fullmatch(descriptor):
             dtype = np.dtype(descriptor)
@@ -255,11 +172,7 @@ class FieldSpec:
 
 
 def _classify(value: object, where: str) -> FieldSpec:
-    """Returns the field a value belongs to (with an empty name).
-
-    Raises:
-      TypeError: If the value is of no supported kind.
-    """
+    """The field a value belongs to (with an empty name); TypeError for an unsupported kind."""
     kind = _PLAIN_KINDS.get(type(value))
     if kind is not None:
         return FieldSpec("", kind)
@@ -277,12 +190,7 @@ def _classify(value: object, where: str) -> FieldSpec:
 
 
 class RecordSchema:
-    """The fields every record of one file has, and the codec for them.
-
-    Attributes:
-      fields: The fields in storage order (the first record's key order).
-      names: The field names, in the same order.
-    """
+    """The fields every record of one file has (in the first record's key order), and their codec."""
 
     def __init__(self, fields: tuple[FieldSpec, ...]) -> None:
         self.fields = fields
@@ -301,12 +209,7 @@ class RecordSchema:
 
     @classmethod
     def from_first_record(cls, record: object) -> RecordSchema:
-        """Derives the schema from ``records[0]``.
-
-        Raises:
-          TypeError: If the record is not a mapping with str keys, or a value
-            is of no supported kind.
-        """
+        """Derives the schema from ``records[0]``."""
         mapping = _require_record(record, 0)
         fields = []
         for name, value in mapping.items():
@@ -315,24 +218,9 @@ class RecordSchema:
         return cls(tuple(fields))
 
     def checked_values(self, record: object, index: int) -> list[Any]:
-        """Checks one record against the schema and returns its stored values.
+        """Checks one record against the schema; returns its stored values (str as UTF-8, arrays C-contiguous).
 
-        Stored values follow the field order: plain values as given, except
-        that a ``str`` becomes its UTF-8 bytes; arrays C-contiguous.
-
-        Args:
-          record: The record.
-          index: Its position among the records, for messages.
-
-        Returns:
-          One stored value per field.
-
-        Raises:
-          TypeError: If the record is not a mapping with str keys, or a value
-            is of no supported kind.
-          ValueError: If the keys differ from the first record's, a value's
-            kind, dtype or ndim differs from the first record's, an int does
-            not fit in 64 bits, or a str cannot be encoded as UTF-8.
+        The authority on refusals: TypeError for unsupported kinds, ValueError for mismatches with the first record.
         """
         mapping = _require_record(record, index)
         if len(mapping) != len(self.fields) or not self._name_set.issuperset(mapping):
@@ -343,9 +231,7 @@ class RecordSchema:
                 value: Any = mapping[field.name]
             except KeyError:
                 self._fail_keys(mapping, index)
-            # The common case first: a value of the field's exact type (and an
-            # array of its dtype and ndim) needs no classifying, and its
-            # message is only built when a check fails.
+            # Fast path: a value of the field's exact type needs no classifying.
             if plain_type is not None and type(value) is plain_type:
                 if plain_type is int:
                     if not _INT64_MIN <= value <= _INT64_MAX:
@@ -373,14 +259,7 @@ class RecordSchema:
         return values
 
     def encode_parts(self, values: list[Any]) -> list[Any]:
-        """Returns the byte pieces of a record's encoding (see the module docstring).
-
-        Args:
-          values: What :meth:`checked_values` returned for the record.
-
-        Returns:
-          Bytes-like pieces; concatenated, they are the record's encoding.
-        """
+        """Byte pieces of a record's encoding, from :meth:`checked_values`; joined, they are the encoding."""
         parts: list[Any] = []
         for field, extents, value in zip(self.fields, self._extents, values, strict=True):
             kind = field.kind
@@ -400,21 +279,7 @@ class RecordSchema:
         return parts
 
     def encode(self, record: object, index: int) -> bytes:
-        """Checks one record against the schema and returns its encoding.
-
-        The same bytes and errors as joining :meth:`encode_parts` of
-        :meth:`checked_values`, which it is for any record outside the
-        common case: a ``dict`` of the schema's fields, each value of its
-        field's exact type (an array of its dtype and ndim).
-
-        Args:
-          record: The record.
-          index: Its position among the records, for messages.
-
-        Raises:
-          TypeError: As :meth:`checked_values` raises it.
-          ValueError: As :meth:`checked_values` raises it.
-        """
+        """One record's encoding: a fast path for exact-typed dicts, else joined :meth:`encode_parts`."""
         if type(record) is dict and len(record) == len(self.fields) and self._name_set.issuperset(record):
             parts: list[Any] = []
             append = parts.append
@@ -453,11 +318,7 @@ class RecordSchema:
         return b"".join(self.encode_parts(self.checked_values(record, index)))
 
     def decode(self, data: bytes) -> dict[str, Any]:
-        """Decodes one record's encoding.
-
-        Raises:
-          ValueError: If the bytes are not a record of this schema.
-        """
+        """Decodes one record's encoding; ValueError if the bytes are not a record of this schema."""
         record: dict[str, Any] = {}
         offset = 0
         name = ""
@@ -473,20 +334,9 @@ class RecordSchema:
         return record
 
     def decode_many(self, data: Sequence[bytes]) -> list[dict[str, Any]] | None:
-        """Decodes the encodings of several records at once, or says that one of them is not well formed.
+        """Decodes several records at once, field by field with NumPy, as :meth:`decode` would.
 
-        Field by field, the offsets of all records are read together with
-        NumPy, so the Python left per record is building its values and its
-        dict. The records are those :meth:`decode` gives one by one: the same
-        types, dtypes and values, arrays of their own memory.
-
-        Args:
-          data: The records' encodings.
-
-        Returns:
-          The records, in order; None if any encoding is not a record of this
-          schema, in which case :meth:`decode` of each record says which and
-          why.
+        None if any encoding is malformed: :meth:`decode` of each then says which and why.
         """
         count = len(data)
         if not count:
@@ -513,22 +363,9 @@ class RecordSchema:
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def decode_stacked(self, data: Sequence[bytes]) -> dict[str, np.ndarray[Any, Any]] | None:
-        """Decodes several records straight into one stacked array per field, where every record has one layout.
+        """Decodes several records straight into one stacked array per field, as stacking :meth:`decode_many` would.
 
-        The arrays are those of stacking the fields of :meth:`decode_many`'s
-        records (``np.stack`` of each value's ``np.asarray``): ``bool``,
-        ``int64`` and ``float64`` for the plain numbers, the field's dtype with
-        a leading axis for arrays. They are read as byte columns of the
-        records laid side by side, with no value or array per record.
-
-        Args:
-          data: The records' encodings.
-
-        Returns:
-          The fields, in header order; None where the records do not all
-          have one length, a field holds text, bytes or ``None``, an array's
-          shape differs between records, or an encoding is not well formed
-          (the caller decodes the records, which says which and why).
+        None where records differ in length or shape, hold text, bytes or None, or are malformed.
         """
         count = len(data)
         if not count:
@@ -620,8 +457,7 @@ _Decoder = Callable[[bytes, int], tuple[Any, int]]
 
 
 def _decoder(field: FieldSpec) -> _Decoder:
-    # Each decoder returns (value, offset after it). They run once per field of
-    # every record read, so they bind what they need up front.
+    # Each decoder returns (value, offset after it); hot, so each binds what it needs up front.
     kind = field.kind
     if kind == KIND_NONE:
         return lambda data, offset: (None, offset)
@@ -650,8 +486,7 @@ def _decoder(field: FieldSpec) -> _Decoder:
         if count * itemsize > len(data) - offset:
             # Checked before NumPy sees it: extents of 2**63 or more overflow its sizes.
             raise ValueError(f"an array of shape {shape} needs {count * itemsize} bytes but the record ends first")
-        # frombuffer refuses a buffer too short for count items. It views the
-        # (read-only) record; the copy gives an aligned, writable array of its own.
+        # frombuffer refuses a short buffer; the copy makes the view aligned, writable and owning.
         array = frombuffer(data, dtype, count, offset)
         return (array if ndim == 1 else array.reshape(shape)).copy(), offset + count * itemsize
 
@@ -778,8 +613,7 @@ def _array_batch_decoder(dtype: np.dtype[Any], ndim: int) -> _BatchDecoder:
         starts = offsets + extents_size
         joined, ends = batch.joined, batch.ends
         if (extents == extents[0]).all():
-            # Every record's array has the same shape (fixed-size fields):
-            # one check for all, then one copy each.
+            # One shape for every record: one check for all, then one copy each.
             shape = tuple(extents[0].tolist())
             size = prod(shape)
             nbytes = size * itemsize
@@ -834,17 +668,12 @@ class RecordHeader:
 
     @property
     def source_id(self) -> str:
-        """The identity of the records (see the module docstring)."""
+        """The identity of the records (see docs/guide/data.md, "The tinax record format")."""
         return f"{FORMAT_NAME}:{hashlib.sha256(self.to_json_bytes()).hexdigest()[:32]}"
 
     @classmethod
     def from_json_bytes(cls, data: bytes) -> RecordHeader:
-        """Parses and checks a stored header.
-
-        Raises:
-          ValueError: If the bytes are not a header this version can read,
-            including one from a newer format version.
-        """
+        """Parses and checks a stored header; ValueError for one this version cannot read (newer ones included)."""
         try:
             header = json.loads(data.decode("utf-8"))
         except RecursionError as error:

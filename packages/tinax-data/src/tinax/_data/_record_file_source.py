@@ -1,12 +1,8 @@
 """The lifecycle shared by the record sources over one file (ArrayRecord, Parquet).
 
-A source reads what it needs to know about its file (the header: the tinax
-header where there is one, record counts, row-group bounds, ...) when it is
-made, keeps the open file, and pickles as the path, that header and its
-options, never the open file. An unpickled copy, in a Grain worker say,
-opens the file on first use, reads the header again and refuses, with a
-ValueError, a file whose header changed in the meantime, so a worker never
-reads records the parent did not describe.
+A source pickles as path, header and options, never the open file; an unpickled copy (in a worker)
+reopens lazily and refuses with ValueError a file whose header changed, so it never reads records the
+parent did not describe.
 """
 
 from __future__ import annotations
@@ -27,34 +23,16 @@ HeaderT = TypeVar("HeaderT")
 class RecordFileSource(Generic[HeaderT]):
     """A random-access data source over one record file, opened lazily in each process.
 
-    Subclasses say how to open the file and read its header (:meth:`_open`),
-    what the header means (:meth:`_adopt`), and which options travel with a
-    pickled copy (:meth:`_options`, :meth:`_set_options`). The header must be
-    picklable and compare equal when the file has not changed.
-
-    Attributes:
-      source_id: For files in the tinax format only: the identity of the
-        records, from the tinax header (see the package README). Other files
-        have none, since naming their content would mean reading all of it.
+    The header must pickle and compare equal while the file is unchanged; only tinax-format files have a ``source_id``.
     """
 
     #: What the header is in the file, for the message refusing a changed file.
     _header_name = "header"
-    #: Whether reads take turns (one at a time under a lock), so that more than
-    #: one prefetch thread can only wait (see ``_pipelines``).
+    #: Whether reads take turns under a lock, so extra prefetch threads only wait (see ``_pipelines``).
     reads_in_turn = False
 
     def __init__(self, path: Location) -> None:
-        """Opens the file and reads its header.
-
-        Args:
-          path: The file, preferably absolute so that workers with another
-            working directory find it too, or its location in a bucket.
-
-        Raises:
-          ValueError: If the file cannot be read as this kind of record file
-            (the subclass says which ValueError).
-        """
+        """Opens the file (preferably an absolute path, for workers elsewhere) and reads its header."""
         self._path = path
         self._start_process()
         handle, header = self._open()
@@ -83,12 +61,7 @@ class RecordFileSource(Generic[HeaderT]):
         """Restores the options :meth:`_options` gave."""
 
     def _handle(self) -> Any:
-        """Returns the open file, opening it first in a process that has not yet.
-
-        Raises:
-          ValueError: If the file's header is no longer the one this source
-            was made with.
-        """
+        """Returns the open file, opening it first in a new process; a ValueError if its header changed."""
         handle = self._opened
         if handle is None:
             with self._open_lock:
@@ -128,11 +101,7 @@ class RecordFileSource(Generic[HeaderT]):
 class FileSetSource(RecordFileSource[Any]):
     """What the readers of many files share, beside their one-file reader (which comes after it in their bases).
 
-    The header is the files' own headers together (``_files_header``); it is
-    read once, when the source is made, and an unpickled copy opens each
-    file only when it reads from it, checking that file's header then.
-    Subclasses say how to read the headers and how to read rows across the
-    files.
+    The header is all files' headers, read once; a copy opens and checks each file when it reads from it.
     """
 
     #: What the caller passed, in words, for messages.
@@ -174,22 +143,10 @@ class FileSetSource(RecordFileSource[Any]):
 
 
 class OpenFiles:
-    """The files of a dataset of many files that one reading handle holds open, each checked when it opens.
-
-    A file is opened on first use through its source's one-file opener, and
-    its header must be the one read when the dataset was opened; past
-    ``most`` open files, the least recently used is closed.
-    """
+    """The files one reading handle holds open, each checked against its header on opening; at most ``most`` (LRU)."""
 
     def __init__(self, source: Any, headers: Sequence[Any], what: str, most: int = 16) -> None:
-        """Holds no file yet.
-
-        Args:
-          source: The dataset's source (``file_path`` and ``_open_file``).
-          headers: Each file's header as read when the dataset was opened.
-          what: What the header is, for the message refusing a changed file.
-          most: The most files held open at once.
-        """
+        """Holds no file yet; ``what`` names the header in the message refusing a changed file."""
         self._source = source
         self._headers = headers
         self._what = what
@@ -197,11 +154,7 @@ class OpenFiles:
         self._open: collections.OrderedDict[int, Any] = collections.OrderedDict()
 
     def get(self, file_index: int) -> Any:
-        """The open file of the dataset's ``file_index``-th file.
-
-        Raises:
-          ValueError: If the file changed since the dataset was opened.
-        """
+        """The open file of the dataset's ``file_index``-th file; a ValueError if it changed since opening."""
         handle = self._open.get(file_index)
         if handle is not None:
             self._open.move_to_end(file_index)

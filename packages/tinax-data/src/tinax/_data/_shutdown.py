@@ -1,40 +1,11 @@
 """Stops the reads of grain's prefetch threads once the interpreter is shutting down.
 
-An iterator a program stops reading and never closes (a global, a frame
-kept by a traceback, a reference cycle) is still alive when the main thread
-finishes. grain's prefetch runs on a ``concurrent.futures`` thread pool
-whose worker threads the interpreter joins before it exits, and a worker
-first runs every batch already queued for it (grain queues up to its
-prefetch buffer, 500 by default), so a slow dataset held the process for
-minutes. Once the main thread has finished, nothing can read those batches:
-the pool takes no new work after that point, so an iterator read on from
-another thread fails when its queue runs dry anyway.
-
-So when shutdown starts, tinax's readers and batch reads stop working for
-grain's prefetch threads (and for tinax's own threads that read a planned
-window ahead, which the interpreter joins too): a queued batch fails at its first read, and a
-batch being read stops before its next row group (Parquet) or record
-(ArrayRecord), with :class:`ReadsStoppedError`, which nobody sees. Reads in
-the main thread (an ``atexit`` handler) and in the program's own threads go
-on as before. Work a batch does outside tinax's reads (a slow ``map``
-function) is not interrupted; the batch being read when shutdown starts
-finishes its current step. Closing an iterator (``iterator.close()``)
-remains the documented way to stop it early.
-
-Why a private hook: the interpreter joins the pool's threads from
-``threading._shutdown``, before it runs the ``atexit`` handlers, and
-``sys.is_finalizing()`` only turns true after that join, so no public
-mechanism runs in time. ``threading._register_atexit`` is the hook
-``concurrent.futures`` itself uses to join its workers; the hooks run in
-reverse order of registration, so this one, registered after
-``concurrent.futures.thread`` is imported, runs before that join. Where the
-hook does not exist the reads are never stopped (the exit waits, as before).
-
-grain's prefetch threads are told apart by the name grain gives them (its
-thread pool's name prefix), which grain sets but does not document; should
-grain rename them, reads are no longer stopped (the exit waits, as before)
-and ``tests/test_reader_hardening.py`` fails to say so. This module imports
-neither grain nor pyarrow.
+The interpreter joins grain's prefetch pool at exit, running every queued batch of an unclosed iterator
+first (minutes for a slow dataset). From shutdown on, reads in prefetch and window threads raise
+:class:`ReadsStoppedError`. ``threading._register_atexit`` (private, as ``concurrent.futures`` uses it) is
+the only hook that runs before that join; without it, or should grain rename its threads (undocumented
+names, see ``tests/test_reader_hardening.py``), the exit waits as before. See docs/guide/data.md, section
+"Iterating a dataset, and stopping early".
 """
 
 from __future__ import annotations
@@ -65,18 +36,7 @@ def shutting_down() -> bool:
 
 
 def check_reads_go_on(what: Any) -> None:
-    """Refuses a read in one of grain's prefetch threads once the interpreter is shutting down.
-
-    Cheap enough to call before every row group or record: one global look
-    up until shutdown starts.
-
-    Args:
-      what: What is being read (a path, a dataset), for the message.
-
-    Raises:
-      ReadsStoppedError: If the interpreter is shutting down and the read
-        runs in one of grain's prefetch threads.
-    """
+    """Refuses a read in a prefetch thread once shutdown started; one global lookup until then, so cheap per read."""
     if _shutting_down and threading.current_thread().name.startswith((PREFETCH_THREAD_PREFIX, WINDOW_THREAD_PREFIX)):
         raise ReadsStoppedError(
             f"reading {what} stopped: the interpreter is shutting down, and nothing can read what a prefetch "

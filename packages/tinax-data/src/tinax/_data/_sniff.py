@@ -1,8 +1,4 @@
-"""How ``tinax inspect`` tells record files (see tinax-core's ``_command._registry``): the standard library only.
-
-A folder is a dataset of many record files when the first file the readers
-would read in it (in their order) is one.
-"""
+"""How ``tinax inspect`` tells record files (standard library only); a folder by the first file the readers read."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """The identity of a dataset's source, and InMemorySource, records in memory that carry one.
 
-A pipeline's iterator state records *which* data it walked, so that the state
-of one dataset is never restored into a pipeline over another. That identity
-is the ``source_id`` of the data source at the bottom of a grain dataset: every
-tinax source has one (:class:`InMemorySource`, the record readers, the split
-views), and :func:`find_source_id` looks it up through any chain of grain
-transformations.
+Iterator states record the ``source_id`` of the source at the bottom of a grain dataset, found through
+any chain of transformations, so a state never restores into a pipeline over other data.
 """
 
 from __future__ import annotations
@@ -24,24 +20,14 @@ T = TypeVar("T")
 class InMemorySource(Generic[T]):
     """A grain random-access data source over records held in memory.
 
-    It has ``len`` and integer indexing, which is all that
-    ``grain.MapDataset.source`` needs, and a ``source_id`` that names the data
-    for the pipelines' iterator-state checks. Give the same ``source_id`` to
-    the same records every run (for example a file name and version), and a
-    different one to different records.
-
-    The records are materialized once, in order, when the source is built. They
-    are held as given, not copied: indexing returns the stored object itself,
-    so treat records as read-only (the split views and pipelines in
-    ``tinax.data`` never modify them).
-
-    The source pickles with its records, so it can be sent to grain's worker
-    processes as long as the records themselves pickle.
+    Its ``source_id`` names the data for the pipelines' iterator-state
+    checks: give the same one to the same records every run, and a different
+    one to different records. Records are materialized once and held as
+    given, not copied, so treat them as read-only. The source pickles with
+    its records, for grain's worker processes.
 
     Args:
-      records: The records, any finite iterable (a list, a generator, ...).
-        A ``str`` or ``bytes`` object is refused rather than split into
-        characters.
+      records: Any finite iterable of records (not a ``str`` or ``bytes``).
       source_id: A non-empty string naming these records.
 
     Raises:
@@ -78,7 +64,7 @@ class InMemorySource(Generic[T]):
 
         Raises:
           TypeError: If ``index`` is a bool or not an integer or slice.
-          IndexError: If ``index`` is outside the records, as for any sequence.
+          IndexError: If ``index`` is outside the records.
         """
         if isinstance(index, slice):
             return self._records[index]
@@ -99,23 +85,7 @@ class InMemorySource(Generic[T]):
 
 
 def find_source_id(dataset: Any) -> str | None:
-    """Finds the identity of the data under a grain dataset.
-
-    It walks the dataset's ``parents`` down to its sources. A dataset or data
-    source with a ``source_id`` string attribute is a named source; grain's
-    source dataset (``MapDataset.source(...)``) is looked through to the source
-    object it wraps. When the dataset draws from several sources (mixed or
-    concatenated datasets), their identities are joined with ``" + "`` in
-    parent order.
-
-    Args:
-      dataset: A grain ``MapDataset`` or ``IterDataset``.
-
-    Returns:
-      The source identity, or None if any source underneath has no
-      ``source_id`` (for example ``MapDataset.source(a_list)`` or
-      ``MapDataset.range(n)``).
-    """
+    """The ``source_id`` under a grain dataset (several joined with ``" + "``), or None if any source has none."""
     found: list[str] = []
     pending: list[Any] = [dataset]
     while pending:
@@ -133,19 +103,7 @@ def find_source_id(dataset: Any) -> str | None:
 
 
 def find_file_set(dataset: Any) -> list[list[Any]] | None:
-    """Finds the files under a grain dataset that reads a dataset of many files.
-
-    Walks the dataset's ``parents`` as :func:`find_source_id` does, to the
-    readers of many files (a folder, a pattern or a list given to
-    ``read_parquet_record`` or ``read_array_record``), which list their files.
-
-    Args:
-      dataset: A grain ``MapDataset`` or ``IterDataset``.
-
-    Returns:
-      ``[name, size, rows]`` of every file of those readers, in parent
-      order, or None where no such reader is underneath.
-    """
+    """``[name, size, rows]`` of the files of the many-file readers under a grain dataset, or None where none is."""
     from tinax._data._grain_compat import wrapped_source
 
     found: list[list[Any]] = []

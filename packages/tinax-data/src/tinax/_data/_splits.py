@@ -1,16 +1,9 @@
 """Train/test splits that keep random access and a derived source identity.
 
-``split_random`` is the grain chain tinax 0.2 built (a seeded index shuffle,
-then two slices, then an optional column-dropping ``map``), so it gives 0.2's
-parts, row for row. ``split_by_column`` reads every row's value once to place
-it (only that column, for a dataset ``read_parquet_record`` returned), and
-gives each part as a view: a data source that holds its parent dataset and the
-parent positions of its rows, wrapped in ``grain.MapDataset.source``, so a
-part reads its rows from the parent only when asked.
-
-Parts of a dataset whose source has a ``source_id`` carry one derived from it,
-so the pipelines' iterator-state checks tell the parts apart; parts of an
-unidentified dataset stay unidentified.
+``split_random`` rebuilds 0.2's grain chain (index shuffle, two slices,
+optional column drop), so it gives 0.2's parts row for row. ``split_by_column``
+reads the column once and gives each part as a lazy view of its parent.
+See docs/guide/data.md, section "How rows are split".
 """
 
 from __future__ import annotations
@@ -45,11 +38,7 @@ _logger = get_logger("data")
 
 
 class _DropColumn:
-    """Returns a row without one column, as a fresh dict (the row itself is never modified).
-
-    A class rather than a closure so that the parts pickle for grain's worker
-    processes.
-    """
+    """Returns a row without one column as a fresh dict; a class so parts pickle for worker processes."""
 
     def __init__(self, column: str) -> None:
         self.column = column
@@ -62,11 +51,7 @@ class _DropColumn:
 
 
 class _RowSelection:
-    """A random-access data source over chosen rows of a parent grain dataset.
-
-    Row ``i`` of the selection is row ``positions[i]`` of the parent, without
-    ``drop_column`` when one is set.
-    """
+    """A random-access source whose row ``i`` is row ``positions[i]`` of a parent dataset."""
 
     def __init__(
         self,
@@ -90,13 +75,7 @@ class _RowSelection:
         return len(self._positions)
 
     def __getitem__(self, index: int) -> Any:
-        """Returns row ``index`` of the selection (negative indices count from the end).
-
-        Raises:
-          TypeError: If ``index`` is not an int (bools, NumPy bools and
-            floats are refused rather than read as 1, 0 or a mask).
-          IndexError: If ``index`` is outside the selection.
-        """
+        """Returns row ``index``; bools and floats are refused rather than read as 1, 0 or a mask."""
         count = len(self._positions)
         position = index if type(index) is int else require_int(index, "index")
         if position < 0:
@@ -132,44 +111,31 @@ def split_by_column(
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
     """Splits a dataset of rows in two by the value of one column.
 
-    A row whose ``column`` equals ``values[0]`` goes to the first part, one that
-    equals ``values[1]`` to the second, and any other value stops the split with
-    an error, so no row is dropped silently. Rows are read once, in order, when
-    the split is made; each part then reads its rows lazily, in their original
-    order, under a source identity derived from the parent's. The data user
-    guide's "How rows are split" section gives the details. A split logs one
-    INFO line to the ``tinax.data`` logger with the rows it read and its
-    seconds.
+    A row whose ``column`` equals ``values[0]`` goes to the first part, one
+    equal to ``values[1]`` to the second; any other value is an error, so no
+    row is dropped silently. Rows are read once when the split is made; each
+    part then reads its rows lazily, in original order, under a source
+    identity derived from the parent's. Logs one INFO line to ``tinax.data``.
 
     Args:
-      dataset: A finite ``grain.MapDataset`` whose rows are mappings (or
-        None, for filtered-out rows).
+      dataset: A finite ``grain.MapDataset`` of mapping rows (or None rows).
       column: The column that says which part a row belongs to.
-      values: The two values of ``column``, in the order the parts are
-        returned: any iterable of exactly two values that are not equal.
-      drop_column: Whether the parts' rows leave ``column`` out (as a fresh
-        dict; the parent's rows are not modified).
-      progress: None (the default) reports nothing; a callable
-        ``progress(done, total)`` is called with the rows read, from
-        ``(0, len(dataset))`` to ``(len(dataset), len(dataset))``;
-        ``"bar"`` draws a progress bar on standard error (tqdm, else rich).
-        An exception the callback raises stops the split.
+      values: Exactly two distinct values of ``column``, in the order of the
+        returned parts.
+      drop_column: Whether the parts' rows leave ``column`` out (as fresh dicts).
+      progress: None, a callable ``progress(done, total)`` called with the rows
+        read, or ``"bar"`` for a progress bar on standard error.
 
     Returns:
       ``(rows with values[0], rows with values[1])``.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``column`` is
-        not a ``str``, ``drop_column`` is not a bool, ``values`` is not
-        iterable, ``progress`` is neither None, ``"bar"`` nor callable, or
-        a row cannot be looked up by ``column``.
-      ValueError: If ``values`` does not hold exactly two values or they are
-        equal, ``dataset`` is infinite, ``progress`` is a str other than
-        ``"bar"``, or a row's ``column`` holds neither value.
-      MissingColumnError: If a row has no ``column`` (a ValueError, and the
-        KeyError tinax 0.2 raised).
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
-        installed (before any row is read).
+      TypeError: If an argument has the wrong type or a row cannot be looked up
+        by ``column``.
+      ValueError: If ``values`` is not two distinct values, ``dataset`` is
+        infinite, ``progress`` is an unknown str, or a row holds neither value.
+      MissingColumnError: If a row has no ``column`` (a ValueError and a KeyError).
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed.
 
     Examples:
       >>> import grain
@@ -233,12 +199,7 @@ def split_by_column(
 
 
 def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None]) -> list[Any] | None:
-    """One column of every row, read alone, when ``dataset`` is a Parquet reader's own dataset.
-
-    ``advance(rows)`` is called as row groups are read. Returns None for any
-    other dataset (or a column the file lacks), whose rows are then read one
-    by one.
-    """
+    """One column of every row, read alone, for a Parquet reader's own dataset; else None."""
     from tinax._data._parquet_source import ParquetRecordSource
     from tinax._data._reader_datasets import record_source_of
 
@@ -249,7 +210,7 @@ def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None])
 
 
 def _logged_name(dataset: Any) -> str:
-    """What the log line of a split names: the file of a reader's dataset, else the source identity or the dataset."""
+    """What a split's log line names: the reader's file, else the source identity or the dataset."""
     from tinax._data._reader_datasets import record_source_of
 
     path = getattr(record_source_of(dataset), "_path", None)
@@ -290,41 +251,27 @@ def split_random(
 ) -> tuple[MapDataset[dict[str, Any]], MapDataset[dict[str, Any]]]:
     """Shuffles a dataset reproducibly and cuts it in two at a ratio.
 
-    The rows are put in the order of ``dataset.shuffle(seed=seed)`` (grain's
-    index shuffle). The first part is the first ``round(train_ratio *
-    len(dataset))`` rows of that order (Python's ``round``, which rounds
-    halves to even), but at least one row and at most ``len(dataset) - 1``,
-    so neither part is ever empty; the second part is the rest. The same
-    dataset length, ratio and seed give the same parts; they are disjoint and
-    together hold every row. Within each part the rows stay in shuffled
-    order. No row is read to make the split.
-
-    Each part is a random-access ``grain.MapDataset`` that reads its rows from
-    ``dataset`` lazily. When ``dataset`` has a source identity, each part
-    gets a derived one, ``"<parent id>/split_random(train_ratio=..., seed=...,
-    part='train'|'test')"``; a part of an unidentified dataset is
-    unidentified.
+    The rows take the order of ``dataset.shuffle(seed=seed)``; the first part
+    is the first ``round(train_ratio * len(dataset))`` of them (Python's
+    ``round``), clamped so neither part is empty, and the second the rest.
+    The same length, ratio and seed give the same parts. No row is read to
+    split; each part reads lazily from ``dataset`` and, when ``dataset`` has a
+    source identity, gets one derived from it.
 
     Args:
-      dataset: A ``grain.MapDataset`` (of mapping rows when ``drop_column`` is
-        set).
-      train_ratio: The share of rows in the first part, a float strictly
-        between 0 and 1.
+      dataset: A ``grain.MapDataset`` (of mapping rows when ``drop_column`` is set).
+      train_ratio: The share of rows in the first part, strictly between 0 and 1.
       seed: The shuffle seed, an int in [0, 2**32 - 1].
-      drop_column: A column to leave out of the rows of both parts (as fresh
-        dicts; the parent's rows are not modified), or None to keep rows as
-        they are. Rows without that column are kept whole.
+      drop_column: A column to leave out of both parts' rows (as fresh dicts;
+        rows without it are kept whole), or None.
 
     Returns:
       ``(first part, second part)``.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset``, ``train_ratio``
-        is neither a float nor an int (bools included), ``seed`` is not an int
-        (or is a bool), or ``drop_column`` is neither None nor a ``str``.
-      ValueError: If ``train_ratio`` is not strictly between 0 and 1 (an int
-        never is), ``dataset`` holds fewer than two rows, or ``seed`` is out
-        of range.
+      TypeError: If an argument has the wrong type (bools included).
+      ValueError: If ``train_ratio`` is not strictly between 0 and 1,
+        ``dataset`` holds fewer than two rows, or ``seed`` is out of range.
 
     Examples:
       >>> import grain
@@ -357,8 +304,7 @@ def split_random(
         part = SlicedMapDataset(shuffled, bounds)
         if drop_column is not None:
             part = MappedMapDataset(part, _DropColumn(drop_column))  # part.map(...), iterated in this thread
-        # An attribute, not a wrapping dataset: an extra node would move every
-        # default seed derived above this part.
+        # An attribute, not a wrapper: an extra node would move every default seed derived above.
         source_id = _derived_id(parent_id, f"split_random(train_ratio={ratio!r}, seed={seed}, part={name!r})")
         if source_id is not None:
             setattr(part, "source_id", source_id)  # noqa: B010 (grain's classes declare no such attribute)

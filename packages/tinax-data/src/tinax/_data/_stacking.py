@@ -1,15 +1,8 @@
-"""Batches as one NumPy array per field, built from rows or straight from decoded columns.
+"""Batches as one NumPy array per field, built from rows or straight from decoded columns (NumPy only).
 
-:func:`stack_records` is an ordinary batch function: given a batch's records
-it stacks each field into one array. A pipeline over a tinax reader that is
-given this very function never builds those records: the reader takes the
-batch's rows out of its decoded columns, one array per field, and hands
-them over as :class:`StackedColumns`, which :func:`stack_records` returns as
-they are. Both ways give the same arrays, dtype and shape included, because
-the column-wise reads fall back to stacking the rows wherever a column's
-values would not stack to exactly what the rows give.
-
-This module imports only NumPy.
+Given :func:`stack_records` as batch function, a tinax reader skips the records and hands over
+:class:`StackedColumns` built from its columns, which :func:`stack_records` returns as they are; column
+reads fall back to stacking rows wherever that would give other arrays, so both ways agree exactly.
 """
 
 from __future__ import annotations
@@ -25,14 +18,7 @@ __all__ = ["StackedColumns", "join_stacked", "stack_records", "stack_values", "s
 
 
 class StackedColumns:
-    """A batch whose fields a reader already stacked, one array per field.
-
-    Only a pipeline whose batch function is :func:`stack_records` produces
-    it, and that function returns :attr:`columns` unchanged.
-
-    Attributes:
-      columns: The batch's arrays by field name, in the records' field order.
-    """
+    """A batch a reader already stacked, one array per field; :func:`stack_records` returns ``columns`` unchanged."""
 
     __slots__ = ("_length", "columns")
 
@@ -48,18 +34,7 @@ class StackedColumns:
 
 
 def stack_values(name: str, values: Sequence[Any]) -> np.ndarray[Any, Any]:
-    """Stacks one field's values of a batch into one array with a leading batch axis.
-
-    Args:
-      name: The field's name, for the error message.
-      values: The field's value in each record of the batch.
-
-    Returns:
-      ``np.stack([np.asarray(value) for value in values])``.
-
-    Raises:
-      ValueError: If the values are arrays of different shapes.
-    """
+    """``np.stack`` of each value's ``np.asarray``; a ValueError naming the field if shapes differ."""
     arrays = [np.asarray(value) for value in values]
     try:
         return np.stack(arrays)
@@ -73,25 +48,20 @@ def stack_values(name: str, values: Sequence[Any]) -> np.ndarray[Any, Any]:
 def stack_records(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray[Any, Any]]:
     """Stacks a batch of records field by field: a batch function for the pipelines.
 
-    Each field becomes one NumPy array whose first axis runs over the
-    records: ``np.stack`` of ``np.asarray`` of every record's value, so
-    Python ints become ``int64``, floats ``float64``, strings a fixed-width
-    ``str_`` array, and arrays gain a leading batch axis. Passed as
-    ``batch_fn`` to :func:`training_batches` or :func:`evaluation_batches`
-    over a dataset that :func:`read_parquet_record` returned, it also tells
-    the reader to build the batch straight from its decoded columns, without
-    a Python object per record; the arrays are the same either way.
+    Each field becomes ``np.stack`` of every record's ``np.asarray`` value
+    (ints ``int64``, floats ``float64``, strings fixed-width ``str_``). As
+    ``batch_fn`` of :func:`training_batches` or :func:`evaluation_batches`
+    over a :func:`read_parquet_record` dataset, it also lets the reader build
+    the batch straight from its columns; the arrays are the same either way.
 
     Args:
       records: The records of one batch: mappings with the same fields.
 
     Returns:
-      A dict from each field name (in the first record's order) to the
-      stacked array of that field.
+      A dict from each field name (in the first record's order) to its stacked array.
 
     Raises:
-      TypeError: If ``records`` is not a sequence, or a record is not a
-        mapping.
+      TypeError: If ``records`` is not a sequence, or a record is not a mapping.
       ValueError: If ``records`` is empty, a record's fields differ from the
         first record's, or a field holds arrays of different shapes.
 
@@ -126,21 +96,7 @@ def stacks_columns(batch_fn: Callable[..., Any]) -> bool:
 
 
 def join_stacked(parts: Sequence[tuple[np.ndarray[Any, Any], dict[str, np.ndarray[Any, Any]]]]) -> dict[str, Any]:
-    """Joins a batch stacked in parts (each row group's rows, say) back into the batch's order.
-
-    Args:
-      parts: For each part, the slots of the batch its rows fill (in the
-        order of its rows) and its stacked fields.
-
-    Returns:
-      The batch's stacked fields, row ``i`` of each being the batch's slot
-      ``i``. Fields of fixed-width text join at the widest part's width, as
-      stacking all the values at once would give them.
-
-    Raises:
-      ValueError: If there are no parts, or the parts' fields do not stack
-        together.
-    """
+    """Joins a batch stacked in parts, each ``(slots it fills, stacked fields)``, back into the batch's order."""
     if not parts:
         raise ValueError("no rows to join")
     if len(parts) == 1:

@@ -41,47 +41,33 @@ def open_multiprocessing_iterator(
 ) -> Iterator[DatasetIterator[T]]:
     """Iterates a dataset in grain worker processes that live only inside a ``with`` block.
 
-    Each worker of ``dataset.mp_prefetch`` produces every ``num_workers``-th
-    element, so a tinax pipeline yields the same batches, in the same order, as
-    without workers. Workers start (with ``spawn``) at the first ``next()``, and
-    leaving the block, normally or by an exception, stops and joins them all.
-    What the workers run must be picklable, and absl flags must be parsed before
-    a worker starts; this function checks that and never parses them itself.
-    With ``num_workers=0`` no process starts and the dataset's own iterator is
-    yielded. The data user guide's "How worker processes run" section covers
-    pickling, flags and iterator states.
+    Worker ``w`` produces every ``num_workers``-th element, so a tinax
+    pipeline yields the same batches in the same order as without workers.
+    Workers start (``spawn``) at the first ``next()`` and are joined when the
+    block is left. What they run must pickle, and absl flags must already be
+    parsed (never parsed here). ``num_workers=0`` starts no process. See the
+    data guide, section "How worker processes run".
 
     Args:
-      dataset: A ``grain.IterDataset``, for example
-        ``training_batches(...).to_iter_dataset()``.
+      dataset: A ``grain.IterDataset``, e.g. ``training_batches(...).to_iter_dataset()``.
       num_workers: The number of worker processes, 0 for none.
-      per_worker_buffer_size: How many elements each worker may hold ready,
-        at least 1.
-      worker_init_fn: Called in each worker before it reads data, with the
-        worker's index and the worker count, or None.
-      sequential_slice: Whether each worker reads one contiguous block of
-        the source instead of every ``num_workers``-th element (grain's
-        experimental option). grain cuts the source in place under the
-        dataset's ``MapDataset`` steps, and its slice, repeat and batch steps
-        keep the length they had before the cut, so rows come out repeated:
-        it is refused for tinax pipelines when there are two or more
-        workers, and only safe for other datasets without such steps.
+      per_worker_buffer_size: How many elements each worker may hold ready, at least 1.
+      worker_init_fn: Called in each worker before it reads, with the worker's
+        index and the worker count, or None.
+      sequential_slice: grain's experimental option: each worker reads one
+        contiguous block. Repeats rows under slice, repeat or batch steps, so
+        refused for tinax pipelines with two or more workers.
 
     Yields:
       The iterator, open for the duration of the block.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.IterDataset`` (a
-        ``MapDataset`` needs ``.to_iter_dataset()``), ``num_workers`` or
-        ``per_worker_buffer_size`` is not an int (bools included),
-        ``worker_init_fn`` is neither None nor callable, or
-        ``sequential_slice`` is not a bool.
-      ValueError: If ``num_workers`` is negative,
-        ``per_worker_buffer_size`` is below 1, or ``sequential_slice`` is
-        True for a tinax pipeline with two or more workers.
-      RuntimeError: If ``num_workers`` is 1 or more and absl flags have not
-        been parsed. This is the state of the program, not an argument, hence
-        neither TypeError nor ValueError.
+      TypeError: If an argument has the wrong type (a ``MapDataset`` needs
+        ``.to_iter_dataset()``; bools are not ints).
+      ValueError: If ``num_workers`` is negative, ``per_worker_buffer_size`` is
+        below 1, or ``sequential_slice`` is True for a tinax pipeline with two
+        or more workers.
+      RuntimeError: If ``num_workers`` is 1 or more and absl flags are not parsed.
 
     Examples:
       >>> import grain
@@ -101,8 +87,7 @@ def open_multiprocessing_iterator(
 
     from tinax._data._checked_datasets import CheckedIterator
 
-    # After an argument tinax 0.2 refused with TypeError and 0.3 accepts (a
-    # NumPy integer), a later refusal is also a TypeError.
+    # After a NumPy integer (0.2 refused it with TypeError), a later refusal is also a TypeError.
     widened = is_non_python_int(num_workers) or is_non_python_int(per_worker_buffer_size)
     with reported_as_both(widened):
         require_instance(
@@ -124,8 +109,7 @@ def open_multiprocessing_iterator(
     options = grain.MultiprocessingOptions(num_workers=num_workers, per_worker_buffer_size=per_worker_buffer_size)
     iterator: Any
     if num_workers == 0:
-        # grain returns the dataset itself for zero workers; the call is kept so
-        # that the options reach mp_prefetch however many workers there are.
+        # grain returns the dataset itself here; called anyway so the options always reach mp_prefetch.
         in_process = dataset.mp_prefetch(options, worker_init_fn=worker_init_fn, sequential_slice=sequential_slice)
         iterator = in_process.__iter__()
     else:
@@ -149,10 +133,6 @@ def open_multiprocessing_iterator(
     finally:
         iterator.close()
         if num_workers > 0:
-            # grain's queues and events hold semaphores inside reference
-            # cycles. Left for a later collection, their finalizers can fire
-            # while multiprocessing's resource tracker is mid-call in this
-            # thread, which CPython reports as a reentrant call and a leaked
-            # semaphore. Collecting here releases them while nothing else is
-            # talking to the tracker.
+            # grain's semaphores sit in reference cycles; finalized later, they can fire mid-call in
+            # multiprocessing's resource tracker (a reentrant call and a leaked semaphore). Collect now.
             gc.collect()
