@@ -1,16 +1,12 @@
 """Weight files for inference hosts: safetensors and Flax msgpack state dicts.
 
-The plain loaders and savers exchange explicit host NumPy arrays and never
-gather a global JAX array; ``load_sharded_safetensors`` and
-``save_sharded_safetensors`` move global ``jax.Array`` s between devices and
-safetensors files (single or indexed multi-file), each process touching only
-the bytes of its own shards. Loads are planned from the file's header and refused before
-any payload is read when they exceed the caller's byte budget; every dtype
-comes back exactly (bfloat16 and float8 included); metadata is read and
-written only under an explicit size limit; manifests rename, reshape and check
-tensors. Writes are atomic and never replace a file unless asked to. flax is
-never imported, and importing this module imports neither safetensors nor
-msgpack.
+The plain loaders and savers exchange host NumPy arrays; ``load_sharded_safetensors`` and
+``save_sharded_safetensors`` move global ``jax.Array`` s to and from safetensors files (single or
+indexed multi-file), each process touching only its own shards' bytes. Loads are planned from the
+header and refused before any payload is read when over the caller's byte budget; every dtype
+comes back exactly (bfloat16 and float8 included); metadata is read and written only under an
+explicit size limit; manifests rename, reshape and check tensors. Writes are atomic and replace a
+file only when asked. flax is never imported, nor safetensors or msgpack on import.
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version

@@ -1,13 +1,9 @@
 """tinax 0.2's exception types, kept where 0.3 says more: every accommodation of 0.2 in this member.
 
-tinax 0.2 let the operating system's, safetensors' and msgpack's own errors
-reach the caller. Code written against 0.2 catches those types, so each
-error here is also of the type 0.2 raised, next to the ValueError that 0.3
-raises for every bad value; each class and builder says which 0.2
-behaviour it keeps. The errors that subclass safetensors' or msgpack's own
-classes are declared in :mod:`tinax._weights._compat02_upstream`, which the
-builders import only when there is such an error to raise: importing
-either library is what ``import tinax.weights`` must not do.
+0.2 let the system's, safetensors' and msgpack's errors through, and code catches those types,
+so each error here is also the type 0.2 raised, besides 0.3's ValueError. Subclasses of the
+upstream libraries' errors live in :mod:`._compat02_upstream`, imported only to raise one,
+since ``import tinax.weights`` must not import safetensors or msgpack.
 """
 
 from __future__ import annotations
@@ -33,52 +29,36 @@ class MissingFilePathError(FileNotFoundError, ValueError):
 
 
 class UnreachablePathError(FileNotFoundError, ValueError):
-    """A path that cannot lead to a file, whatever exists on disk.
+    """A path that cannot lead to a file, whatever exists on disk; 0.2's msgpack load raised FileNotFoundError.
 
-    0.2 raised FileNotFoundError for those it met when loading msgpack
-    files. Its ``errno`` is the operating system's: ENOTDIR (a component is
-    a regular file, then the error is a :class:`NotADirectoryPathError`),
-    ELOOP (a symbolic-link loop) or ENAMETOOLONG.
+    Its ``errno`` is the system's: ENOTDIR (then a :class:`NotADirectoryPathError`), ELOOP or ENAMETOOLONG.
     """
 
 
 class NotADirectoryPathError(UnreachablePathError, NotADirectoryError):
-    """A path that runs through a regular file (or another non-directory) where a folder is needed.
-
-    It is a FileNotFoundError and a ValueError, as every path that cannot
-    lead to a file, and also a NotADirectoryError, which tinax 0.2 raised
-    when a save's folder was a file.
-    """
+    """A path that runs through a non-directory where a folder is needed; also the NotADirectoryError of 0.2's saves."""
 
 
 class IntegerRangeError(ValueError, OverflowError):
-    """An int leaf outside the range that msgpack stores.
-
-    It is an OverflowError too: msgpack raised that for such a leaf in
-    tinax 0.2.
-    """
+    """An int leaf outside the range msgpack stores; also the OverflowError msgpack raised in tinax 0.2."""
 
 
 def malformed_safetensors(message: str) -> ValueError:
-    """Returns the error for a malformed safetensors file, with ``message``.
-
-    It is a ValueError and also the upstream ``safetensors.SafetensorError``,
-    which 0.2 let through for such files.
-    """
+    """The error for a malformed safetensors file: a ValueError and the ``SafetensorError`` 0.2 let through."""
     from tinax._weights._compat02_upstream import MalformedSafetensorsError
 
     return MalformedSafetensorsError(message)
 
 
 def malformed_msgpack(message: str, cause: BaseException) -> ValueError:
-    """Returns the ValueError for a decoding failure, also of msgpack's own type where it has one, as 0.2 raised."""
+    """The ValueError for a decoding failure, also of msgpack's own type where it has one, as 0.2 raised."""
     from tinax._weights import _compat02_upstream
 
     return _compat02_upstream.malformed_msgpack(message, cause)
 
 
 def trailing_msgpack_data(message: str) -> ValueError:
-    """Returns the ValueError for bytes after a file's msgpack value, also the ``msgpack.ExtraData`` of 0.2."""
+    """The ValueError for bytes after a file's msgpack value, also the ``msgpack.ExtraData`` of 0.2."""
     from tinax._weights._compat02_upstream import TrailingDataError
 
     return TrailingDataError(message)

@@ -1,12 +1,8 @@
 """tinax 0.2's errors for malformed files that are also safetensors' and msgpack's own error types.
 
-tinax 0.2 read safetensors files through the upstream library and decoded
-msgpack with msgpack, and let their errors through, so a handler may catch
-``safetensors.SafetensorError``, ``msgpack.ExtraData`` or
-``msgpack.FormatError``. The errors here are those types as well as
-ValueErrors with tinax's messages. Importing this module imports safetensors
-and msgpack, so :mod:`tinax._weights._compat02` imports it only when there
-is such an error to raise: ``import tinax.weights`` stays free of both.
+0.2 let ``safetensors.SafetensorError``, ``msgpack.ExtraData`` and ``msgpack.FormatError`` through,
+so handlers may catch them. Importing this imports both libraries, so :mod:`._compat02` does so
+only when there is such an error to raise.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ class TrailingDataError(msgpack.ExtraData):  # type: ignore[misc]  # msgpack shi
     """A msgpack file with bytes after its single top-level value."""
 
     def __init__(self, message: str) -> None:
-        # msgpack.ExtraData takes the decoded value and the extra bytes; this
-        # error carries a message instead, and keeps the attributes defined.
+        # msgpack.ExtraData takes the value and extra bytes; this takes a message but keeps the attributes.
         ValueError.__init__(self, message)
         self.unpacked = None
         self.extra = b""

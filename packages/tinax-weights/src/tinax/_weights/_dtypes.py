@@ -24,18 +24,12 @@ __all__ = [
     "tensor_nbytes",
 ]
 
-#: Every safetensors dtype that has an exact element-for-element NumPy or
-#: ml_dtypes counterpart, from tinax-core's one dtype table, in safetensors'
-#: own order (the order of its ``Dtype`` enum, smallest element first). The
-#: upstream writer lays tensors out by descending position in this order, so
-#: every tensor starts at a multiple of its element size (see
-#: :func:`in_file_order`).
+#: Safetensors dtypes with an exact NumPy or ml_dtypes counterpart, in the order of safetensors'
+#: ``Dtype`` enum, on which :func:`in_file_order` relies to align every tensor.
 SAFETENSORS_DTYPES: dict[str, np.dtype[Any]] = dtypes.safetensors_dtypes()
 
-#: Safetensors dtypes that pack several elements into a byte: their size in
-#: bits and how they are packed. NumPy and ml_dtypes store one element per
-#: byte, so no array type matches their bytes: headers may describe them, but
-#: they cannot be loaded into arrays.
+#: Safetensors dtypes that pack several elements into a byte (bits, packing): headers may
+#: describe them, but no array type matches their bytes, so they cannot be loaded.
 PACKED_DTYPES: dict[str, tuple[int, str]] = {
     "F4": (4, "4-bit floats packed two to a byte"),
     "F6_E2M3": (6, "6-bit floats packed four to three bytes"),
@@ -47,17 +41,9 @@ _RANK = {name: position for position, name in enumerate(SAFETENSORS_DTYPES)}
 
 
 class SafetensorsDtype(str):
-    """The name of a safetensors element type, such as ``"F32"`` or ``"BF16"``.
+    """The name of a safetensors element type (``"F32"``): a ``str`` that also equals its exact NumPy type.
 
-    It is a ``str`` (equal to, and hashing like, the plain name), and it also
-    compares equal to the exact NumPy or ml_dtypes type of its elements in
-    either byte order, given as a ``numpy.dtype`` or a scalar type:
-    ``TensorInfo((2,), "BF16").dtype`` equals ``"BF16"``,
-    ``np.dtype(ml_dtypes.bfloat16)`` and ``ml_dtypes.bfloat16``. Hashes follow
-    the str, so a set or dict keyed by names finds it.
-
-    Being a str, it must not be handed to NumPy as a dtype: NumPy would read
-    ``"U8"`` as a Unicode string type. Use :attr:`numpy_dtype` for that.
+    Never hand it to NumPy as a dtype (``"U8"`` would read as Unicode); use :attr:`numpy_dtype`.
     """
 
     __slots__ = ()
@@ -87,8 +73,7 @@ class SafetensorsDtype(str):
         equal = self.__eq__(other)
         return equal if equal is NotImplemented else not equal
 
-    # Equal objects must hash alike; the str hash keeps name lookups working,
-    # which matter more than hashing like a numpy.dtype (they cannot both hold).
+    # Hashing like the str keeps name lookups working, which matters more than hashing like a numpy.dtype.
     __hash__ = str.__hash__
 
     def __repr__(self) -> str:
@@ -113,11 +98,7 @@ KNOWN_NAMES: dict[str, SafetensorsDtype] = {
 
 
 def safetensors_dtype(name: str) -> SafetensorsDtype:
-    """Returns the SafetensorsDtype of a known name.
-
-    Raises:
-      ValueError: If ``name`` is not a safetensors dtype name.
-    """
+    """The SafetensorsDtype of a known name; ValueError for another."""
     known = KNOWN_NAMES.get(name)
     if known is None:
         raise ValueError(f"dtype must be a safetensors dtype name ({', '.join(KNOWN_NAMES)}), got {name!r}")
@@ -125,20 +106,13 @@ def safetensors_dtype(name: str) -> SafetensorsDtype:
 
 
 def dtype_name(dtype: np.dtype[Any]) -> str | None:
-    """Returns the safetensors name of an array dtype, or None if it has none.
-
-    Byte order does not matter: ``>f4`` and ``<f4`` are both ``F32``.
-    """
+    """The safetensors name of an array dtype in either byte order, or None if it has none."""
     native = dtype if dtype.isnative else dtype.newbyteorder("=")
     return _NAME_BY_DTYPE.get(native)
 
 
 def require_dtype_name(dtype: np.dtype[Any] | None, name: str, value: object) -> str:
-    """Returns the safetensors name of ``dtype``, the dtype of ``value``.
-
-    Raises:
-      TypeError: Naming ``name``, if ``dtype`` is None or has no safetensors name.
-    """
+    """The safetensors name of ``dtype``, the dtype of ``value``; TypeError naming ``name`` if it has none."""
     text = None if dtype is None else dtype_name(dtype)
     if text is None:
         known = ", ".join(f"{dtype!s} ({text})" for text, dtype in SAFETENSORS_DTYPES.items())

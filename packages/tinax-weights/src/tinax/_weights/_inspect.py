@@ -1,14 +1,9 @@
 """``tinax inspect`` for safetensors files, multi-file indexes and msgpack weights.
 
-Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
-Every file is read by the loaders' own readers: safetensors headers by
-:func:`tinax._weights._header.read_header` and indexes by
-:func:`tinax._weights._index.open_checkpoint`, with the same validation and
-messages as a load; msgpack files by the loader's decoder under its limits.
-Safetensors payloads are never read. The readers read each file from its
-start without gaps, so where a file is left is the bytes taken from it.
-``tinax inspect`` hands an object in a bucket over as its ``gs://`` or
-``s3://`` URL, a ``str``; it is read with ranged GETs in the same way.
+Registered as a ``tinax.inspectors`` entry point by :mod:`._sniff`. Files are read by the
+loaders' own readers, with their validation and messages; safetensors payloads never are.
+The readers read each file from its start without gaps, so a file's position is its bytes read.
+Objects in a bucket come as their ``gs://`` or ``s3://`` URL, a ``str``.
 """
 
 from __future__ import annotations
@@ -54,11 +49,7 @@ _NEEDED_BY = "tinax inspect"
 
 
 def safetensors_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata.
-
-    Raises:
-      ValueError: With the loader's message, if the header is invalid.
-    """
+    """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata."""
     location = location_to_read(path, "path")
     opened = open_to_read(location, kind="safetensors file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
     with opened as (handle, size):
@@ -81,15 +72,7 @@ def safetensors_report(path: pathlib.Path | str, options: InspectOptions) -> Rep
 
 
 def safetensors_index_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes a multi-file checkpoint from its index and each file's header.
-
-    The index and every file it names are validated as a load validates them;
-    the bytes read are the index's size plus each file's header bytes.
-
-    Raises:
-      ValueError: With the loader's message, if the index or a header is invalid.
-      FileNotFoundError: If a file the index names is missing.
-    """
+    """Describes a multi-file checkpoint from its index and each file's header, validated as a load does."""
     location = location_to_read(path, "path")
     with contextlib.ExitStack() as stack:
         tensors, _ = open_checkpoint(stack, location, max_metadata_bytes=MAX_HEADER_BYTES, needed_by=_NEEDED_BY)
@@ -109,15 +92,7 @@ def safetensors_index_report(path: pathlib.Path | str, options: InspectOptions) 
 
 
 def msgpack_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes the leaves of a msgpack state dict (flax's format) with dtypes and shapes.
-
-    msgpack has no index, so the file is decoded whole by the loader's
-    decoder, under its limits, and only if it is at most
-    ``options.max_bytes`` long.
-
-    Raises:
-      ValueError: With the loader's message, if the file is malformed or too large.
-    """
+    """Describes the leaves of a msgpack state dict, decoded whole (no index) if within ``options.max_bytes``."""
     location = location_to_read(path, "path")
     opened = open_to_read(location, kind="msgpack file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
     with opened as (handle, size):

@@ -1,11 +1,6 @@
 """Tensor manifests: which tensors to take from a weights file, under which names, in which form.
 
-A manifest states the whole mapping from a checkpoint's tensor names to a
-model's, with the shape and dtype each tensor must end up with. Applying it
-first checks that the tensors are exactly the manifest's sources, reporting
-every missing and every unexpected name at once, then runs the rules in
-order and stops at the first result that breaks its rule, so no later
-transform runs on a checkpoint already known to be wrong.
+docs/guide/weights.md, section "Renaming and checking with a manifest", shows them in use.
 """
 
 from __future__ import annotations
@@ -29,30 +24,27 @@ _DTYPE_EXPECTATION = "None or a numpy.dtype (or a type or name that numpy.dtype 
 class TensorRule:
     """How one source tensor becomes one destination tensor.
 
-    The expectations describe the destination tensor, that is the source
-    tensor after ``transform``. Both are compared exactly: a ``float32``
-    tensor does not meet ``expected_dtype=np.float16``, and no value is ever
-    cast behind the caller's back; put a cast in ``transform`` to have one.
+    The expectations describe the tensor after ``transform`` and are compared
+    exactly: a ``float32`` tensor does not meet ``expected_dtype=np.float16``, and
+    nothing is cast behind the caller's back (put a cast in ``transform``).
 
     Attributes:
       source_name: The tensor's name in the source (a safetensors file, say).
       destination_name: The name it gets in the result.
-      transform: A function from the source array to the destination array
-        (a transpose, a reshape, a cast), or None to take the source array
-        as it is. It must return a ``numpy.ndarray``.
-      expected_shape: The destination shape, or None not to check it. Any
-        sequence of non-negative ints is accepted and stored as a tuple.
-      expected_dtype: The destination dtype, or None not to check it. Any
-        value ``numpy.dtype`` accepts (``np.float32``,
-        ``ml_dtypes.bfloat16``, ``"int8"``), or a safetensors dtype from a
-        :class:`TensorInfo`, is accepted and stored as a ``numpy.dtype``.
+      transform: A function from the source array to the destination
+        ``numpy.ndarray`` (a transpose, a reshape, a cast), or None to take the
+        source array as it is.
+      expected_shape: The destination shape, or None not to check it; any
+        sequence of non-negative ints, stored as a tuple.
+      expected_dtype: The destination dtype, or None not to check it; anything
+        ``numpy.dtype`` accepts, or a safetensors dtype from a :class:`TensorInfo`,
+        stored as a ``numpy.dtype``.
 
     Raises:
       TypeError: If a name is not a str, ``transform`` is not callable,
         ``expected_shape`` is not a sequence of ints (bools refused) or
         ``expected_dtype`` is not a dtype.
-      ValueError: If a name is empty or an extent of ``expected_shape`` is
-        negative.
+      ValueError: If a name is empty or an extent of ``expected_shape`` is negative.
     """
 
     source_name: str
@@ -67,8 +59,7 @@ class TensorRule:
         if self.transform is not None:
             validation.require_callable(self.transform, "transform")
         if self.expected_shape is not None:
-            # tinax._core.shapes.require_shape performs this same check, but
-            # importing it imports jax, which tinax.weights never needs.
+            # Not tinax._core.shapes.require_shape: importing it imports jax, which tinax.weights never needs.
             shape = validation.require_sequence(
                 self.expected_shape,
                 "expected_shape",
@@ -93,8 +84,7 @@ def _require_dtype(value: object) -> np.dtype[Any]:
         return value.numpy_dtype
     try:
         return np.dtype(value)  # type: ignore[call-overload, no-any-return]
-    # Malformed descriptions make NumPy raise ValueError ("field 'a' occurs
-    # more than once", a negative subarray shape) or SyntaxError ("f4,,").
+    # Malformed descriptions make NumPy raise ValueError or even SyntaxError ("f4,,").
     except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError) as error:
         raise TypeError(validation.expectation_message("expected_dtype", _DTYPE_EXPECTATION, value)) from error
 
@@ -108,10 +98,9 @@ class TensorManifest:
     """A set of :class:`TensorRule`, checked together.
 
     Attributes:
-      rules: The rules, stored as a tuple; none at all describes a checkpoint
-        without tensors. No two rules share a source name or a destination
-        name (one name may be the source of one rule and the destination of
-        another, as in a swap).
+      rules: The rules, stored as a tuple (none describes a checkpoint without
+        tensors). No two share a source name or a destination name, though one
+        name may be the source of one rule and the destination of another.
 
     Raises:
       TypeError: If ``rules`` is not a sequence (a str included) or an item is
@@ -142,31 +131,26 @@ class TensorManifest:
     def apply(self, tensors: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, np.ndarray[Any, Any]]:
         """Applies every rule to ``tensors`` and checks every result.
 
-        First the names are checked: ``tensors`` must hold exactly the
-        manifest's source names, and every missing and every unexpected name
-        is reported in one error, so a checkpoint with tensors that no rule
-        covers is not taken for a complete one. Then each rule, in order, runs
-        its transform and checks the result's shape and dtype; the first
-        failure stops the run, so later transforms never run on a checkpoint
-        already known not to fit.
+        ``tensors`` must hold exactly the manifest's source names; every missing and
+        unexpected name is reported in one error. Then each rule, in order, runs its
+        transform and checks the result; the first failure stops the run, so later
+        transforms never run on a checkpoint already known not to fit.
 
         Args:
-          tensors: Source name to host array, for example the ``tensors`` of
+          tensors: Source name to host array, such as the ``tensors`` of
             :func:`~tinax.weights.load_safetensors`'s result.
 
         Returns:
-          Destination name to array, in rule order. A rule without a transform
-          passes its source array through itself, not a copy.
+          Destination name to array, in rule order; a rule without a transform
+          passes its source array itself, not a copy.
 
         Raises:
-          TypeError: If ``tensors`` is not a mapping with ``str`` keys, a
-            source tensor is not a ``numpy.ndarray``, a transform returns
-            something else, or a result has the shape its rule expects but
-            another dtype.
-          ValueError: If source names are missing or unexpected, or a result
-            has another shape than its rule expects (whatever its dtype).
-          Exception: Whatever a transform raises propagates unchanged, with a
-            note naming the rule.
+          TypeError: If ``tensors`` is not a mapping with ``str`` keys, a source
+            tensor or a transform's result is not a ``numpy.ndarray``, or a result has
+            the expected shape but another dtype.
+          ValueError: If source names are missing or unexpected, or a result has
+            another shape than expected (whatever its dtype).
+          Exception: Whatever a transform raises, unchanged, with a note naming the rule.
         """
         validation.require_str_mapping(tensors, "tensors")
         sources = self.source_names
@@ -191,37 +175,32 @@ class TensorManifest:
     ) -> dict[str, np.ndarray[Any, Any]]:
         """Loads the manifest's source tensors from a safetensors file and applies the rules.
 
-        Only the source tensors are read, under one byte budget; other tensors
-        in the file are left alone (to refuse files with tensors that no rule
-        covers, use ``apply(load_safetensors(...).tensors)``). Sources missing
-        from the file are all reported in one error, as :meth:`apply` reports
-        them.
+        Only the source tensors are read, under one byte budget; other tensors are
+        left alone (to refuse them, use ``apply(load_safetensors(...).tensors)``).
+        Missing sources are all reported in one error, as :meth:`apply` reports them.
 
         Args:
           path: The safetensors file.
-          max_bytes: The largest total size, in bytes, of the source tensors'
-            data, as for :func:`~tinax.weights.load_safetensors`.
-          max_metadata_bytes: As for :func:`~tinax.weights.load_safetensors`:
-            the default, 0, accepts no metadata.
+          max_bytes: The largest total size of the source tensors' data, as for
+            :func:`~tinax.weights.load_safetensors`.
+          max_metadata_bytes: As for :func:`~tinax.weights.load_safetensors`; the
+            default, 0, accepts no metadata.
 
         Returns:
           Destination name to array, in rule order, as :meth:`apply` returns.
 
         Raises:
-          TypeError: If ``path`` is not a path or ``max_bytes`` or
-            ``max_metadata_bytes`` is not an int (bool included), or a rule
-            fails with a TypeError (see :meth:`apply`).
-          ValueError: If ``max_bytes`` is negative or smaller than the source
-            tensors' data, the file is not a valid safetensors file or has
-            more metadata than allowed, sources are missing, or a rule fails
-            with a ValueError (see :meth:`apply`).
+          TypeError: If an argument has the wrong type (a bool limit included), or a
+            rule fails with a TypeError (see :meth:`apply`).
+          ValueError: If ``max_bytes`` is negative or too small for the sources, the
+            file is not a valid safetensors file or has more metadata than allowed,
+            sources are missing, or a rule fails with a ValueError.
           FileNotFoundError: If no file exists at ``path``.
         """
         from tinax._weights import _safetensors
 
         validation.require_non_negative_int(max_bytes, "max_bytes")
-        # The header says which sources exist, so that missing ones are
-        # reported together by apply() instead of one by one by the loader.
+        # The header says which sources exist, so apply() reports missing ones together.
         available = _safetensors.inspect_safetensors(path, max_metadata_bytes=max_metadata_bytes).tensors
         present = [name for name in self.source_names if name in available]
         loaded = _safetensors.load_safetensors(
@@ -238,8 +217,7 @@ def _apply_rule(rule: TensorRule, source: np.ndarray[Any, Any]) -> np.ndarray[An
         try:
             result = rule.transform(source)
         except Exception as error:
-            # The transform's own exception, of its own type, is what callers
-            # may be waiting for; the note only says where it came from.
+            # Callers may expect the transform's own exception type; the note only says where it came from.
             error.add_note(f"raised by the transform of the tensor rule {rule._label()}")
             raise
     if not isinstance(result, np.ndarray):

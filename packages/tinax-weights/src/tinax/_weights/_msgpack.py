@@ -1,31 +1,11 @@
 """Flax msgpack state dicts, read and written without flax.
 
-The format is the one ``flax.serialization.to_bytes`` writes for a state dict:
-one msgpack map per nested mapping (and per list, tuple, namedtuple or
-flax-registered dataclass, as :mod:`tinax._weights._state_dicts` maps
-them), plain msgpack values for ``None``, bools,
-ints, floats, strings and bytes, and three msgpack extension types for the
-rest:
-
-* type 1, an ndarray: the msgpack array ``[shape, dtype name, raw bytes]``,
-  the bytes in C order and the writer's native byte order;
-* type 2, a Python complex: the msgpack array ``[real, imag]``;
-* type 3, a NumPy scalar: encoded like a 0-d ndarray.
-
-An array over 2**30 bytes is split, as flax splits it, into the map
-``{"__msgpack_chunked_array__": True, "shape": {"0": ...}, "chunks": {"0": ...}}``
-of flat pieces, so that no msgpack object reaches the format's 2**32 - 1 byte
-limit.
-
-The writer streams the file, one leaf at a time, instead of building it in
-memory first as flax does: writing needs no memory beyond the state itself,
-except a C-order, native-order copy of an array that is neither, while it is
-written. The reader decodes the file in pieces as it reads them.
-
-msgpack frames every value here except the array extensions' headers:
-``msgpack.ExtType`` gives the same bytes, but it holds its payload as
-``bytes``, so it would copy each array twice (measured with ``hatch run
-bench:weights --cases write``: up to 4x the time and twice the memory).
+The format is what ``flax.serialization.to_bytes`` writes for a state dict;
+docs/guide/weights.md, section "The msgpack format", describes it. The writer
+streams one leaf at a time and the reader decodes in pieces, so neither holds
+the whole file. Array extension headers are framed by hand: ``msgpack.ExtType``
+holds its payload as bytes and would copy each array twice (measured with
+``hatch run bench:weights --cases write``: up to 4x the time, 2x the memory).
 """
 
 from __future__ import annotations
@@ -64,8 +44,7 @@ _SCALAR_EXTENSION = 3
 #: The key flax puts in the map that stands for a chunked array.
 CHUNKED_ARRAY_MARKER = "__msgpack_chunked_array__"
 
-#: Arrays larger than this are chunked, exactly at flax's threshold, so that
-#: the files stay byte-identical to flax's.
+#: Arrays larger than this are chunked, at flax's threshold, so files stay byte-identical to flax's.
 _MAX_CHUNK_BYTES = 2**30
 _logger = get_logger("weights")
 
@@ -95,66 +74,45 @@ _DTYPE_EXPECTATION = "an array or scalar with a bool, integer, floating, complex
 def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, overwrite: bool) -> None:
     """Writes a state dict as a Flax msgpack file, atomically.
 
-    The bytes are those ``flax.serialization.to_bytes(state)`` produces for the
-    same state (keys in the mapping's iteration order), so flax's
-    ``from_bytes`` and ``msgpack_restore`` read the file, and
-    :func:`load_msgpack` reads files flax wrote. Containers are stored as
-    flax stores them, and :func:`load_msgpack` rebuilds them from its
-    target: a list or tuple as the map ``{"0": ..., "1": ...}``, a
-    namedtuple (every optax optimizer state) as the map of its fields, a key
-    that is not a ``str`` as ``str(key)``, and an instance of a type
-    registered with ``flax.serialization`` (a ``flax.struct`` dataclass such
-    as ``TrainState``) as flax's ``to_state_dict`` gives it. One deliberate
-    difference: an array with a non-native byte order is written in native
-    order (flax writes its bytes under the plain dtype name, so they would
-    be misread).
-
-    The file is streamed into a temporary file next to ``path`` that takes the
-    name ``path`` only once it is complete and flushed; every leaf is checked
-    before anything is written.
+    The bytes are those of ``flax.serialization.to_bytes(state)`` (keys in the
+    mapping's order), so flax reads the file, except that an array with a
+    non-native byte order is written in native order (flax would misread it).
+    Containers are stored as flax stores them and :func:`load_msgpack` rebuilds
+    them from its target: a list or tuple as the map ``{"0": ..., "1": ...}``, a
+    namedtuple (every optax state) as the map of its fields, a non-str key as
+    ``str(key)``, a flax-registered dataclass (``TrainState``) as flax's
+    ``to_state_dict`` gives it. Every leaf is checked before anything is written;
+    the file is streamed to a temporary file that takes the name ``path`` once
+    complete. A successful save logs one INFO line to the ``tinax.weights`` logger.
 
     Args:
-      path: The file to write, or a ``gs://`` or ``s3://`` URL of an object (a
-        ``str`` or an ``etils.epath.Path``), uploaded as one object once
-        complete, create-if-absent without ``overwrite``. A local file's
-        folder must exist; it must not be a symbolic link.
-      state: The state dict: a mapping whose values are nested mappings,
-        lists, tuples, namedtuples (an optax state, say) or flax-registered
-        dataclasses, or leaves. Keys that are not a ``str`` are stored as
-        ``str(key)``. A leaf is a ``numpy.ndarray``, a ``jax.Array`` (its
-        host value is written; it must be fully addressable from this
-        process) or a NumPy scalar with a bool, integer, floating,
-        complex or ml_dtypes dtype (bfloat16, the float8 formats, int4 and
-        so on), or a Python ``bool``, ``int`` (64-bit range), ``float``,
-        ``complex``, ``str``, ``bytes`` or ``None``. Arrays over 2**30 bytes
-        are chunked as flax chunks them.
+      path: The file, or a ``gs://`` or ``s3://`` URL of an object (uploaded once
+        complete, create-if-absent without ``overwrite``). A local file's folder
+        must exist; it must not be a symbolic link.
+      state: A mapping of nested mappings, lists, tuples, namedtuples or
+        flax-registered dataclasses, and leaves: ``numpy.ndarray`` s, fully
+        addressable ``jax.Array`` s and NumPy scalars of a bool, integer, floating,
+        complex or ml_dtypes dtype, or Python ``bool``, ``int`` (64-bit range),
+        ``float``, ``complex``, ``str``, ``bytes`` or ``None``. Arrays over
+        2**30 bytes are chunked as flax chunks them.
       overwrite: Whether an existing file at ``path`` may be replaced.
 
-    When it succeeds, the save logs one INFO line to the ``tinax.weights``
-    logger with the bytes written and the seconds it took.
-
     Raises:
-      TypeError: If ``path`` is not a path, ``overwrite`` not a bool, ``state``
-        not a mapping, or a leaf of a kind the format cannot carry: an array
-        with an object, string or structured dtype (a PRNG key array, say),
-        a subclass of list or tuple, or any other object. The message names
-        the leaf's key path.
-      ValueError: If an int leaf is outside the 64-bit range (then also an
-        OverflowError, as msgpack raised in tinax 0.2), a string or a
-        key's text is not valid UTF-8, a container contains itself, two keys
-        of one mapping have the same text, a key is flax's reserved
+      TypeError: If an argument has the wrong type, or a leaf is of a kind the
+        format cannot carry (an object, string or structured dtype such as a PRNG
+        key array, a list or tuple subclass, ...); the message names its key path.
+      ValueError: If an int leaf is outside the 64-bit range (also an
+        OverflowError), text is not valid UTF-8, a container contains itself, two
+        keys of one mapping have the same text or one is flax's reserved
         ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
-      IsADirectoryError: If ``path`` is a directory, or becomes one before
-        the file takes its name (also a ValueError), as
-        :func:`~tinax.weights.save_safetensors` reports it.
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
+      IsADirectoryError: If ``path`` is, or becomes before the rename, a
+        directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
+        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a regular file (then also the
-        NotADirectoryError that tinax 0.2 raised) or a loop of symbolic
-        links, or its name is longer than the file system allows (then also
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
+        exist at ``path``: it runs through a regular file (also a
+        NotADirectoryError) or a symbolic link loop, or its name is too long (also
         a ValueError).
 
     Examples:
@@ -184,7 +142,7 @@ def _root_container(value: object, where: str) -> Container:
 
 
 def _checked_container(container: Container, value: object, where: str, ancestors: frozenset[int]) -> dict[str, Any]:
-    """Checks a state and returns it as flax's state dict: plain dicts with str keys, and leaves."""
+    """Checks a state and returns flax's state dict of it: plain dicts with str keys, and leaves."""
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a state dict must be a tree")
     ancestors = ancestors | {id(value)}
@@ -203,7 +161,7 @@ def _checked_container(container: Container, value: object, where: str, ancestor
 
 
 def _check_key(key: str, suffix: str, where: str, labels: dict[str, str]) -> None:
-    """Checks the text a key has in the file; ``labels`` holds the keys already seen in this container."""
+    """Checks a key's text in the file; ``labels`` holds the keys already seen in this container."""
     validation.require_utf8(key, f"keys of {where}")
     if key == CHUNKED_ARRAY_MARKER:
         raise ValueError(
@@ -241,15 +199,10 @@ def _check_leaf(value: object, where: str) -> None:
 
 
 def _require_carried_dtype(value: Any, where: str) -> np.dtype[Any]:
-    """Returns the dtype of an array (or array-like, or scalar) in native byte order, if the format carries it.
-
-    Raises:
-      TypeError: If it does not.
-    """
+    """Returns the native-order dtype of an array-like or scalar, or raises TypeError if the format cannot carry it."""
     try:
         dtype = dtypes.array_dtype(np.dtype(value.dtype))
-    # PRNG key arrays and other extended dtypes have no NumPy dtype; a malformed
-    # dtype description makes NumPy raise ValueError or even SyntaxError.
+    # Extended dtypes (PRNG keys) have none; malformed descriptions make NumPy raise even SyntaxError.
     except (TypeError, ValueError, SyntaxError, OverflowError, RecursionError):
         dtype = None
     if dtype is None:
@@ -348,13 +301,9 @@ def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> byte
 
 @dataclass(frozen=True)
 class _ExpectedNumeric:
-    """What ``target`` asks for where it holds an array or a number: any array or number of this shape.
+    """Where ``target`` holds an array or number: any array or number of this shape.
 
-    The file's leaf comes back as the file holds it, whatever its type and
-    dtype, as flax's ``from_bytes`` returns it: a resumed flax ``TrainState``
-    legitimately differs from a fresh one there (``step`` is a Python int in
-    ``TrainState.create`` and an int32 array once a jitted step ran), and JAX
-    takes either where the other was.
+    Any type and dtype is accepted, as flax does: a resumed ``TrainState.step`` is an int32 array, a fresh one an int.
     """
 
     shape: tuple[int, ...]
@@ -369,7 +318,7 @@ class _ExpectedNumeric:
 
 @dataclass(frozen=True)
 class _ExpectedPythonValue:
-    """What ``target`` asks for where it holds a str, bytes or None: one of exactly this type."""
+    """Where ``target`` holds a str, bytes or None: a value of exactly this type."""
 
     kind: type
 
@@ -381,7 +330,7 @@ class _ExpectedPythonValue:
 
 
 def _numeric_shape(value: object) -> tuple[int, ...] | None:
-    """The shape of a loaded array or number, or None for a loaded str, bytes, None or container."""
+    """The shape of a loaded array or number; None for anything else."""
     if isinstance(value, (np.ndarray, np.generic)):
         return value.shape
     return () if type(value) in _PYTHON_NUMBERS else None
@@ -392,7 +341,7 @@ _Expected = _ExpectedNumeric | _ExpectedPythonValue
 
 @dataclass(frozen=True)
 class _ExpectedTree:
-    """What ``target`` asks for where it holds a container: these children, by their keys in the file."""
+    """Where ``target`` holds a container: these children, by their keys in the file."""
 
     children: dict[str, Any]  # _ExpectedTree or _Expected
     labels: dict[str, str]  # How messages name each child after its container.
@@ -424,71 +373,51 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
 
     Like ``flax.serialization.from_bytes`` for a state dict, without flax. The
     file is compared with ``target`` key by key and leaf by leaf, and every
-    difference is reported at once. Where ``target`` holds an array or a
-    number (a Python bool, int, float or complex, or a NumPy scalar), the
-    file must hold an array or number of the same shape (a number's is
-    ``()``), of any type and dtype: an int32 array loads where ``target``
-    holds the Python int ``0``, as flax loads it. A str, bytes or None of
-    ``target`` needs one of exactly that type. Values are never compared.
-    Keys of the file that a mapping of ``target`` lacks are left out, as flax
-    leaves them out, while a list, tuple or namedtuple must have exactly the
-    file's items, as flax requires. The weights user guide's "How a file is
-    matched against its target" section gives the matching rules.
+    difference is reported at once. Where ``target`` holds an array or a number,
+    the file must hold an array or number of the same shape, of any type and
+    dtype (an int32 array loads where ``target`` holds the int ``0``, as in
+    flax); a str, bytes or None needs exactly that type. Values are never
+    compared. Keys a mapping of ``target`` lacks are dropped, as flax drops them;
+    a list, tuple or namedtuple must have exactly the file's items. The weights
+    guide's section "How a file is matched against its target" gives the rules.
+    A successful load logs one INFO line to the ``tinax.weights`` logger.
 
     Args:
-      path: The msgpack file, or a ``gs://`` or ``s3://`` URL of an object (a
-        ``str`` or an ``etils.epath.Path``), fetched whole once its size is
-        known to be within ``max_bytes``.
-      target: The expected structure: a mapping whose values are nested
-        mappings, lists, tuples, namedtuples (an optax state, say) or
-        flax-registered dataclasses, or leaves: arrays (anything with
-        ``shape`` and ``dtype``), NumPy scalars, or Python bool, int, float,
-        complex, str, bytes or None. A key that is not a ``str`` is looked up
-        as ``str(key)``, as :func:`save_msgpack` stores it.
-      max_bytes: The largest file size to accept, in bytes. Loading holds
-        the loaded values plus about twice the largest array in memory (and
-        the whole file as well under msgpack's pure-Python fallback), and a
-        crafted file cannot make the decoder allocate more than a small
-        multiple of the file size.
+      path: The msgpack file, or a ``gs://`` or ``s3://`` URL of an object,
+        fetched whole once its size is known to be within ``max_bytes``.
+      target: The expected structure: a mapping of nested mappings, lists,
+        tuples, namedtuples or flax-registered dataclasses, and leaves: arrays
+        (anything with ``shape`` and ``dtype``), NumPy scalars, or Python bool,
+        int, float, complex, str, bytes or None. A non-str key is looked up as
+        ``str(key)``.
+      max_bytes: The largest file size to accept. Loading holds the loaded values
+        plus about twice the largest array (and the whole file under msgpack's
+        pure-Python fallback); a crafted file cannot make the decoder allocate
+        more than a small multiple of the file size.
 
     Returns:
-      The loaded state with the structure of ``target``: plain dicts in
-      ``target``'s key order and under its keys, lists, tuples and
-      namedtuples of ``target``'s types, flax-registered types rebuilt by
-      flax's ``from_state_dict``, with the file's leaves as the file holds
-      them, whatever type and dtype ``target``'s leaf has: NumPy arrays
-      (fresh, writable and C-contiguous; also where ``target`` holds a
+      The loaded state with the structure of ``target`` (plain dicts in its key
+      order, its list, tuple and namedtuple types, flax-registered types rebuilt
+      by ``from_state_dict``), with the file's leaves as the file holds them:
+      fresh, writable, C-contiguous NumPy arrays (also where ``target`` holds a
       ``jax.Array``), NumPy scalars and Python values.
 
-    When it succeeds, the load logs one INFO line to the ``tinax.weights``
-    logger with the bytes read and the seconds it took.
-
     Raises:
-      TypeError: If ``path`` is not a path, ``max_bytes`` is not an int (a
-        bool included), or ``target`` is not a mapping or holds a leaf of
-        another kind (a PRNG key array, a set, ...), or an
-        array-like whose ``shape`` is not a sequence of ints (a str
-        included) or whose ``dtype`` is not a dtype the format carries.
-      ValueError: If ``max_bytes`` is below 1, two keys of a mapping of
-        ``target`` have the same text, ``target`` contains itself, a target
-        leaf's shape has a negative extent or is one NumPy cannot represent
-        (more than 64 dimensions, say), ``path`` is not a regular file
-        (a device, say), the file is larger than ``max_bytes`` (checked
-        before reading it), the file is not a well-formed msgpack state dict
-        (truncated, trailing bytes, an unknown extension or dtype, a foreign
-        format; the decoder's error is chained, and where msgpack has its own
-        error type for the problem, such as ``msgpack.ExtraData`` for
-        trailing bytes, the error is also of that type), or it does not match
-        ``target``: the message lists every missing key, every mismatched
-        leaf and every list, tuple or namedtuple with items ``target``
-        lacks.
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
-      FileNotFoundError: If nothing exists at ``path``, or ``path`` is a
-        directory (then also a ValueError), as tinax 0.2 reported it; or no
-        file can exist at ``path``: it runs through a regular file or a loop
-        of symbolic links, or a name is too long (then also a ValueError).
+      TypeError: If an argument has the wrong type (``max_bytes`` a bool
+        included), or ``target`` holds a leaf of another kind or an array-like
+        whose shape is not a sequence of ints or whose dtype the format cannot carry.
+      ValueError: If ``max_bytes`` is below 1, ``target`` is malformed (duplicate
+        key texts, contains itself, an impossible shape), ``path`` is not a
+        regular file, the file exceeds ``max_bytes`` (checked before reading),
+        is not a well-formed msgpack state dict (the decoder's error is chained,
+        and the error is also of msgpack's own type where it has one, such as
+        ``msgpack.ExtraData``), or does not match ``target`` (every missing key
+        and mismatched leaf is listed).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
+        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
+      FileNotFoundError: If nothing exists at ``path``, or it is a directory
+        (also a ValueError, as in tinax 0.2), or no file can exist there (through
+        a regular file or a symbolic link loop, or a name too long: also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -503,9 +432,8 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
         validation.fail_type("target", "a mapping", target)
     limit = validation.require_positive_int(max_bytes, "max_bytes")
     operation = Operation(_logger, "loaded", "a state dict from", display(source))
-    # tinax 0.2 refused a NumPy integer max_bytes with TypeError; a later
-    # refusal of such a call is both types. A missing file is reported before
-    # the target's leaves are checked, as 0.2 did.
+    # tinax 0.2 refused a NumPy integer max_bytes with TypeError, so a later refusal of such a call is
+    # both types; a missing file is reported before the target's leaves are checked, as 0.2 did.
     with validation.reported_as_both(validation.is_non_python_int(max_bytes)):
         with open_to_read(
             source, kind="msgpack file", needed_by="tinax.weights.load_msgpack", directory_error=MissingFilePathError
@@ -530,7 +458,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
 
 
 def _expected_tree(container: Container, value: object, where: str, ancestors: frozenset[int]) -> _ExpectedTree:
-    """Checks ``target`` and reduces it to what matching needs: keys, leaf expectations and containers to rebuild."""
+    """Checks ``target`` and reduces it to keys, leaf expectations and containers to rebuild."""
     if id(value) in ancestors:
         raise ValueError(f"{where} contains itself; a target must be a tree")
     ancestors = ancestors | {id(value)}
@@ -573,20 +501,13 @@ def _target_leaf(value: object, where: str) -> _Expected:
 def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
     """Decodes a whole msgpack state dict under limits that follow the file's size.
 
-    Arrays come back as NumPy arrays, still in flax's chunked form where the
-    file chunks them (a map holding ``CHUNKED_ARRAY_MARKER``). Used by
-    ``load_msgpack`` and by ``tinax inspect``.
-
-    Raises:
-      ValueError: If the file is empty, not msgpack, or breaks a limit.
+    Arrays stay in flax's chunked form where the file chunks them; also used by ``tinax inspect``.
     """
     import msgpack
 
     if size == 0:
         raise ValueError(f"{str(source)!r} is empty, not a msgpack state dict")
-    # Every limit follows the file size: no string, array, map or extension
-    # can claim more items or bytes than the file has, so a crafted header
-    # cannot make the decoder preallocate beyond a small multiple of it.
+    # Limits follow the file size, so a crafted header cannot make the decoder preallocate much beyond it.
     unpacker = msgpack.Unpacker(
         handle,
         read_size=min(size, _READ_SIZE),
@@ -671,11 +592,7 @@ def _decode_ndarray(payload: bytes) -> np.ndarray[Any, Any]:
 
 
 def _buffer_span(payload: bytes, offset: int) -> tuple[int, int]:
-    """Returns where the raw bytes of an ndarray extension start, and how many there are.
-
-    Flax writes them as msgpack bin; files from before msgpack had a bin type
-    hold them as a raw string, which flax still reads, and so does this.
-    """
+    """Where an ndarray extension's raw bytes start, and how many; pre-bin files hold them as a raw string."""
     if offset >= len(payload):
         raise ValueError("an ndarray extension ends before its data")
     marker = payload[offset]
@@ -691,10 +608,7 @@ def _buffer_span(payload: bytes, offset: int) -> tuple[int, int]:
 
 
 def _restore_tree(expected: _ExpectedTree, loaded: dict[Any, Any], where: str, mismatches: _Mismatches) -> Any:
-    """Restores one container of ``target`` from the map the file holds for it.
-
-    Returns the rebuilt container, or None once anything in it does not match.
-    """
+    """Rebuilds one container of ``target`` from the file's map; None once anything in it mismatches."""
     if expected.container.fields is not None:
         loaded = legacy_namedtuple_entries(loaded, expected.container.fields)
     problems = mismatches.count()

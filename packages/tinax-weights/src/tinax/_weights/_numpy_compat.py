@@ -1,18 +1,10 @@
 """The one private NumPy API tinax-weights uses, with its fallback.
 
-NumPy asks Linux for transparent huge pages for every array of 4 MiB or
-more. Where huge pages must be assembled on demand (fragmented memory,
-virtual machines), each first touch of a fresh 2 MiB page can stall, and a
-loader touches every page of its result for the first time: measured full
-loads of 1 GiB ran about 3x slower with the hint than without it, and the
-upstream safetensors loader (plain malloc) never gives it. Load buffers are
-therefore allocated with the hint off, through NumPy's private
-``numpy._core.multiarray._set_madvise_hugepage``, the only switch NumPy has.
-The switch is process-wide, so it is flipped under a lock and restored at
-once. Where a NumPy release lacks it, :data:`HUGE_PAGE_SWITCH` is None and
-buffers are allocated as NumPy allocates them by default (slower first
-touches, same values); ``tests/test_numpy_compat.py`` fails when that
-happens, so the fallback is never taken unnoticed.
+NumPy asks for transparent huge pages for arrays of 4 MiB or more; where they are assembled on
+demand, first touches stall, and full 1 GiB loads measured about 3x slower (upstream's malloc never
+gives the hint). Load buffers are allocated with the hint off via the private, process-wide
+``numpy._core.multiarray._set_madvise_hugepage``, flipped under a lock. Where NumPy lacks it,
+:data:`HUGE_PAGE_SWITCH` is None and buffers are plain; ``tests/test_numpy_compat.py`` then fails.
 """
 
 from __future__ import annotations
@@ -39,15 +31,7 @@ _switch_lock = threading.Lock()
 
 
 def empty_without_huge_page_hint(shape: tuple[int, ...], dtype: np.dtype[Any] | None) -> np.ndarray[Any, Any]:
-    """Returns an uninitialised array, allocated without the transparent huge page hint where NumPy allows.
-
-    Args:
-      shape: The array's shape.
-      dtype: Its dtype (None for NumPy's default).
-
-    Returns:
-      A fresh, writable, C-contiguous array that owns its memory.
-    """
+    """A fresh, writable, C-contiguous uninitialised array, allocated without the huge page hint where NumPy allows."""
     if HUGE_PAGE_SWITCH is None or math.prod(shape) * np.dtype(dtype).itemsize < _HUGE_PAGE_HINT_BYTES:
         return np.empty(shape, dtype=dtype)
     with _switch_lock:

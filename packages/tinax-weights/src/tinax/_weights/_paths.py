@@ -1,13 +1,8 @@
 """Checks of the paths that tinax.weights reads and writes, with the exception types of tinax 0.2.
 
-tinax 0.2 refused a symbolic link as a save destination with a ValueError,
-and reported a directory given as a file path with the operating system's
-error. These checks keep those types (declared in :mod:`._compat02`), and
-the folder errors are ValueErrors too, since a folder where a file is needed
-is a bad value. A path that cannot lead to any file (one that runs through a
-regular file, a loop of symbolic links, a name longer than the file system
-allows) is reported as an ``UnreachablePathError``, never as the operating
-system's bare OSError.
+tinax 0.2 refused a symbolic link destination with ValueError and reported a directory given as a
+file with the system's error; those types are kept (:mod:`._compat02`), folder errors are also
+ValueErrors, and a path that cannot lead to any file raises ``UnreachablePathError``, never a bare OSError.
 """
 
 from __future__ import annotations
@@ -48,18 +43,7 @@ _UNREACHABLE = {
 
 
 def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> UnreachablePathError | None:
-    """Returns the documented error for an OSError that says no file can exist at ``path``.
-
-    Args:
-      error: The operating system's error, to chain as the cause.
-      message: What could not be done, such as ``"cannot read a file at this
-        path"``; the reason follows it.
-      path: The path, as the error's ``filename``.
-
-    Returns:
-      An :class:`UnreachablePathError` (a :class:`NotADirectoryPathError` for
-      ENOTDIR), or None if ``error`` says something else (no permission, say).
-    """
+    """The documented error for an OSError saying no file can exist at ``path``, or None for other errors."""
     reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
     if reason is None:
         return None
@@ -69,14 +53,7 @@ def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> 
 
 @contextlib.contextmanager
 def _path_errors_translated(path: pathlib.Path, action: str, directory_error: type[OSError]) -> Iterator[None]:
-    """Turns the operating system's errors for a path that leads to no file into documented ones.
-
-    Args:
-      path: The path being opened.
-      action: What was being done, for the message, such as ``"read a msgpack file at"``.
-      directory_error: The class to raise, with EISDIR or ENOENT as its class
-        says, where the system reports a directory in the way.
-    """
+    """Turns the system's errors for a path that leads to no file into documented ones."""
     try:
         yield
     except (UnreachablePathError, DirectoryPathError, MissingFilePathError):
@@ -94,26 +71,9 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
 def open_file_to_read(
     path: pathlib.Path, *, kind: str, directory_error: type[OSError] = DirectoryPathError
 ) -> Iterator[tuple[io.FileIO, int]]:
-    """Opens an existing regular file to read, with path errors of documented types.
+    """Opens an existing regular file to read, with its size, raising path errors of documented types.
 
-    Only opening is covered: errors while reading the open file (EIO, say)
-    come through unchanged.
-
-    Args:
-      path: The file to read.
-      kind: What the file should be, for messages, such as ``"safetensors file"``.
-      directory_error: The class to raise if ``path`` is a directory, an
-        OSError that is also a ValueError.
-
-    Yields:
-      The open unbuffered file and its size in bytes.
-
-    Raises:
-      FileNotFoundError: If nothing exists at ``path``, or no file can
-        (:class:`UnreachablePathError`, also a ValueError).
-      OSError: Of class ``directory_error`` (also a ValueError), if ``path``
-        is a directory.
-      ValueError: If ``path`` is not a regular file (a device, say).
+    Only opening is covered; errors while reading (EIO, say) come through unchanged.
     """
     with contextlib.ExitStack() as stack:
         with _path_errors_translated(path, f"read a {kind} at", directory_error):
@@ -130,28 +90,9 @@ def _directory_error(error: type[OSError], message: str, path: pathlib.Path) -> 
 
 @contextlib.contextmanager
 def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[BinaryIO]:
-    """Checks a destination and writes it atomically, with path errors of documented types.
+    """Checks a destination and writes it atomically, raising path errors of documented types.
 
-    The block should only write to the file it is given: an OSError that it
-    raises is treated like one from the path.
-
-    Args:
-      path: The destination file.
-      overwrite: Whether an existing file may be replaced.
-
-    Yields:
-      A binary file to write the content to; it takes the name ``path`` when
-      the block ends without an error.
-
-    Raises:
-      ValueError: If ``path`` is a symbolic link.
-      IsADirectoryError: If ``path`` is a directory, or becomes one before the
-        file takes its name (also a ValueError).
-      FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path`` (:class:`UnreachablePathError`, also a
-        ValueError; where the path runs through a regular file, a
-        :class:`NotADirectoryPathError`, also a NotADirectoryError).
+    The block should only write the file it is given: an OSError it raises is treated as the path's.
     """
     with _checked_destination(path), atomic_write(path, overwrite=overwrite) as handle:
         yield handle
@@ -159,30 +100,13 @@ def write_file_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[Bi
 
 @contextlib.contextmanager
 def path_to_write_atomically(path: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
-    """Checks a destination and gives a temporary path that atomically becomes it.
-
-    As :func:`write_file_atomically`, for writers that open the file
-    themselves (several processes writing parts of one file): the temporary
-    file exists, empty, in the destination's folder, and takes the name
-    ``path`` when the block ends without an error; if the block raises, it
-    is removed.
-
-    Raises:
-      The errors of :func:`write_file_atomically`.
-    """
+    """As :func:`write_file_atomically`, but yields an empty temporary path for writers that open it themselves."""
     with _checked_destination(path), atomic_path(path, overwrite=overwrite) as temporary:
         yield temporary
 
 
 def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None:
-    """Runs the checks of :func:`write_file_atomically` without writing anything.
-
-    Several processes that write one file all run them first, so that on a
-    shared file system each refuses a bad destination with the same error.
-
-    Raises:
-      The errors of :func:`write_file_atomically`.
-    """
+    """Runs :func:`write_file_atomically`'s checks only, so every process refuses a bad shared destination alike."""
     with _checked_destination(path):
         if not overwrite and (path.exists() or path.is_symlink()):
             raise exists_error(path, "this write does not replace existing files")
@@ -190,13 +114,9 @@ def require_writable_destination(path: pathlib.Path, *, overwrite: bool) -> None
 
 @contextlib.contextmanager
 def _checked_destination(path: pathlib.Path) -> Iterator[None]:
-    """Checks that a file may be written at ``path``, then runs the block, with path errors translated.
+    """Refuses a destination that is a symbolic link or lacks its folder, then runs the block with errors translated.
 
-    A symbolic link is refused, whatever it points to, because replacing the
-    link and writing through it would both surprise someone: the caller
-    named one file, and the link says it is another. The folder must exist
-    and be a directory (else a FileNotFoundError, or a
-    :class:`NotADirectoryPathError`).
+    A link is refused whatever it points to: replacing it or writing through it would both surprise someone.
     """
     with _path_errors_translated(path, "write a file at", DirectoryPathError):
         if path.is_symlink():
@@ -220,22 +140,7 @@ def _require_folder(path: pathlib.Path) -> None:
 
 
 def require_destination_path(value: object, name: str) -> pathlib.Path:
-    """Checks a path to write a file at, and returns it as a ``Path``.
-
-    The empty path names the current folder, so it is refused as a folder
-    given where a file path is needed, as tinax 0.2's writers refused it.
-
-    Args:
-      value: The path argument.
-      name: The argument's name, for the message.
-
-    Returns:
-      The path.
-
-    Raises:
-      TypeError: If ``value`` is not a ``str`` or ``os.PathLike[str]``.
-      IsADirectoryError: If ``value`` is empty (also a ValueError).
-    """
+    """Checks a path to write a file at; the empty path (the current folder) is refused, as tinax 0.2 did."""
     if isinstance(value, (str, os.PathLike)) and os.fspath(value) == "":
         raise DirectoryPathError(
             errno.EISDIR, f"{name} must be a non-empty file path, got '' (the current folder)", os.curdir

@@ -1,11 +1,8 @@
-"""Where the bytes of one shard of a C-ordered tensor lie in the tensor's data.
+"""Where the bytes of one shard (a box: ``[start, stop)`` per axis) of a C-ordered tensor lie.
 
-A shard is a box of the tensor: a ``[start, stop)`` range per axis. Its
-elements, in the shard's own C order, are a sequence of equal runs that are
-each contiguous in the tensor's data: the last axis the shard does not cover
-completely, together with every axis after it, forms one run, and the axes
-before it repeat that run. A shard along the first axis is thus one run; a
-shard along a later axis is one run per row of the axes before it.
+A shard is a sequence of equal runs, each contiguous in the tensor's data: the last axis the
+shard does not cover completely, with every axis after it, forms one run, repeated over the
+axes before it. A shard along the first axis is one run; along a later one, a run per row.
 """
 
 from __future__ import annotations
@@ -24,14 +21,9 @@ Box = tuple[tuple[int, int], ...]
 
 @dataclasses.dataclass(frozen=True)
 class ShardRuns:
-    """The contiguous runs of one shard.
+    """The contiguous runs of one shard: each run's byte offset in the tensor's data, in the shard's C order.
 
-    Attributes:
-      offsets: Byte offset of each run from the start of the tensor's data,
-        in the shard's C order (int64).
-      run_nbytes: The length of every run in bytes. Run ``i`` fills bytes
-        ``[i * run_nbytes, (i + 1) * run_nbytes)`` of the shard's own C-ordered
-        buffer.
+    Run ``i`` fills bytes ``[i * run_nbytes, (i + 1) * run_nbytes)`` of the shard's C-ordered buffer.
     """
 
     offsets: np.ndarray
@@ -43,10 +35,7 @@ class ShardRuns:
         return len(self.offsets) * self.run_nbytes
 
     def pieces(self, most: int) -> Iterator[tuple[int, int, int]]:
-        """Yields ``(buffer offset, tensor offset, length)`` for each run, cut into pieces of at most ``most`` bytes.
-
-        Long runs go in pieces so that progress moves within them.
-        """
+        """Yields ``(buffer offset, tensor offset, length)`` per run, in pieces of at most ``most`` bytes."""
         size = self.run_nbytes
         for position, offset in enumerate(self.offsets.tolist()):
             for piece in range(0, size, most):
@@ -59,7 +48,7 @@ def box_shape(box: Box) -> tuple[int, ...]:
 
 
 def box_of_index(index: Sequence[slice | int] | None, shape: Sequence[int]) -> Box:
-    """Returns the box that a JAX shard index (one slice per axis, unit steps; None for all) selects."""
+    """The box a JAX shard index (a unit-step slice or int per axis; None for all) selects."""
     index = () if index is None else index
     box = []
     for axis, extent in enumerate(shape):
@@ -75,16 +64,7 @@ def box_of_index(index: Sequence[slice | int] | None, shape: Sequence[int]) -> B
 
 
 def shard_runs(shape: Sequence[int], itemsize: int, box: Box) -> ShardRuns:
-    """Lists the runs that make up the shard ``box`` of a tensor of ``shape``.
-
-    Args:
-      shape: The tensor's extents.
-      itemsize: Bytes per element.
-      box: The shard, as ``(start, stop)`` per axis.
-
-    Returns:
-      The runs, none for an empty shard.
-    """
+    """Lists the runs (none for an empty shard) of the shard ``box`` of a tensor of ``shape``."""
     if any(stop <= start for start, stop in box):
         return ShardRuns(np.zeros(0, dtype=np.int64), 0)
     axis = len(shape) - 1

@@ -1,13 +1,9 @@
 """Weight files in a bucket (``gs://`` and ``s3://``), over tinax-core's storage layer.
 
-A local path takes the code paths of :mod:`tinax._weights._paths` untouched;
-a bucket location is read with ranged GETs and written as one object that
-appears whole or not at all (a local temporary file, uploaded once
-complete). Payloads are fetched in large pieces, several at a time, each
-copied once into the memory of its array: a whole-file load costs about
-what one GET of the file does. Every read asks for the object as it was
-when it was opened (its GCS generation, its S3 ETag), so a file replaced
-during a load fails the load instead of mixing two files' bytes.
+Local paths go to :mod:`tinax._weights._paths` untouched. Objects are read with
+large concurrent ranged GETs, each byte copied once into its array, and every
+read pins the version opened (GCS generation, S3 ETag); writes upload a complete
+local temporary file as one object. See docs/guide/weights.md, section "Files in a bucket".
 """
 
 from __future__ import annotations
@@ -53,10 +49,7 @@ __all__ = [
 Location = pathlib.Path | RemotePath
 
 DISTRIBUTION = "tinax-weights"
-# Payloads are fetched in pieces of this size, this many at once: large
-# enough that each GET runs at the link's speed, few enough that the bytes
-# held (two batches, 256 MiB: one being copied, the next downloading) stay
-# bounded whatever the file's size.
+# Pieces large enough that each GET runs at link speed; at most two batches (256 MiB) held at once.
 PIECE_BYTES = 32 * 1024 * 1024
 PIECES_IN_FLIGHT = 4
 # Small pieces (the rows of a column shard) go many at a time, up to this many requests.
@@ -67,11 +60,7 @@ _S3_THREADS = 16
 
 
 def first_header_read(location: Location) -> int | None:
-    """The first read of a safetensors header: 16 KiB of an object, where every byte travels; the default locally.
-
-    16 KiB holds the header of about 200 tensors, so reading one tensor of a
-    file with many fetches little more than that tensor.
-    """
+    """The first header read: 16 KiB (about 200 tensors) for an object, where every byte travels; else the default."""
     return _OBJECT_FIRST_READ_BYTES if isinstance(location, RemotePath) else None
 
 
@@ -95,12 +84,7 @@ def filesystem(location: RemotePath, needed_by: str) -> AbstractFileSystem:
 def open_to_read(
     location: Location, *, kind: str, needed_by: str, directory_error: type[OSError] = DirectoryPathError
 ) -> Iterator[tuple[ReadableFile, int]]:
-    """Opens a local file (as ``open_file_to_read``) or an object (ranged GETs, no read-ahead), with its size.
-
-    Raises:
-      FileNotFoundError: If no object has the name (a prefix with objects
-        under it included), or as ``open_file_to_read`` for a local path.
-    """
+    """Opens a local file (as ``open_file_to_read``) or an object (ranged GETs, no read-ahead), with its size."""
     if isinstance(location, RemotePath):
         with _open_object(filesystem(location, needed_by), location, kind) as opened:
             yield opened, opened.size
@@ -111,11 +95,7 @@ def open_to_read(
 
 @contextlib.contextmanager
 def _open_object(fs: AbstractFileSystem, location: RemotePath, kind: str) -> Iterator[ObjectFile]:
-    """Opens an object, with one metadata request, pinning the version that every read will ask for.
-
-    Raises:
-      FileNotFoundError: As ``storage.object_size`` words it, for a missing object or a prefix.
-    """
+    """Opens an object with one metadata request, pinning the version every read will ask for."""
     handle: Any = None
     pinned: object = None
     try:
@@ -144,11 +124,7 @@ class ObjectChangedError(ValueError):
 
 
 class ObjectFile:
-    """An object opened to read: exact ranged GETs, each of the version that was opened.
-
-    Reads as a local file reads (``seek``, ``readinto``, ``read``, ``tell``),
-    and :meth:`fetch` fetches many ranges at once.
-    """
+    """An object read as a local file reads, by exact ranged GETs of the version opened; :meth:`fetch` does many."""
 
     def __init__(self, handle: Any, location: RemotePath, *, pinned: object) -> None:
         self._handle = handle
@@ -178,11 +154,7 @@ class ObjectFile:
         return len(data)
 
     def fetch(self, ranges: list[tuple[int, int]]) -> list[bytes]:
-        """The bytes of each ``[start, end)`` range (shorter where the object ends first), fetched concurrently.
-
-        Raises:
-          ObjectChangedError: If the object is no longer the version opened.
-        """
+        """The bytes of each ``[start, end)`` range, fetched concurrently; ObjectChangedError if the object changed."""
         expired = getattr(sys.modules.get("s3fs.utils"), "FileExpired", None)
         errors = (FileNotFoundError, expired) if expired is not None else (FileNotFoundError,)
         try:
@@ -210,12 +182,7 @@ class ObjectFile:
 
 @contextlib.contextmanager
 def write_atomically(location: Location, *, overwrite: bool, needed_by: str) -> Iterator[BinaryIO]:
-    """Writes a local file atomically (as ``write_file_atomically``) or publishes one complete object.
-
-    Raises:
-      FileExistsError: If the destination exists (or, for an object, another
-        writer created it meanwhile) and ``overwrite`` is False.
-    """
+    """Writes a local file atomically (as ``write_file_atomically``) or publishes one complete object."""
     if isinstance(location, RemotePath):
         fs = filesystem(location, needed_by)
         with storage.remote_write(fs, location, overwrite=overwrite) as handle:
@@ -226,21 +193,9 @@ def write_atomically(location: Location, *, overwrite: bool, needed_by: str) -> 
 
 
 def fetch_into(handle: ReadableFile, targets: Sequence[tuple[int, memoryview]], *, source: str, what: str) -> None:
-    """Fills each ``(object offset, buffer)`` target with the object's bytes, in few large concurrent GETs.
+    """Fills each ``(object offset, buffer)`` target (sorted, disjoint) in few large concurrent GETs.
 
-    Targets that follow each other in the object are fetched as one run, so
-    a whole-file load takes a handful of large ranged GETs and never a byte
-    outside the targets. Each fetched byte is copied once, into its target.
-
-    Args:
-      handle: A file from :func:`open_to_read` on an object.
-      targets: Offsets and buffers, sorted by offset and not overlapping.
-      source: How to name the object in messages.
-      what: What the bytes are, for messages.
-
-    Raises:
-      ValueError: If the object ends before a target does (it was replaced
-        by a shorter one); also a ``safetensors.SafetensorError``.
+    Adjacent targets are fetched as one run; an object that got shorter raises ValueError (a SafetensorError).
     """
     if not isinstance(handle, ObjectFile):
         raise TypeError(f"fetch_into reads objects opened by open_to_read, got {type(handle).__name__}")

@@ -1,16 +1,11 @@
 """Safetensors files read and written by tinax itself: validated, budgeted, exact and atomic.
 
-The format is handled here rather than by the upstream library so that every
-header is validated in full before any payload byte is read, only the
-selected tensors' bytes are read, every dtype (float8 included) loads as its
-exact NumPy or ml_dtypes type, strided arrays are stored correctly, and files
-are written atomically. The upstream package is imported only to raise its
-``SafetensorError`` (see :mod:`tinax._weights._compat02`).
-
-The writer is ours too: upstream's ``serialize_file`` matches its speed and
-memory (``hatch run bench:weights --cases write``), but it orders
-``__metadata__`` entries differently in every process, so its bytes are not
-reproducible, and it cannot write one file from several processes' shards.
+Not the upstream library, so that headers are validated in full before any
+payload byte is read, only selected tensors are read, float8 loads exactly,
+strided arrays are stored correctly and writes are atomic; upstream is imported
+only to raise its ``SafetensorError``. Upstream's ``serialize_file`` matches our
+writer's speed, but orders ``__metadata__`` differently in every process (bytes
+not reproducible) and cannot write one file from several processes' shards.
 """
 
 from __future__ import annotations
@@ -57,8 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LoadedSafetensors", "inspect_safetensors", "load_safetensors", "save_safetensors"]
 
-# Strided or byte-swapped arrays are converted and written in pieces of at
-# most this size, so saving them never holds a second full copy in memory.
+# Strided or byte-swapped arrays are converted in pieces of this size, never a second full copy.
 _CONVERSION_PIECE_BYTES = 16 * 1024 * 1024
 _MAX_CLOSE_MATCHES = 3
 _INSPECT = "tinax.weights.inspect_safetensors"
@@ -71,23 +65,19 @@ _logger = get_logger("weights")
 class LoadedSafetensors:
     """Tensors loaded from a safetensors file, with the file's header.
 
-    The tensors are checked against the header when the object is built, so
-    each one is a tensor the header describes, with its shape and its exact
-    dtype (native byte order).
+    Each tensor is checked on construction to be one the header describes, with
+    its shape and exact dtype (native byte order).
 
     Attributes:
-      tensors: Name to a NumPy array. From :func:`load_safetensors`: writable
-        arrays that own their memory, for the selected tensors, in the order
-        they were asked for (sorted by name when all were loaded). Any mapping
-        is accepted and stored as a new dict.
+      tensors: Name to NumPy array; from :func:`load_safetensors`, writable arrays
+        that own their memory, in the order asked for (by name when all were
+        loaded). Any mapping is accepted and stored as a new dict.
       info: The header of the whole file, every tensor included.
 
     Raises:
-      TypeError: If ``info`` is not a :class:`SafetensorsInfo`, ``tensors`` is
-        not a mapping with str keys, a tensor is not a ``numpy.ndarray``, or
-        its dtype is not the exact type its description names.
-      ValueError: If a tensor is not described in ``info`` or has another
-        shape than its description.
+      TypeError: If ``info`` is not a :class:`SafetensorsInfo`, ``tensors`` not a
+        mapping with str keys, or a tensor not a ``numpy.ndarray`` of the exact dtype described.
+      ValueError: If a tensor is not described in ``info`` or has another shape.
     """
 
     tensors: Mapping[str, np.ndarray[Any, Any]]
@@ -119,44 +109,30 @@ class LoadedSafetensors:
 def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int = 0) -> SafetensorsInfo:
     """Reads and validates a safetensors header without reading any tensor data.
 
-    The header is checked completely: a sane length field (at least 2 bytes,
-    no more than the rest of the file and no more than 100 MB), UTF-8 JSON
-    object without conflicting repeated keys, ``__metadata__`` of str to str,
-    each tensor with ``dtype``, ``shape`` and ``data_offsets`` (other keys are
-    ignored), a known dtype, non-negative integer extents, a byte span
-    matching shape times element size, a shape NumPy can represent (at most
-    64 dimensions; non-zero extents times the element size within its index
-    type), and spans that are contiguous, do not overlap and cover the
-    payload to the last byte.
+    The header is checked completely (the weights guide's section "The
+    safetensors format" lists the checks), so a file that passes can be loaded.
 
     Args:
-      path: The file to inspect, or a ``gs://`` or ``s3://`` URL of an object
-        (a ``str`` or an ``etils.epath.Path``); only the header is fetched.
-      max_metadata_bytes: Largest accepted size of the ``__metadata__``
-        mapping, measured as its compact UTF-8 JSON encoding. The default, 0,
-        accepts no metadata at all (an empty mapping passes), so a file from
-        an untrusted source cannot hand over an unbounded mapping unasked.
+      path: The file, or a ``gs://`` or ``s3://`` URL of an object; only the
+        header is fetched.
+      max_metadata_bytes: Largest accepted size of ``__metadata__`` as compact
+        UTF-8 JSON. The default, 0, accepts no metadata (an empty mapping passes),
+        so an untrusted file cannot hand over an unbounded mapping unasked.
 
     Returns:
-      The tensors' names, shapes, dtypes and offsets, sorted by name, and the
-      metadata.
+      The tensors' names, shapes, dtypes and offsets, sorted by name, and the metadata.
 
     Raises:
-      TypeError: If ``path`` is not a str or path-like, or
-        ``max_metadata_bytes`` is not an int (bool included).
-      ValueError: If ``max_metadata_bytes`` is negative, the metadata is
-        larger, or the header is malformed (a tensor's shape that NumPy cannot
-        represent included: more than 64 dimensions, or extents whose
-        product overflows its index type even beside a 0); a malformed header
-        raises an error that is also a ``safetensors.SafetensorError``, naming
-        the file and, where one is at fault, the tensor.
+      TypeError: If ``path`` is not a str or path-like, or ``max_metadata_bytes``
+        is not an int (bool included).
+      ValueError: If ``max_metadata_bytes`` is negative, the metadata is larger,
+        or the header is malformed (then also a ``safetensors.SafetensorError``,
+        naming the file and, where one is at fault, the tensor).
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
-      FileNotFoundError: If no file exists at ``path``, or none can: the path
-        runs through a regular file or a loop of symbolic links, or a name
-        is too long (then also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
+        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
+      FileNotFoundError: If no file exists at ``path``, or none can (through a
+        regular file or a symbolic link loop, or a name too long: also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -186,22 +162,20 @@ def load_safetensors(
 ) -> LoadedSafetensors:
     """Loads some or all tensors of a safetensors file into host NumPy arrays.
 
-    The load is planned from the validated header alone: unknown names and an
-    over-budget selection are refused before any tensor data is read, and
-    then only the selected tensors' bytes are read from disk, each straight
-    into the memory of its result array. Every dtype with an array type loads
-    as its exact type, including bfloat16 and the float8 types, converted
-    from the file's little-endian byte order where the host differs.
+    The load is planned from the validated header: unknown names and an
+    over-budget selection are refused before any tensor data is read, then only
+    the selected tensors' bytes are read, each straight into its result array.
+    Every dtype with an array type (bfloat16 and float8 included) loads as its
+    exact type, in native byte order. A successful load logs one INFO line to the
+    ``tinax.weights`` logger.
 
     Args:
-      path: The file to load, or a ``gs://`` or ``s3://`` URL of an object (a
-        ``str`` or an ``etils.epath.Path``). The header and then the selected
-        tensors are fetched with ranged GETs, adjacent tensors in one run of
-        large concurrent requests, so only their bytes travel.
+      path: The file, or a ``gs://`` or ``s3://`` URL of an object, read with
+        ranged GETs (adjacent tensors in one run of large concurrent requests).
       max_bytes: Largest total size, in bytes, of the selected tensors' data.
-      names: The tensors to load, or None for all of them. The result lists
-        them in the order given (sorted by name for all of them).
-      max_metadata_bytes: As for :func:`inspect_safetensors`: the default, 0,
+      names: The tensors to load, listed in the result in this order, or None for
+        all (sorted by name).
+      max_metadata_bytes: As for :func:`inspect_safetensors`; the default, 0,
         accepts no metadata.
 
     Returns:
@@ -209,25 +183,18 @@ def load_safetensors(
       header of the whole file.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``names`` is a single str or not
-        an iterable of str, ``max_bytes`` or ``max_metadata_bytes`` is not an
-        int (bool included), or a selected tensor has a packed sub-byte dtype
+      TypeError: If an argument has the wrong type (``names`` a single str, a
+        limit a bool, included), or a selected tensor has a packed sub-byte dtype
         (F4, F6_E2M3, F6_E3M2), which no array type holds.
-      ValueError: If ``max_bytes`` or ``max_metadata_bytes`` is negative, the
-        metadata is larger, a name repeats or is not in the file (the message
-        suggests close matches), the selection exceeds ``max_bytes``, or the
-        file is malformed or shorter than its header says (then also a
-        ``safetensors.SafetensorError``).
+      ValueError: If a limit is negative, the metadata exceeds its limit, a name
+        repeats or is not in the file (the message suggests close matches), the
+        selection exceeds ``max_bytes``, or the file is malformed or shorter than
+        its header says (then also a ``safetensors.SafetensorError``).
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
-      FileNotFoundError: If no file exists at ``path``, or none can: the path
-        runs through a regular file or a loop of symbolic links, or a name
-        is too long (then also a ValueError).
-
-    When it succeeds, the load logs one INFO line to the ``tinax.weights``
-    logger with the bytes read and the seconds it took.
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
+        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
+      FileNotFoundError: If no file exists at ``path``, or none can (through a
+        regular file or a symbolic link loop, or a name too long: also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -243,8 +210,7 @@ def load_safetensors(
     requested = require_names(names)
     source = str(file_path)
     operation = Operation(_logger, "loaded", "", display(file_path))
-    # tinax 0.2 refused NumPy integer limits with TypeError; a later refusal
-    # of such a call is both types.
+    # tinax 0.2 refused NumPy integer limits with TypeError; a later refusal of such a call is both types.
     widened = validation.is_non_python_int(max_bytes) or validation.is_non_python_int(max_metadata_bytes)
     with (
         validation.reported_as_both(widened),
@@ -298,63 +264,46 @@ def save_safetensors(
     """Writes host NumPy arrays to a safetensors file, atomically.
 
     The file is laid out as the upstream writer lays it out (tensors by
-    descending dtype size, then by name; header padded to 8 bytes), so the
-    upstream library reads it and the bytes are identical to what it would
-    write (for metadata of more than one entry, up to the order of the
-    entries, which the upstream writer does not fix). Arrays that are not
-    C-contiguous (transposes, strided views) are stored in their logical C
-    order: they are copied explicitly, in pieces of at most 16 MiB, never
-    stored by their raw memory. Big-endian arrays are byte-swapped the same
-    way. The data goes to a temporary file in the same folder, is flushed to
-    disk, and only then takes the destination name, so readers see the old
-    file or the new one.
+    descending dtype size, then by name; header padded to 8 bytes), so upstream
+    reads it and writes the same bytes (up to the order of several metadata
+    entries, which upstream does not fix). Non-C-contiguous arrays are stored in
+    logical C order and big-endian arrays byte-swapped, copied in pieces of at
+    most 16 MiB. The file is flushed under a temporary name in the same folder
+    before it takes ``path``, so readers see the old file or the new one. A
+    successful save logs one INFO line to the ``tinax.weights`` logger.
 
     Args:
-      path: The destination file. Its folder must exist; it must not be a
-        symbolic link. A ``gs://`` or ``s3://`` URL (a ``str`` or an
-        ``etils.epath.Path``) names an object instead: the file is written
-        to a local temporary file and uploaded as one object, which appears
-        whole or not at all; without ``overwrite`` the upload is
-        create-if-absent, so of two racing writers one fails.
+      path: The destination file, whose folder must exist and which must not be a
+        symbolic link; or a ``gs://`` or ``s3://`` URL of an object, uploaded whole
+        (create-if-absent without ``overwrite``, so of two racing writers one fails).
       tensors: Name to host ``numpy.ndarray`` (subclasses included; a masked
-        array only when no element is masked). Names are non-empty str other
-        than ``"__metadata__"``; dtypes are bool, (u)int8 to (u)int64,
-        float16/32/64, complex64, bfloat16, or the ml_dtypes float8 types
-        float8_e4m3fn, float8_e5m2, float8_e8m0fnu, float8_e4m3fnuz and
-        float8_e5m2fnuz.
+        array only with no masked element). Names are non-empty str other than
+        ``"__metadata__"``; dtypes are bool, (u)int8 to (u)int64, float16/32/64,
+        complex64, bfloat16 and the ml_dtypes float8 types (float8_e4m3fn,
+        float8_e5m2, float8_e8m0fnu, float8_e4m3fnuz, float8_e5m2fnuz).
       overwrite: Whether an existing destination may be replaced.
-      metadata: Str-to-str mapping stored as ``__metadata__``, or None to
-        store none. An empty mapping is stored as none, as upstream does.
-      max_metadata_bytes: Largest accepted size of ``metadata`` as compact
-        UTF-8 JSON. The default, 0, accepts no metadata: pass a limit to
-        store any.
-
-    When it succeeds, the save logs one INFO line to the ``tinax.weights``
-    logger with the bytes written and the seconds it took.
+      metadata: Str-to-str mapping stored as ``__metadata__``, or None; an empty
+        mapping is stored as none, as upstream does.
+      max_metadata_bytes: Largest accepted size of ``metadata`` as compact UTF-8
+        JSON. The default, 0, accepts no metadata: pass a limit to store any.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
-        ``tensors`` is not a mapping with str keys, a tensor is not a
-        ``numpy.ndarray`` (a ``jax.Array``, say) or has a dtype safetensors
-        cannot store exactly (object dtype included), ``metadata`` is not a
-        str-to-str mapping, or ``max_metadata_bytes`` is not an int.
+      TypeError: If an argument has the wrong type, or a tensor is not a
+        ``numpy.ndarray`` (a ``jax.Array``, say) or has a dtype safetensors cannot
+        store exactly.
       ValueError: If a name is empty or reserved, a masked array has masked
-        elements, the metadata exceeds ``max_metadata_bytes``, the header
-        would exceed 100 MB, or ``path`` is a symbolic link.
-      UnicodeEncodeError: If a name or metadata entry holds a lone surrogate,
-        which UTF-8 cannot encode (a ValueError).
-      IsADirectoryError: If ``path`` is a directory, or becomes one before
-        the file takes its name (also a ValueError), as
-        :func:`~tinax.weights.save_msgpack` reports it.
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
+        elements, the metadata exceeds ``max_metadata_bytes``, the header would
+        exceed 100 MB, or ``path`` is a symbolic link.
+      UnicodeEncodeError: If a name or metadata entry holds a lone surrogate (a ValueError).
+      IsADirectoryError: If ``path`` is, or becomes before the rename, a
+        directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
+        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a regular file (then also the
-        NotADirectoryError that tinax 0.2 raised) or a loop of symbolic
-        links, or its name is longer than the file system allows (then also
-        a ValueError).
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
+        exist at ``path``: it runs through a regular file (also the
+        NotADirectoryError of tinax 0.2) or a symbolic link loop, or its name is
+        too long (also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -394,23 +343,9 @@ def count_tensors(count: int) -> str:
 def plan_file(
     tensors: list[tuple[str, str, tuple[int, ...]]], metadata: Mapping[str, str] | None
 ) -> tuple[list[tuple[str, str, tuple[int, ...], int, int]], bytes]:
-    """Lays out a safetensors file as the upstream writer does, and encodes its header.
+    """Lays out a file as the upstream writer does: ``(name, dtype, shape, start, end)`` entries and the encoded header.
 
-    Every writer of tinax goes through here, so a file exported from sharded
-    arrays has the very bytes that :func:`save_safetensors` writes for the
-    same arrays gathered.
-
-    Args:
-      tensors: ``(name, dtype name, shape)`` per tensor, in any order.
-      metadata: The ``__metadata__`` mapping, or None to store none.
-
-    Returns:
-      ``(name, dtype name, shape, start, end)`` per tensor in file order
-      (larger elements first, so every tensor is aligned, then by name), and
-      the encoded header with its length field.
-
-    Raises:
-      ValueError: If the header would exceed the 100 MB that readers accept.
+    Every tinax writer uses it, so sharded exports match :func:`save_safetensors` byte for byte.
     """
     entries: list[tuple[str, str, tuple[int, ...], int, int]] = []
     offset = 0
@@ -459,8 +394,7 @@ def require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo
 def _read_tensor(
     handle: ReadableFile, payload_start: int, name: str, info: TensorInfo, source: str
 ) -> np.ndarray[Any, Any]:
-    # np.empty owns its memory and is written once, by the read itself: no
-    # intermediate bytes object, and pages are touched only for selected data.
+    # Read straight into an owned array: no intermediate bytes, and only selected data's pages touched.
     array = empty_without_huge_page_hint(info.shape, info.numpy_dtype)  # Packed dtypes were refused before any read.
     if array.nbytes == 0:
         return array
@@ -488,19 +422,7 @@ def _fetch_tensors(
 
 
 def read_payload(handle: ReadableFile, destination: memoryview, offset: int, *, name: str, source: str) -> None:
-    """Fills ``destination`` with the bytes of ``handle`` from ``offset`` on, or reports a truncated file.
-
-    Args:
-      handle: The open safetensors file.
-      destination: Where the bytes go; its length is how many to read.
-      offset: The absolute file offset of the first byte.
-      name: The tensor the bytes belong to, for the message.
-      source: How to name the file in messages.
-
-    Raises:
-      ValueError: If the file ends first (it shrank after its header was
-        validated); also a ``safetensors.SafetensorError``.
-    """
+    """Fills ``destination`` from file ``offset`` on; ValueError (a SafetensorError) if the file shrank meanwhile."""
     expected = destination.nbytes
     received = read_exactly(handle, destination, offset)
     if received != expected:
@@ -523,8 +445,7 @@ def require_tensor_name(name: str) -> None:
 def _require_storable_array(value: object, name: str) -> tuple[np.ndarray[Any, Any], str]:
     array = require_host_array(value, name)
     if isinstance(array, np.ma.MaskedArray):
-        # The file has no place for a mask: masked elements would come back
-        # as ordinary values. Without any, the data is the whole array.
+        # The file has no place for a mask: masked elements would come back as ordinary values.
         if np.ma.getmask(array) is not np.ma.nomask and bool(np.ma.getmask(array).any()):
             validation.fail_value(name, "an array without masked elements (safetensors cannot store a mask)", array)
         array = np.ma.getdata(array)

@@ -1,8 +1,6 @@
 """Safetensors tensors loaded straight onto a mesh, each process reading only its own shards.
 
-Upstream has no sharded load: ``safe_open`` hands out whole tensors or
-slices in one process, so reading each device's box with bounded host
-staging, and placing it, is done here over the validated header.
+Upstream has no sharded load (``safe_open`` hands whole tensors or slices to one process).
 """
 
 from __future__ import annotations
@@ -36,10 +34,8 @@ __all__ = ["LoadedShardedSafetensors", "load_sharded_safetensors"]
 #: Tensors whose shards on this process, a copy per device included, fit in
 #: this many bytes are read together and placed in one batched transfer.
 BATCHED_PLACEMENT_BYTES = 256 * 1024
-#: Tensors within this many bytes whose local shards tile a box are read
-#: together, in the box's longer runs; every other tensor one shard at a
-#: time. Host staging memory thus stays within the larger of one shard and
-#: this constant.
+#: Tensors within this many bytes whose local shards tile a box are read together, in the box's
+#: longer runs; others one shard at a time. Staging stays within the larger of one shard and this.
 STAGING_BATCH_BYTES = 16 * 1024 * 1024
 # The most bytes one read takes, so that progress moves within a large shard.
 _READ_CHUNK_BYTES = 16 * 1024 * 1024
@@ -53,13 +49,12 @@ class LoadedShardedSafetensors:
     """Tensors loaded onto devices by :func:`load_sharded_safetensors`.
 
     Attributes:
-      arrays: Name to a global ``jax.Array`` with the sharding asked for, in
-        the order the names were given.
-      tensors: Name to the :class:`TensorInfo` of each loaded tensor, as its
-        file describes it (offsets relative to that file's payload).
-      bytes_read: How many payload bytes this process read from disk,
-        counted read by read: the bytes of the distinct shards that its
-        devices hold, each once.
+      arrays: Name to a global ``jax.Array`` with the sharding asked for, in the
+        order the names were given.
+      tensors: Name to the :class:`TensorInfo` of each loaded tensor, as its file
+        describes it (offsets relative to that file's payload).
+      bytes_read: The payload bytes this process read, counted read by read: the
+        distinct shards its devices hold, each once.
     """
 
     arrays: Mapping[str, jax.Array]
@@ -93,79 +88,53 @@ def load_sharded_safetensors(
 ) -> LoadedShardedSafetensors:
     """Loads safetensors tensors as global ``jax.Array`` s with the given shardings.
 
-    Each process reads only the bytes of the shards that its own devices
-    hold, and a shard held by several of its devices (replicated) only
-    once. A shard along the first axis is one contiguous read; a shard along
-    a later axis is read row by row (or, where this process's shards tile a
-    box, that box in its longer runs), never beyond what this process
-    holds. The load is
-    planned from the validated headers alone: unknown names, shardings that
-    do not fit a tensor, dtypes that JAX would change, and a plan that reads
-    more than ``max_bytes`` are refused before any tensor data is read. Host
-    memory beyond the arrays' own stays within the larger of one shard and
-    16 MiB: shards are read and placed one at a time, except that tensors
-    under 256 KiB, and tensors whose local shards tile a box (read in its
-    longer runs), are read together into one reused staging buffer and placed in one
-    batched transfer.
-
-    Every process of a multi-process runtime calls this with the same
-    arguments; nothing is exchanged between them.
+    Each process reads only the shards its own devices hold, a replicated shard
+    once, never beyond them. The load is planned from the validated headers:
+    unknown names, shardings that do not fit, dtypes JAX would change and a plan
+    over ``max_bytes`` are refused before any tensor data is read. Host memory
+    beyond the arrays stays within the larger of one shard and 16 MiB (tensors
+    under 256 KiB, and those whose local shards tile a box, are read together
+    into one reused buffer and placed in one transfer). Every process calls this
+    with the same arguments; nothing is exchanged between them. A successful
+    load logs one INFO line to the ``tinax.weights`` logger.
 
     Args:
-      path: A safetensors file, or the JSON index of a multi-file checkpoint
-        (any name ending with ``.json``, conventionally
-        ``model.safetensors.index.json``) whose ``weight_map`` maps each
-        tensor name to its file in the index's folder. A ``gs://`` or
-        ``s3://`` URL (a ``str`` or an ``etils.epath.Path``) names such an
-        object in a bucket, its files being objects next to it; each
-        process fetches its shards with ranged GETs, several at a time. A
-        multi-file export is loaded through its index only, so one whose
-        index was never uploaded is refused.
-      shardings: Name to a ``jax.sharding.Sharding`` for each tensor to
-        load, or a callable that takes the name and the tensor's
-        :class:`TensorInfo` and returns its sharding.
-      max_bytes: Largest total number of payload bytes this process may
-        read: the sum, over the tensors, of the distinct shards its devices
-        hold.
-      names: The tensors to load, in the order the result lists them. None
-        loads the keys of a ``shardings`` mapping, or every tensor of the
-        checkpoint for a callable.
+      path: A safetensors file, or the JSON index of a multi-file checkpoint (any
+        name ending ``.json``, conventionally ``model.safetensors.index.json``)
+        whose ``weight_map`` maps each tensor to its file in the index's folder.
+        A ``gs://`` or ``s3://`` URL names such an object, read with concurrent
+        ranged GETs; a multi-file export whose index was never uploaded is refused.
+      shardings: Name to a ``jax.sharding.Sharding`` per tensor to load, or a
+        callable ``(name, TensorInfo)`` that returns it.
+      max_bytes: Largest total of payload bytes this process may read: the
+        distinct shards its devices hold.
+      names: The tensors to load, in result order; None loads the keys of a
+        ``shardings`` mapping, or every tensor for a callable.
       max_metadata_bytes: As for :func:`load_safetensors`, for every file.
-      progress: None; a callable ``progress(done, total)`` called with the
-        payload bytes this process has read and will read in all (first
-        ``(0, total)``, last ``(total, total)``, at most about a thousand
-        calls); or ``"bar"`` to show a bar on standard error with tqdm or
-        rich, whichever is installed. An exception the callable raises
-        aborts the load.
-
-    When it succeeds, the load logs one INFO line to the ``tinax.weights``
-    logger with the bytes this process read and the seconds it took.
+      progress: None; a callable ``progress(done, total)`` over the payload bytes
+        this process reads (first ``(0, total)``, last ``(total, total)``, at most
+        about a thousand calls), whose exception aborts the load; or ``"bar"`` for
+        a tqdm or rich bar on standard error.
 
     Returns:
       The arrays, their descriptions and the bytes this process read.
 
     Raises:
-      TypeError: If an argument has the wrong kind (``shardings`` neither a
-        mapping nor a callable, a sharding that is not a
-        ``jax.sharding.Sharding``, ``max_bytes`` not an int, ``progress``
-        neither None, ``"bar"`` nor callable), or a tensor's
-        dtype has no exact JAX type here: packed sub-byte types, and 64-bit
-        types while ``jax_enable_x64`` is off (JAX would narrow them).
-      ValueError: If ``max_bytes`` is negative, a name repeats, is not in
-        the checkpoint or has no sharding in the mapping, the mapping has
-        shardings for tensors not loaded, a sharding does not divide its
-        tensor's shape, the plan reads more than ``max_bytes``, the
-        checkpoint is malformed (see :func:`load_safetensors`), or an index
-        maps a tensor to two files or to a file that lacks it; or
-        ``progress`` is a str other than ``"bar"``.
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
-        installed; nothing is read then.
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
-      FileNotFoundError: If ``path`` does not exist (for a URL, also when it
-        names a prefix rather than an object), or a file the index names
-        does not (then also a ValueError naming the index).
+      TypeError: If an argument has the wrong type, or a tensor's dtype has no
+        exact JAX type here: packed sub-byte types, and 64-bit types while
+        ``jax_enable_x64`` is off.
+      ValueError: If ``max_bytes`` is negative, a name repeats, is unknown or has
+        no sharding in the mapping, the mapping has shardings for tensors not
+        loaded, a sharding does not divide its tensor's shape, the plan reads more
+        than ``max_bytes``, the checkpoint is malformed (an index mapping a tensor
+        to two files or to one that lacks it included), or ``progress`` is a str
+        other than ``"bar"``.
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed
+        (nothing is read), or ``path`` is a ``gs://`` (``s3://``) URL and gcsfs
+        (s3fs) is not installed; the message names the ``tinax-weights[gcs]``
+        (``[s3]``) extra.
+      FileNotFoundError: If ``path`` does not exist (for a URL, also when it names
+        a prefix), or a file the index names does not (also a ValueError).
 
     Examples:
       >>> import jax
@@ -228,7 +197,7 @@ def load_sharded_safetensors(
 
 
 def whose_shards(files: str = "") -> str:
-    """Says what logged bytes count (``files``, and this process's shards where there are several processes)."""
+    """Says what logged bytes count: ``files``, and this process's shards when there are several processes."""
     import jax
 
     parts = [files] if files else []
@@ -277,14 +246,9 @@ def _plan(name: str, tensor: OpenTensor, choose: Callable[[str, TensorInfo], obj
 
 
 class _Arena:
-    """The one host buffer that shards read together are staged in, reused from tensor to tensor.
+    """The one host staging buffer for shards read together, reused from tensor to tensor (no heap fragmentation).
 
-    Each region starts 16 bytes past a 64-byte boundary. A device transfer
-    may take over a 64-byte aligned host buffer instead of copying it
-    (jax#37830); a region that is not so aligned is always copied, so once a
-    transfer is complete the region can hold the next shard. Staging thus
-    costs one allocation of the largest batch, whatever the model's size,
-    where buffers allocated and freed per tensor would fragment the heap.
+    Regions start 16 bytes past a 64-byte boundary, so transfers always copy them (jax#37830 would adopt aligned ones).
     """
 
     def __init__(self, nbytes: int) -> None:
@@ -309,11 +273,9 @@ _MISALIGNMENT = 16
 
 
 def _staged_together(plan: _Plan) -> bool:
-    """Whether a tensor's local shards are read together into the arena before they are placed.
+    """Whether a tensor's local shards are staged in the arena together before placement.
 
-    Tiny tensors are, to place them in one transfer; so are tensors within
-    ``STAGING_BATCH_BYTES`` whose shards tile a box but would each take
-    several reads, so that the box is read in its longer runs.
+    Tiny tensors are (one transfer), and small ones whose shards tile a box, so the box is read in its longer runs.
     """
     if plan.nbytes > STAGING_BATCH_BYTES:
         return False
@@ -335,22 +297,16 @@ def _load(plan: _Plan, arena: _Arena, reporter: Reporter) -> jax.Array:
     arena.reset()
     staged = _read_boxes(plan, arena, reporter) if _staged_together(plan) else {}
     if staged:
-        # Staged shards (tiny tensors, column blocks of one box) go in one
-        # batched transfer: its fixed cost dominates tiny tensors, and JAX
-        # copies strided column blocks out of the box faster in one call
-        # than in one call per device (bench:weights, columns: 2.2x the naive
-        # rows load before, about 0.6 to 1.0x after). The staging is bounded
-        # by the arena already.
+        # One batched transfer: its fixed cost dominates tiny tensors, and JAX copies column blocks out
+        # of the box faster in one call (bench:weights, columns: 2.2x the rows load before, 0.6-1.0x after).
         array: jax.Array = jax.make_array_from_callback(
             info.shape, plan.sharding, lambda index: staged[box_of_index(index, info.shape)]
         )
         array.block_until_ready()
         return array
 
-    # Placed shard by shard: the first device takes over a buffer of its own
-    # (64-byte aligned so that a CPU device can, saving a copy); the others
-    # copy from that device. Waiting for each transfer bounds the staging to
-    # one shard.
+    # Shard by shard: the first device may adopt its 64-byte aligned buffer (a CPU device saves a copy),
+    # the others copy from it; waiting for each transfer bounds staging to one shard.
     pieces = []
     for box, devices in plan.shards.items():
         buffer = _aligned_buffer(box_shape(box), plan.dtype)
@@ -374,12 +330,7 @@ def _aligned_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> np.ndarray[
 
 
 def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.ndarray[Any, Any]]:
-    """Reads every local shard of a tensor at once, each into its own region of ``arena``.
-
-    Where the shards tile a box (column blocks of the same rows, say) and each
-    would take several reads, the box is read whole, in its longer runs, and
-    each shard is a view of it; each byte is still read once.
-    """
+    """Reads every local shard into the arena; shards that tile a box are views of the box, read whole."""
     boxes = list(plan.shards)
     union = _whole_box(plan)
     if union is None:
@@ -397,7 +348,7 @@ def _read_boxes(plan: _Plan, arena: _Arena, reporter: Reporter) -> dict[Box, np.
 
 
 def _whole_box(plan: _Plan) -> Box | None:
-    """Returns the box that a tensor's local shards exactly fill where each would take several reads, else None."""
+    """The box a tensor's local shards exactly fill, where each would take several reads; else None."""
     boxes = list(plan.shards)
     if len(boxes) < 2 or len(shard_runs(plan.tensor.info.shape, 1, boxes[0]).offsets) == 1:
         return None

@@ -1,24 +1,9 @@
 """How the containers of a pytree become the str-keyed maps of a flax state dict, and back.
 
-tinax 0.2 wrote msgpack files with ``flax.serialization.to_bytes`` and read
-them with ``from_bytes``, so its users saved optax states, lists and flax
-dataclasses inside their state dicts. This module keeps flax's mapping
-between containers and maps, so the same state gives the same file and a
-target gives back the same containers:
-
-* a mapping is a map; a key that is not a ``str`` is stored as ``str(key)``,
-  and restored under the target's own key;
-* a ``list`` or ``tuple`` is the map ``{"0": ..., "1": ..., ...}``;
-* a namedtuple (every optax state: ``ScaleByAdamState``, ``EmptyState``,
-  ``MaskedNode``, ...) is the map from its field names to its fields; files
-  of flax before 2022 stored it as ``{"name", "fields", "values"}``, which
-  is read too;
-* a ``jax.tree_util.Partial`` is ``{"args": ..., "keywords": ...}``;
-* an instance of a type registered with ``flax.serialization`` (a
-  ``flax.struct`` dataclass such as ``TrainState``, a ``FrozenDict``) is
-  the state dict flax's ``to_state_dict`` gives, and is rebuilt by flax's
-  ``from_state_dict``. Only code that has imported flax can hold such an
-  instance, so this module never imports flax itself.
+tinax 0.2 used ``flax.serialization.to_bytes``/``from_bytes``, so users saved optax states,
+lists and flax dataclasses in their state dicts; this keeps flax's mapping, so the same state
+gives the same file. docs/guide/weights.md, section "The msgpack format", lists the mapping.
+flax is never imported: only code that imported it can hold a flax-registered instance.
 """
 
 from __future__ import annotations
@@ -36,18 +21,9 @@ _LEGACY_NAMEDTUPLE_KEYS = frozenset({"name", "fields", "values"})
 
 @dataclass(frozen=True)
 class Container:
-    """A value that the file holds as a map.
+    """A value the file holds as a map.
 
-    Attributes:
-      entries: ``(file key, where, item)`` for each item in order: the str key
-        it has in the file, how an error message names it after its
-        container (``"[0]"``, ``"['w']"``, ``".count"``), and the item.
-      rebuild: Makes a value of the container's kind from the restored items,
-        given by file key.
-      exact: Whether the file's map must hold exactly these keys, as flax
-        requires for lists, tuples and namedtuples; a mapping ignores keys it
-        lacks.
-      fields: The field names of a namedtuple, else None.
+    ``entries``: ``(file key, message label such as "[0]", item)``; ``exact``: the map needs exactly these keys.
     """
 
     entries: tuple[tuple[str, str, object], ...]
@@ -57,11 +33,7 @@ class Container:
 
 
 def container_of(value: object) -> Container | None:
-    """Returns how ``value`` is stored as a map, or None if it is a leaf.
-
-    Raises:
-      Whatever a registered flax ``to_state_dict`` raises.
-    """
+    """How ``value`` is stored as a map, or None for a leaf; a flax ``to_state_dict`` error propagates."""
     if isinstance(value, tuple) and hasattr(value, "_fields"):
         return _namedtuple(value)
     if type(value) is list or type(value) is tuple:
@@ -81,8 +53,7 @@ def container_of(value: object) -> Container | None:
 def legacy_namedtuple_entries(loaded: dict[Any, Any], fields: tuple[str, ...]) -> dict[Any, Any]:
     """Reads a namedtuple that flax stored before 2022 as ``{"name", "fields", "values"}``.
 
-    Returns ``loaded`` itself when it is not in that form, or when the
-    namedtuple's own fields are those three names.
+    Returns ``loaded`` itself when not in that form, or when those three are the namedtuple's own fields.
     """
     if set(loaded) != _LEGACY_NAMEDTUPLE_KEYS or set(fields) == _LEGACY_NAMEDTUPLE_KEYS:
         return loaded
