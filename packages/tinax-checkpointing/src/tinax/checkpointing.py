@@ -1,18 +1,12 @@
 """Complete, atomic Orbax V1 checkpoints with explicit restore targets.
 
-A checkpoint is a folder of named checkpointables. Saving is asynchronous,
-refuses existing destinations and concurrent saves to one destination, and
-never loses a background failure. Loading needs an explicit restore target per
-name and checks that the folder is a complete checkpoint first. Orbax and
-Grain are imported only when a function runs.
-
-Training checkpoints put the step, model, optimizer, random state, auxiliary
-state and data iterator of a run into one such checkpoint, so a run resumes
-exactly where it stopped. ``TrainingCheckpointManager`` runs the save
-schedule of a job over a root folder of such checkpoints, one per step: it
-resumes from committed steps only, keeps what a retention policy says, and
-saves once more when the job is preempted. Checkpoints of Orbax's older V0 API are read and
-written by ``tinax.checkpointing.legacy.v0`` only, never from here.
+A checkpoint is a folder of named checkpointables. Saving is asynchronous, refuses existing
+destinations and concurrent saves to one destination, and never loses a background failure.
+Loading needs an explicit restore target per name and checks first that the folder is complete.
+Training checkpoints hold everything a run needs to resume, and ``TrainingCheckpointManager`` runs
+a job's save schedule, retention and preemption over a root of per-step checkpoints. Orbax V0
+checkpoints are handled by ``tinax.checkpointing.legacy.v0`` only. Orbax and Grain are imported
+only when a function runs.
 """
 
 import pathlib as _pathlib
@@ -36,10 +30,9 @@ from tinax._checkpointing._training import (
 )
 from tinax._core._command._versions import distribution_version as _distribution_version
 
-# tinax 0.2's import path tinax.checkpointing.legacy.v0 (see _compat02): a
-# single-file module cannot have submodules of its own, and the paths 0.2
-# installed for them are deleted by pip after an upgrade, so they live under
-# the private package; the stubs in tinax/checkpointing/ state them for type checkers.
+# tinax 0.2's import path tinax.checkpointing.legacy.v0: a single-file module has no submodules, and pip
+# deletes the paths 0.2 installed after an upgrade, so they live under the private package (stubs in
+# tinax/checkpointing/ state them for type checkers).
 __path__ = [str(_pathlib.Path(__file__).with_name("_checkpointing") / "_public")]
 
 __all__ = [

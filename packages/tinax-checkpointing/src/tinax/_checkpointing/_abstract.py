@@ -1,19 +1,9 @@
 """A checkpoint's abstract state, read from its metadata files alone, with no JAX backend started.
 
-Orbax's own metadata readers start a JAX backend: its handlers ask JAX for
-the devices when they are built. Describing a checkpoint needs no device, and
-a job that plans its restore (on which mesh, with which shardings) may not
-have picked its devices yet, so this module reads what Orbax wrote itself:
-
-* the pytree's ``_METADATA`` file: every leaf's key path and kind;
-* each array's Zarr metadata (its shape and dtype), through TensorStore, from
-  the checkpoint's OCDBT store or its per-array folders;
-* the ``_sharding`` file: the sharding each ``jax.Array`` was saved with;
-* the per-process ``array_metadatas`` files: which arrays are PRNG keys, and
-  of which implementation.
-
-No array data is read. :func:`abstract_checkpointables` turns the records
-into abstract arrays; ``tinax inspect`` lists them as rows.
+Orbax's own metadata readers start a backend (its handlers ask for devices), yet planning a restore
+needs none. So this reads what Orbax wrote: the pytree's ``_METADATA`` (key paths and kinds), each
+array's Zarr metadata via TensorStore (shape, dtype; OCDBT or per-array folders), the ``_sharding``
+file and the per-process ``array_metadatas`` files (PRNG key implementations). No array data is read.
 """
 
 from __future__ import annotations
@@ -58,26 +48,14 @@ _ARRAY_METADATAS = "array_metadatas"
 
 @dataclasses.dataclass(frozen=True)
 class StoredSharding:
-    """The sharding a ``jax.Array`` was saved with, as Orbax recorded it.
-
-    Attributes:
-      kind: Orbax's sharding type, such as ``"NamedSharding"`` or
-        ``"SingleDeviceSharding"``.
-      axis_names: The mesh's axis names (a ``NamedSharding`` only).
-      axis_sizes: The mesh's axis sizes (a ``NamedSharding`` only).
-      axis_types: The mesh's axis type names, such as ``"Explicit"``; None
-        where the checkpoint records none (Orbax before 0.12 did not).
-      spec: The partition spec's entries: None, an axis name, or a tuple of
-        axis names.
-      device: The device a ``SingleDeviceSharding`` named, such as ``"cpu:5"``.
-    """
+    """The sharding a ``jax.Array`` was saved with, as Orbax recorded it (mesh fields for a ``NamedSharding`` only)."""
 
     kind: str
     axis_names: tuple[str, ...] = ()
     axis_sizes: tuple[int, ...] = ()
-    axis_types: tuple[str, ...] | None = None
+    axis_types: tuple[str, ...] | None = None  # None where not recorded (Orbax before 0.12)
     spec: tuple[str | tuple[str, ...] | None, ...] = ()
-    device: str | None = None
+    device: str | None = None  # A SingleDeviceSharding's, such as "cpu:5".
 
     def text(self) -> str:
         """One short line: the mesh's axes and the spec, or the device (a mesh's devices are not listed)."""
@@ -91,21 +69,9 @@ class StoredSharding:
 
 @dataclasses.dataclass(frozen=True)
 class StoredLeaf:
-    """One entry of a saved pytree, as its metadata files describe it.
+    """One entry of a saved pytree, as its metadata files describe it; keys are strings, as Orbax stores them.
 
-    Attributes:
-      keys: The key path, as Orbax stores it (every key a string).
-      sequence: For each key, whether it indexes a sequence (else a mapping).
-      value_type: Orbax's value type: ``"jax.Array"``, ``"np.ndarray"``,
-        ``"scalar"``, ``"string"``, one of the empty nodes (``"None"``,
-        ``"Dict"``, ...), or that of another handler.
-      shape: The array's shape (a PRNG key array's without its key data);
-        None for leaves without one.
-      dtype: The array's dtype (a PRNG key array's key dtype); None for
-        leaves without one.
-      sharding: The recorded sharding of a ``jax.Array``, or None.
-      key_impl: The PRNG implementation of a key array, such as
-        ``"threefry2x32"``; None for other leaves.
+    A PRNG key array has the shape and key dtype of the keys, not of their key data.
     """
 
     keys: tuple[str, ...]
@@ -130,53 +96,39 @@ class StoredLeaf:
 def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] | None = None) -> dict[str, Any]:
     """Reads the structure, shapes, dtypes and saved shardings of a checkpoint, without any device.
 
-    Only metadata files are read, never array data, and no JAX backend is
-    started: a job can plan its restore (which mesh, which shardings) before
-    it picks its devices, and a tool can describe a checkpoint on a machine
-    without the devices it was written on. Each saved pytree comes back as
-    nested dicts and lists, keyed as it was stored, with these leaves:
+    Only metadata files are read and no JAX backend is started, so a job can plan
+    its restore before it picks its devices. Each saved pytree comes back as
+    nested dicts and lists, keyed as stored, with these leaves:
 
-    * a ``jax.Array`` becomes a ``jax.ShapeDtypeStruct`` of its shape and
-      dtype (a PRNG key array keeps its key dtype). Its sharding is the saved
-      ``NamedSharding``'s partition spec over a ``jax.sharding.AbstractMesh``
-      of the saved axis names, sizes and axis types; an array saved on a
-      single device gets no sharding.
+    * a ``jax.Array`` becomes a ``jax.ShapeDtypeStruct`` (a PRNG key array keeps
+      its key dtype) whose sharding is the saved ``NamedSharding``'s spec over a
+      ``jax.sharding.AbstractMesh`` of the saved axes; a single-device array gets none.
     * a NumPy array becomes the read-only placeholder that
-      :func:`abstract_restore_target` gives a NumPy array (its shape and dtype,
-      no data); it restores a host array.
-    * a scalar becomes a zero of its Python type (``0``, ``0.0``, ``False``,
-      ...), a string becomes ``""``, and None and empty containers stay as
-      they were stored.
+      :func:`abstract_restore_target` gives one; it restores a host array.
+    * a scalar becomes a zero of its Python type, a string ``""``; None and empty
+      containers stay as stored.
 
-    To restore onto a mesh of your choosing, give every abstract array a
-    sharding over that mesh, for example the saved spec:
+    To restore onto a mesh of your choosing, give every abstract array a sharding over it, e.g.
     ``jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, leaf.sharding.spec))``.
     The abstract shardings themselves restore inside ``jax.set_mesh(mesh)``.
 
     Args:
-      path: The checkpoint folder.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket; it is a checkpoint only once it holds Orbax's
-        ``commit_success.txt``.
-      names: The checkpointables to read; all of its pytree checkpointables
-        when None (those of other kinds, such as a data iterator, have no
-        abstract form and are left out).
+      path: The checkpoint folder, or a ``gs://`` URL (``str`` or ``etils.epath.Path``)
+        of a prefix holding Orbax's ``commit_success.txt``.
+      names: The checkpointables to read; all pytree checkpointables when None
+        (others, such as a data iterator, have no abstract form).
 
     Returns:
       A dict of abstract pytrees, by checkpointable name.
 
     Raises:
-      TypeError: If ``path`` is not a path or ``names`` is not a sequence of
-        ``str``.
-      ValueError: If the folder is not a complete checkpoint, a name was not
-        saved or is no pytree, or the metadata of an array cannot be read.
-        All but the first are also a ``KeyError``, as the loader's are.
-      FileNotFoundError: If nothing exists at ``path``. It is also a
-        ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path`` is not a path or ``names`` is not a sequence of ``str``.
+      ValueError: If the folder is not a complete checkpoint, ``path`` is an
+        ``s3://`` URL (google/orbax#359), a name was not saved or is no pytree, or
+        an array's metadata cannot be read (these last three also a ``KeyError``).
+      FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -211,36 +163,16 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
 
 
 def stored_leaves(source: pathlib.Path, name: str) -> list[StoredLeaf]:
-    """Every entry of a saved pytree, in the order Orbax recorded them, from its metadata files alone.
-
-    Args:
-      source: A complete checkpoint folder, as an absolute path (check it with
-        ``require_complete_checkpoint`` first).
-      name: A pytree checkpointable of it.
-
-    Returns:
-      One record per entry, empty nodes included.
-
-    Raises:
-      ValueError: If the metadata of an array cannot be read (also a
-        ``KeyError``).
-    """
+    """Every entry (empty nodes included) of pytree ``name`` of a complete checkpoint, in Orbax's order."""
     return stored_leaves_of(source, [name])[name]
 
 
 def stored_leaves_of(
     source: pathlib.Path, names: Sequence[str], parsed: ParsedFiles | None = None
 ) -> dict[str, list[StoredLeaf]]:
-    """:func:`stored_leaves` of several pytrees of one checkpoint, by name, their arrays all opened at once.
+    """:func:`stored_leaves` of several pytrees, their arrays opened at once in one TensorStore context.
 
-    One TensorStore context serves every part, and every array is opened
-    before any opening is waited for, so the reads overlap. JSON files
-    listed in ``parsed`` (those the completeness check parsed) are not read
-    again.
-
-    Raises:
-      ValueError: If the metadata of an array cannot be read (also a
-        ``KeyError``).
+    JSON files already in ``parsed`` are not read again; an unreadable array raises ``CheckpointKeyError``.
     """
     import tensorstore
 
@@ -301,13 +233,7 @@ class _Layout:
     """Where Orbax put a pytree's arrays: one OCDBT store or a folder per array, Zarr 3 or 2."""
 
     def __init__(self, folder: pathlib.Path, metadata: dict[str, Any], context: Any = None) -> None:
-        """Reads the layout from the pytree's ``_METADATA`` (``use_ocdbt``, ``use_zarr3``).
-
-        Args:
-          folder: The pytree's folder.
-          metadata: Its ``_METADATA`` object.
-          context: The TensorStore context to open the arrays in; a new one when None.
-        """
+        """Reads the layout from the pytree's ``_METADATA`` (``use_ocdbt``, ``use_zarr3``)."""
         import tensorstore
 
         self._folder = folder

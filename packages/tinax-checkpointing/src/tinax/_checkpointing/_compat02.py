@@ -1,29 +1,10 @@
 """tinax 0.2's exception types, kept where 0.3 says more: every accommodation of 0.2 in this member.
 
-tinax 0.2 let Orbax's and Grain's own exceptions reach the caller. Code
-written against 0.2 catches those types, so each error tinax-checkpointing
-raises is also of the type 0.2 raised, next to the more precise type 0.3
-documents. Each class and builder says which 0.2 behaviour it keeps:
-
-- a ``ValueError`` for an existing destination, a missing checkpoint or an
-  unsaveable value (:class:`CheckpointExistsError`,
-  :class:`CheckpointNotFoundError`, :class:`UnsupportedLeafError`);
-- the ``OSError`` that creating a destination raised, now refused before
-  the save starts (:func:`uncreatable_destination`);
-- Orbax's ``KeyError`` for a checkpoint that lacks a name or does not fit a
-  target, and Grain's errors, translated the same way on every path
-  (:func:`upstream_failure`);
-- the background error itself from ``result()`` (:func:`background_failure`);
-- JAX's ``AttributeError`` for a traced value (:class:`TracedValueError`).
-
-One accommodation cannot live here, because the runtime needs it in the
-public module itself: 0.2's import path ``tinax.checkpointing.legacy.v0``.
-``tinax/checkpointing.py`` sets its ``__path__`` to ``_public/`` of the
-private package, and the ``.pyi`` stubs under ``tinax/checkpointing/`` state
-the same names for type checkers (neither the module nor its submodules can
-sit where 0.2 installed ``tinax/checkpointing/__init__.py``,
-``legacy/__init__.py`` and ``legacy/v0.py``: pip deletes 0.2's recorded paths
-after installing 0.3).
+0.2 let Orbax's and Grain's exceptions through, so each error raised here is also of the type 0.2
+raised: ``ValueError`` for existing, missing or unsaveable; the ``OSError`` of an uncreatable
+destination; Orbax's ``KeyError``; the background error from ``result()``; JAX's ``AttributeError``
+for traced values. The one exception, 0.2's import path ``tinax.checkpointing.legacy.v0``, lives in
+``tinax/checkpointing.py`` (its ``__path__``), since pip deletes the paths 0.2 installed.
 """
 
 from __future__ import annotations
@@ -61,10 +42,7 @@ class CheckpointNotFoundError(FileNotFoundError, ValueError):
 class UncreatableDestinationError(ValueError, OSError):
     """A checkpoint destination that cannot be created, refused before the save starts.
 
-    0.2 started such a save and failed with the ``OSError`` that creating the
-    folder raised (in ``result()`` for a V1 save, at once for a legacy V0
-    one); the subclasses below are also of that error's class, and every
-    one carries its ``errno``.
+    0.2 failed later with the creating ``OSError``; subclasses are also of its class and carry its ``errno``.
     """
 
     def __str__(self) -> str:
@@ -90,10 +68,7 @@ class UnsupportedLeafError(TypeError, ValueError):
 class CheckpointKeyError(ValueError, KeyError):
     """A checkpoint lacks a requested name, or Orbax or Grain refused an operation for another reason than a kind.
 
-    0.2 raised Orbax's ``KeyError`` subclasses for a missing name and for
-    values that do not fit a target, and let Orbax's ``ValueError`` through
-    for a refused save. The message prints as written, not quoted the way
-    ``KeyError`` quotes its key.
+    0.2 raised Orbax's ``KeyError`` (or let its ``ValueError`` through); the message prints unquoted.
     """
 
     def __str__(self) -> str:
@@ -111,8 +86,7 @@ class OutOfRangeStateError(CheckpointKeyError, IndexError):
 class NoHandlerError(TypeError, ValueError, KeyError):
     """Orbax or Grain has no handler for the kind of a value or restore target.
 
-    Also a ``KeyError`` (0.2 let Orbax's lookup error through) and a
-    ``ValueError`` (what a refused save or legacy V0 operation documents).
+    Also a ``KeyError`` (0.2 let Orbax's lookup error through) and a ``ValueError`` (what a refused save documents).
     """
 
     def __str__(self) -> str:
@@ -126,10 +100,7 @@ class TracedValueError(TypeError, AttributeError):
 class SaveFailedError(RuntimeError):
     """A save failed in the background; its ``__cause__`` is the original error.
 
-    ``result()`` raises one of the declared subclasses below where the
-    original error is an instance of its second base, as 0.2 re-raised that
-    error itself; the first that matches, in the order of
-    ``_FAILURE_CLASSES``. The cause keeps its own exact class.
+    Raised as the first ``_FAILURE_CLASSES`` subclass matching the cause's class, as 0.2 re-raised that error.
     """
 
     def __str__(self) -> str:
@@ -188,19 +159,7 @@ _DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationErr
 
 
 def background_failure(message: str, error: BaseException) -> SaveFailedError:
-    """Builds the error ``result()`` raises for a save that failed in the background.
-
-    Args:
-      message: What failed, for the reader.
-      error: The error the background save raised. It becomes the cause.
-
-    Returns:
-      A :class:`SaveFailedError` that is also of the first builtin class of
-      ``_FAILURE_CLASSES`` that ``error`` is an instance of (an ``OSError``
-      or one of its common subclasses, ``KeyError``, ``IndexError``,
-      ``TypeError``, ``ValueError``), or a plain one otherwise, for example
-      for ``KeyboardInterrupt``.
-    """
+    """Builds the error ``result()`` raises for a failed background save, also of the cause's builtin class."""
     kind = next((kind for kind in _FAILURE_CLASSES if isinstance(error, kind.__bases__[1])), SaveFailedError)
     failure = kind(message)
     failure.__cause__ = error
@@ -208,18 +167,7 @@ def background_failure(message: str, error: BaseException) -> SaveFailedError:
 
 
 def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinationError:
-    """Builds the error that refuses a destination the file system cannot create.
-
-    Args:
-      message: Why the destination cannot be created, for the reader.
-      error: The ``OSError`` that probing the destination gave. Its
-        ``errno``, ``strerror`` and ``filename`` carry over.
-
-    Returns:
-      An :class:`UncreatableDestinationError`, of the subclass that is also
-      ``type(error)`` where ``error`` is a ``NotADirectoryError``,
-      ``PermissionError`` or ``FileNotFoundError``.
-    """
+    """Builds the refusal of an uncreatable destination, of the subclass matching ``error`` and with its errno."""
     kind = next(
         (refusal for cause, refusal in _DESTINATION_REFUSALS if isinstance(error, cause)), UncreatableDestinationError
     )
@@ -231,24 +179,9 @@ def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinat
 
 
 def upstream_failure(message: str, error: BaseException) -> CheckpointKeyError | NoHandlerError:
-    """Builds the error for an operation that Orbax or Grain refused, the same way on every path.
+    """Builds the error for an operation Orbax or Grain refused, the same way on every path.
 
-    The class follows the deepest cause of ``error``: a ``TypeError`` there
-    means upstream refused a kind, and gives :class:`NoHandlerError`; a
-    ``FileNotFoundError`` gives :class:`MissingCheckpointFileError`, an
-    ``IndexError`` :class:`OutOfRangeStateError`, and any other failure
-    :class:`CheckpointKeyError`. Each is a ``ValueError`` and a ``KeyError``,
-    and the last three are also of the class of the root cause that picked
-    them, so code written against 0.2, which let the upstream error
-    through, still catches them.
-
-    Args:
-      message: What failed, for the reader; the root cause's class and text
-        are appended.
-      error: The upstream error. It becomes the cause.
-
-    Returns:
-      The error to raise (``raise upstream_failure(...) from error``).
+    Its class follows the root cause (``TypeError``, ``FileNotFoundError``, ``IndexError``): 0.2 code still catches it.
     """
     root = root_cause(error)
     kind: type[CheckpointKeyError | NoHandlerError] = CheckpointKeyError

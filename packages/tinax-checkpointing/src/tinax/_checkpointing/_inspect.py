@@ -1,18 +1,9 @@
-"""``tinax inspect`` for Orbax checkpoint folders and for roots of step folders.
+"""``tinax inspect`` for Orbax checkpoint folders and for roots of step folders (registered by ``_sniff``).
 
-Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
-A checkpoint is checked by the loader's own completeness check,
-:func:`~tinax._checkpointing._layout.require_complete_checkpoint` (and a
-training checkpoint by the training loader's, which also wants the iterator
-state file of every saving process), and its
-arrays are described from its metadata files alone
-(:func:`~tinax._checkpointing._abstract.stored_leaves`), never from array
-data and without starting a JAX backend; the one value read is a training
-checkpoint's step (a single scalar, through TensorStore). A root is scanned
-by the manager's own scan, :func:`~tinax._checkpointing._manager.scan_root`,
-without cleanup. Orbax and TensorStore read through their own files, so the
-command counts what the process read meanwhile (both are imported with this
-module, before the count starts).
+A checkpoint is judged by the loaders' own completeness checks and described from metadata alone
+(no array data, no JAX backend; only a training checkpoint's step scalar is read). A root is scanned
+by the manager's ``scan_root`` without cleanup. Orbax and TensorStore are imported with this module,
+before the command starts counting the bytes the process reads.
 """
 
 from __future__ import annotations
@@ -46,8 +37,7 @@ _TYPE_NAMES = {"jax.Array": "array", "np.ndarray": "numpy", "scalar": "scalar", 
 def inspect_checkpoint(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a checkpoint folder (or ``gs://`` prefix): complete or not (and why), its parts, arrays and step.
 
-    A problem with the folder is reported, not raised, so that ``--json``
-    still describes it; the command then exits 1.
+    Problems are reported, not raised, so ``--json`` still describes them; the command then exits 1.
     """
     report = Report("inspect", "orbax-checkpoint", str(path))
     path = absolute_location(path, "path", needed_by="tinax inspect")
@@ -124,11 +114,7 @@ def _leaf_rows(part: str, leaves: list[StoredLeaf], options: InspectOptions) -> 
 
 
 def inspect_checkpoint_root(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes a root of step folders as the manager sees it: committed steps, torn and temporary folders.
-
-    Torn or temporary folders are reported as problems (the command exits 1);
-    nothing is removed.
-    """
+    """Describes a root of step folders as the manager sees it; torn or temporary entries are problems (exit 1)."""
     del options
     # Built only for the manager's own checks of the root; it saves, cleans and retains nothing here.
     manager = TrainingCheckpointManager(

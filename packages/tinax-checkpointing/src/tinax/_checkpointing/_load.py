@@ -1,12 +1,7 @@
 """Loading named checkpointables through Orbax V1, into explicit targets, from complete checkpoints only.
 
-Before any byte loads, the folder is checked to be a complete checkpoint
-(:mod:`~tinax._checkpointing._layout`), every name to load to have been saved,
-and every array target to have the saved shape. Orbax's failures are
-translated by :func:`~tinax._checkpointing._compat02.upstream_failure`, and the
-reads a failed load abandoned finish or report nothing later
-(:mod:`~tinax._checkpointing._orbax_workarounds`).
-
+Completeness, saved names and array shapes are checked before any byte loads; Orbax's failures go
+through ``upstream_failure``, and a failed load's abandoned reads are settled by ``_orbax_workarounds``.
 Orbax is imported when a load runs, never when this module is imported.
 """
 
@@ -50,23 +45,17 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
     """Loads named values from a complete checkpoint into explicit targets.
 
     Every name to load needs a restore target (:func:`abstract_restore_target`
-    builds one from live state): arrays load with the target's sharding and
-    dtype and must have the saved shape. An abstract array without a
-    sharding (``jax.eval_shape``'s) loads where the checkpoint recorded it. Names left out of ``targets`` are not
-    loaded, and the folder is checked to be a complete checkpoint before
-    anything loads. In a multi-process run every process calls this function
-    with the same arguments, in the same order. The checkpointing user guide's
-    "Restore targets" section gives the rules.
-
-    When it succeeds, the load logs one INFO line to the
-    ``tinax.checkpointing`` logger with the bytes of the loaded
-    checkpointables' folders and the seconds it took. Orbax reports no
-    progress while it reads, so this function takes no progress argument.
+    builds one from live state): arrays load with the target's sharding and dtype
+    and must have the saved shape; an abstract array without a sharding loads
+    where the checkpoint recorded it. Names left out of ``targets`` are not
+    loaded. The folder is checked to be complete before anything loads. In a
+    multi-process run every process makes the same call, in the same order. A
+    successful load logs one INFO line to the ``tinax.checkpointing`` logger. The
+    checkpointing user guide's "Restore targets" section gives the rules.
 
     Args:
-      path: The checkpoint folder written by :func:`save_checkpointables`.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket; it is a checkpoint only once it holds Orbax's
+      path: The checkpoint folder written by :func:`save_checkpointables`, or a
+        ``gs://`` URL (``str`` or ``etils.epath.Path``) of a prefix holding Orbax's
         ``commit_success.txt``.
       targets: A restore target per name to load. At least one.
 
@@ -74,26 +63,17 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
       A dict of the loaded values, by name.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``targets`` is not a mapping with
-        ``str`` keys, a target leaf is a traced value or of a kind no restore
-        target takes (``object()``, for one), or Orbax rejects a target's
-        kind (its error is the cause). The last two are also a ``KeyError``,
-        as Orbax's error was, and Orbax's rejection is also a ``ValueError``,
-        as on every path that translates Orbax's errors.
-      ValueError: If ``targets`` is empty, a target is None, the folder is
-        not a complete checkpoint (an unfinished save, a missing or damaged
-        metadata or state file or checkpointable), a name was not saved (the
-        message lists the saved names), an array target's shape or rank
-        differs from the saved one, an abstract array without a sharding has
-        no recorded placement this process can use, or the values do not fit
-        the targets otherwise (Orbax's error is the cause). All but the
-        first two are also ``KeyError``, as Orbax's errors were.
-      FileNotFoundError: If nothing exists at ``path``. It is also a
-        ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path`` or ``targets`` is of the wrong kind, a target leaf is
+        traced or of a kind no restore target takes, or Orbax rejects a target's
+        kind (the last two also a ``KeyError``, Orbax's rejection also a ``ValueError``).
+      ValueError: If ``targets`` is empty, a target is None, ``path`` is an
+        ``s3://`` URL (google/orbax#359), the folder is not a complete checkpoint,
+        a name was not saved, an array target's shape differs, an abstract array
+        has no usable recorded placement, or the values do not fit; all but the
+        first three also a ``KeyError``, as Orbax's errors were.
+      FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -136,35 +116,9 @@ def restore_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, 
 def restore_complete(
     source: pathlib.Path, saved: set[str], targets: Mapping[str, Any], parsed: ParsedFiles | None = None
 ) -> dict[str, Any]:
-    """Loads checked targets from a folder that passed the completeness check, in one Orbax call.
+    """Loads checked targets from a folder that passed the completeness check (``saved``), in one Orbax call.
 
-    The caller has checked the targets (``require_restore_target``) and the
-    folder (``require_complete_checkpoint``, which gave ``saved``); each is
-    done once per load. Every pytree's metadata is read once, by tinax's own
-    reader, for the shape check; Orbax's metadata is read only for an
-    abstract array without a sharding, which takes the recorded placement.
-    Orbax loads the names one after another, in the order of their names,
-    and stops at the first that fails: a stateful checkpointable (an
-    iterator) of a later name is not restored then, one of an earlier name
-    already is.
-
-    Args:
-      source: The checkpoint folder, as an absolute path.
-      saved: The names its metadata lists.
-      targets: A checked restore target per name to load.
-      parsed: The JSON files the completeness check parsed, which are not
-        read again; None reads what is needed.
-
-    Returns:
-      The loaded values, by name.
-
-    Raises:
-      ValueError: If a name was not saved, an array target does not fit
-        (see ``require_target_fits`` and ``with_stored_placements``), or
-        Orbax fails (see :func:`load_checkpointables`). All are also
-        ``KeyError``.
-      TypeError: If Orbax rejects a target's kind (also a ``KeyError`` and a
-        ``ValueError``).
+    Orbax loads names in sorted order and stops at the first failure, so an earlier iterator may be restored.
     """
     unknown = sorted(name for name in targets if name not in saved)
     if unknown:
@@ -198,11 +152,7 @@ def restore_complete(
 def _stored_shapes(
     source: pathlib.Path, names: list[str], parsed: ParsedFiles | None
 ) -> dict[str, dict[tuple[str, ...], tuple[int, ...]]]:
-    """The saved shape of every array of the named pytrees, by key path; {} where the metadata cannot be read.
-
-    Metadata that cannot be read is no error here: the load itself then
-    reports whatever is wrong, as Orbax sees it.
-    """
+    """The saved shape of every array of the named pytrees; {} where unreadable, left for the load to report."""
     try:
         read = stored_leaves_of(source, names, parsed)
     except Exception:  # Damage the completeness check cannot see (an array's Zarr metadata, for one).
@@ -211,16 +161,9 @@ def _stored_shapes(
 
 
 def stored_tree(orbax: Any, source: pathlib.Path, name: str) -> Any:
-    """The metadata tree Orbax keeps of a saved pytree, or None where there is none to read.
+    """Orbax's metadata tree of one saved pytree, or None (no pytree, or unreadable: the load then reports it).
 
-    A checkpointable that is no pytree (a Grain iterator, for one), or
-    metadata Orbax cannot read, gives None: the load itself then reports
-    whatever is wrong.
-
-    Only this checkpointable's metadata is read, by Orbax's pytree handler.
-    (Orbax's ``metadata(path, checkpointable_name=...)`` reads that of every
-    checkpointable, and logs a warning for each one, such as an iterator,
-    that has none.)
+    Read by the pytree handler alone: Orbax's ``metadata(path, ...)`` reads every part and warns for non-pytrees.
     """
     folder = source / name
     if not (folder / PYTREE_METADATA).is_file():

@@ -1,12 +1,8 @@
 """Where a checkpoint lives: a local folder, or a ``gs://`` prefix that Orbax writes through TensorStore.
 
-On Google Cloud Storage, Orbax writes a checkpoint straight into its final
-prefix (a bucket has no rename) and marks it complete last, with a
-``commit_success.txt`` object; a prefix without that object is a save that
-has not finished (or never will). Orbax cannot write to ``s3://`` at all
-(google/orbax#359), so every function refuses such a URL before touching
-anything. Local paths go on exactly as before: only URLs take the branches
-this module serves.
+On a bucket Orbax writes straight into the final prefix and writes ``commit_success.txt`` last; ``s3://``
+is refused up front (google/orbax#359). Local paths never take the URL branches served here.
+See docs/guide/storage.md, section "Checkpoints".
 """
 
 from __future__ import annotations
@@ -45,17 +41,9 @@ class UnsupportedStoreError(ValueError):
 
 
 def checkpoint_location(path: object, name: str, *, needed_by: str) -> pathlib.Path:
-    """Checks a checkpoint path argument: a local path as before, or a ``gs://`` URL as an ``etils.epath.Path``.
+    """Checks a checkpoint path: a local path (not made absolute), or a ``gs://`` URL as an ``etils.epath.Path``.
 
-    Local paths are returned as :func:`validation.require_path` gives them
-    (not made absolute). A ``gs://`` URL needs gcsfs, which the
-    ``tinax-checkpointing[gcs]`` extra installs.
-
-    Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``.
-      ValueError: If the path is empty or the URL names no object in a bucket;
-        an ``UnsupportedStoreError`` for an ``s3://`` URL.
-      ImportError: If a ``gs://`` URL is given without gcsfs installed.
+    An ``s3://`` URL raises ``UnsupportedStoreError`` (a ``ValueError``); a ``gs://`` one needs gcsfs.
     """
     location = storage.require_location(path, name)
     if isinstance(location, pathlib.Path):
@@ -93,11 +81,7 @@ def remote_of(path: object) -> storage.RemotePath:
 
 
 def remote_filesystem(path: object, *, needed_by: str) -> Any:
-    """The filesystem of a checked ``gs://`` checkpoint path, with its listings of that path forgotten.
-
-    Orbax and TensorStore write behind fsspec's back, so a cached listing
-    would show a checkpoint as it was before their writes.
-    """
+    """The filesystem of a ``gs://`` checkpoint path, cached listings dropped (Orbax writes behind fsspec)."""
     remote = remote_of(path)
     fs = storage.filesystem(remote, distribution=_DISTRIBUTION, needed_by=needed_by)
     fs.invalidate_cache(remote.fs_path)

@@ -1,40 +1,7 @@
 """A step manager over a root folder: committed steps, retention, one save at a time, preemption.
 
-A training job that checkpoints needs the same loop every time: save every N
-steps, keep some of the saves, find the newest good one at start-up, and save
-once more when the scheduler preempts the job. :class:`TrainingCheckpointManager`
-is that loop around :func:`save_training_checkpoint` and
-:func:`load_training_checkpoint`; each step is one training checkpoint of
-exactly their format in ``<root>/<step>``.
-
-The guarantees, and why they are kept here rather than by the caller:
-
-- A step counts only once its folder passes the completeness check that
-  :func:`load_checkpointables` runs and, where it holds the iterator part,
-  its part holds the state file of every saving process (as
-  :func:`load_training_checkpoint` requires), so a save that never
-  committed, or a step that lost a file since, is never chosen for a resume.
-- Retention deletes only after a newer save has committed, and deletes a step
-  by renaming it to a temporary name first, so a crash at any moment leaves
-  every kept step whole and never leaves a half-deleted folder that looks
-  committed.
-- A step is only ever a real folder of the root: a step name that is a
-  symbolic link, or a folder that holds one, is never committed, counted or
-  deleted through, so retention cannot reach outside the root or delete what
-  a kept step still needs.
-- The completeness verdict of a step is kept only while nothing in its folder
-  changed (every entry's inode, size and times), so a step damaged after its
-  commit stops counting at the next scan.
-- One manager writes into a root at a time: from the start of a save until
-  its retention has run (and during a cleanup), process 0 holds an advisory
-  lock on the root's lock file, and a second manager that would write
-  meanwhile is refused with :class:`SaveInFlightError` instead of racing.
-- On a ``gs://`` root, which has no rename and no advisory locks, a step
-  counts only once Orbax's commit marker is there, retention removes that
-  marker first, and the lock is a create-if-absent object (see the class).
-- In a multi-process run, process 0's view of the folder decides and every
-  other process checks that it sees the same; a difference is an error on
-  every process, never a silent divergence.
+How steps commit, how retention deletes, the one-writer lock, ``gs://`` roots and the multi-process
+agreement are described in docs/guide/checkpointing.md, section "How the manager commits and keeps steps".
 """
 
 from __future__ import annotations
@@ -99,13 +66,10 @@ __all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "Trai
 # The caller-supplied metric of each step, kept next to the step folders (never
 # inside a checkpoint, whose format stays save_training_checkpoint's).
 METRICS_FILE = "tinax-step-metrics.json"
-# The file whose advisory lock process 0 holds while its manager writes into the
-# root. It is created once and never deleted (deleting a lock file races with
-# the next process that opens it), and it holds no bytes.
+# Process 0's advisory lock file while its manager writes; empty, and never deleted
+# (deleting a lock file races with the next process that opens it).
 LOCK_FILE = "tinax-manager.lock"
-# A step being deleted is first renamed to this name, which every scan takes for
-# an unfinished save: a crash during the removal never leaves a folder that
-# still looks committed.
+# A step being deleted is renamed to this first, so scans take it for an unfinished save.
 _DELETING_SUFFIX = ORBAX_TMP_SUFFIX + "-tinax-deleting"
 _SAVE_IN_FLIGHT_CHOICES = ("wait", "refuse")
 _BEST_MODES = ("min", "max")
@@ -116,9 +80,8 @@ _logger = get_logger("checkpointing")
 class SaveInFlightError(RuntimeError):
     """A save or cleanup was refused because a save into the root has not finished.
 
-    Either the manager's own previous save (when it was built with
-    ``save_in_flight="refuse"``), or the save or retention of another manager
-    writing into the same root.
+    Either the manager's own previous save (with ``save_in_flight="refuse"``), or the
+    save or retention of another manager writing into the same root.
     """
 
 
@@ -132,14 +95,11 @@ class CheckpointScan:
 
     Attributes:
       committed: The steps whose folder is a complete checkpoint, ascending.
-      torn: Step folders that are not complete checkpoints (a damaged or
-        half-deleted folder, one whose iterator part lost a state file, or a
-        step-named file).
+      torn: Step-named entries that are not complete checkpoints (damaged,
+        half-deleted, missing an iterator state file, or a file).
       temporary: Unfinished saves: names containing ``.orbax-checkpoint-tmp``.
-      unrelated: Every other name, which the manager never touches. The
-        manager's metric file is not listed.
-      removed: What this scan removed: the torn and temporary entries when
-        it ran with ``cleanup=True``, nothing otherwise.
+      unrelated: Every other name, never touched; the manager's own files are not listed.
+      removed: The torn and temporary entries removed with ``cleanup=True``, else empty.
     """
 
     committed: tuple[int, ...]
@@ -152,66 +112,41 @@ class CheckpointScan:
 class TrainingCheckpointManager:
     """Saves training checkpoints into ``<root>/<step>`` on a schedule and keeps what a policy says.
 
-    Each step is one :func:`save_training_checkpoint` checkpoint in
-    ``<root>/<step>``, and counts as committed once it passes the completeness
-    check of :func:`load_checkpointables` and its iterator part holds the
-    state file of every saving process. After each commit, retention keeps
-    the newest ``keep_last`` steps, the steps divisible by ``keep_every`` and
-    the ``keep_best`` best by metric, and deletes the other older steps, so a
-    complete checkpoint always survives. Every process constructs the manager
-    alike and calls its methods in the same order; only process 0 deletes.
-    One job writes into a root: while a save of this manager is in flight, a
-    save or cleanup of another manager on the same root is refused (reading,
-    as :meth:`latest_committed_step` and :meth:`restore` do, is always
-    allowed). The checkpointing user guide's "How the manager commits and
-    keeps steps" section gives the rules.
-
-    A ``gs://`` root (``str`` or ``etils.epath.Path``) holds one prefix per
-    step. A step counts once its prefix holds Orbax's ``commit_success.txt``
-    and passes the same checks; retention deletes a step's marker first,
-    then its other objects. The one-writer lock is the object
-    ``<root>/tinax-manager.lock``, created only if absent and deleted when
-    the writer is done: a job killed while it holds it (``kill -9``, a lost
-    machine) leaves it behind, and the root refuses writers until it is
-    deleted by hand (a preempted job that gets SIGTERM under
-    :meth:`preemption_guard` releases it).
+    Each step is one :func:`save_training_checkpoint` checkpoint, committed once it
+    passes the completeness check of :func:`load_checkpointables` and its iterator
+    part holds every saving process's state file. After each commit, retention
+    keeps the newest ``keep_last`` steps, the steps divisible by ``keep_every`` and
+    the ``keep_best`` best by metric, and deletes the other older steps. Every
+    process constructs the manager alike and calls its methods in the same order;
+    only process 0 deletes. While a save is in flight, saves and cleanups of other
+    managers on the root are refused; reading is always allowed. A ``gs://`` root
+    works too. The checkpointing user guide's "How the manager commits and keeps
+    steps" section gives the rules.
 
     Args:
       root: The folder holding one subfolder per step, or a ``gs://`` URL.
-      save_interval_steps: :meth:`should_save` answers True for steps
-        divisible by this.
+      save_interval_steps: :meth:`should_save` answers True for steps divisible by this.
       keep_last: How many of the newest committed steps to keep, at least 1.
-      keep_every: Also keep every step divisible by this; None keeps no
-        such steps.
-      keep_best: Also keep this many steps with the best metric; None keeps
-        none for their metric.
-      best_mode: ``"min"`` or ``"max"``: whether a lower or a higher metric
-        is better. Given exactly when ``keep_best`` is.
+      keep_every: Also keep every step divisible by this; None keeps none such.
+      keep_best: Also keep this many steps with the best metric; None keeps none for their metric.
+      best_mode: ``"min"`` or ``"max"``: whether a lower or higher metric is
+        better. Given exactly when ``keep_best`` is.
       save_in_flight: What :meth:`save` does while the previous save is still
-        being written: ``"wait"`` for it, or ``"refuse"`` with
-        :class:`SaveInFlightError`.
-      create: Whether to create ``root`` (and missing parents) when it does
-        not exist.
+        written: ``"wait"``, or ``"refuse"`` with :class:`SaveInFlightError`.
+      create: Whether to create ``root`` (and missing parents) when it does not exist.
       names: The part names for :func:`save_training_checkpoint` and
         :func:`load_training_checkpoint`; their defaults when None.
 
     Raises:
-      TypeError: If an argument is of the wrong kind (a bool for a count
-        included).
-      ValueError: If a count is not positive, ``best_mode`` is not ``"min"``
-        or ``"max"``, ``best_mode`` is given without ``keep_best`` or the
-        other way round, ``save_in_flight`` is not ``"wait"`` or
-        ``"refuse"``, ``root`` exists but is not a folder, or ``create`` is
-        True and ``root`` cannot be created. The last is also the
-        ``OSError`` the file system gave: a ``NotADirectoryError`` when a
-        regular file lies on the way, a ``PermissionError`` when a parent is
-        not writable.
-      FileNotFoundError: If ``root`` does not exist and ``create`` is False.
-        It is also a ``ValueError``.
-      ValueError: If ``root`` is an ``s3://`` URL, refused before anything
-        is touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``root`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If an argument is of the wrong kind (a bool for a count included).
+      ValueError: If a count is not positive, ``best_mode`` or ``save_in_flight``
+        is not an allowed value, ``best_mode`` and ``keep_best`` are not given
+        together, ``root`` exists but is not a folder, ``root`` is an ``s3://`` URL
+        (google/orbax#359), or ``create`` is True and ``root`` cannot be created
+        (then also the file system's ``OSError``).
+      FileNotFoundError: If ``root`` does not exist and ``create`` is False; also a ``ValueError``.
+      ImportError: If ``root`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> from tinax.checkpointing import TrainingCheckpointManager
@@ -282,8 +217,7 @@ class TrainingCheckpointManager:
         # Step folders already found complete, by name, with the signature of their whole tree then
         # (see _step_signature): a committed checkpoint is checked again only once something in it changed.
         self._complete: dict[str, bytes] = {}
-        # Process 0's lock on the root's lock file, held from the start of a save until its retention has
-        # run; None while this manager does not write. A process that is not process 0 never locks.
+        # Process 0's root lock from the start of a save until its retention has run; None otherwise.
         self._lock: _RootLock | _RemoteRootLock | None = None
 
     @property
@@ -296,8 +230,7 @@ class TrainingCheckpointManager:
         """Whether a SIGTERM arrived under :meth:`preemption_guard` and :meth:`should_save` has seen it.
 
         In a multi-process run this turns True on every process at the same
-        :meth:`should_save` call. The training loop saves when
-        :meth:`should_save` says so and then stops when this is True.
+        :meth:`should_save` call; the loop saves as told, then stops.
         """
         return self._preemption_requested
 
@@ -312,32 +245,24 @@ class TrainingCheckpointManager:
     def scan(self, *, cleanup: bool) -> CheckpointScan:
         """Lists what is under the root, agreed by every process, and optionally removes leftovers.
 
-        With ``cleanup=True``, torn step folders and temporary folders are
-        removed (by process 0 in a multi-process run), after any save of this
-        manager still in flight has finished, so that its own temporary folder
-        is never taken for a leftover. A torn entry that is a symbolic link is
-        removed as a link; what it points to is never touched. Unrelated names
-        are reported but never removed: the manager cannot know that they are
-        its own.
+        With ``cleanup=True``, process 0 removes torn and temporary entries after this
+        manager's save in flight has finished; a link is removed as a link. Unrelated
+        names are reported, never removed.
 
         Args:
-          cleanup: Whether to remove the torn and temporary entries found.
-            Refused while another manager writes into the root; a program
-            that writes there without a manager must not run meanwhile, since
-            its save in progress would look like a leftover.
+          cleanup: Whether to remove the torn and temporary entries found. Refused
+            while another manager writes into the root; a program writing there
+            without a manager must not run meanwhile.
 
         Returns:
-          A :class:`CheckpointScan`. Its ``committed`` steps are process 0's
-          and equal on every process.
+          A :class:`CheckpointScan`; its ``committed`` steps are process 0's, equal on every process.
 
         Raises:
           TypeError: If ``cleanup`` is not a bool.
-          StepDisagreementError: In a multi-process run, if a process sees
-            other committed steps than process 0. Every process raises it.
-          RuntimeError: If ``cleanup`` is True and the save in flight failed
-            (the save's error, as :meth:`wait` raises it).
-          SaveInFlightError: If ``cleanup`` is True and another manager is
-            writing into the root. It is a ``RuntimeError``.
+          StepDisagreementError: In a multi-process run, if a process sees other
+            committed steps than process 0 (raised on every process).
+          RuntimeError: If ``cleanup`` is True and the save in flight failed (its error, as :meth:`wait` raises it).
+          SaveInFlightError: If ``cleanup`` is True and another manager writes into the root.
         """
         remove = validation.require_bool(cleanup, "cleanup")
         if not remove:
@@ -360,8 +285,8 @@ class TrainingCheckpointManager:
         """The committed steps under the root, ascending, equal on every process.
 
         Raises:
-          StepDisagreementError: In a multi-process run, if a process sees
-            other committed steps than process 0. Every process raises it.
+          StepDisagreementError: In a multi-process run, if a process sees other
+            committed steps than process 0 (raised on every process).
         """
         return self._agreed_scan().committed
 
@@ -369,8 +294,8 @@ class TrainingCheckpointManager:
         """The newest committed step, or None if no step has committed; equal on every process.
 
         Raises:
-          StepDisagreementError: In a multi-process run, if a process sees
-            other committed steps than process 0. Every process raises it.
+          StepDisagreementError: In a multi-process run, if a process sees other
+            committed steps than process 0 (raised on every process).
         """
         committed = self.committed_steps()
         return committed[-1] if committed else None
@@ -381,12 +306,10 @@ class TrainingCheckpointManager:
     def should_save(self, step: int) -> bool:
         """Whether ``step`` is to be saved: on the interval, or at once after a SIGTERM.
 
-        A step that this manager already saved (or is saving), or one that is
-        not newer than it, is never due. Under :meth:`preemption_guard` in a
-        multi-process run, every call exchanges the SIGTERM flag with the
-        other processes (one small collective), so that all of them save the
-        same step even when the signal reaches them at different steps;
-        otherwise the call does no I/O and no communication.
+        A step not newer than the last one this manager saved is never due. Under
+        :meth:`preemption_guard` in a multi-process run each call exchanges the SIGTERM
+        flag (one small collective) so all processes save the same step; otherwise it
+        does no I/O and no communication.
 
         Args:
           step: The step about to be saved, an int in [0, 2**64 - 1].
@@ -421,50 +344,36 @@ class TrainingCheckpointManager:
     ) -> ocp.AsyncResponse[None]:
         """Starts saving ``step`` into ``<root>/<step>`` with :func:`save_training_checkpoint`.
 
-        If the previous save is still being written, this waits for it or
-        refuses, as ``save_in_flight`` chose. Once the previous save has
-        committed, retention runs. After a SIGTERM (see
-        :meth:`preemption_guard`), the save is waited for before this
+        If the previous save is still written, this waits or refuses as
+        ``save_in_flight`` chose; once it has committed, retention runs. After a
+        SIGTERM (see :meth:`preemption_guard`) the save is waited for before this
         returns, so the job may exit right after.
 
         Args:
-          step: The training step, newer than every step this manager saved
-            and than every committed step under the root.
+          step: The training step, newer than every step this manager saved and every committed step.
           model: The model state.
           optimizer: The optimizer state.
           rng: The random state.
           auxiliary: Any other state resume needs; may be empty or None.
           iterator: The live data iterator; its position is saved.
-          metric: The step's value of the caller's metric. Required when the
-            manager keeps the best steps, refused otherwise.
+          metric: The step's metric value; required when the manager keeps the best steps, refused otherwise.
 
         Returns:
-          The Orbax ``AsyncResponse`` of :func:`save_training_checkpoint`.
-          Calling its ``result()`` is allowed; the manager still applies
-          retention at its next :meth:`wait` or :meth:`save`.
+          The Orbax ``AsyncResponse`` of :func:`save_training_checkpoint`. Calling its
+          ``result()`` is allowed; retention still runs at the next :meth:`wait` or :meth:`save`.
 
         Raises:
-          TypeError: If an argument is of the wrong kind (see
-            :func:`save_training_checkpoint`), or ``metric`` is not a real
-            number.
-          ValueError: If ``step`` is not newer than the newest saved or
-            committed step, ``metric`` is missing, given without
-            ``keep_best``, or not finite, or the save refuses a value. A
-            refused save leaves the root as it was (the retention of the
-            previous save, which runs first, aside).
-          FileExistsError: If ``<root>/<step>`` exists without being a
-            committed step (a torn folder, or a name that is no folder of
-            its own; :meth:`scan` with ``cleanup=True`` removes it). It is
-            also a ``ValueError``.
-          SaveInFlightError: If the previous save has not finished and the
-            manager was built with ``save_in_flight="refuse"`` (after a
-            SIGTERM it waits instead), or another manager is writing into
-            the root (whatever ``save_in_flight`` says). It is a
-            ``RuntimeError``.
-          RuntimeError: If the previous save failed in the background (its
-            error, with the cause chained).
-          StepDisagreementError: In a multi-process run, if the processes see
-            different committed steps.
+          TypeError: If an argument is of the wrong kind (see :func:`save_training_checkpoint`)
+            or ``metric`` is not a real number.
+          ValueError: If ``step`` is not new, ``metric`` is missing, unexpected or not
+            finite, or the save refuses a value; the root is then left as it was
+            (apart from the previous save's retention).
+          FileExistsError: If ``<root>/<step>`` exists without being a committed step
+            (:meth:`scan` with ``cleanup=True`` removes it); also a ``ValueError``.
+          SaveInFlightError: If the previous save has not finished and
+            ``save_in_flight="refuse"`` (not after a SIGTERM), or another manager writes into the root.
+          RuntimeError: If the previous save failed in the background (its error, cause chained).
+          StepDisagreementError: In a multi-process run, if the processes see different committed steps.
         """
         checked = require_step(step)
         value = self._require_metric(metric)
@@ -492,10 +401,8 @@ class TrainingCheckpointManager:
         """Waits for the save in flight, if any, then applies retention.
 
         Raises:
-          RuntimeError: If that save failed in the background (its error,
-            with the cause chained). Nothing is deleted then.
-          StepDisagreementError: In a multi-process run, if the processes see
-            different committed steps.
+          RuntimeError: If that save failed in the background (its error, cause chained); nothing is deleted then.
+          StepDisagreementError: In a multi-process run, if the processes see different committed steps.
         """
         if self._in_flight is None:
             return
@@ -530,27 +437,20 @@ class TrainingCheckpointManager:
     ) -> TrainingCheckpoint:
         """Loads committed ``step`` with :func:`load_training_checkpoint`.
 
-        Pass :meth:`latest_committed_step` to resume from the newest
-        checkpoint. The targets are those of :func:`load_training_checkpoint`.
-        A checkpoint saved by another number of processes restores only with
-        ``redeal=True``, which deals the rest of the interrupted epoch out to
-        this run's processes (see :func:`load_training_checkpoint`).
+        Pass :meth:`latest_committed_step` to resume from the newest checkpoint. A
+        checkpoint saved by another number of processes restores only with
+        ``redeal=True`` (see :func:`load_training_checkpoint`).
 
         Returns:
-          The :class:`TrainingCheckpoint`, with ``iterator`` moved to the
-          saved position. Later saves must be of newer steps.
+          The :class:`TrainingCheckpoint`, with ``iterator`` moved to the saved
+          position. Later saves must be of newer steps.
 
         Raises:
-          TypeError: If ``step`` is not an int, or a target or the iterator
-            is of the wrong kind.
-          ValueError: If the targets do not fit the checkpoint, or it was
-            saved by another number of processes and ``redeal`` is False or
-            its iterator states cannot be re-dealt (see
-            :func:`load_training_checkpoint`).
-          FileNotFoundError: If ``step`` is not a committed step under the
-            root. It is also a ``ValueError``.
-          StepDisagreementError: In a multi-process run, if the processes see
-            different committed steps.
+          TypeError: If ``step`` is not an int, or a target or the iterator is of the wrong kind.
+          ValueError: If the targets do not fit the checkpoint, or it was saved by
+            another number of processes and cannot be re-dealt (or ``redeal`` is False).
+          FileNotFoundError: If ``step`` is not a committed step under the root; also a ``ValueError``.
+          StepDisagreementError: In a multi-process run, if the processes see different committed steps.
         """
         checked = require_step(step)
         committed = self.committed_steps()
@@ -579,14 +479,10 @@ class TrainingCheckpointManager:
     def preemption_guard(self) -> Iterator[TrainingCheckpointManager]:
         """Turns a SIGTERM into a request to save now, for the block's lifetime.
 
-        Inside the block, SIGTERM no longer ends the process: the handler
-        only records the signal. The next :meth:`should_save` answers True
-        and :attr:`preemption_requested` turns True; :meth:`save` then waits
-        for the commit, and the loop stops. The handler that was installed
-        before is restored when the block ends, however it ends; a handler
-        that was installed outside Python (Python reports it as None) cannot
-        be reinstalled, and the default action is restored instead. Must be
-        entered on the main thread (Python delivers signals there only).
+        Inside the block the handler only records the signal: the next
+        :meth:`should_save` answers True, :attr:`preemption_requested` turns True and
+        :meth:`save` waits for the commit. The previous handler is restored on exit
+        (the default action if it was installed outside Python). Enter on the main thread.
 
         Yields:
           This manager.
@@ -627,7 +523,7 @@ class TrainingCheckpointManager:
         auxiliary: Any,
         iterator: DatasetIterator[Any],
     ) -> ocp.AsyncResponse[None]:
-        """Refuses a step that is not new, then records its metric and starts its save; the root is locked."""
+        """Refuses a step that is not new, records its metric, starts its save; the root is locked."""
         latest = self.latest_committed_step()
         newest = max(self._newest, -1 if latest is None else latest)
         if step <= newest:
@@ -773,7 +669,7 @@ class TrainingCheckpointManager:
 
 
 def _step_of(name: str) -> int | None:
-    """The step a folder name stands for: canonical decimal digits only ("7", not "07", "+7" or a non-ASCII digit)."""
+    """The step a name stands for: canonical ASCII decimal only ("7", not "07" or "+7")."""
     if not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
         return None
     step = int(name)
@@ -791,7 +687,7 @@ def _finished(response: Any) -> bool:
 
 
 def _remove(entry: pathlib.Path) -> None:
-    """Removes one entry of the root: a real folder with its tree, anything else (a link included) by its name."""
+    """Removes one root entry: a real folder with its tree, anything else (a link included) by name."""
     if is_remote(entry):
         fs = _filesystem(entry)
         location = remote_of(entry)
@@ -822,13 +718,9 @@ def _remove(entry: pathlib.Path) -> None:
 
 
 def _delete_step(folder: pathlib.Path) -> bool:
-    """Deletes a committed step folder: renamed to a temporary name first, then removed.
+    """Deletes a committed step folder (renamed to a temporary name first); returns whether this call deleted it.
 
-    Only a real folder is deleted; a name that has become anything else (a
-    link, or nothing) since the scan is left alone, so a deletion never
-    reaches through a link. Returns whether this call deleted the folder.
-    On a bucket, which has no rename, the commit marker goes first: from
-    then on every scan takes the prefix for an unfinished save.
+    Only a real folder is deleted, never through a link; on a bucket the commit marker goes first.
     """
     if is_remote(folder):
         fs = _filesystem(folder)
@@ -853,11 +745,9 @@ def _delete_step(folder: pathlib.Path) -> bool:
 
 
 class _RemoteRootLock:
-    """The lock object ``<root>/tinax-manager.lock`` of a ``gs://`` root, created only if absent, deleted on release.
+    """The ``gs://`` lock object ``<root>/tinax-manager.lock``: created only if absent, deleted on release.
 
-    A bucket has no advisory locks: the object's existence is the lock. A
-    process killed while it holds the lock leaves it behind, and the root
-    then refuses every writer until the object is deleted by hand.
+    A holder killed without releasing leaves it behind; the root then refuses writers until it is deleted by hand.
     """
 
     def __init__(self, root: pathlib.Path) -> None:
@@ -884,7 +774,7 @@ class _RemoteRootLock:
 
 
 def _remote_lock_hint(root: pathlib.Path) -> str:
-    """What the lock object of a ``gs://`` root says about its holder, and how to free a root its holder left."""
+    """Names the holder of a ``gs://`` root's lock object and how to free a root its holder left."""
     lock = remote_of(root / LOCK_FILE)
     try:
         holder = bytes(_filesystem(root).cat_file(lock.fs_path)[:200]).decode("utf-8", "replace")
@@ -930,9 +820,7 @@ def _require_remote_root(root: pathlib.Path, *, create: bool) -> None:
 def _scan_remote_root(root: pathlib.Path, iterator: str) -> CheckpointScan:
     """:func:`scan_root` of a ``gs://`` root: a step counts once its prefix holds Orbax's commit marker and passes.
 
-    Every step is checked at every scan (object listings carry no inode to
-    tell an unchanged step by), and a claim object of a save
-    (``<step>.tinax-save-claim``) is listed as temporary.
+    Listings carry no inodes, so every step is checked at every scan; save claim objects count as temporary.
     """
     fs = _filesystem(root)
     location = remote_of(root)
@@ -972,14 +860,7 @@ class _RootLock:
 
     @classmethod
     def acquire(cls, root: pathlib.Path) -> tuple[_RootLock | _RemoteRootLock | None, bool]:
-        """Tries to lock the root without waiting.
-
-        Returns:
-          The lock, or None where the file system offers none (no ``fcntl``,
-          a lock file that cannot be created, or ``flock`` unsupported): the
-          root is then written unlocked, as before locks existed. The flag
-          is True when another holder has the lock.
-        """
+        """Tries to lock without waiting: (None, False) where ``flock`` is unavailable; flag True if held elsewhere."""
         if is_remote(root):
             return _RemoteRootLock.acquire(root)
         if sys.platform == "win32":  # pragma: no cover - no flock: the root is written unlocked
@@ -1032,12 +913,9 @@ def _any_process(flag: bool) -> bool:
 
 
 def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
-    """Checks, through the JAX runtime, that every process sees process 0's committed steps.
+    """Checks that every process sees process 0's committed steps, failing all processes at once otherwise.
 
-    Each process contributes a fixed-size summary of what it sees (a SHA-256
-    of the list, the count and the newest step, as bytes, which survive any
-    JAX integer width); every process then compares all summaries with
-    process 0's, so a difference fails every process at the same call.
+    The summary is bytes (SHA-256, count, newest) so that it survives any JAX integer width.
     """
     import numpy as np
     from jax.experimental import multihost_utils
@@ -1063,29 +941,9 @@ def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
 
 
 def scan_root(root: pathlib.Path, iterator: str, known_complete: dict[str, bytes] | None = None) -> CheckpointScan:
-    """Sorts the entries of a root of step folders as one process sees them; nothing is removed.
+    """Sorts a root's entries as one process sees them, removing nothing; also used by ``tinax inspect``.
 
-    This is the manager's own local scan, also used by ``tinax inspect``. A
-    step is committed only if its name is a real folder of the root (no
-    symbolic link, and its real path is ``<root>/<step>``) whose tree holds
-    no link, and the folder passes the completeness check and, where it
-    holds the part ``iterator``, :func:`require_iterator_states`; any
-    other step-named entry is torn. (A complete checkpoint of another kind
-    still counts; restoring it names the parts it lacks.)
-
-    Args:
-      root: The root folder.
-      iterator: The name of the steps' iterator part.
-      known_complete: Step folder names found complete before, with the
-        signature of their tree then (every entry's kind, inode, size and
-        modification and change times); a folder whose tree still has it is
-        not checked again, and a folder where anything was added, removed,
-        renamed or rewritten since is. Updated in place. None checks every
-        folder.
-
-    Returns:
-      The committed steps and the torn, temporary and unrelated entries
-      (no entries removed).
+    ``known_complete`` (name -> :func:`_step_signature`) skips unchanged complete folders; updated in place.
     """
     if is_remote(root):
         return _scan_remote_root(root, iterator)
@@ -1125,19 +983,9 @@ def scan_root(root: pathlib.Path, iterator: str, known_complete: dict[str, bytes
 
 
 def _step_signature(folder: pathlib.Path, real_root: str) -> bytes:
-    """A digest of everything in a step folder that its completeness depends on; it changes with any change.
+    """A digest of a step folder's whole tree (path, kind, inode, size, times of each entry); any change alters it.
 
-    Every entry of the tree contributes its relative path, kind, inode, size
-    and modification and change times, so a file removed, added, renamed or
-    rewritten anywhere below (not only at the top, whose folder times a change
-    deeper down leaves alone) gives another digest.
-
-    Raises:
-      ValueError: If ``folder`` is not a real folder of the root (a link, a
-        file, or a folder whose real path is elsewhere), or its tree holds a
-        symbolic link: such a step would depend on, or delete through, what
-        lies outside its own folder.
-      OSError: If the tree cannot be read.
+    Raises ValueError when the folder is not a real folder of the root or its tree holds a symbolic link.
     """
     status = os.lstat(folder)
     if not stat.S_ISDIR(status.st_mode) or os.path.realpath(folder) != os.path.join(real_root, folder.name):

@@ -1,10 +1,7 @@
 """Checkpointable names that are safe as directory names on every file system.
 
-Each checkpointable becomes a subdirectory of the checkpoint, next to the files
-Orbax keeps there. A name must therefore be one path component that every
-common file system stores unchanged, that no Orbax file or Windows device
-shadows, and that no other name in the same checkpoint folds into on a
-case-insensitive file system (macOS and Windows defaults).
+A name is one path component that common file systems store unchanged, that no Orbax file or
+Windows device shadows, and that no other name folds into on a case-insensitive system.
 """
 
 from __future__ import annotations
@@ -24,24 +21,19 @@ __all__ = [
     "validate_checkpointable_name",
 ]
 
-#: Suffix Orbax gives the folder of a save in progress. It must match Orbax's
-#: own constant; a test checks that it does.
+#: Suffix Orbax gives the folder of a save in progress (a test checks it against Orbax's constant).
 ORBAX_TMP_SUFFIX = ".orbax-checkpoint-tmp"
 
-# Windows refuses these as file or folder names, with or without an extension
-# (COM0 and LPT0 are ordinary names there). They are compared without case.
+# Windows device names, with or without an extension, in any case (COM0 and LPT0 are ordinary).
 _WINDOWS_DEVICE_STEMS = frozenset(
     {"aux", "con", "nul", "prn", "clock$", "conin$", "conout$"}
     | {f"com{digit}" for digit in range(1, 10)}
     | {f"lpt{digit}" for digit in range(1, 10)}
 )
-# Characters that Windows (and, for "/", every system) does not allow in a
-# file name, so a checkpoint holding them could not be copied there.
+# Characters Windows (and, for "/", every system) forbids in a file name.
 _FORBIDDEN_CHARACTERS = frozenset('<>:"/\\|?*')
-# Orbax's files and keys that a checkpointable folder would shadow, compared
-# without case. tinax 0.2 refused exactly these; Orbax's other file names
-# (_METADATA, commit_success.txt and the like) saved and restored as
-# checkpointable names with 0.2's Orbax, so refusing them would break 0.2 users.
+# Orbax names a checkpointable folder would shadow, in any case: exactly tinax 0.2's list, since
+# Orbax's other file names (_METADATA, ...) worked as names with 0.2 and refusing them would break users.
 _SHADOWING_NAMES = frozenset({"_checkpoint_metadata", "auto", "metrics", "orbax.checkpoint"})
 # Common limit on one path component (ext4, APFS, NTFS), in UTF-8 bytes.
 _MAX_UTF8_BYTES = 255
@@ -50,19 +42,14 @@ _MAX_UTF8_BYTES = 255
 def validate_checkpointable_name(name: object) -> str:
     """Checks that a checkpointable name is one folder name that Orbax and every common system keep.
 
-    A valid name is one path component of at most 255 UTF-8 bytes. It holds
-    none of the characters Windows forbids (``<>:"/|?*`` and the backslash)
-    and no control or surrogate character, is not ``.`` or ``..``, and does
-    not end with a space or a dot (Windows drops those). It does not name a Windows device (``CON``, ``NUL``,
-    ``COM1`` to ``COM9``, ``LPT1`` to ``LPT9`` and the like, with or without
-    an extension), and is not one of the names Orbax gives its own files and
-    keys (``_CHECKPOINT_METADATA``, ``orbax.checkpoint``, ``metrics``,
-    ``AUTO``). Devices and Orbax's names are compared without regard to case,
-    because on a case-insensitive file system ``METRICS`` is the folder
-    ``metrics``. Letters outside ASCII and inner spaces are allowed.
-
-    Whether two names of one checkpoint collide on such a file system is a
-    property of the whole mapping; :func:`save_checkpointables` checks it.
+    A valid name is one path component of at most 255 UTF-8 bytes, without the
+    characters Windows forbids (``<>:"/|?*``, backslash), control or surrogate
+    characters, is not ``.`` or ``..`` and does not end with a space or dot. It is
+    no Windows device (``CON``, ``NUL``, ``COM1``-``COM9``, ``LPT1``-``LPT9``, ...,
+    with or without extension) nor one of Orbax's own names
+    (``_CHECKPOINT_METADATA``, ``orbax.checkpoint``, ``metrics``, ``AUTO``), both
+    in any case. Non-ASCII letters and inner spaces are allowed. Case collisions
+    between names are checked by :func:`save_checkpointables`.
 
     Args:
       name: The proposed name.
@@ -72,8 +59,7 @@ def validate_checkpointable_name(name: object) -> str:
 
     Raises:
       TypeError: If ``name`` is not a ``str``.
-      ValueError: If ``name`` is empty, too long, not one portable path
-        component, or reserved.
+      ValueError: If ``name`` is empty, too long, not one portable path component, or reserved.
 
     Examples:
       >>> from tinax.checkpointing import validate_checkpointable_name
@@ -107,36 +93,14 @@ def validate_checkpointable_name(name: object) -> str:
 
 
 def is_orbax_temporary_name(name: str) -> bool:
-    """Whether a folder name is one Orbax gives a save in progress.
-
-    Orbax names the folder of an unfinished save ``<name>.orbax-checkpoint-tmp``,
-    possibly followed by more (``-<timestamp>``), and treats every folder whose
-    name contains the suffix as such. Case is ignored, because a
-    case-insensitive file system cannot tell the spellings apart.
-
-    Args:
-      name: One path component.
-
-    Returns:
-      True if ``name`` contains Orbax's temporary-folder suffix.
-    """
+    """Whether a name contains Orbax's temporary suffix, as an unfinished save's does; case-insensitively."""
     return ORBAX_TMP_SUFFIX in name.casefold()
 
 
 def refuse_orbax_temporary_destination(destination: pathlib.Path) -> None:
-    """Refuses a checkpoint destination whose folder name Orbax reserves for unfinished saves.
+    """Refuses a destination whose folder name Orbax reserves for unfinished saves (its next save would delete it).
 
-    Orbax would take such a checkpoint for a crashed save: its next save to the
-    path without the suffix deletes it. The last component is checked as
-    written (after ``.`` and ``..`` are resolved) and after symbolic links are
-    followed, so ``tmp.orbax-checkpoint-tmp-1/.`` is refused too.
-
-    Args:
-      destination: The absolute destination path.
-
-    Raises:
-      ValueError: If the destination's folder name contains Orbax's reserved
-        temporary suffix ``.orbax-checkpoint-tmp``, in any case.
+    The name is checked as written and with links resolved, so ``tmp.orbax-checkpoint-tmp-1/.`` is refused too.
     """
     spelled = os.path.basename(os.path.normpath(destination))
     resolved = os.path.basename(os.path.realpath(destination))
@@ -149,19 +113,10 @@ def refuse_orbax_temporary_destination(destination: pathlib.Path) -> None:
 
 
 def require_distinct_on_case_insensitive_systems(names: Iterable[str], argument: str) -> None:
-    """Checks that no two names denote the same folder when case is ignored.
-
-    Args:
-      names: Names already checked by :func:`validate_checkpointable_name`.
-      argument: The argument that holds them, for the message.
-
-    Raises:
-      ValueError: Naming the first pair that differs only in case.
-    """
+    """Refuses two names that are one folder when case (and Unicode normalization) is ignored."""
     seen: dict[str, str] = {}
     for name in names:
-        # macOS stores names in one Unicode normalization, so "é" composed and
-        # decomposed are one folder there too.
+        # macOS stores one Unicode normalization: composed and decomposed "é" are one folder there.
         folded = unicodedata.normalize("NFC", name).casefold()
         if folded in seen:
             raise ValueError(

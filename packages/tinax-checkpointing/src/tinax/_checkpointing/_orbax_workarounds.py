@@ -1,12 +1,8 @@
 """What Orbax leaves undone around a save or a load, each workaround kept only while a test needs it.
 
-Every workaround names the test that fails without it and the upstream
-report (``docs/upstream.md``, "Orbax"). The private names they reach
-(Orbax's handler registry, operation ids, signalling threads and signals,
-its ``asyncio_utils.run_sync``, and ``threading._register_atexit``) each
-fall back to doing less where they have moved; ``tests/test_orbax_workarounds.py`` fails when one has, so a
-fallback is never taken unnoticed. Orbax is imported only when a function
-here runs.
+Each section names its test; docs/upstream.md describes each problem. Reached Orbax and Python
+internals fall back to doing less where they have moved, and ``tests/test_orbax_workarounds.py`` then
+fails, so a fallback is never taken unnoticed. Orbax is imported only when a function here runs.
 """
 
 from __future__ import annotations
@@ -45,9 +41,8 @@ __all__ = [
 ]
 
 # --- Handlers resolved before anything is written -------------------------------------------------------------
-# Orbax resolves a value's handler only after it has scheduled the folder creation, and a failure then leaves that
-# work dangling. Test: test_checkpointables.py::test_bad_checkpointables_are_refused_before_anything_is_written.
-# Upstream: docs/upstream.md, "Orbax: handler resolution after the save has started".
+# Orbax resolves handlers after scheduling the folder creation, leaving that work dangling on failure.
+# Test: test_checkpointables.py::test_bad_checkpointables_are_refused_before_anything_is_written.
 
 
 def handler_lookup() -> Callable[[object, str], object] | None:
@@ -64,12 +59,9 @@ def handler_lookup() -> Callable[[object, str], object] | None:
 
 
 # --- Saves still in flight at interpreter exit ------------------------------------------------------------------
-# Orbax writes through concurrent.futures pools, which stop taking work in the first step of shutdown. Only a hook
-# of that same step (threading._register_atexit), registered after the pools' own, runs while Orbax can finish; on
-# Python 3.12+, which starts no threads at shutdown, it reports the lost saves instead. Tests: test_crash.py's
-# test_a_save_in_flight_at_exit_is_finished_where_python_allows (3.11; fails with the hook off, and with the atexit
-# fallback) and ..._is_finished_or_reported_where_python_forbids_new_threads (3.12+).
-# Upstream: docs/upstream.md, "Orbax: an async save in flight at interpreter exit is lost silently".
+# Orbax's pools stop at the first step of shutdown; only a threading._register_atexit hook registered after
+# theirs can still finish a save (3.11), or report it lost (3.12+, no threads at shutdown). Tests: test_crash.py's
+# test_a_save_in_flight_at_exit_is_finished_where_python_allows and ..._where_python_forbids_new_threads.
 
 _in_flight_lock = threading.Lock()
 _in_flight: set[Any] = set()
@@ -119,13 +111,10 @@ def _finish_saves() -> None:
 
 
 # --- A failed save: no thread left waiting, no temporary folder left behind ---------------------------------------
-# When an Orbax V1 save fails, its response raises at once while the save's other threads go on: those waiting for
-# the folder-created signal wait Orbax's coordination timeout (five minutes) as non-daemon threads, holding the
-# exit, and writers leave a .orbax-checkpoint-tmp folder, which TensorStore's native threads may recreate after
-# every Python thread has ended. Tests: test_hardening.py's
-# test_no_background_failure_keeps_the_process_alive_after_result_raised (hangs with the threads not released;
-# leaves the folder with a single removal), test_a_save_orbax_refuses_at_call_time_leaves_no_temporary_folder.
-# Upstream: docs/upstream.md, "Orbax: a failed async save leaves waiting threads and its temporary folder".
+# A failed save's waiting threads hold the exit for five minutes, and TensorStore may recreate the temporary
+# folder after a first removal. Tests: test_hardening.py's
+# test_no_background_failure_keeps_the_process_alive_after_result_raised and
+# test_a_save_orbax_refuses_at_call_time_leaves_no_temporary_folder.
 
 _MAX_ROUNDS = 8  # A thread may start others as it ends; Orbax starts two levels.
 _MAX_REMOVALS = 200
@@ -144,13 +133,7 @@ def current_operation_id() -> str | None:
 
 
 def settle_failed_save(operation_id: str | None, temporary: pathlib.Path) -> None:
-    """Ends every thread of a failed save and removes its temporary folder.
-
-    Args:
-      operation_id: The Orbax operation id of the save, or None if unknown
-        (then only the folder is removed).
-      temporary: The save's ``<path>.orbax-checkpoint-tmp`` folder.
-    """
+    """Ends every thread of a failed save (if ``operation_id`` is known) and removes its temporary folder."""
     if operation_id is None and not os.path.lexists(temporary):
         return  # Orbax started nothing that could still write there.
     if operation_id is not None:
@@ -220,13 +203,9 @@ def release_waiting_threads(operation_id: str) -> bool:
 
 
 # --- A failed load: nothing left to report later ------------------------------------------------------------------
-# When one value of an Orbax load fails, Orbax raises at once and abandons the reads it started for the others:
-# coroutines never awaited, and tasks whose errors nobody retrieves, which asyncio reports when they are collected,
-# maybe at exit. The coroutines the error's traceback holds that never started are closed, and asyncio's reports of
-# tasks Orbax abandoned are taken by a filter on its logger. Tests: test_hardening.py's
-# test_failed_loads_leave_nothing_to_report_at_exit (fails with either part off, on 3.11, 3.12 and 3.13) and
-# test_only_reports_of_tasks_orbax_abandoned_are_taken.
-# Upstream: docs/upstream.md, "Orbax: a failed load abandons its other reads".
+# A failed load abandons unawaited coroutines and unretrieved tasks: unstarted ones are closed, and a logger
+# filter takes asyncio's reports of the rest. Tests: test_hardening.py's
+# test_failed_loads_leave_nothing_to_report_at_exit and test_only_reports_of_tasks_orbax_abandoned_are_taken.
 
 _ABANDONED_TASK_REPORT = re.compile(r"\w+ exception was never retrieved|Task was destroyed but it is pending!")
 _SEARCH_DEPTH = 3  # Orbax keeps unstarted coroutines in lists, one level below a frame's locals.
@@ -236,12 +215,8 @@ _filter_lock = threading.Lock()
 _filters: list[logging.Filter] = []
 
 
-#: What Python 3.12.1 warns when ``asyncio.ensure_future`` cannot schedule an
-#: awaitable it wrapped: it never closes the wrapper (a CPython bug, fixed in
-#: later 3.12 releases), and Orbax's abandoned reads leave such wrappers. The
-#: warning says nothing the load does not report. Tested by
-#: ``test_failed_loads_leave_nothing_to_report_at_exit`` on 3.12.1 with Orbax
-#: 0.12.8 (tests-compat's pip upgrade over 0.2 runs it there).
+#: Python 3.12.1's warning for an ``ensure_future`` wrapper it never closes (a CPython bug fixed later in 3.12),
+#: which Orbax's abandoned reads leave; tested on 3.12.1 by ``test_failed_loads_leave_nothing_to_report_at_exit``.
 ENSURE_FUTURE_WRAPPER_NEVER_AWAITED = r"coroutine 'ensure_future\.<locals>\._wrap_awaitable' was never awaited"
 
 
@@ -253,11 +228,7 @@ def collect_abandoned_reads() -> None:
 
 
 def retire_abandoned_work(error: BaseException) -> None:
-    """Closes the coroutines that the traceback of ``error`` (and its linked errors) holds and that never started.
-
-    The frames of those tracebacks then drop their locals, and what they held
-    is collected at once (see :func:`collect_abandoned_reads`).
-    """
+    """Closes the never-started coroutines held by the tracebacks of ``error`` and its linked errors, then collects."""
     seen: set[int] = set()
     pending = [error]
     traces: list[types.TracebackType] = []
@@ -325,21 +296,12 @@ def _close_unstarted(values: Iterable[object], depth: int) -> None:
 
 
 # --- A failed load: the reads it abandoned finish before their event loop closes ------------------------------------
-# Orbax runs its reads through asyncio_utils.run_sync, each call on an event loop of its own (a uvloop loop in a
-# thread where a loop already runs, as inside every load; a fresh loop closed without cancelling anything on Orbax
-# 0.12.8 otherwise), and closes that loop as soon as one read fails while the sibling reads are still pending. Their
-# coroutines are then never awaited ("coroutine 'Store.read' was never awaited", "'_deserialize_arrays.<locals>.
-# _async_deserialize' was never awaited") and TensorStore, finishing a read later, calls back into the closed loop
-# ("RuntimeError: Event loop is closed", unraisable): warnings a -W error test suite fails on. While a tinax load runs
-# (a context variable, which asyncio carries into the tasks and loop threads the load starts), a coroutine handed to
-# run_sync waits, when it fails, for the other tasks of its loop to finish (at most _FINISH_SECONDS, after which they
-# are cancelled) before the loop closes. Saves, and whatever else runs outside a load, are left alone. (Cancelling
-# the pending reads is not enough: TensorStore still calls back into the closed loop when a cancelled read ends.)
-# Test: test_hardening.py's test_repeated_failed_loads_leave_no_warning_and_no_unraisable_error (fails without it on
-# Orbax 0.12.1 and 0.12.8). Upstream: docs/upstream.md, "Orbax: a failed load abandons its other reads".
+# Orbax's run_sync closes its loop when one read fails, with sibling reads pending: TensorStore then calls back
+# into the closed loop. Within a tinax load (a context variable), a failing run_sync coroutine first waits for the
+# loop's other tasks; cancelling them is not enough. Saves are left alone. Test: test_hardening.py's
+# test_repeated_failed_loads_leave_no_warning_and_no_unraisable_error.
 
-# A failed read's siblings are reads of the same part, which end by themselves; the bound only keeps a read that
-# never ends from holding the failure back for good.
+# Siblings end by themselves; the bound only stops a read that never ends from holding the failure back.
 _FINISH_SECONDS = 60.0
 _CANCEL_SECONDS = 1.0  # Enough for a cancelled task to unwind.
 _loading: contextvars.ContextVar[bool] = contextvars.ContextVar("tinax_checkpointing_loading", default=False)
@@ -348,11 +310,7 @@ _run_sync_lock = threading.Lock()
 
 @contextlib.contextmanager
 def finish_abandoned_reads() -> Iterator[None]:
-    """While active, an Orbax run that fails lets the reads it started finish before its loop closes.
-
-    Nothing changes where Orbax's ``asyncio_utils.run_sync`` has moved
-    (``tests/test_orbax_workarounds.py`` fails then).
-    """
+    """While active, a failing Orbax ``run_sync`` lets the reads it started finish before its loop closes."""
     _wrap_run_sync()
     token = _loading.set(True)
     try:

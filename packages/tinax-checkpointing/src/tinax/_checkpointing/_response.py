@@ -1,9 +1,6 @@
 """The response of a save: a watcher thread waits for Orbax, so the end of a save is never missed.
 
-:func:`~tinax._checkpointing._save.save_checkpointables` imports this module
-only when a save runs: the response inherits Orbax's ``AsyncResponse``
-protocol, the return type tinax 0.2 published, and Orbax is imported only
-when a function runs.
+Imported only when a save runs: it inherits Orbax's ``AsyncResponse`` (the type tinax 0.2 published).
 """
 
 from __future__ import annotations
@@ -25,20 +22,9 @@ __all__ = ["SaveResponse"]
 
 
 class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees Orbax as untyped (Any)
-    """Waits for an Orbax save in a thread of its own, so its end is never missed.
+    """Waits for an Orbax save in its own thread, releasing the destination's claim even if nobody calls ``result``.
 
-    The thread ends the claim on the destination as soon as Orbax finishes,
-    successfully or not, even if nobody ever calls :meth:`result`; a failed
-    save is settled (its threads ended, its temporary folder removed) before
-    :meth:`result` may raise.
-
-    Args:
-      inner: Orbax's response of the save.
-      destination: The checkpoint folder the save creates.
-      names: The names of the checkpointables saved, for messages.
-      release: Ends the claim on ``destination``; called once, when the save
-        ends.
-      operation_id: Orbax's id of the save operation, or None if unknown.
+    A failed save is settled (threads ended, temporary folder removed) before :meth:`result` may raise.
     """
 
     def __init__(
@@ -67,8 +53,7 @@ class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees 
             self._inner.result()
         except BaseException as error:  # Kept for result(); a save failure must never be swallowed.
             self._error = error
-            # Before result() may raise: no Orbax thread of the save, and no temporary folder, outlives it.
-            # Settling is best effort; the save's own failure is what result() reports.
+            # Best effort, before result() may raise: no Orbax thread or temporary folder outlives the save.
             with contextlib.suppress(Exception):
                 settle_failed_save(
                     self._operation_id, self.destination.with_name(self.destination.name + ORBAX_TMP_SUFFIX)
@@ -84,16 +69,7 @@ class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees 
                 callback(None)
 
     def result(self, timeout: float | None = None) -> None:
-        """Waits for the save to finish.
-
-        Args:
-          timeout: Seconds to wait, or None to wait as long as it takes.
-
-        Raises:
-          TimeoutError: If ``timeout`` passes first; the save continues.
-          RuntimeError: If the save failed. The original error is the cause,
-            and the error raised is also an instance of its class.
-        """
+        """Waits up to ``timeout`` s (``TimeoutError``); a failure raises ``background_failure``'s error."""
         if not self._done.wait(timeout):
             raise TimeoutError(
                 f"saving checkpointables to {str(self.destination)!r} did not finish within {timeout} s; "
@@ -112,13 +88,7 @@ class SaveResponse(ocp.AsyncResponse[None]):  # type: ignore[misc]  # mypy sees 
             )
 
     def on_complete(self, callback: Callable[[None], None]) -> None:
-        """Calls ``callback(None)`` once the save has succeeded.
-
-        Called at once if it already has; never called if the save fails.
-
-        Args:
-          callback: Called with None.
-        """
+        """Calls ``callback(None)`` once the save has succeeded (at once if it has); never if it fails."""
         with self._lock:
             if not self._done.is_set():
                 self._callbacks.append(callback)

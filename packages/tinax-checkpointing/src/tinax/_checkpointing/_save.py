@@ -1,14 +1,8 @@
 """Saving named checkpointables through Orbax V1: one asynchronous save per destination.
 
-Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
-it to ``<path>`` only once every value and its metadata are on disk, so a
-process killed mid-save leaves no folder at ``<path>``. This module adds what
-Orbax leaves to the caller: an immutable destination that is never one of
-Orbax's temporary names, one save at a time per destination, checks before
-anything is written (:mod:`~tinax._checkpointing._save_checks`), and a
-response whose background failure always surfaces
-(:mod:`~tinax._checkpointing._response`).
-
+Orbax commits by renaming ``<path>.orbax-checkpoint-tmp`` to ``<path>``. This adds what it leaves to the
+caller: immutable destinations that are never temporary names, one save at a time per destination,
+checks before writing (``_save_checks``) and a response whose failure always surfaces (``_response``).
 Orbax is imported when a save runs, never when this module is imported.
 """
 
@@ -53,12 +47,10 @@ __all__ = ["save_checkpointables", "start_save"]
 
 _logger = get_logger("checkpointing")
 
-# Starts of saves, one at a time, so that the Orbax operation id read right
-# after a start is that save's.
+# One save start at a time, so the Orbax operation id read right after is that save's.
 _start_lock = threading.Lock()
-# Destinations (resolved, case-normalized) whose save has started in this
-# process and not yet finished. Orbax would let a second save to the same
-# destination delete the first one's temporary folder and both would fail.
+# Destinations (resolved, case-normalized) with a save in flight in this process: Orbax would let
+# a second save delete the first one's temporary folder, and both would fail.
 _saves_in_flight: set[str] = set()
 _saves_in_flight_lock = threading.Lock()
 
@@ -66,71 +58,43 @@ _saves_in_flight_lock = threading.Lock()
 def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[str, Any]) -> ocp.AsyncResponse[None]:
     """Starts one asynchronous save of several named values into one checkpoint.
 
-    Every name becomes a subfolder of ``path``. Names, leaves and the
-    destination are checked before the save starts; device data is copied to
-    the host before this returns, and writing continues in the background. The
-    checkpoint appears at ``path`` only when complete, and the destination is
-    immutable: an existing ``path``, or one whose save is in flight, is
-    refused. Call ``result()`` before the program exits. The checkpointing user
-    guide's "What a save checks and promises" section gives the rules.
+    Every name becomes a subfolder of ``path``. Names, leaves and the destination
+    are checked first; device data is copied to the host before this returns and
+    writing continues in the background. The checkpoint appears at ``path`` only
+    when complete, and an existing ``path`` (or one with a save in flight) is
+    refused. Call ``result()`` before the program exits. Once committed, the save
+    logs one INFO line to the ``tinax.checkpointing`` logger (bytes, seconds,
+    time the call blocked). The checkpointing user guide's "What a save checks
+    and promises" section gives the rules.
 
     Args:
-      path: Folder to create for the checkpoint. Missing parent folders are
-        created.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket: Orbax writes into it directly and writes
-        ``commit_success.txt`` last, and a ``<path>.tinax-save-claim`` object
-        beside it keeps a second writer out while the save runs (a killed
-        save leaves it and its objects behind; delete both to save there
-        again).
+      path: Folder to create for the checkpoint; missing parents are created. A
+        ``gs://`` URL (``str`` or ``etils.epath.Path``) names a bucket prefix,
+        committed by ``commit_success.txt``; a ``<path>.tinax-save-claim`` object
+        keeps other writers out (a killed save leaves both behind).
       checkpointables: The values to save, by name. At least one.
 
     Returns:
-      An Orbax ``AsyncResponse`` (a class of tinax's that inherits Orbax's
-      protocol). Its ``result(timeout=None)`` waits for the
-      save and returns None. If the save failed it raises a ``RuntimeError``
-      that is also of the background error's class (an ``OSError`` for a
-      full disk, for example), with that error chained as its cause, once
-      every thread of the save has ended and its temporary folder is gone
-      (so a failed save never holds the interpreter's exit); it raises
-      ``TimeoutError`` if ``timeout`` seconds pass first (the save goes on).
-      ``on_complete`` registers a callback for a successful save.
-
-    Once the checkpoint is committed, the save logs one INFO line to the
-    ``tinax.checkpointing`` logger with the bytes of the checkpoint folder,
-    the seconds from the call to the commit, and how long the call itself
-    blocked. Orbax reports no progress while it writes, so this function
-    takes no progress argument.
+      An Orbax ``AsyncResponse``. ``result(timeout=None)`` waits and returns None;
+      if the save failed it raises a ``RuntimeError`` that is also of the
+      background error's class (cause chained), once the save's threads have
+      ended and its temporary folder is gone; ``TimeoutError`` if ``timeout``
+      passes first. ``on_complete`` registers a callback for a successful save.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``checkpointables`` is not a
-        mapping with ``str`` keys, or a value is something Orbax cannot save,
-        such as ``bytes`` or a NumPy array of strings, objects or datetimes
-        (that error is also the ``KeyError`` or ``ValueError`` Orbax raised
-        for it, which tinax 0.2 let through).
-      ValueError: If ``checkpointables`` is empty, a name is not valid, two
-        names differ only in case, a value is None or an empty container
-        (a value without leaves that is neither, such as optax's
-        ``(EmptyState(), EmptyState())``, saves),
-        a leaf holds a value Orbax cannot store (an int outside 64 bits, a
-        string or key with a lone surrogate, an empty array), ``path`` is
-        named like an Orbax temporary folder (it contains
-        ``.orbax-checkpoint-tmp``), or Orbax refuses to start the save (its
-        error is the cause; the error is also a ``KeyError``, and a
-        ``TypeError`` where Orbax refused a kind, as on every path that
-        translates Orbax's errors).
-      OSError: If ``path`` cannot be created: its way passes through a
-        regular file, a broken link or a symbolic link loop, its nearest
-        existing folder is not writable, or a folder name is too long. The
-        error is of the class creating the folder would raise
-        (``NotADirectoryError``, ``PermissionError``, ...), carries its
-        ``errno``, and is also a ``ValueError``.
-      FileExistsError: If ``path`` exists, or a save to it is still in flight
-        in this process. It is also a ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path`` or ``checkpointables`` is of the wrong kind, or a
+        value is something Orbax cannot save, such as ``bytes`` (also the
+        ``KeyError`` or ``ValueError`` Orbax raised, which tinax 0.2 let through).
+      ValueError: If ``checkpointables`` is empty, a name is invalid or two differ
+        only in case, a value is None or an empty container, a leaf cannot be
+        stored (an int beyond 64 bits, a lone surrogate, an empty array), ``path``
+        contains ``.orbax-checkpoint-tmp`` or is an ``s3://`` URL
+        (google/orbax#359), or Orbax refuses to start the save (also a ``KeyError``).
+      OSError: If ``path`` cannot be created (of the class creating it would
+        raise, with its ``errno``); also a ``ValueError``.
+      FileExistsError: If ``path`` exists, or a save to it is in flight in this process; also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import pathlib
@@ -147,18 +111,7 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
 def start_save(
     path: str | os.PathLike[str], checkpointables: Mapping[str, Any], *, description: str | None = None
 ) -> ocp.AsyncResponse[None]:
-    """Does what :func:`save_checkpointables` documents, naming what it saved as ``description`` in its log line.
-
-    Args:
-      path: As for :func:`save_checkpointables`.
-      checkpointables: As for :func:`save_checkpointables`.
-      description: What was saved, with the word that leads to the path,
-        such as ``"training checkpoint of step 7 to"``; None names the
-        checkpointables.
-
-    Returns:
-      As :func:`save_checkpointables` returns.
-    """
+    """Does what :func:`save_checkpointables` documents, naming what it saved as ``description`` in its log line."""
     operation = Operation(_logger, "saved", "", "")
     # Orbax accepts only absolute paths; a relative one means "from here", as it would for open().
     destination = absolute_location(path, "path", needed_by="tinax.checkpointing.save_checkpointables")
@@ -218,11 +171,7 @@ def start_save(
 
 
 class _LoggedOnCommit:
-    """Orbax's response of a save, which logs the save's line once the checkpoint is committed.
-
-    The response's watcher thread calls :meth:`result`, so the line is
-    logged before anyone waiting on the save is released.
-    """
+    """Orbax's save response, logging the save's line on commit (in the watcher thread, before waiters are released)."""
 
     def __init__(self, inner: Any, operation: Operation, destination: pathlib.Path) -> None:
         self._inner = inner
@@ -250,20 +199,9 @@ def _claim_object(destination: pathlib.Path) -> RemotePath:
 
 
 def _claim_remote(destination: pathlib.Path) -> bool:
-    """Refuses a ``gs://`` destination that holds objects, and claims it for this save with a create-if-absent object.
+    """Refuses a non-empty ``gs://`` destination and claims it with a create-if-absent object; returns whether claimed.
 
-    A bucket has no rename and Orbax writes into the destination itself, so
-    two writers racing to one prefix would mix their objects; the claim
-    object ``<path>.tinax-save-claim`` beside it lets only one of them start.
-    With several processes, process 0 alone writes the checkpoint's own
-    files, and no claim is taken (a second job racing is then not refused).
-
-    Returns:
-      Whether a claim object was created (and must be removed when the save ends).
-
-    Raises:
-      FileExistsError: If objects exist under the destination, or another
-        writer holds its claim. It is also a ``ValueError``.
+    Orbax writes into the prefix itself, so racing writers would mix objects. Multi-process runs take no claim.
     """
     import jax
 

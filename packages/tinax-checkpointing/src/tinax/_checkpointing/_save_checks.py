@@ -1,10 +1,8 @@
 """Checks made before a save starts: what may be saved, and where.
 
-Orbax judges values and destinations only once the save runs in the
-background, after it has scheduled the folder's creation, so a refusal there
-leaves work dangling and a failure far from its cause. These checks run first
-and name the argument at fault; what they cannot judge (values that are not
-arrays, scalars or strings) is put to Orbax's own handler lookup.
+Orbax judges values and destinations only in the background, after scheduling the folder's creation,
+so a refusal leaves work dangling far from its cause. These run first and name the argument at fault;
+other values are put to Orbax's own handler lookup.
 """
 
 from __future__ import annotations
@@ -34,10 +32,8 @@ __all__ = ["exists_error", "is_empty_container", "require_absent", "require_crea
 # Python ints Orbax saves: it stores them as int64, or as uint64 above 2**63 - 1.
 _MIN_INT = -(2**63)
 _MAX_INT = 2**64 - 1
-# NumPy dtype kinds Orbax (TensorStore) saves: bool, integers, floats and
-# complex numbers. ml_dtypes' types (bfloat16, float8, int4, ...) have kind
-# "V" but a scalar type of their own, which tells them from raw and
-# structured void data.
+# NumPy dtype kinds Orbax (TensorStore) saves. ml_dtypes' types (bfloat16, ...) have kind "V"
+# but a scalar type of their own, unlike raw and structured void data.
 _SAVEABLE_KINDS = frozenset("biufc")
 _SAVEABLE_LEAVES = "bool, int, float, str, or a numpy.ndarray or jax.Array of bool or numbers"
 
@@ -58,11 +54,7 @@ def require_absent(destination: pathlib.Path) -> None:
 def require_creatable(destination: pathlib.Path) -> None:
     """Refuses, before anything starts, a destination whose folder cannot be created.
 
-    Walks up to the nearest existing ancestor, which must be a searchable,
-    writable folder, and checks that every folder still to create (the
-    temporary one included) has a name the file system takes. A path through
-    a regular file, a symbolic link loop or a broken link fails here, not in
-    a background thread.
+    The nearest existing ancestor must be a writable folder, and each folder to create a name the system takes.
     """
     missing: list[str] = [destination.name + ORBAX_TMP_SUFFIX]
     ancestor = destination.parent
@@ -114,16 +106,9 @@ def _fail_uncreatable(destination: pathlib.Path, reason: str, error: OSError) ->
 
 
 def is_empty_container(value: object) -> bool:
-    """Whether a pytree without leaves is one Orbax refuses to save: None, or an empty container.
+    """Whether a leafless pytree is one Orbax refuses to save: None or an empty (false) container.
 
-    Orbax's pytree handler refuses a value that has no leaf and is false
-    (``None``, ``{}``, ``()``, an empty ``nnx.State``), and saves a leafless
-    value that is not, such as optax's ``(EmptyState(), EmptyState())``; it
-    did so in tinax 0.2 as well. A value whose truth cannot be told is not
-    taken for empty.
-
-    Args:
-      value: A pytree that holds no leaf.
+    True leafless values such as optax's ``(EmptyState(), EmptyState())`` save, as in tinax 0.2.
     """
     try:
         return not value
@@ -134,10 +119,7 @@ def is_empty_container(value: object) -> bool:
 def require_saveable_leaves(name: str, value: object) -> None:
     """Checks every leaf and key of one checkpointable before anything is written.
 
-    Python scalars, strings and arrays are judged here, by kind (TypeError)
-    and value (ValueError); any other leaf is put to Orbax's handler lookup.
-    A value without leaves is refused only where Orbax would refuse it
-    (see :func:`is_empty_container`).
+    Scalars, strings and arrays are judged here; other leaves are put to Orbax's handler lookup.
     """
     argument = f"checkpointables[{name!r}]"
     flat = jax.tree_util.tree_flatten_with_path(value)[0]
@@ -182,13 +164,9 @@ def _require_saveable_array(where: str, array: Any) -> None:
 
 
 def _require_saveable(name: str, value: object) -> None:
-    """Asks Orbax, before anything is written, whether it has a handler for ``value``.
+    """Asks Orbax's handler lookup for ``value`` before anything is written (its own runs after scheduling).
 
-    Orbax resolves handlers only after it has scheduled the folder creation,
-    and a failure then leaves that work dangling. The lookup builds every
-    registered handler (milliseconds), so it only runs for values that hold
-    something other than arrays, Python scalars and strings. Where Orbax's
-    registry has moved, Orbax's own check during the save still applies.
+    The lookup builds every handler (milliseconds), so it runs only for non-array, non-scalar leaves.
     """
     lookup = handler_lookup()
     if lookup is None:

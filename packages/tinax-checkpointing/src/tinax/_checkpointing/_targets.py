@@ -1,10 +1,7 @@
 """Restore targets: what each loaded value must look like and where it goes.
 
-A restore target tells Orbax the shape, dtype and placement of every value it
-loads. Targets built from live state keep each array's sharding, so a
-checkpoint written on one mesh loads onto whatever mesh the live state uses.
-An abstract array without a sharding (what ``jax.eval_shape`` gives) loads
-where the checkpoint recorded the saved array, as in tinax 0.2.
+Targets built from live state keep each array's sharding; an abstract array without one (as from
+``jax.eval_shape``) loads where the checkpoint recorded it, as in tinax 0.2.
 """
 
 from __future__ import annotations
@@ -38,13 +35,11 @@ def abstract_restore_target(state: Any) -> Any:
     """Turns live state into a restore target that keeps every placement.
 
     Works on any pytree and keeps its structure: a ``jax.Array`` (PRNG keys
-    included) becomes a ``jax.ShapeDtypeStruct`` with its sharding, a NumPy
-    array becomes a placeholder that restores a host array, and Python and NumPy
-    scalars, ``jax.ShapeDtypeStruct`` leaves and Orbax stateful checkpointables
-    are kept. A ``jax.ShapeDtypeStruct`` without a sharding, such as
-    ``jax.eval_shape`` gives, loads where the checkpoint recorded the saved
-    array. The checkpointing user guide's "Restore targets" section describes
-    each kind of leaf.
+    included) becomes a ``jax.ShapeDtypeStruct`` with its sharding, a NumPy array
+    a placeholder that restores a host array; scalars, ``jax.ShapeDtypeStruct``
+    leaves and Orbax stateful checkpointables are kept. A ``jax.ShapeDtypeStruct``
+    without a sharding loads where the checkpoint recorded the array. The
+    checkpointing user guide's "Restore targets" section describes each leaf kind.
 
     Args:
       state: The live state, for example the values that were saved.
@@ -53,9 +48,8 @@ def abstract_restore_target(state: Any) -> Any:
       A pytree of the same structure holding restore targets.
 
     Raises:
-      TypeError: If a leaf is a traced value (the error is also the
-        ``AttributeError`` tinax 0.2 raised for one), a NumPy array of
-        objects, or of a kind Orbax cannot restore.
+      TypeError: If a leaf is a traced value (also the ``AttributeError`` tinax 0.2
+        raised), a NumPy array of objects, or of a kind Orbax cannot restore.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -68,17 +62,9 @@ def abstract_restore_target(state: Any) -> Any:
 
 
 def require_restore_target(target: object, name: str) -> None:
-    """Checks that a restore target states where every array goes.
+    """Checks that a restore target is not None and every leaf is concrete and restorable.
 
-    Args:
-      target: The target of one checkpointable.
-      name: How to refer to it in messages, for example ``"targets['model']"``.
-
-    Raises:
-      TypeError: If a leaf is a traced value, or of a kind Orbax has no
-        handler for, such as ``object()`` (the error is also the
-        ``KeyError`` Orbax raised for it in tinax 0.2).
-      ValueError: If the target is None.
+    An unknown leaf raises ``NoHandlerError``: a ``TypeError`` that is also the ``KeyError`` of tinax 0.2.
     """
     if target is None:
         validation.fail_value(
@@ -104,33 +90,9 @@ def require_restore_target(target: object, name: str) -> None:
 def require_target_fits(
     target: object, stored_shapes: Mapping[tuple[str, ...], tuple[int, ...]], name: str, source: str
 ) -> None:
-    """Checks, before anything loads, that every array of a target has the shape that was saved.
+    """Checks, before anything loads, every array target's stored shape and placement (:func:`require_placeable`).
 
-    Every array target is checked alike: a ``jax.ShapeDtypeStruct``, a
-    ``jax.Array`` and a ``numpy.ndarray`` (Orbax itself would check only the
-    first and load the stored shape into the others). Leaves are matched by
-    the names along their key path (attributes, keys and indices alike, as
-    Orbax stores them); leaves without a stored counterpart are left to Orbax,
-    which reports structure mismatches itself. PRNG key targets are left to
-    Orbax too, as their stored shape includes the key data.
-
-    Args:
-      target: The restore target of one checkpointable.
-      stored_shapes: The saved shape of each array of that checkpointable,
-        by its keys as Orbax stores them (every key a string, an index
-        as its digits).
-      name: How to refer to the target in messages, e.g. ``"targets['model']"``.
-      source: The checkpoint folder, for messages.
-
-    Every array target's placement is checked too (see
-    :func:`require_placeable`), so a topology that cannot hold an array is
-    refused before Orbax reads anything.
-
-    Raises:
-      ValueError: If an array target's shape differs from the stored one,
-        rank included, or its sharding cannot hold it. The error is also a
-        ``KeyError``, as Orbax's error for an incompatible target was in
-        tinax 0.2.
+    Orbax would check only ``ShapeDtypeStruct`` shapes; unmatched leaves and PRNG keys are left to Orbax.
     """
     for path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
         if not isinstance(leaf, (jax.ShapeDtypeStruct, jax.Array, np.ndarray)):
@@ -157,30 +119,9 @@ def lacks_placement(target: Any) -> bool:
 
 
 def with_stored_placements(target: Any, stored: object, name: str, source: str) -> Any:
-    """Gives every ``jax.ShapeDtypeStruct`` without a sharding the placement the checkpoint recorded for it.
+    """Gives every sharding-less ``jax.ShapeDtypeStruct`` the placement the checkpoint recorded for it.
 
-    tinax 0.2 passed such targets to Orbax, which then read each array's
-    sharding from the checkpoint (and warned that it did). Reading it here
-    from the metadata gives the same placement, silently, and a clear error
-    where there is none to give.
-
-    Args:
-      target: The restore target of one checkpointable.
-      stored: Orbax's metadata tree of that checkpointable, or None where
-        there is none.
-      name: How to refer to the target in messages, e.g. ``"targets['model']"``.
-      source: The checkpoint folder, for messages.
-
-    Returns:
-      ``target`` itself where every abstract array has a sharding, else a
-      copy in which those without one have the recorded sharding.
-
-    Raises:
-      ValueError: If the checkpoint records no sharding for such a leaf (a
-        NumPy array was saved there, or no array), or the recorded one names
-        devices this process does not have (the checkpoint was written on
-        another topology). The error is also a ``KeyError``, as Orbax's
-        failure to load was in tinax 0.2.
+    tinax 0.2 let Orbax do this, with a warning; here it is silent, and a missing placement is an error.
     """
     flat, structure = jax.tree_util.tree_flatten_with_path(target)
     if not any(isinstance(leaf, jax.ShapeDtypeStruct) and leaf.sharding is None for _, leaf in flat):
@@ -200,24 +141,7 @@ def with_stored_placements(target: Any, stored: object, name: str, source: str) 
 def require_placeable(shape: tuple[int, ...], sharding: jax.sharding.Sharding, where: str, source: str) -> None:
     """Checks, before anything loads, that an array of ``shape`` can be laid out as ``sharding`` in this process.
 
-    Orbax finds out only while it reads (an uneven split fails in the middle
-    of the reads it has started; an array none of whose devices belongs to
-    this process fails after reading nothing useful), so the topology is
-    checked first: every dimension a ``NamedSharding`` splits must be a
-    multiple of the number of parts its mesh axes cut it into, a sharding
-    over an abstract mesh needs a mesh set with ``jax.set_mesh``, and at
-    least one device of the sharding must belong to this process.
-
-    Args:
-      shape: The array's shape (a PRNG key array's, without its key data).
-      sharding: Where the target puts it.
-      where: The target leaf, for messages, such as ``"targets['model']['w']"``.
-      source: The checkpoint folder, for messages.
-
-    Raises:
-      ValueError: If the sharding cannot hold the array here. The message
-        names the leaf, the shape and the mesh or device; the error is also a
-        ``KeyError``, as Orbax's failure to load was in tinax 0.2.
+    Orbax finds out mid-read: split dimensions must divide, an abstract mesh needs a set mesh, a device must be local.
     """
     problem = _placement_problem(shape, sharding)
     if problem is not None:
@@ -287,12 +211,7 @@ def _leaves_by_key(stored: object) -> dict[tuple[str, ...], Any]:
 
 
 def _leaf_key(path: tuple[Any, ...]) -> tuple[str, ...]:
-    """A leaf's key path as Orbax's metadata tree spells it.
-
-    Orbax stores every node as a dict or list, so an attribute of a target
-    (an NNX ``Variable``'s ``value``, a field of optax's ``ScaleByAdamState``)
-    is a dict key in the metadata; comparing names alone matches the two.
-    """
+    """A leaf's key path as Orbax's metadata tree spells it; attributes match dict keys, by name."""
     names = []
     for entry in path:
         if isinstance(entry, jax.tree_util.DictKey):
@@ -323,8 +242,7 @@ def _stored_sharding(stored: object, where: str, source: str, rank: int) -> jax.
             f"{where} is a jax.ShapeDtypeStruct without a sharding, and the placement the checkpoint at {source!r} "
             f"records for it ({recorded}) names devices this process does not have; {advice}"
         ) from error
-    # A PRNG key array is stored as its key data, which has one more axis
-    # (never split); the key array itself takes the sharding without it.
+    # A PRNG key array's stored key data has one more (never split) axis, dropped here.
     if isinstance(sharding, jax.sharding.NamedSharding) and len(sharding.spec) > rank:
         entries = tuple(sharding.spec)
         if all(entry is None for entry in entries[rank:]):
@@ -366,8 +284,7 @@ def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
 
 
 def _is_stateful_checkpointable(value: object) -> bool:
-    # Only objects that are no array or scalar get here, so the Orbax import
-    # is paid only by callers who pass such objects.
+    # Reached only for non-arrays, so only callers passing such objects pay the Orbax import.
     import orbax.checkpoint.experimental.v1 as ocp
 
     return isinstance(value, ocp.handlers.StatefulCheckpointable)

@@ -1,14 +1,8 @@
 """Training checkpoints: everything a run needs to resume, in one atomic checkpoint.
 
-A training checkpoint is one Orbax V1 checkpoint written by one
-:func:`save_checkpointables` call, so the step, the model, the optimizer, the
-random state, any auxiliary state and the data iterator's position are
-committed together or not at all: a crash can never leave a model from one
-step next to an iterator from another.
-
-The layout is tinax 0.2's, so checkpoints move freely between the versions:
-five checkpointables named by :class:`TrainingCheckpointNames`, the auxiliary
-one holding ``{"state": auxiliary, "step": step}``.
+One :func:`save_checkpointables` call commits step, states and iterator position together. The layout
+is tinax 0.2's (five parts named by :class:`TrainingCheckpointNames`, the auxiliary one holding
+``{"state": auxiliary, "step": step}``), so checkpoints move freely between the versions.
 """
 
 from __future__ import annotations
@@ -67,8 +61,8 @@ _ITERATOR_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
 class TrainingCheckpointNames:
     """The checkpointable name of each part of a training checkpoint.
 
-    Rename parts to match an existing checkpoint layout, or to keep two
-    models apart. Loading needs the names the checkpoint was saved with.
+    Rename parts to match an existing layout or to keep two models apart;
+    loading needs the names the checkpoint was saved with.
 
     Attributes:
       model: Name of the model state.
@@ -80,8 +74,7 @@ class TrainingCheckpointNames:
     Raises:
       TypeError: If a name is not a ``str``.
       ValueError: If a name is not a valid checkpointable name (see
-        ``validate_checkpointable_name``), or two names are equal or differ
-        only in case.
+        ``validate_checkpointable_name``), or two names are equal or differ only in case.
     """
 
     model: str = "model"
@@ -116,8 +109,8 @@ class TrainingCheckpoint:
       iterator: The iterator passed to the load, now at the saved position.
 
     Raises:
-      TypeError: If ``step`` is not an int (bools are refused) or
-        ``iterator`` is not a ``grain.DatasetIterator``.
+      TypeError: If ``step`` is not an int (bools are refused) or ``iterator`` is
+        not a ``grain.DatasetIterator``.
       ValueError: If ``step`` is negative.
     """
 
@@ -147,65 +140,42 @@ def save_training_checkpoint(
 ) -> ocp.AsyncResponse[None]:
     """Starts saving everything a training run needs to resume, as one checkpoint.
 
-    The step, the four states and the iterator's position go into a single
-    :func:`save_checkpointables` call, so they are committed together: the
-    checkpoint appears at ``path`` complete or not at all. Each part is a
-    checkpointable named by ``names``; the step is stored next to the
-    auxiliary state, as ``{"state": auxiliary, "step": step}``, which is
-    tinax 0.2's layout. Device data and the iterator's state are captured
-    before this returns, so training may go on at once while the files are
-    written.
+    The step, the four states and the iterator's position go into one
+    :func:`save_checkpointables` call, so the checkpoint appears at ``path``
+    complete or not at all. The step is stored beside the auxiliary state as
+    ``{"state": auxiliary, "step": step}`` (tinax 0.2's layout). Device data and
+    the iterator's state are captured before this returns. Once committed, the
+    save logs one INFO line to the ``tinax.checkpointing`` logger.
 
     Args:
-      path: Folder to create for the checkpoint. It must not exist yet, and
-        its name must not contain Orbax's temporary suffix
-        ``.orbax-checkpoint-tmp``.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket: Orbax writes into it directly and writes
-        ``commit_success.txt`` last, and a ``<path>.tinax-save-claim`` object
-        beside it keeps a second writer out while the save runs.
-      step: The training step, an int in [0, 2**64 - 1] (NumPy integers are
-        accepted, bools are refused).
+      path: Folder to create; it must not exist yet nor contain
+        ``.orbax-checkpoint-tmp`` in its name. A ``gs://`` URL (``str`` or
+        ``etils.epath.Path``) names a bucket prefix, committed by ``commit_success.txt``.
+      step: The training step, an int in [0, 2**64 - 1] (NumPy integers accepted, bools refused).
       model: The model state, a pytree such as ``nnx.state(model)``.
-      optimizer: The optimizer state, a pytree such as
-        ``nnx.state(optimizer)``. State without leaves, such as
-        ``optax.sgd(0.1).init(params)``, saves as it did in tinax 0.2; only
-        None and empty containers are refused, for every part.
-      rng: The random state, for example a PRNG key array or an NNX
-        ``RngState``.
-      auxiliary: Any other state resume needs (metrics, EMA weights, loss
-        scale, ...), a pytree. It may be empty or None.
-      iterator: The live data iterator. Its position is saved; it is not
-        advanced.
+      optimizer: The optimizer state, a pytree such as ``nnx.state(optimizer)``;
+        leafless state (``optax.sgd(0.1).init(params)``) saves as in tinax 0.2.
+      rng: The random state, for example a PRNG key array or an NNX ``RngState``.
+      auxiliary: Any other state resume needs (metrics, EMA weights, ...), a pytree; may be empty or None.
+      iterator: The live data iterator; its position is saved, it is not advanced.
       names: The checkpointable name of each part; the defaults of
         :class:`TrainingCheckpointNames` when None.
 
-    Once the checkpoint is committed, the save logs one INFO line to the
-    ``tinax.checkpointing`` logger, as :func:`save_checkpointables` does.
-
     Returns:
-      The Orbax ``AsyncResponse`` of :func:`save_checkpointables`. Its
-      ``result()`` waits for the save and raises ``RuntimeError`` (with the
-      cause chained) if it failed.
+      The Orbax ``AsyncResponse`` of :func:`save_checkpointables`; its ``result()``
+      waits and raises ``RuntimeError`` (cause chained) if the save failed.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``step`` is not an int,
-        ``iterator`` is not a ``grain.DatasetIterator``, ``names`` is not a
-        :class:`TrainingCheckpointNames`, or a part holds a value Orbax
-        cannot save.
-      ValueError: If ``step`` is negative or too large, the model,
-        optimizer or random state is None or an empty container, a part holds a
-        value Orbax cannot store (see :func:`save_checkpointables`), ``path``
-        is named like an Orbax temporary folder, or Orbax refuses to start
-        the save.
-      OSError: If ``path`` cannot be created (see
-        :func:`save_checkpointables`). It is also a ``ValueError``.
-      FileExistsError: If ``path`` exists, or a save to it is in flight. It
-        is also a ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path``, ``step``, ``iterator`` or ``names`` is of the wrong
+        kind, or a part holds a value Orbax cannot save.
+      ValueError: If ``step`` is out of range, the model, optimizer or random state
+        is None or an empty container, a part holds a value Orbax cannot store,
+        ``path`` is named like an Orbax temporary folder or is an ``s3://`` URL
+        (google/orbax#359), or Orbax refuses to start the save.
+      OSError: If ``path`` cannot be created (see :func:`save_checkpointables`); also a ``ValueError``.
+      FileExistsError: If ``path`` exists, or a save to it is in flight; also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import grain
@@ -250,85 +220,50 @@ def load_training_checkpoint(
     names: TrainingCheckpointNames | None = None,
     redeal: bool = False,
 ) -> TrainingCheckpoint:
-    """Restores a training checkpoint written by :func:`save_training_checkpoint`.
+    """Restores a training checkpoint written by :func:`save_training_checkpoint` (or by tinax 0.2).
 
-    Each state loads into an explicit restore target that says where every
-    array goes, so a run can resume on another mesh. Build targets with
-    ``abstract_restore_target`` from freshly initialized state, or from the
-    abstract state of a model that was never allocated (for example
-    ``tinax.parallel.abstract_sharded_state``). The iterator must be a fresh
-    iterator of the same pipeline: its state is replaced in place, and it
-    continues exactly where the saved one stopped.
-
-    Checkpoints written by tinax 0.2 load.
-
-    The iterator's position is one file per saving process. A checkpoint
-    saved by another number of processes than this run's is refused, before
-    anything loads, unless ``redeal`` is True: the iterator, a
-    ``tinax.data.training_batches`` iterator built for this run's shard, then
-    gets the rest of the interrupted epoch dealt out again from the states of
-    all saving processes (``tinax.data.redeal_state``, with the iterator's
-    shard, batch size and worker count), so that across the new processes
-    every row the old ones had not read is read exactly once.
-
-    Before anything loads, the folder is checked to be a complete checkpoint
-    that holds every part under ``names`` and the iterator state file of
-    every process that saved it. A load that fails (a state that does not
-    fit, a damaged step) leaves the iterator where it was. When it
-    succeeds, the load logs one INFO line to the ``tinax.checkpointing``
-    logger with the bytes of the parts' folders and the seconds it took.
+    Each state loads into an explicit restore target (from
+    ``abstract_restore_target`` or ``tinax.parallel.abstract_sharded_state``), so a
+    run can resume on another mesh. ``iterator`` must be a fresh iterator of the
+    same pipeline; its state is replaced in place. A checkpoint saved by another
+    number of processes is refused unless ``redeal`` is True, which deals the rest
+    of the interrupted epoch out to this run's processes with
+    ``tinax.data.redeal_state``. The folder's completeness, parts and iterator
+    state files are checked before anything loads; a failed load leaves the
+    iterator where it was. A successful load logs one INFO line to the
+    ``tinax.checkpointing`` logger.
 
     Args:
-      path: The checkpoint folder.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket; it is a checkpoint only once it holds Orbax's
-        ``commit_success.txt``.
+      path: The checkpoint folder, or a ``gs://`` URL (``str`` or ``etils.epath.Path``)
+        of a prefix holding Orbax's ``commit_success.txt``.
       model_target: Restore target of the model state.
       optimizer_target: Restore target of the optimizer state.
       rng_target: Restore target of the random state.
-      auxiliary_target: Restore target of the auxiliary state; None or an
-        empty container for auxiliary state that was saved so.
+      auxiliary_target: Restore target of the auxiliary state; None or an empty
+        container for auxiliary state saved so.
       iterator: A live iterator of the pipeline that was saved.
       names: The names the checkpoint was saved with; the defaults of
         :class:`TrainingCheckpointNames` when None.
-      redeal: Whether a checkpoint saved by another number of processes may
-        restore the iterator by re-dealing the rest of the epoch. When the
-        process count is the same, the iterator restores its own state
-        either way.
+      redeal: Whether a checkpoint saved by another number of processes may restore
+        the iterator by re-dealing; with the same count it changes nothing.
 
     Returns:
-      A :class:`TrainingCheckpoint` with the saved step, the four restored
-      states and ``iterator`` itself, moved to the saved position (or, after
-      a re-deal, to this process's share of the rest of the epoch).
+      A :class:`TrainingCheckpoint` with the saved step, the four restored states
+      and ``iterator`` itself at the saved position (or its re-dealt share).
 
     Raises:
-      TypeError: If ``path`` is not a path, ``iterator`` is not a
-        ``grain.DatasetIterator``, ``names`` is not a
-        :class:`TrainingCheckpointNames`, a target holds a traced value or a
-        leaf of a kind no restore target takes (``object()``, for one), or
-        Orbax rejects a target's kind.
-      ValueError: If the model, optimizer or random target is None, a target
-        holds an abstract array without a sharding, the folder is not a
-        complete checkpoint, it lacks a part under the given ``names`` (a
-        checkpoint saved with other names, or not by
-        :func:`save_training_checkpoint`) or the iterator state file of a
-        saving process, its step is damaged, an array
-        target's shape or rank differs from the saved one (checked before
-        anything loads), or the values do not fit the targets or the
-        iterator's pipeline. A missing part and
-        values that do not fit raise an error that is also a ``KeyError``, as
-        tinax 0.2's did. Also if the checkpoint's iterator was saved by
-        another number of processes and ``redeal`` is False (an error that
-        is also a ``KeyError``, as 0.2's was), or ``redeal`` is True and the
-        saved states or the iterator cannot be re-dealt (the iterator is not
-        a ``training_batches`` iterator, or the saved states are not all at
-        one step of its pipeline).
-      FileNotFoundError: If nothing exists at ``path``. It is also a
-        ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path``, ``iterator`` or ``names`` is of the wrong kind, or a
+        target holds a traced value or a leaf no restore target takes.
+      ValueError: If a target is unusable (a None model, optimizer or random
+        target, an abstract array without sharding, a shape that differs), the
+        folder is incomplete, lacks a part or an iterator state file, holds a
+        damaged step, or its values do not fit; if the process count differs and
+        ``redeal`` is False or re-dealing fails; or if ``path`` is an ``s3://``
+        URL (google/orbax#359). A missing part, unfitting values and a differing
+        process count raise an error that is also a ``KeyError``, as in tinax 0.2.
+      FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import grain
@@ -414,23 +349,9 @@ def require_names(names: object) -> TrainingCheckpointNames:
 
 
 def require_training_parts(source: pathlib.Path, held: set[str], names: TrainingCheckpointNames) -> int:
-    """Checks, before anything loads, that a complete checkpoint holds every part of a training checkpoint.
+    """Checks that a complete checkpoint holds every training part and iterator state; returns the saving process count.
 
-    With the completeness check before it, this is what
-    :func:`load_training_checkpoint` requires of a folder.
-
-    Args:
-      source: The checkpoint folder, as an absolute path.
-      held: The names ``require_complete_checkpoint`` found it to hold.
-      names: The names the checkpoint must hold its parts under.
-
-    Returns:
-      The number of processes whose iterator states the checkpoint holds.
-
-    Raises:
-      ValueError: If it lacks a part under ``names``, or its iterator part
-        lacks the state file of a saving process (see
-        :func:`require_iterator_states`). Also a ``KeyError``.
+    Raises ``CheckpointKeyError`` (a ``ValueError`` and ``KeyError``) otherwise.
     """
     expected = dataclasses.asdict(names)
     missing = [f"{part} ({name!r})" for part, name in expected.items() if name not in held]
@@ -443,30 +364,9 @@ def require_training_parts(source: pathlib.Path, held: set[str], names: Training
 
 
 def require_iterator_states(source: pathlib.Path, part: str) -> int:
-    """Checks that the iterator part of a complete checkpoint holds the state file of every saving process.
+    """Checks that the iterator part holds Grain's ``process_<i>-of-<n>.json`` of every saving process; returns ``n``.
 
-    Grain writes ``process_<i>-of-<n>.json`` for each of the ``n`` saving
-    processes, and each process of a load reads only its own file, so a
-    missing one fails (or, re-dealt, loses rows) on one process only, and
-    only after the states have loaded. The files' JSON itself is checked by
-    ``require_complete_checkpoint``. ``TrainingCheckpointManager`` asks this
-    of every step that holds the part, so it never offers one that
-    :func:`load_training_checkpoint` refuses for it.
-
-    Args:
-      source: A complete checkpoint folder that holds ``part``.
-      part: The name of the iterator part.
-
-    Returns:
-      The number of processes whose states the part holds.
-
-    Raises:
-      CheckpointKeyError: If the part holds no state file, the files of
-        several process counts (no save writes that), or not the file of
-        every process of its count. It is a ``ValueError`` and a
-        ``KeyError``, as tinax 0.2 let Orbax's ``KeyError`` through for a
-        state it did not find.
-      OSError: If the part's folder cannot be listed.
+    Each process reads only its own file, so a missing one would fail late, on one process only.
     """
     folder = source / part
     found: dict[int, set[int]] = {}
@@ -500,18 +400,9 @@ def require_iterator_states(source: pathlib.Path, part: str) -> int:
 def _saved_iterator_states(
     source: pathlib.Path, names: TrainingCheckpointNames, saved_count: int, redeal: bool
 ) -> list[Any] | None:
-    """Checks, before anything loads, that the iterator's states fit this run's process count.
+    """Checks the saved iterator states against this run's process count, before anything loads.
 
-    Returns:
-      None when the iterator restores its own state (the checkpoint was
-      saved by this run's process count); otherwise, with ``redeal`` True,
-      the parsed states of every saving process.
-
-    Raises:
-      CheckpointKeyError: If the process count differs and ``redeal`` is
-        False, or a saved state is not JSON. It is a ``ValueError`` and a
-        ``KeyError``, as tinax 0.2 raised Orbax's ``KeyError`` for an
-        iterator state it did not find.
+    Returns None when the iterator restores its own state, else (with ``redeal``) every saving process's parsed state.
     """
     count = jax.process_count()
     if saved_count == count:
@@ -583,17 +474,9 @@ def _load(
 
 
 class _RestoredWhenAwaited:
-    """An iterator as a load target: moved only when Orbax awaits its turn, and put back if the load fails.
+    """An iterator as a load target: moved only when Orbax awaits its turn, put back if the load fails.
 
-    Orbax asks every checkpointable for its load before it loads any, and a
-    Grain iterator then creates the coroutine that reads its state; when an
-    earlier part fails, that coroutine is never awaited and Python warns
-    about it. Through this wrapper nothing is created before its turn. It
-    has the methods of Orbax's ``StatefulCheckpointable``, so Orbax restores
-    it with the handler the iterator was saved with.
-
-    Args:
-      iterator: The iterator to restore in place.
+    Orbax creates every part's load coroutine first; one never awaited after an earlier failure makes Python warn.
     """
 
     def __init__(self, iterator: DatasetIterator[Any]) -> None:

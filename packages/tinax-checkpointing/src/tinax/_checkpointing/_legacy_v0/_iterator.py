@@ -1,9 +1,7 @@
 """Legacy only: grain iterator checkpoints through grain's Orbax V0 handler.
 
-Do not use these functions for new checkpoints; ``tinax.checkpointing`` saves
-an iterator as one checkpointable of an Orbax V1 checkpoint. These read and
-write the directories that ``grain.checkpoint.CheckpointHandler`` produces
-under Orbax's V0 ``Checkpointer`` or ``CheckpointManager``.
+These read and write what ``grain.checkpoint.CheckpointHandler`` produces under Orbax's V0
+``Checkpointer`` or ``CheckpointManager``.
 """
 
 from __future__ import annotations
@@ -28,44 +26,36 @@ __all__ = ["load_legacy_v0_grain_iterator", "save_legacy_v0_grain_iterator"]
 
 _ITERATOR_EXPECTATION = "a grain.DatasetIterator"
 
-# Upstream failures that mean "this state does not fit this pipeline or is not
-# an iterator checkpoint"; translated by upstream_failure (a ValueError), with
-# the cause chained.
+# Upstream failures meaning "state does not fit the pipeline, or no iterator checkpoint".
 _UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, FileNotFoundError)
 
 
 def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: DatasetIterator[Any]) -> None:
     """Legacy only: writes a grain iterator's position as an Orbax V0 checkpoint.
 
-    Do not use this for new checkpoints; pass the iterator as a checkpointable
-    to ``tinax.checkpointing.save_checkpointables`` instead. The directory is
-    what ``orbax.checkpoint.Checkpointer(grain.checkpoint.CheckpointHandler())``
-    writes: one ``process_<i>-of-<n>.json`` state file per JAX process. The
-    save is synchronous: when this returns, the checkpoint is committed.
+    Do not use this for new checkpoints; pass the iterator as a checkpointable to
+    ``tinax.checkpointing.save_checkpointables`` instead. The directory is what
+    ``orbax.checkpoint.Checkpointer(grain.checkpoint.CheckpointHandler())``
+    writes: one ``process_<i>-of-<n>.json`` per JAX process. The save is
+    synchronous: committed when this returns.
 
     Args:
-      path: The checkpoint directory to create. It must not exist yet.
-        Missing parent folders are created.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket, which must hold no object yet.
+      path: The checkpoint directory to create; it must not exist yet. Missing
+        parents are created. A ``gs://`` URL (``str`` or ``etils.epath.Path``)
+        names an empty bucket prefix.
       iterator: The live iterator whose position to save. It is not advanced.
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
         ``iterator`` is not a ``grain.DatasetIterator``.
-      ValueError: If ``path`` is empty or named like an Orbax temporary
-        folder, or the iterator's state cannot be taken or written as JSON
-        (the upstream error is chained).
-      FileExistsError: If something already exists at ``path``. It is never
-        replaced.
-      OSError: If the folders of ``path`` cannot be created, for example
-        because the way passes through a regular file
-        (``NotADirectoryError``, as in tinax 0.2). It is also a
-        ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      ValueError: If ``path`` is empty, named like an Orbax temporary folder or an
+        ``s3://`` URL (google/orbax#359), or the iterator's state cannot be taken
+        or written as JSON (upstream error chained).
+      FileExistsError: If something exists at ``path`` (never replaced); also a ``ValueError``.
+      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``,
+        as in tinax 0.2, for one); also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import grain
@@ -94,42 +84,32 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
     """Legacy only: moves a live grain iterator to the position stored in a V0 checkpoint.
 
     Do not use this for new checkpoints; use
-    ``tinax.checkpointing.load_checkpointables`` with the iterator as the
-    target. This reads what :func:`save_legacy_v0_grain_iterator`, grain's
+    ``tinax.checkpointing.load_checkpointables`` with the iterator as the target.
+    This reads what :func:`save_legacy_v0_grain_iterator`, grain's
     ``CheckpointHandler`` under Orbax's V0 ``Checkpointer``, or a
-    ``CheckpointManager`` iterator item wrote, for this process's index and
-    the current process count.
+    ``CheckpointManager`` iterator item wrote, for this process and process count.
 
     Args:
-      path: The checkpoint directory (for a ``CheckpointManager`` item, the
-        item's folder inside the step folder).
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket; it, or the step folder above it, must hold Orbax's
-        ``commit_success.txt``.
-      iterator: A fresh iterator of the same pipeline that wrote the
-        checkpoint (same dataset, transformations and worker count). Its
-        state is replaced in place.
+      path: The checkpoint directory (for a ``CheckpointManager`` item, its folder
+        in the step folder). A ``gs://`` URL (``str`` or ``etils.epath.Path``)
+        must hold Orbax's ``commit_success.txt`` there or in the step folder above.
+      iterator: A fresh iterator of the same pipeline (dataset, transformations,
+        worker count); its state is replaced in place.
 
     Returns:
-      ``iterator`` itself, now at the stored position (grain also starts its
-      prefetching, as its handler does on restore).
+      ``iterator`` itself, at the stored position (prefetching started, as grain's handler does).
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
         ``iterator`` is not a ``grain.DatasetIterator``.
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a directory or not a complete iterator
-        checkpoint, is named like an unfinished Orbax save, has no state for
-        this process (for example, it was written by another number of
-        processes), or the stored state does not fit ``iterator``'s pipeline
-        (the upstream error is chained). The error is also of the class of
-        the upstream error where tinax 0.2 let that through: an
-        ``IndexError`` for a stored position outside the dataset, a
-        ``FileNotFoundError`` for a missing state file.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      ValueError: If ``path`` is no directory, no complete iterator checkpoint,
+        named like an unfinished Orbax save or an ``s3://`` URL
+        (google/orbax#359), has no state for this process, or the state does not
+        fit the pipeline (upstream error chained; also its ``IndexError`` or
+        ``FileNotFoundError`` class, as tinax 0.2 let through).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import grain
@@ -163,8 +143,7 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
 
 
 def _import_grain() -> Any:
-    # grain imports orbax and array_record at import time, so it is only ever
-    # imported inside these functions.
+    # grain imports orbax and array_record, so it is imported only when a function runs.
     import grain
     import grain.checkpoint
 

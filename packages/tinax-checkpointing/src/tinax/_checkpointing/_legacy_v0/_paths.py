@@ -27,24 +27,9 @@ __all__ = ["removing_orbax_leftovers", "require_checkpoint_directory", "require_
 
 
 def require_new_destination(path: pathlib.Path) -> pathlib.Path:
-    """Checks that a checkpoint may be written at ``path``, and creates the folders that would hold it.
+    """Checks that a checkpoint may be written at ``path`` (new, no temporary name, creatable), creating its parents.
 
-    Args:
-      path: The destination, already checked to be a path.
-
-    Returns:
-      The destination as an absolute path (Orbax refuses relative ones).
-
-    Raises:
-      ValueError: If the destination's name contains Orbax's temporary
-        suffix ``.orbax-checkpoint-tmp``: Orbax would take the checkpoint for
-        an unfinished save.
-      FileExistsError: If something already exists at ``path``. It is also a
-        ``ValueError``.
-      OSError: If the folders cannot be created: the way passes through a
-        regular file (``NotADirectoryError``, as in tinax 0.2) or a broken
-        link, or the nearest existing folder is not writable. It is also a
-        ``ValueError``.
+    Returns the absolute destination, since Orbax refuses relative ones.
     """
     if is_remote(path):
         return _require_new_remote_destination(path)
@@ -62,20 +47,9 @@ def require_new_destination(path: pathlib.Path) -> pathlib.Path:
 
 
 def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
-    """Checks that ``path`` names a directory a checkpoint could be read from.
+    """Checks that ``path`` names a directory a checkpoint could be read from; returns it absolute.
 
-    Args:
-      path: The source, already checked to be a path.
-
-    Returns:
-      The source as an absolute path.
-
-    Raises:
-      ValueError: If ``path`` is named like the temporary folder of an
-        unfinished Orbax save (its name contains ``.orbax-checkpoint-tmp``),
-        whether or not it exists (tinax 0.2 checked the name first), or is
-        not a directory.
-      FileNotFoundError: If nothing exists at ``path``.
+    A temporary-looking name is refused whether or not it exists, as tinax 0.2 checked the name first.
     """
     source = path if is_remote(path) else path.absolute()
     if is_orbax_temporary_name(source.name):
@@ -95,25 +69,7 @@ def require_checkpoint_directory(path: pathlib.Path) -> pathlib.Path:
 def save_with_v0(
     destination: pathlib.Path, handler: Any, save_args: Any, *, what: str, upstream_errors: tuple[type[Exception], ...]
 ) -> None:
-    """Saves synchronously with Orbax's V0 ``Checkpointer``, translating its failures.
-
-    Args:
-      destination: The checked, absolute destination.
-      handler: The Orbax V0 checkpoint handler to save with.
-      save_args: The ``args`` for ``Checkpointer.save``.
-      what: What is saved, for the error message (for example ``"state"``).
-      upstream_errors: The Orbax or handler exceptions that mean the value
-        cannot be saved; they are translated by
-        :func:`~tinax._checkpointing._compat02.upstream_failure`, as every
-        path translates them, with the cause chained.
-
-    Raises:
-      FileExistsError: If another writer created ``destination`` meanwhile.
-        It is also a ``ValueError``.
-      ValueError: If the save failed with one of ``upstream_errors``. It is
-        also a ``KeyError``, and a ``TypeError`` where upstream refused a
-        kind.
-    """
+    """Saves synchronously with Orbax's V0 ``Checkpointer``, translating ``upstream_errors`` by ``upstream_failure``."""
     import orbax.checkpoint as ocp
 
     with removing_orbax_leftovers(destination):
@@ -133,11 +89,7 @@ def save_with_v0(
 
 @contextlib.contextmanager
 def removing_orbax_leftovers(destination: pathlib.Path) -> Iterator[None]:
-    """Removes the staging folders that a failed Orbax save left next to ``destination``.
-
-    Only folders that appeared during the ``with`` block are removed, so a
-    staging folder of an earlier, unrelated save is left alone.
-    """
+    """Removes the staging folders a failed Orbax save left next to ``destination``, only those of this block."""
     if is_remote(destination):
         try:
             yield
@@ -186,9 +138,7 @@ def _require_new_remote_destination(destination: pathlib.Path) -> pathlib.Path:
 def _require_committed_remote_source(source: pathlib.Path) -> None:
     """Refuses a ``gs://`` source that does not exist or that no commit marker covers.
 
-    Orbax marks a checkpoint on a bucket with ``commit_success.txt`` in the
-    folder it saved: the checkpoint's own, or the step folder above an item
-    of a V0 ``CheckpointManager``.
+    Orbax puts ``commit_success.txt`` in the folder it saved: the checkpoint's, or a V0 manager's step folder above.
     """
     fs = remote_filesystem(source, needed_by=_NEEDED_BY)
     if not fs.isdir(remote_of(source).fs_path):

@@ -1,11 +1,7 @@
 """Legacy only: pytree checkpoints in Orbax's V0 format (``PyTreeCheckpointer`` layout).
 
-Do not use these functions for new checkpoints; ``tinax.checkpointing`` writes
-Orbax V1 checkpoints. They read and write the directories that
-``orbax.checkpoint.PyTreeCheckpointer`` and ``StandardCheckpointer`` produce
-(one layout), so older pipelines keep working while they migrate. Saving
-goes through Orbax's pytree handler, as in tinax 0.2, so strings, ``None``
-leaves, NumPy scalars and a bare leaf as the whole state are kept.
+Saving goes through Orbax's pytree handler, as in tinax 0.2, so strings, ``None`` leaves, NumPy
+scalars and a bare leaf as the whole state are kept.
 """
 
 from __future__ import annotations
@@ -31,20 +27,16 @@ from tinax._core import validation
 
 __all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]
 
-# What Orbax's V0 pytree handler saves as leaves; checked here first so that a
-# bad leaf is an error naming its key path, not an Orbax error from a
-# background thread. NumPy scalars other than numbers (np.bool_, for one) have
-# no handler.
+# Leaves Orbax's V0 pytree handler saves, checked first so an error names the key path
+# (np.bool_ and other non-number NumPy scalars have no handler).
 _SAVABLE_LEAVES = (bool, int, float, str, np.number, np.ndarray, jax.Array)
 _LEAF_EXPECTATION = "a jax.Array, a numpy array, a NumPy number, or a Python bool, int, float or str"
 _RESTORABLE_LEAVES = (bool, int, float, str, np.ndarray, jax.Array, jax.ShapeDtypeStruct)
 _TARGET_LEAF_EXPECTATION = "a jax.Array, a numpy array, a jax.ShapeDtypeStruct, a Python bool, int or float, or a str"
 
-# The file in which Orbax's V0 pytree handler records the tree.
 _PYTREE_METADATA = "_METADATA"
 
-# Upstream failures that mean "this checkpoint or target does not fit"; they
-# are translated by upstream_failure (a ValueError), with the cause chained.
+# Upstream failures meaning "checkpoint or target does not fit", translated by upstream_failure.
 _UPSTREAM_MISMATCH_ERRORS = (ValueError, TypeError, KeyError, IndexError, FileNotFoundError)
 
 
@@ -52,42 +44,30 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
     """Legacy only: writes a pytree checkpoint in Orbax's V0 format.
 
     Do not use this for new checkpoints; use
-    ``tinax.checkpointing.save_checkpointables``. The directory written here is
-    the one ``orbax.checkpoint.PyTreeCheckpointer`` would write, so pipelines
-    still on Orbax's V0 API can read it with ``PyTreeCheckpointer.restore``
-    (or ``StandardCheckpointer.restore``, when it holds no strings). The save
-    is synchronous: when this returns, the checkpoint is committed.
+    ``tinax.checkpointing.save_checkpointables``. The directory is the one
+    ``orbax.checkpoint.PyTreeCheckpointer`` would write, readable with
+    ``PyTreeCheckpointer.restore`` (or ``StandardCheckpointer.restore`` when it
+    holds no strings). The save is synchronous: committed when this returns.
 
     Args:
-      path: The checkpoint directory to create. It must not exist yet, and
-        its name must not contain Orbax's temporary suffix
-        ``.orbax-checkpoint-tmp``. Missing parent folders are created.
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket, which must hold no object yet.
-      state: A pytree (dict, list, dataclass pytree, ...) or a single leaf.
-        Leaves are ``jax.Array``, NumPy arrays, Python ``bool``, ``int``,
-        ``float`` or ``str``, or NumPy number scalars (restored as Python
-        scalars). ``None`` entries and empty containers are kept, so state
-        without any leaf, such as ``optax.sgd(0.1).init(params)``, saves as
-        long as it is not itself empty or None.
+      path: The checkpoint directory to create; it must not exist yet nor contain
+        ``.orbax-checkpoint-tmp`` in its name. Missing parents are created. A
+        ``gs://`` URL (``str`` or ``etils.epath.Path``) names an empty bucket prefix.
+      state: A pytree or a single leaf. Leaves are ``jax.Array``, NumPy arrays,
+        Python ``bool``, ``int``, ``float`` or ``str``, or NumPy numbers (restored
+        as Python scalars). ``None`` entries and empty containers are kept.
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
-        leaf has a type Orbax's V0 pytree handler cannot save (the message
-        names its key path; the error is also a ``ValueError``, as Orbax's
-        was).
-      ValueError: If ``path`` is empty or named like an Orbax temporary
-        folder, ``state`` is None or an empty container, or Orbax refuses
-        the state for another reason (the Orbax error is chained).
-      FileExistsError: If something already exists at ``path``. It is never
-        replaced. The error is also a ``ValueError``.
-      OSError: If the folders of ``path`` cannot be created, for example
-        because the way passes through a regular file
-        (``NotADirectoryError``). The error is also a ``ValueError``.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a leaf
+        cannot be saved (named by key path; also a ``ValueError``, as Orbax's was).
+      ValueError: If ``path`` is empty, named like an Orbax temporary folder or an
+        ``s3://`` URL (google/orbax#359), ``state`` is None or an empty container,
+        or Orbax refuses the state (its error chained).
+      FileExistsError: If something exists at ``path`` (never replaced); also a ``ValueError``.
+      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``,
+        for one); also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import numpy as np
@@ -116,40 +96,27 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
     ``CheckpointManager`` pytree item or :func:`save_legacy_v0_pytree` wrote.
 
     Args:
-      path: The checkpoint directory (for a ``CheckpointManager`` item, the
-        item's folder inside the step folder).
-        A ``gs://`` URL (``str`` or ``etils.epath.Path``) names a prefix in
-        a bucket; it, or the step folder above it, must hold Orbax's
-        ``commit_success.txt``.
-      target: The tree to restore into, or None. Its structure must match the
-        checkpoint. A ``jax.ShapeDtypeStruct`` leaf with a sharding restores a
-        ``jax.Array`` with that sharding; a NumPy array leaf restores a NumPy
-        array; a Python scalar or ``str`` leaf restores the stored scalar or
-        string. An array leaf of another dtype than the stored one restores
-        the values cast to the target's dtype (a ``bfloat16`` target of a
-        ``float32`` checkpoint, for one), as tinax 0.2 and Orbax do. Each
-        array leaf's shape must equal the stored one: tinax refuses the
-        reshape Orbax would otherwise apply silently to a NumPy leaf. With
-        None, Orbax restores every array on the sharding recorded in the
-        checkpoint, which only works on the topology that wrote it.
+      path: The checkpoint directory (for a ``CheckpointManager`` item, its folder
+        in the step folder). A ``gs://`` URL (``str`` or ``etils.epath.Path``)
+        must hold Orbax's ``commit_success.txt`` there or in the step folder above.
+      target: The tree to restore into, or None; its structure must match. A
+        sharded ``jax.ShapeDtypeStruct`` restores a ``jax.Array`` so sharded, a
+        NumPy array a NumPy array, a scalar or ``str`` the stored value. Array
+        leaves must have the stored shape; another dtype casts the values, as in
+        tinax 0.2. None restores on the recorded shardings (the writing topology only).
 
     Returns:
       The restored pytree.
 
     Raises:
       TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
-        ``target`` leaf is of a kind Orbax cannot restore into (that error is
-        also a ``ValueError``, as Orbax's was).
+        ``target`` leaf cannot be restored into (also a ``ValueError``, as Orbax's was).
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is not a directory or not a complete V0 pytree
-        checkpoint, or ``target`` does not match it in structure or shape
-        (the Orbax error, if any, is chained). Where Orbax found a file
-        missing (an empty folder, or one another API wrote), the error is
-        also the ``FileNotFoundError`` tinax 0.2 raised.
-      ValueError: If ``path`` is an ``s3://`` URL, refused before anything is
-        touched: Orbax cannot write checkpoints to S3 (google/orbax#359).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not
-        installed; ``pip install "tinax-checkpointing[gcs]"`` installs it.
+      ValueError: If ``path`` is no directory, no complete V0 pytree checkpoint or
+        an ``s3://`` URL (google/orbax#359), or ``target`` does not match it (Orbax's
+        error chained); also the ``FileNotFoundError`` of tinax 0.2 where Orbax found a file missing.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
+        (``pip install "tinax-checkpointing[gcs]"``).
 
     Examples:
       >>> import numpy as np
@@ -208,12 +175,9 @@ def _require_restorable_target(target: Any) -> None:
 
 
 def _require_stored_layout(ocp: Any, checkpointer: Any, source: pathlib.Path, target: Any) -> None:
-    """Refuses target array leaves whose shape differs from the stored one.
+    """Refuses target array leaves whose shape differs from the stored one (Orbax would reshape NumPy leaves silently).
 
-    A NumPy target leaf of another shape would silently restore the stored
-    shape. Another dtype is no error: Orbax casts the stored values to the
-    target's dtype, as it did in tinax 0.2. Leaves missing on either side
-    are left to Orbax's own structure check.
+    Dtypes may differ (Orbax casts, as in tinax 0.2); structure mismatches are left to Orbax.
     """
     try:
         item_metadata = checkpointer.metadata(source).item_metadata

@@ -9,7 +9,6 @@ import tinax.checkpointing as _parent
 
 __all__: list[str] = []
 
-#: The version of the installed tinax-checkpointing distribution, which ships this module. Read from the parent
-#: module, which is imported first: this file lies below the private package (see ``tinax/checkpointing.py``'s
-#: ``__path__``), where no dist-info sits beside a ``tinax`` folder to read it from.
+#: The tinax-checkpointing version, read from the parent module: this file lies below the private package
+#: (see ``tinax/checkpointing.py``'s ``__path__``), where no dist-info sits beside a ``tinax`` folder.
 __version__: str = _parent.__version__

@@ -1,17 +1,12 @@
 """Legacy only: Orbax V0 pytree and grain iterator checkpoints, for older pipelines.
 
-Do not use this module for new checkpoints; write those with
-``tinax.checkpointing`` (Orbax V1, one atomic checkpoint per step). These
-functions exist so that checkpoints written by pipelines built on Orbax's V0
-API (``StandardCheckpointer``, ``PyTreeCheckpointer``, ``CheckpointManager``
-items and grain's ``CheckpointHandler``) can still be read, and so that such
-pipelines can keep writing them while they are migrated.
-
-The tinax rules still apply: every save is complete when it returns, an
-existing destination is never replaced, a missing checkpoint raises
-``FileNotFoundError``, and Orbax or grain failures surface as ``TypeError``
-or ``ValueError`` that name the argument. Orbax and grain are imported only
-when a function runs.
+Do not use this module for new checkpoints; write those with ``tinax.checkpointing``
+(Orbax V1). These functions read what pipelines on Orbax's V0 API wrote (``StandardCheckpointer``,
+``PyTreeCheckpointer``, ``CheckpointManager`` items, grain's ``CheckpointHandler``) and let them
+keep writing it while they migrate. The tinax rules still apply: saves are complete on return,
+destinations are never replaced, a missing checkpoint raises ``FileNotFoundError``, upstream
+failures surface as ``TypeError`` or ``ValueError`` naming the argument, and Orbax and grain are
+imported only when a function runs.
 """
 
 import tinax.checkpointing as _parent
