@@ -1,16 +1,8 @@
-"""``tinax inspect`` for Parquet and ArrayRecord record files.
+"""``tinax inspect`` for Parquet and ArrayRecord record files (registered by :mod:`._sniff`).
 
-Registered in the ``tinax.inspectors`` entry-point group by :mod:`._sniff`.
-Each file is opened by the reader's own source class
-(:class:`~tinax._data._parquet_source.ParquetRecordSource`,
-:class:`~tinax._data._array_record.ArrayRecordSource`), so the footer or
-header is validated exactly as ``read_parquet_record`` and
-``read_array_record`` validate it, checksums included. Only the footer (or
-the last record, which holds the tinax header) is read, unless ``--head N``
-asks for records. pyarrow and array-record read through their own files, so
-the command counts what the process read meanwhile. A folder or a glob
-pattern is described as the one dataset the readers make of its files:
-their footers (or last records) are all read, and a table lists the files.
+Files are opened by the readers' own source classes, so validation and checksums match the readers;
+only footers or last records are read unless ``--head N`` asks for records. A folder or pattern is
+described as one dataset, with a table of its files.
 """
 
 from __future__ import annotations
@@ -33,17 +25,7 @@ _SHOWN_CHARACTERS = 120
 
 
 def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes a Parquet file: schema, rows, row groups, header, checksums.
-
-    The schema gives each column's Arrow type and what a record's value is:
-    for a tinax-format file, the header's field with its dtype and shape;
-    for any other file, the value under each of ``read_parquet_record``'s
-    mappings (``value_description``, the rules the reader follows).
-
-    Raises:
-      ValueError: With the reader's message, if the footer is unreadable,
-        contradicts the tinax header, or fails its checksum.
-    """
+    """Describes a Parquet file: schema (each column's value as the reader gives it), rows, row groups, checksums."""
     found = resolve_record_paths(str(path), "path", "Parquet")
     if isinstance(found, FileSet):
         from tinax._data._parquet_files import ParquetFilesSource
@@ -62,19 +44,40 @@ def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report
     report.summary["row groups"] = len(ends)
     checksummed = source.checksummed
     many = isinstance(found, FileSet)
-    if many:
-        with_checksums, files = getattr(source, "checksummed_files", 0), len(getattr(source, "file_set", ()))
-        report.summary["footer checksum"] = (
-            "verified for every file"
-            if checksummed
-            else f"verified for {with_checksums} of {files} files (the others not written by tinax 0.3)"
-            if with_checksums
-            else "none (not written by tinax 0.3)"
-        )
-    else:
-        report.summary["footer checksum"] = "verified" if checksummed else "none (not written by tinax 0.3)"
+    report.summary["footer checksum"] = _footer_checksum(source, many)
     if tinax_format:
         report.summary["source id"] = source.source_id
+    _add_parquet_schema(report, source)
+    if not many:
+        # Each row group starts where the one before it ends.
+        groups = [
+            {"row group": index, "first record": start, "records": end - start}
+            for index, (start, end) in enumerate(zip((0, *ends), ends, strict=False))
+        ]
+        report.add_table("row groups", ("row group", "first record", "records"), groups)
+    _add_head(report, source, options)
+    if checksummed:
+        report.summary["row group checksums"] = (
+            f"verified for the row groups of the first {options.head} records"
+            if options.head
+            else "present (verified when records are read; --head N reads some)"
+        )
+    return report
+
+
+def _footer_checksum(source: ParquetRecordSource, many: bool) -> str:
+    """The summary line on the footers' checksums, of one file or of every file of a dataset."""
+    if source.checksummed:
+        return "verified for every file" if many else "verified"
+    with_checksums = getattr(source, "checksummed_files", 0)
+    if with_checksums:
+        files = len(getattr(source, "file_set", ()))
+        return f"verified for {with_checksums} of {files} files (the others not written by tinax 0.3)"
+    return "none (not written by tinax 0.3)"
+
+
+def _add_parquet_schema(report: Report, source: ParquetRecordSource) -> None:
+    """The schema table: each column's Arrow type and the value the reader gives for it."""
     arrow_schema = source.arrow_schema
     columns = zip(arrow_schema.names, arrow_schema.types, strict=True)
     if source.schema is not None:
@@ -109,27 +112,10 @@ def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report
                 for name, kind in columns
             ],
         )
-    if not many:
-        # Each row group starts where the one before it ends.
-        groups = [
-            {"row group": index, "first record": start, "records": end - start}
-            for index, (start, end) in enumerate(zip((0, *ends), ends, strict=False))
-        ]
-        report.add_table("row groups", ("row group", "first record", "records"), groups)
-    _add_head(report, source, options)
-    if options.head and checksummed:
-        report.summary["row group checksums"] = f"verified for the row groups of the first {options.head} records"
-    elif checksummed:
-        report.summary["row group checksums"] = "present (verified when records are read; --head N reads some)"
-    return report
 
 
 def inspect_array_record(path: pathlib.Path | str, options: InspectOptions) -> Report:
-    """Describes an ArrayRecord file: record count, the tinax header and schema where present.
-
-    Raises:
-      ValueError: With the reader's message, if the file is unreadable or its header malformed.
-    """
+    """Describes an ArrayRecord file: record count, the tinax header and schema where present."""
     found = resolve_record_paths(str(path), "path", "ArrayRecord")
     if isinstance(found, FileSet):
         from tinax._data._array_record_files import ArrayRecordFilesSource

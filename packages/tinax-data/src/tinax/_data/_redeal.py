@@ -48,60 +48,33 @@ def redeal_state(
 ) -> dict[str, Any]:
     """Deals the rest of an interrupted epoch out to a new number of processes.
 
-    A ``training_batches`` iterator state restores only into a pipeline with
-    the same shard count and batch size. To resume a run on another number of
-    processes, pass the states every old process saved at the same step (or
-    the state of one of them) and this process's new shard: the result is the
-    state this process's iterator restores with ``set_state``. Across all new
-    processes, every row of the interrupted epoch that no old process had read
-    is read exactly once, in epoch order, dealt in contiguous blocks of whole
-    global batches; the rows left over that do not fill a global batch sit out,
-    as the rows past the last global batch of every epoch do. Every new
-    process runs the same number of steps, and the epochs after the
-    interrupted one are bit-identical to those of a fresh run on the new
-    processes. The data user guide's "Resuming on another number of
-    processes" section gives the details.
+    Pass the states every old process saved at the same step (or one of
+    them) and this process's new shard; restore the result with
+    ``set_state``. Every row of the interrupted epoch no old process had read
+    is read exactly once across the new processes, in whole global batches;
+    later epochs match a fresh run on the new processes. See the data guide,
+    section "Resuming on another number of processes".
 
     Args:
-      states: The iterator states (``get_state()`` of a ``training_batches``
-        iterator, with or without worker processes, JSON round trips
-        included) of all old processes, saved at the same step, in any
-        order; or one of them alone, which then stands for the common
-        position of all.
-      shard_options: This process's new shard, as given to the new
-        ``training_batches``. ``drop_remainder`` must be True.
-      batch_size: The new per-process batch size. None (the default) keeps
-        the global batch: ``old shard_count * old batch_size`` must then be a
-        multiple of the new shard count. Any other size changes the global
-        batch to ``new shard_count * batch_size``.
-      num_workers: The worker count of the iterator the state restores into:
-        0 for the pipeline iterated in this process, or the ``num_workers``
-        given to :func:`open_multiprocessing_iterator` (opened with
-        ``sequential_slice=False``).
+      states: The ``training_batches`` iterator states of all old processes,
+        saved at the same step, in any order; or one of them alone.
+      shard_options: This process's new shard; ``drop_remainder`` must be True.
+      batch_size: The new per-process batch size; None keeps the global batch,
+        which the new shard count must then divide.
+      num_workers: 0 to restore into the pipeline iterated in this process, or
+        the ``num_workers`` of :func:`open_multiprocessing_iterator`.
 
     Returns:
-      The state to pass to ``set_state`` of this process's new iterator, a
-      JSON-serializable dict. It describes the pipeline the old states
-      describe with the new shard, batch size and worker count; restoring it
-      anywhere else is the usual ``ValueError``. While the new iterator reads
-      the re-dealt batches, its states carry a record of the re-deal and
-      restore like any other state; once it has read them, its states are
-      those of a fresh run on the new processes.
+      A JSON-serializable state for ``set_state`` of this process's new
+      iterator, describing the old pipeline with the new shard, batch size
+      and worker count.
 
     Raises:
-      TypeError: If ``states`` is neither a state nor a sequence of states, a
-        state (or a part of it) has the wrong type, ``shard_options`` is not a
-        ``grain.sharding.ShardOptions``, or ``batch_size`` or ``num_workers``
-        is not an int (bools included).
-      ValueError: If a state has no pipeline description (a state saved by
-        tinax 0.2, or by a dataset built on a pipeline) or is not a
-        ``training_batches`` state, the states are not all at the same step
-        of the same pipeline, several states do not cover every old process
-        exactly once, ``shard_options.drop_remainder`` is not True,
-        ``batch_size`` is None and the new shard count does not divide the
-        global batch (the message gives the batch sizes nearest to it and
-        the shard counts that divide it), or ``batch_size`` (above
-        ``num_rows // new shard count``) or ``num_workers`` is out of range.
+      TypeError: If ``states``, a part of a state or an argument has the wrong type.
+      ValueError: If a state is not a described ``training_batches`` state, the
+        states differ in pipeline or step or do not cover every old process
+        once, ``drop_remainder`` is False, the global batch does not split over
+        the new shard count, or ``batch_size`` or ``num_workers`` is out of range.
 
     Examples:
       >>> import grain
@@ -134,9 +107,35 @@ def redeal_state(
             new_shard["drop_remainder"],
         )
     num_workers = require_non_negative_int(num_workers, "num_workers")
-    num_rows = description["num_rows"]
-    old_count, old_batch = description["shard_count"], description["batch_size"]
-    new_count = new_shard["shard_count"]
+    num_rows, new_count = description["num_rows"], new_shard["shard_count"]
+    batch_size = _new_batch_size(batch_size, description, new_count)
+    next_index, record = resume_point(num_rows, new_count, batch_size, epoch, consumed)
+    layout = {"shard_index": new_shard["shard_index"], "shard_count": new_count, "batch_size": batch_size}
+    worker_description = in_process_description({**description, **layout})
+    if num_workers == 0:
+        return _iterator_state(worker_description, next_index, record, next_index, num_rows, new_count, batch_size)
+    # grain's interleave of one iterator per worker: worker w reads batches w, w + n, w + 2n...
+    reads = [_read_by_worker(next_index, worker, num_workers) for worker in range(num_workers)]
+    worker_states = [
+        _iterator_state(worker_description, read, record, worker + read * num_workers, num_rows, new_count, batch_size)
+        for worker, read in enumerate(reads)
+    ]
+    return {
+        STATE_DESCRIPTION_KEY: {**worker_description, "num_workers": num_workers, "sequential_slice": False},
+        STATE_GRAIN_KEY: {
+            "next_index_in_cycle": next_index % num_workers,
+            "next_index_in_datasets": num_workers,
+            "iterators_in_use_indices": list(range(num_workers)),
+            "iterators_in_use_states": worker_states,
+            "exhausted": [0] * num_workers,
+            "future_states": {},
+        },
+    }
+
+
+def _new_batch_size(batch_size: int | None, description: Mapping[str, Any], new_count: int) -> int:
+    """Checks ``batch_size`` for ``new_count`` processes, or keeps the states' global batch where it is None."""
+    num_rows, old_count, old_batch = description["num_rows"], description["shard_count"], description["batch_size"]
     global_batch = old_count * old_batch
     if batch_size is None:
         if global_batch % new_count:
@@ -159,33 +158,7 @@ def redeal_state(
             "dataset fill at least one global batch",
             batch_size,
         )
-
-    next_index, record = resume_point(num_rows, new_count, batch_size, epoch, consumed)
-    layout = {"shard_index": new_shard["shard_index"], "shard_count": new_count, "batch_size": batch_size}
-    worker_description = in_process_description({**description, **layout})
-    if num_workers == 0:
-        return _iterator_state(worker_description, next_index, record, next_index, num_rows, new_count, batch_size)
-    # The state of open_multiprocessing_iterator's iterator: grain's interleave
-    # of one iterator per worker, worker w reading the batches w, w + n, w + 2n...
-    worker_states = []
-    for worker in range(num_workers):
-        # One worker reads the whole pipeline; more read a slice each.
-        read = next_index if num_workers == 1 else _read_by_worker(next_index, worker, num_workers)
-        next_batch = read if num_workers == 1 else worker + read * num_workers
-        worker_states.append(
-            _iterator_state(worker_description, read, record, next_batch, num_rows, new_count, batch_size)
-        )
-    return {
-        STATE_DESCRIPTION_KEY: {**worker_description, "num_workers": num_workers, "sequential_slice": False},
-        STATE_GRAIN_KEY: {
-            "next_index_in_cycle": next_index % num_workers,
-            "next_index_in_datasets": num_workers,
-            "iterators_in_use_indices": list(range(num_workers)),
-            "iterators_in_use_states": worker_states,
-            "exhausted": [0] * num_workers,
-            "future_states": {},
-        },
-    }
+    return batch_size
 
 
 def _read_by_worker(next_index: int, worker: int, num_workers: int) -> int:
@@ -213,11 +186,7 @@ _Position = tuple[int, Intervals]
 
 
 def _checked_states(states: object) -> list[tuple[int, dict[str, Any], _Position]]:
-    """Checks the old states and returns (shard index, description, position) for each.
-
-    The position is the epoch the old processes were in and the positions of
-    it they had read.
-    """
+    """Checks the old states and returns (shard index, description, (epoch, rows read)) for each."""
     if isinstance(states, Mapping):
         listed: list[object] = [states]
         names = ["states"]
