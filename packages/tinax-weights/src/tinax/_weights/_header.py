@@ -1,14 +1,10 @@
 """The safetensors header: its description classes, a complete validator and an encoder.
 
-A safetensors file is an 8-byte little-endian header length ``N``, then ``N``
-bytes of UTF-8 JSON, then the payload. The JSON maps each tensor name to
-``{"dtype", "shape", "data_offsets"}`` (offsets relative to the payload start)
-and may hold a ``"__metadata__"`` mapping of str to str.
-
-Upstream's reader does not serve here: it checks a header only as far as it
-needs to map the file, raises one error type that names neither file nor
-tensor, and has no float8 loads into NumPy, no byte budgets and no way to
-read a header alone with its metadata bounded.
+docs/guide/weights.md, section "The safetensors format", describes the layout
+and what a valid header is. Upstream's reader does not serve here: it checks a
+header only as far as it maps the file, its one error type names neither file
+nor tensor, and it has no float8 loads into NumPy, byte budgets or bounded
+header-only reads.
 """
 
 from __future__ import annotations
@@ -58,9 +54,8 @@ _INT_TYPE = {int}
 # Longer shapes take the step-by-step path, whose size check stays cheap for any rank.
 _MAX_PLAIN_RANK = 16
 _HEADER_ALIGNMENT = 8
-# What NumPy can represent: at most 64 dimensions (NPY_MAXDIMS), and every
-# extent and the byte count of the non-zero extents within its index type
-# (intp). NumPy checks the byte count even when another extent is 0.
+# NumPy's limits: 64 dimensions (NPY_MAXDIMS); every extent, and the byte count
+# of the non-zero extents (checked even beside a 0), within intp.
 _MAX_NUMPY_RANK = 64
 _MAX_NUMPY_INDEX = int(np.iinfo(np.intp).max)
 
@@ -70,8 +65,7 @@ _Validated = tuple[dict[str, "TensorInfo"], dict[str, str], int]
 
 # Most headers fit in the first read; larger ones take a second.
 _FIRST_READ_BYTES = 64 * 1024
-# Validated headers remembered for repeated reads, and the largest header
-# remembered: a few thousand tensors' descriptions, about a megabyte of objects.
+# Headers remembered for repeated reads; the size cap is a few thousand tensors, about a megabyte of objects.
 _REMEMBERED_HEADERS = 4
 _REMEMBERED_HEADER_MAX_BYTES = 256 * 1024
 _remembered: collections.OrderedDict[tuple[int, bytes], _Validated] = collections.OrderedDict()
@@ -79,7 +73,7 @@ _remembered_lock = threading.Lock()
 
 
 class ReadableFile(Protocol):
-    """What the readers use of an open file: a local ``io.FileIO``, or an object's file of ranged GETs."""
+    """What the readers use of an open file: a local ``io.FileIO`` or an object's file of ranged GETs."""
 
     def seek(self, offset: int, whence: int = 0, /) -> int: ...
 
@@ -94,32 +88,25 @@ class ReadableFile(Protocol):
 class TensorInfo:
     """What a safetensors header says about one tensor.
 
-    Two descriptions are equal when their shapes and dtypes are; where the
-    data lies in a file (``data_offsets``) does not take part, so a
-    description read from a file equals one written by hand.
+    Two descriptions are equal when their shapes and dtypes are: ``data_offsets``
+    does not take part, so a description read from a file equals one written by hand.
 
     Attributes:
-      shape: The extents, as a tuple of non-negative ints. Any sequence of
-        ints is accepted.
-      dtype: The safetensors dtype name, such as ``"F32"`` or ``"BF16"``, as a
-        ``SafetensorsDtype``: a ``str`` (equal to and hashing like the name,
-        as in tinax 0.2) that also compares equal to the exact NumPy or
-        ml_dtypes type (``np.dtype(ml_dtypes.bfloat16)`` for ``"BF16"``);
-        :attr:`numpy_dtype` is that type. Given as a name (one of ``BOOL``, ``U8`` to ``U64``,
-        ``I8`` to ``I64``, ``F16``, ``BF16``, ``F32``, ``F64``, ``C64``, the
-        float8 names ``F8_E4M3``, ``F8_E5M2``, ``F8_E8M0``, ``F8_E4M3FNUZ``,
-        ``F8_E5M2FNUZ`` and the packed sub-byte ``F4``, ``F6_E2M3``,
-        ``F6_E3M2``), or as a ``numpy.dtype`` or NumPy scalar type that has
-        such a name.
+      shape: The extents, a tuple of non-negative ints (any sequence of ints is accepted).
+      dtype: The safetensors dtype name (``"F32"``, ``"BF16"``, the float8 names
+        such as ``"F8_E4M3"``, the packed ``"F4"``, ...), given as a name or as a
+        NumPy dtype or scalar type that has one. Stored as a ``SafetensorsDtype``:
+        a ``str`` equal to the name (as in tinax 0.2) that also compares equal to
+        the exact NumPy or ml_dtypes type, which :attr:`numpy_dtype` gives.
       data_offsets: ``(start, end)`` byte offsets of the data relative to the
-        start of the payload, or None for a description not read from a file.
+        payload start, or None for a description not read from a file.
 
     Raises:
-      TypeError: If ``shape`` is not a sequence of ints (bools refused), or
+      TypeError: If ``shape`` is not a sequence of ints (bools refused) or
         ``dtype`` is neither a str nor a NumPy type with a safetensors name.
-      ValueError: If an extent is negative, ``dtype`` is a str that names no
-        safetensors dtype, a packed sub-byte tensor does not fill whole bytes,
-        or ``data_offsets`` is not a ``(start, end)`` pair with start <= end.
+      ValueError: If an extent is negative, ``dtype`` names no safetensors dtype,
+        packed sub-byte elements do not fill whole bytes, or ``data_offsets`` is
+        not a ``(start, end)`` pair with start <= end.
     """
 
     shape: tuple[int, ...]
@@ -189,12 +176,11 @@ class SafetensorsInfo:
     """The validated header of a safetensors file.
 
     Attributes:
-      tensors: Name to :class:`TensorInfo`, sorted by name. Any mapping is
+      tensors: Name to :class:`TensorInfo`, sorted by name; any mapping is
         accepted and stored as a new dict.
-      metadata: The ``__metadata__`` mapping of str to str, sorted by name
-        (as tinax 0.2 gave it), empty when the file has none. Any such
-        mapping (or None, for none) is accepted and stored as a new dict,
-        sorted by name.
+      metadata: The ``__metadata__`` mapping of str to str, sorted by name (as in
+        tinax 0.2), empty when the file has none; any such mapping (or None) is
+        accepted and stored as a new dict.
 
     Raises:
       TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo`
@@ -217,9 +203,7 @@ class SafetensorsInfo:
 
     @classmethod
     def _validated(cls, tensors: dict[str, TensorInfo], metadata: dict[str, str]) -> SafetensorsInfo:
-        # Built from a header that was just validated: the checks of
-        # __post_init__ hold by construction and would cost a pass over
-        # every tensor on each load.
+        # From a just-validated header: skips __post_init__'s pass over every tensor on each load.
         info = object.__new__(cls)
         object.__setattr__(info, "tensors", tensors)
         object.__setattr__(info, "metadata", metadata)
@@ -254,15 +238,9 @@ class RepeatedKeyError(ValueError):
 
 
 def distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An ``object_pairs_hook`` for ``json.loads`` that refuses a key repeated with different values.
+    """A ``json.loads`` ``object_pairs_hook`` that raises RepeatedKeyError for a key repeated with different values.
 
-    The json module keeps the last of repeated keys without a word. A key
-    repeated with the same value says one thing twice (the upstream reader
-    accepts it); repeated with different values the JSON is ambiguous, and
-    silently picking one could load the wrong tensor.
-
-    Raises:
-      RepeatedKeyError: For such a key.
+    json keeps the last silently, which could load the wrong tensor; the same value twice is accepted, as upstream does.
     """
     result = dict(pairs)
     if len(result) != len(pairs):
@@ -281,20 +259,12 @@ def _sorted_by_name(metadata: Mapping[str, str]) -> dict[str, str]:
 
 
 def metadata_nbytes(metadata: Mapping[str, str]) -> int:
-    """Returns the encoded size of a metadata mapping: its compact UTF-8 JSON form.
-
-    This is exactly what :func:`encode_header` writes as the value of
-    ``__metadata__``, and what ``max_metadata_bytes`` limits.
-    """
+    """The compact UTF-8 JSON size of metadata: what :func:`encode_header` writes, ``max_metadata_bytes`` limits."""
     return len(json.dumps(dict(metadata), ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass"))
 
 
 def read_exactly(handle: ReadableFile, buffer: memoryview, offset: int) -> int:
-    """Fills ``buffer`` from ``handle`` starting at byte ``offset``.
-
-    Returns:
-      The number of bytes read: ``len(buffer)`` unless the file ended first.
-    """
+    """Fills ``buffer`` from byte ``offset`` of ``handle``; returns the count, short only if the file ended."""
     handle.seek(offset)
     filled = 0
     total = buffer.nbytes
@@ -311,28 +281,7 @@ def read_header(
 ) -> ParsedHeader:
     """Reads and completely validates the header of an open safetensors file.
 
-    Validation depends only on the header bytes and the file size, so its
-    result is remembered for the last few small headers seen (keyed by
-    exactly those bytes and that size) and a repeated read of an unchanged
-    header costs one read and one lookup. Every caller gets fresh mappings.
-
-    Args:
-      handle: The file, opened for binary reading.
-      file_size: The file's size in bytes.
-      source: How to name the file in messages.
-      max_metadata_bytes: Limit on :func:`metadata_nbytes` of non-empty
-        metadata; 0 allows no metadata at all (an empty mapping passes).
-      first_read_bytes: How many bytes the first read asks for (the length
-        field and, usually, the whole header), or None for 64 KiB.
-
-    Returns:
-      The header and the offset of the payload's first byte.
-
-    Raises:
-      ValueError: If anything about the header is malformed or inconsistent
-        with the file's size (also a ``safetensors.SafetensorError``), naming
-        the file and, where one is at fault, the tensor; or if the metadata
-        exceeds ``max_metadata_bytes`` (a plain ValueError).
+    Results for the last few small headers are remembered by exact bytes and file size; callers get fresh mappings.
     """
 
     def fail(problem: str) -> NoReturn:
@@ -402,9 +351,8 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
         fail(f"the header must be a JSON object, got a JSON {_json_kind(header)}")
     metadata = _check_metadata(header.pop(METADATA_KEY, None), fail)
 
-    # Headers can describe thousands of tensors and are parsed on every load,
-    # so a plainly valid entry is accepted by one compound test; anything else
-    # goes through the step-by-step checks, which name the exact problem.
+    # Headers of thousands of tensors are parsed on every load: a plainly valid entry passes one
+    # compound test; anything else takes the step-by-step checks, which name the exact problem.
     dtypes = _dtypes.SAFETENSORS_DTYPES
     names = _dtypes.KNOWN_NAMES
     new_info = object.__new__
@@ -426,15 +374,13 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
                 and type(end) is int
                 and 0 <= start <= end <= payload_size
                 and end - start == math.prod(shape) * dtype.itemsize
-                # A span of data bounds every extent; an empty one (an extent
-                # of 0) bounds none, and NumPy still limits the others.
+                # An empty span (an extent of 0) bounds no extent, and NumPy still limits the others.
                 and (end != start or numpy_shape_problem(shape, dtype.itemsize) is None)
             )
         except (TypeError, KeyError, ValueError):
             plainly_valid = False
         if plainly_valid:
-            # What __post_init__ would check is established above, and running
-            # it for thousands of tensors is measurable, so it is bypassed.
+            # __post_init__'s checks hold already; running them for thousands of tensors is measurable.
             info = new_info(TensorInfo)
             vars(info).update(shape=tuple(shape), dtype=names[dtype_text], data_offsets=(start, end))
         else:
@@ -442,9 +388,7 @@ def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated
             info = TensorInfo(checked_shape, checked_dtype, (start, end))
         spans.append((start, end, index, name, info))
 
-    # Contiguity: sorted by offsets (ties in header order), each tensor must
-    # start where the one before it ended, and the last must end exactly at
-    # the end of the file.
+    # Contiguity: by offset (ties in header order), each tensor starts where the last ended; the last ends the file.
     spans.sort()
     by_offset: dict[str, TensorInfo] = {}
     cursor = 0
@@ -509,48 +453,17 @@ def _check_tensor(
     def fail_tensor(text: str) -> NoReturn:
         fail(f"tensor {name!r}: {text}")
 
-    if type(entry) is list:
-        # The upstream reader (serde) also takes the three fields as an array
-        # in their declared order, and tinax 0.2 read such files through it.
-        if len(entry) != len(_TENSOR_KEYS):
-            fail_tensor(
-                f"an entry given as a JSON array must hold the {len(_TENSOR_KEYS)} fields "
-                f"[{', '.join(_TENSOR_KEYS)}] in that order, got {validation.describe(entry)}"
-            )
-        entry = dict(zip(_TENSOR_KEYS, entry, strict=True))
-    if type(entry) is not dict:
-        fail_tensor(
-            f"its entry must be a JSON object (or an array of [{', '.join(_TENSOR_KEYS)}]), "
-            f"got {validation.describe(entry)}"
-        )
-    # Other keys are ignored, as the upstream reader ignores them.
-    missing = [key for key in _TENSOR_KEYS if key not in entry]
-    if missing:
-        fail_tensor(f"its entry must have the keys {list(_TENSOR_KEYS)}; missing {missing}")
-
-    dtype_text = entry["dtype"]
+    fields = _tensor_fields(entry, fail_tensor)
+    dtype_text = fields["dtype"]
     if type(dtype_text) is not str:
         fail_tensor(f"dtype must be a str, got {validation.describe(dtype_text)}")
     dtype = _dtypes.KNOWN_NAMES.get(dtype_text)
     if dtype is None:
         fail_tensor(f"unknown dtype {dtype_text!r}; known: {', '.join(_dtypes.KNOWN_NAMES)}")
+    shape = fields["shape"]
+    element_count = _capped_element_count(shape, payload_size * 2, fail_tensor)
 
-    shape = entry["shape"]
-    if type(shape) is not list:
-        fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
-    # Multiplying stops once the product exceeds the most elements the payload
-    # could hold (two per byte, for 4-bit types), unless a later extent is 0,
-    # so a hostile shape of many huge extents costs no more than a valid one.
-    # A product still within that cap is exact.
-    cap = payload_size * 2
-    element_count = 1
-    for extent in shape:
-        if type(extent) is not int or extent < 0:
-            fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
-        if element_count <= cap or extent == 0:
-            element_count *= extent
-
-    offsets = entry["data_offsets"]
+    offsets = fields["data_offsets"]
     if type(offsets) is not list or len(offsets) != 2 or any(type(item) is not int or item < 0 for item in offsets):
         fail_tensor(f"data_offsets must be a JSON array of two non-negative ints, got {validation.describe(offsets)}")
     start, end = offsets
@@ -558,13 +471,12 @@ def _check_tensor(
         fail_tensor(f"data_offsets [{start}, {end}] end before they start")
     if end > payload_size:
         fail_tensor(f"data_offsets [{start}, {end}] run past the end of the {payload_size}-byte payload")
-    if element_count > cap:
+    if element_count > payload_size * 2:
         fail_tensor(
             f"data_offsets [{start}, {end}] span {end - start} bytes, but shape {shape} of {dtype_text} needs more "
             "bytes than the whole payload"
         )
-    # The span bounds a shape with data; a rank beyond NumPy's, or huge extents
-    # beside a 0, pass that bound and NumPy would refuse them at load.
+    # A rank beyond NumPy's, or huge extents beside a 0, pass the span check but NumPy would refuse them.
     # Packed sub-byte elements count as a byte each: no array type holds them.
     shape_problem = numpy_shape_problem(shape, max(1, dtype.bits // 8))
     if shape_problem is not None:
@@ -580,21 +492,47 @@ def _check_tensor(
     return tuple(shape), dtype, (start, end)
 
 
+def _tensor_fields(entry: object, fail_tensor: _Fail) -> dict[str, Any]:
+    """A tensor's entry as a dict that has every one of ``_TENSOR_KEYS``."""
+    if type(entry) is list:
+        # Upstream (serde) also reads the three fields as an array, and tinax 0.2 read such files through it.
+        if len(entry) != len(_TENSOR_KEYS):
+            fail_tensor(
+                f"an entry given as a JSON array must hold the {len(_TENSOR_KEYS)} fields "
+                f"[{', '.join(_TENSOR_KEYS)}] in that order, got {validation.describe(entry)}"
+            )
+        entry = dict(zip(_TENSOR_KEYS, entry, strict=True))
+    if type(entry) is not dict:
+        fail_tensor(
+            f"its entry must be a JSON object (or an array of [{', '.join(_TENSOR_KEYS)}]), "
+            f"got {validation.describe(entry)}"
+        )
+    # Other keys are ignored, as the upstream reader ignores them.
+    missing = [key for key in _TENSOR_KEYS if key not in entry]
+    if missing:
+        fail_tensor(f"its entry must have the keys {list(_TENSOR_KEYS)}; missing {missing}")
+    return entry
+
+
+def _capped_element_count(shape: object, cap: int, fail_tensor: _Fail) -> int:
+    """The element count of a JSON shape, exact up to ``cap``; past it, some count above ``cap`` (or 0)."""
+    if type(shape) is not list:
+        fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+    # The product stops growing past the most elements the payload could hold (two per byte)
+    # unless an extent is 0, so a hostile shape costs no more than a valid one; below the cap it is exact.
+    element_count = 1
+    for extent in shape:
+        if type(extent) is not int or extent < 0:
+            fail_tensor(f"shape must be a JSON array of non-negative ints, got {validation.describe(shape)}")
+        if element_count <= cap or extent == 0:
+            element_count *= extent
+    return element_count
+
+
 def numpy_shape_problem(shape: list[int] | tuple[int, ...], itemsize: int) -> str | None:
-    """Returns why NumPy cannot make an array of ``shape``, or None if it can.
+    """Returns why NumPy cannot make an array of ``shape`` with ``itemsize``-byte elements, or None.
 
-    NumPy refuses more than 64 dimensions, an extent beyond its index type,
-    and a shape whose non-zero extents times ``itemsize`` exceed that type,
-    even when another extent is 0 and the array would hold nothing. The work
-    is bounded whatever the shape: the rank is checked first and the product
-    stops at the limit.
-
-    Args:
-      shape: Non-negative int extents.
-      itemsize: Bytes per element.
-
-    Returns:
-      The reason, for a message (``"shape [...] has 65 dimensions; ..."``), or None.
+    NumPy refuses a shape whose non-zero extents exceed its index type even when another extent is 0.
     """
     if len(shape) > _MAX_NUMPY_RANK:
         return f"shape has {len(shape)} dimensions; NumPy arrays have at most {_MAX_NUMPY_RANK}"
@@ -623,17 +561,7 @@ def _json_kind(value: object) -> str:
 def encode_header(
     entries: list[tuple[str, str, tuple[int, ...], int, int]], metadata: Mapping[str, str] | None
 ) -> bytes:
-    """Encodes a header as the upstream writer does, length field included.
-
-    Args:
-      entries: ``(name, dtype name, shape, start, end)`` per tensor, in the
-        order to list them.
-      metadata: The ``__metadata__`` mapping, or None to leave the key out.
-
-    Returns:
-      The length field and the compact JSON header, padded with spaces so the
-      payload starts at a multiple of 8 bytes.
-    """
+    """Encodes a header as upstream does: length field, then compact JSON space-padded to 8 bytes."""
     header: dict[str, Any] = {}
     if metadata is not None:
         header[METADATA_KEY] = dict(metadata)

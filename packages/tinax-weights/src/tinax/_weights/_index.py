@@ -1,12 +1,8 @@
-"""Checkpoints of one safetensors file, or of several files listed by an index.
+"""Checkpoints of one safetensors file, or of several files listed by a Hugging Face style index.
 
-The index is the Hugging Face convention: a JSON file (conventionally
-``<name>.safetensors.index.json``) with a ``weight_map`` object from tensor
-name to the file that holds it, relative to the index's folder, and an
-optional ``metadata`` object that is not interpreted here. Every file the
-index names is opened and its header validated by the one header reader of
-:mod:`tinax._weights._header`, and the index and the headers must agree.
-The safetensors package has no index reader or writer, so both are here.
+docs/guide/weights.md, section "Multi-file checkpoints", describes the index; every file it
+names is validated by :mod:`tinax._weights._header` and must agree with it. The safetensors
+package has no index reader or writer, so both are here.
 """
 
 from __future__ import annotations
@@ -14,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
-import io
 import json
 import pathlib
 import re
@@ -53,15 +48,7 @@ LOAD_SHARDED = "tinax.weights.load_sharded_safetensors"
 
 @dataclasses.dataclass(frozen=True)
 class OpenTensor:
-    """A tensor of a checkpoint, with the open file that holds it.
-
-    Attributes:
-      info: Its validated description (offsets relative to the payload).
-      handle: The open file.
-      payload_start: The file offset of the payload's first byte.
-      source: How to name the file in messages.
-      remote: Whether the file is an object in a bucket (read with ranged GETs).
-    """
+    """A tensor of a checkpoint (``info``, offsets relative to the payload) with the open file that holds it."""
 
     info: TensorInfo
     handle: ReadableFile
@@ -71,18 +58,14 @@ class OpenTensor:
 
 
 def is_index_path(path: Location) -> bool:
-    """Returns whether ``path`` names an index rather than a safetensors file (its name ends with ``.json``)."""
+    """Whether ``path`` names an index (a name ending ``.json``) rather than a safetensors file."""
     return path.name.endswith(".json")
 
 
 def part_file_names(index_path: Location, count: int, *, tag: str | None = None) -> list[str]:
-    """Returns the names of the ``count`` files of a multi-file export, as the index convention names them.
+    """The names of the ``count`` files of a multi-file export; the index must end ``.safetensors.index.json``.
 
-    A ``tag`` goes between the prefix and the numbers, so that the files of a
-    replacement never share a name with the files they replace.
-
-    Raises:
-      ValueError: If the index's name does not end with ``.safetensors.index.json``.
+    A ``tag`` after the prefix keeps a replacement's files from sharing names with those they replace.
     """
     if not index_path.name.endswith(INDEX_SUFFIX) or index_path.name == INDEX_SUFFIX:
         raise ValueError(
@@ -96,7 +79,7 @@ def part_file_names(index_path: Location, count: int, *, tag: str | None = None)
 
 
 def indexed_file_names(index: bytes) -> set[str] | None:
-    """Returns the file names an index's ``weight_map`` refers to, or None if it cannot be read as an index."""
+    """The file names an index's ``weight_map`` refers to, or None if it cannot be read as an index."""
     try:
         document = json.loads(index)
     except ValueError:
@@ -117,44 +100,14 @@ def encode_index(weight_map: Mapping[str, str], total_size: int) -> bytes:
 def open_checkpoint(
     stack: contextlib.ExitStack, path: Location, *, max_metadata_bytes: int, needed_by: str = LOAD_SHARDED
 ) -> tuple[dict[str, OpenTensor], str]:
-    """Opens a safetensors file or every file of an index, and validates their headers.
+    """Opens a safetensors file, or every file of an index, validates the headers and keeps the files open in ``stack``.
 
-    The files stay open until ``stack`` closes.
-
-    Args:
-      stack: Holds the open files.
-      path: A safetensors file, or an index (a name ending with ``.json``);
-        local, or an object in a bucket whose files are objects next to it.
-      max_metadata_bytes: As for ``load_safetensors``, per file.
-      needed_by: The public function, for the message of a missing storage client.
-
-    Returns:
-      Every tensor by name, and how to name the checkpoint in messages.
-
-    Raises:
-      ValueError: If the index is malformed (not a JSON object with a
-        ``weight_map`` of str to relative file names), maps one tensor to two
-        files, names a tensor that its file lacks, or a file holds a tensor
-        that the index maps to another file; or a header is malformed (also
-        a ``safetensors.SafetensorError``).
-      FileNotFoundError: If ``path``, or a file the index names, does not
-        exist, or none can (a name too long, say; the latter also a
-        ValueError, naming the index too).
+    Returns every tensor by name and the checkpoint's name for messages; ValueError where index and files disagree.
     """
     source = str(path)
     if not is_index_path(path):
         handle, file_size = stack.enter_context(open_to_read(path, kind="safetensors file", needed_by=needed_by))
-        header = read_header(
-            handle,
-            file_size=file_size,
-            source=source,
-            max_metadata_bytes=max_metadata_bytes,
-            first_read_bytes=first_header_read(path),
-        )
-        return {
-            name: OpenTensor(info, handle, header.payload_start, source, isinstance(path, RemotePath))
-            for name, info in header.info.tensors.items()
-        }, source
+        return _open_tensors(handle, file_size, path, max_metadata_bytes), source
 
     weight_map = _read_weight_map(path, needed_by)
     files: dict[str, list[str]] = {}
@@ -165,30 +118,15 @@ def open_checkpoint(
         file_path = path.parent / file_name
         file_source = str(file_path)
         mapping = f"the index {source} maps {len(names)} tensors (first {names[0]!r}) to {file_name!r}"
-        if isinstance(file_path, RemotePath):
-            try:
-                handle, file_size = stack.enter_context(
-                    open_to_read(file_path, kind="safetensors file", needed_by=needed_by)
-                )
-            except FileNotFoundError as error:
-                raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
-        else:
-            handle, file_size = _open_local_part(stack, file_path, mapping)
-        header = read_header(
-            handle,
-            file_size=file_size,
-            source=file_source,
-            max_metadata_bytes=max_metadata_bytes,
-            first_read_bytes=first_header_read(file_path),
-        )
-        held = header.info.tensors
+        handle, file_size = _open_part(stack, file_path, mapping, needed_by)
+        held = _open_tensors(handle, file_size, file_path, max_metadata_bytes)
         absent = [name for name in names if name not in held]
         if absent:
             raise ValueError(
                 f"the index {source} maps tensor {absent[0]!r} to {file_source}, which does not hold it "
                 f"({len(absent)} such tensors)"
             )
-        for name, info in held.items():
+        for name, tensor in held.items():
             mapped = weight_map.get(name)
             if mapped is not None and mapped != file_name:
                 raise ValueError(
@@ -196,15 +134,39 @@ def open_checkpoint(
                     f"and {file_source} holds it too"
                 )
             if mapped is not None:
-                tensors[name] = OpenTensor(
-                    info, handle, header.payload_start, file_source, isinstance(file_path, RemotePath)
-                )
+                tensors[name] = tensor
     return tensors, source
 
 
-def _open_local_part(stack: contextlib.ExitStack, file_path: pathlib.Path, mapping: str) -> tuple[io.FileIO, int]:
-    """Opens a local file that an index names, reporting a missing one as a ``MissingFilePathError``."""
+def _open_tensors(
+    handle: ReadableFile, file_size: int, path: Location, max_metadata_bytes: int
+) -> dict[str, OpenTensor]:
+    """Every tensor of an open safetensors file, its header validated."""
+    source = str(path)
+    header = read_header(
+        handle,
+        file_size=file_size,
+        source=source,
+        max_metadata_bytes=max_metadata_bytes,
+        first_read_bytes=first_header_read(path),
+    )
+    remote = isinstance(path, RemotePath)
+    return {
+        name: OpenTensor(info, handle, header.payload_start, source, remote)
+        for name, info in header.info.tensors.items()
+    }
+
+
+def _open_part(
+    stack: contextlib.ExitStack, file_path: Location, mapping: str, needed_by: str
+) -> tuple[ReadableFile, int]:
+    """Opens a file or object an index names; a missing one is a ``MissingFilePathError``."""
     file_source = str(file_path)
+    if isinstance(file_path, RemotePath):
+        try:
+            return stack.enter_context(open_to_read(file_path, kind="safetensors file", needed_by=needed_by))
+        except FileNotFoundError as error:
+            raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
     try:
         is_file = file_path.is_file()
     except OSError as error:  # A name too long: pathlib reports only some errors as False.

@@ -149,7 +149,12 @@ def _checked_container(container: Container, value: object, where: str, ancestor
     checked: dict[str, Any] = {}
     labels: dict[str, str] = {}
     for key, suffix, item in container.entries:
-        _check_key(key, suffix, where, labels)
+        validation.require_utf8(key, f"keys of {where}")
+        if key == CHUNKED_ARRAY_MARKER:
+            raise ValueError(
+                f"keys of {where} must not be {CHUNKED_ARRAY_MARKER!r}, which flax reads as the mark of a chunked array"
+            )
+        _check_distinct(key, suffix, where, labels)
         item_where = f"{where}{suffix}"
         inner = container_of(item)
         if inner is not None:
@@ -160,17 +165,8 @@ def _checked_container(container: Container, value: object, where: str, ancestor
     return checked
 
 
-def _check_key(key: str, suffix: str, where: str, labels: dict[str, str]) -> None:
-    """Checks a key's text in the file; ``labels`` holds the keys already seen in this container."""
-    validation.require_utf8(key, f"keys of {where}")
-    if key == CHUNKED_ARRAY_MARKER:
-        raise ValueError(
-            f"keys of {where} must not be {CHUNKED_ARRAY_MARKER!r}, which flax reads as the mark of a chunked array"
-        )
-    _check_distinct(key, suffix, where, labels)
-
-
 def _check_distinct(key: str, suffix: str, where: str, labels: dict[str, str]) -> None:
+    """Refuses a key whose text an earlier key of the container has; ``labels`` holds those seen."""
     if key in labels:
         raise ValueError(
             f"keys of {where} must have distinct text, since the file stores each key as str(key): "
@@ -255,10 +251,8 @@ def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max
     flat = array.reshape(-1)
     starts = range(0, flat.size, chunk_length)
     handle.write(packer.pack_map_header(3))
-    handle.write(packer.pack(CHUNKED_ARRAY_MARKER))
-    handle.write(packer.pack(True))
-    handle.write(packer.pack("shape"))
-    handle.write(packer.pack({str(axis): extent for axis, extent in enumerate(array.shape)}))
+    for item in (CHUNKED_ARRAY_MARKER, True, "shape", {str(axis): extent for axis, extent in enumerate(array.shape)}):
+        handle.write(packer.pack(item))
     handle.write(packer.pack("chunks"))
     handle.write(packer.pack_map_header(len(starts)))
     for index, start in enumerate(starts):
@@ -269,7 +263,7 @@ def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max
 def _write_ndarray_extension(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], code: int) -> None:
     contiguous = array if array.flags.c_contiguous else np.array(array, order="C")
     header = b"\x93" + packer.pack(list(contiguous.shape)) + packer.pack(contiguous.dtype.name)
-    header += _bin_header(contiguous.nbytes)
+    header += _sized_header((0xC4, 0xC5, 0xC6), contiguous.nbytes, "bin")
     handle.write(_extension_header(code, len(header) + contiguous.nbytes))
     handle.write(header)
     if contiguous.nbytes:
@@ -284,10 +278,6 @@ def _extension_header(code: int, length: int) -> bytes:
     return _sized_header((0xC7, 0xC8, 0xC9), length, "extension") + bytes((code,))
 
 
-def _bin_header(length: int) -> bytes:
-    return _sized_header((0xC4, 0xC5, 0xC6), length, "bin")
-
-
 def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> bytes:
     """The marker of the narrowest of the 8, 16 and 32-bit forms, then ``length`` big-endian."""
     for marker, width in zip(markers, (1, 2, 4), strict=True):
@@ -300,50 +290,34 @@ def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> byte
 
 
 @dataclass(frozen=True)
-class _ExpectedNumeric:
-    """Where ``target`` holds an array or number: any array or number of this shape.
+class _ExpectedLeaf:
+    """Where ``target`` holds a leaf: any array or number of ``shape``, or for a str, bytes or None exactly ``kind``.
 
     Any type and dtype is accepted, as flax does: a resumed ``TrainState.step`` is an int32 array, a fresh one an int.
     """
 
-    shape: tuple[int, ...]
-    target: str  # How messages name target's leaf.
+    shape: tuple[int, ...] = ()
+    target: str = ""  # How messages name target's leaf.
+    kind: type | None = None
 
     def expected(self) -> str:
-        return f"an array or number of shape {self.shape} (target holds {self.target})"
-
-    def accepts(self, value: object) -> bool:
-        return _numeric_shape(value) == self.shape
-
-
-@dataclass(frozen=True)
-class _ExpectedPythonValue:
-    """Where ``target`` holds a str, bytes or None: a value of exactly this type."""
-
-    kind: type
-
-    def expected(self) -> str:
+        if self.kind is None:
+            return f"an array or number of shape {self.shape} (target holds {self.target})"
         return "None" if self.kind is type(None) else f"a Python {self.kind.__name__}"
 
     def accepts(self, value: object) -> bool:
-        return type(value) is self.kind
-
-
-def _numeric_shape(value: object) -> tuple[int, ...] | None:
-    """The shape of a loaded array or number; None for anything else."""
-    if isinstance(value, (np.ndarray, np.generic)):
-        return value.shape
-    return () if type(value) in _PYTHON_NUMBERS else None
-
-
-_Expected = _ExpectedNumeric | _ExpectedPythonValue
+        if self.kind is not None:
+            return type(value) is self.kind
+        if isinstance(value, (np.ndarray, np.generic)):
+            return value.shape == self.shape
+        return type(value) in _PYTHON_NUMBERS and self.shape == ()
 
 
 @dataclass(frozen=True)
 class _ExpectedTree:
     """Where ``target`` holds a container: these children, by their keys in the file."""
 
-    children: dict[str, Any]  # _ExpectedTree or _Expected
+    children: dict[str, Any]  # _ExpectedTree or _ExpectedLeaf
     labels: dict[str, str]  # How messages name each child after its container.
     container: Container
     kind: str  # The type name of target's container.
@@ -360,12 +334,6 @@ class _Mismatches:
 
     def count(self) -> int:
         return len(self.missing) + len(self.leaves)
-
-    def lines(self) -> list[str]:
-        lines = []
-        if self.missing:
-            lines.append(f"missing from the file: {', '.join(self.missing)}")
-        return lines + self.leaves
 
 
 def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max_bytes: int) -> Any:
@@ -449,7 +417,9 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
             loaded = read_state_tree(handle, size, source)
         mismatches = _Mismatches([], [])
         restored = _restore_tree(expected, loaded, "", mismatches)
-        problems = mismatches.lines()
+        problems = mismatches.leaves
+        if mismatches.missing:
+            problems = [f"missing from the file: {', '.join(mismatches.missing)}", *problems]
         if problems:
             listed = "\n".join(f"  - {problem}" for problem in problems)
             raise ValueError(f"{str(source)!r} does not match target:\n{listed}")
@@ -475,14 +445,14 @@ def _expected_tree(container: Container, value: object, where: str, ancestors: f
     return _ExpectedTree(children, labels, container, type(value).__name__)
 
 
-def _target_leaf(value: object, where: str) -> _Expected:
+def _target_leaf(value: object, where: str) -> _ExpectedLeaf:
     expected = f"{_LEAF_EXPECTATION}, or an array-like with shape and dtype"
     if isinstance(value, np.generic):
-        return _ExpectedNumeric((), f"a NumPy {_require_carried_dtype(value, where)} scalar")
+        return _ExpectedLeaf((), f"a NumPy {_require_carried_dtype(value, where)} scalar")
     if type(value) in _PYTHON_NUMBERS:
-        return _ExpectedNumeric((), f"a Python {type(value).__name__}")
+        return _ExpectedLeaf((), f"a Python {type(value).__name__}")
     if type(value) in _PYTHON_LEAVES:
-        return _ExpectedPythonValue(type(value))
+        return _ExpectedLeaf(kind=type(value))
     shape = getattr(value, "shape", None)
     raw_dtype = getattr(value, "dtype", None)
     if isinstance(value, (str, bytes, Mapping)) or shape is None or raw_dtype is None:
@@ -495,7 +465,7 @@ def _target_leaf(value: object, where: str) -> _Expected:
     problem = numpy_shape_problem(extents, dtype.itemsize)
     if problem is not None:
         raise ValueError(f"{where}.shape is not a shape of any array: {problem}")
-    return _ExpectedNumeric(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
+    return _ExpectedLeaf(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
 
 
 def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
@@ -527,7 +497,8 @@ def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | Remo
     except msgpack.OutOfData as error:
         raise ValueError(f"{str(source)!r} ends in the middle of a value; it is truncated") from error
     except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as error:
-        message = f"{str(source)!r} is not a well-formed msgpack state dict: {_cause(error)}"
+        cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+        message = f"{str(source)!r} is not a well-formed msgpack state dict: {cause}"
         raise malformed_msgpack(message, error) from error
     if consumed != size:
         raise trailing_msgpack_data(
@@ -536,11 +507,6 @@ def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | Remo
     if not isinstance(tree, dict):
         raise ValueError(f"{str(source)!r} holds a msgpack {type(tree).__name__}, not a state dict (a map)")
     return tree
-
-
-def _cause(error: BaseException) -> str:
-    text = str(error)
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def _decode_extension(code: int, payload: bytes) -> object:
@@ -630,7 +596,7 @@ def _restore_tree(expected: _ExpectedTree, loaded: dict[Any, Any], where: str, m
     return expected.container.rebuild(restored)
 
 
-def _restore_value(expected: Any, value: object, where: str, mismatches: _Mismatches) -> Any:
+def _restore_value(expected: _ExpectedTree | _ExpectedLeaf, value: object, where: str, mismatches: _Mismatches) -> Any:
     chunked = isinstance(value, dict) and CHUNKED_ARRAY_MARKER in value
     if isinstance(expected, _ExpectedTree):
         if isinstance(value, dict) and not chunked:
@@ -643,9 +609,8 @@ def _restore_value(expected: Any, value: object, where: str, mismatches: _Mismat
         except ValueError as error:
             mismatches.leaves.append(f"{where}: a malformed chunked array ({error})")
             return None
-    leaf: _Expected = expected
-    if not leaf.accepts(value):
-        mismatches.leaves.append(f"{where}: expected {leaf.expected()}, got {_describe_loaded(value)}")
+    if not expected.accepts(value):
+        mismatches.leaves.append(f"{where}: expected {expected.expected()}, got {_describe_loaded(value)}")
         return None
     return value
 

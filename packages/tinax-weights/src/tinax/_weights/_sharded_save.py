@@ -1,18 +1,10 @@
 """Sharded ``jax.Array`` s exported to safetensors without gathering them to one host.
 
-The header of every file is fixed from the global shapes and dtypes before
-any data is written, with the layout of ``save_safetensors``; then every
-process writes, at their offsets, the shards it owns (the copy of each
-shard whose ``replica_id`` is 0, so each byte is written once across all
-processes). With several processes, process 0 creates the temporary file and
-tells the others its name; the file takes its destination name only after
-every process reported its part written and flushed. All processes must
-therefore see the destination's folder as one shared file system.
-
-Upstream's ``serialize_file`` cannot do this: it writes a whole file from
-one process's memory, so the header and the offsets come from
-:func:`~tinax._weights._safetensors.plan_file` and every shard is placed with
-``os.pwrite``.
+The header is fixed from global shapes and dtypes first (``plan_file``); then
+each process ``os.pwrite`` s the shards it owns (``replica_id`` 0) at their
+offsets into a temporary file that process 0 creates and names for the others.
+Upstream's ``serialize_file`` cannot: it writes a whole file from one process's
+memory. docs/guide/weights.md, section "Saving from several processes", has the rules.
 """
 
 from __future__ import annotations
@@ -64,6 +56,7 @@ _MAX_NAME_BYTES = 1024
 # The most bytes one write call takes, so that progress moves within a large shard.
 _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 _Entry = tuple[str, str, tuple[int, ...], int, int]
+_File = tuple[Location, list[_Entry], bytes]
 _logger = get_logger("weights")
 _SAVE_SHARDED = "tinax.weights.save_sharded_safetensors"
 
@@ -80,91 +73,57 @@ def save_sharded_safetensors(
 ) -> None:
     """Writes global ``jax.Array`` s to safetensors without gathering any of them.
 
-    Each process writes only the shards it owns, one copy of each replicated
-    shard across all processes, straight from device to its place in the
-    file, one shard at a time; host memory never holds a whole array. The
-    header is fixed from the global shapes first, with the layout of
-    :func:`save_safetensors`, so a single file is byte-identical to what
-    :func:`save_safetensors` writes for the same arrays gathered, and the
-    upstream library reads it.
-
-    Writes are atomic: a file takes its name only after every process wrote
-    and flushed its part, so a crash of any process leaves the old file or
-    none. With several processes, every process calls this with the same
-    arguments, and the destination's folder must be one file system that
-    every process sees (a local folder on one machine, or a shared network
-    file system): process 0 creates the temporary file, the others write
-    into it by name.
-
-    A ``gs://`` or ``s3://`` destination is written differently, since an
-    object cannot be written in parts by several processes: each file is
-    written to a local temporary file by the one process that owns all of
-    its shards, and uploaded as one object that appears whole or not at
-    all (create-if-absent without ``overwrite``); the index is uploaded by
-    process 0 only once every process has uploaded its files. A file whose
-    shards several processes own is refused before anything is written:
-    place each tensor on one process and use ``max_file_bytes`` to give it a
-    file of its own, or export to a shared file system.
+    Each process writes only the shards it owns (one copy of each replicated
+    shard across processes), one shard at a time from device to its place in the
+    file; host memory never holds a whole array. A single file is byte-identical
+    to what :func:`save_safetensors` writes for the arrays gathered. A file takes
+    its name only after every process wrote and flushed its part, so a crash
+    leaves the old file or none. With several processes, every process calls
+    this with the same arguments and the destination's folder must be one file
+    system they all see; for a ``gs://`` or ``s3://`` destination each file's
+    shards must belong to one process, which uploads it as one object. The
+    weights guide's section "Saving from several processes" gives the details.
+    A successful export logs one INFO line to the ``tinax.weights`` logger.
 
     Args:
-      path: The destination: a safetensors file, or with ``max_file_bytes``
-        the index of a multi-file checkpoint, a name ending with
-        ``.safetensors.index.json``. Its folder must exist; it must not be a
-        symbolic link.
+      path: A safetensors file or, with ``max_file_bytes``, the index of a
+        multi-file checkpoint (a name ending ``.safetensors.index.json``), or a
+        ``gs://`` or ``s3://`` URL. Its folder must exist; not a symbolic link.
       arrays: Name to ``jax.Array`` (sharded, replicated or on one device,
-        possibly spanning several processes). Dtypes as for
-        :func:`save_safetensors`.
+        possibly across processes); dtypes as for :func:`save_safetensors`.
       overwrite: Whether existing destination files may be replaced.
       metadata: Str-to-str ``__metadata__`` stored in every file, or None.
       max_metadata_bytes: As for :func:`save_safetensors`.
-      max_file_bytes: None writes one file. Otherwise the tensors, in file
-        layout order, are split into files whose payloads hold at most this
-        many bytes (a larger tensor gets a file of its own), named
-        ``<prefix>-00001-of-0000N.safetensors`` next to ``path``, and an
-        index maps each name to its file; the index is written last, so a
-        new checkpoint is complete once it appears. Replacing an existing
-        index is atomic for the whole set: the new files are named
-        ``<prefix>-<tag>-00001-of-0000N.safetensors``, names the old index
-        does not use, the index is replaced last, and only then are the old
-        files it named removed. A crash leaves the old checkpoint or the
-        new one, at worst with files that no index names.
-      progress: None; a callable ``progress(done, total)`` called with the
-        payload bytes this process has written and will write in all
-        (first ``(0, total)``, last ``(total, total)``, at most about a
-        thousand calls); or ``"bar"`` to show a bar on standard error with
-        tqdm or rich, whichever is installed. An exception the callable
-        raises aborts the export, which then publishes nothing new.
-
-    When it succeeds, the export logs one INFO line to the
-    ``tinax.weights`` logger with the bytes this process wrote and the
-    seconds it took.
+      max_file_bytes: None writes one file. Otherwise the tensors, in layout
+        order, go into files ``<prefix>-00001-of-0000N.safetensors`` whose payloads
+        hold at most this many bytes (a larger tensor gets its own), then the
+        index. Replacing an index is atomic for the whole set: the new files get
+        new names and the old ones are removed once the new index is in place.
+      progress: None; a callable ``progress(done, total)`` over the payload bytes
+        this process writes (first ``(0, total)``, last ``(total, total)``, at most
+        about a thousand calls), whose exception aborts the export with nothing
+        new published; or ``"bar"`` for a tqdm or rich bar on standard error.
 
     Raises:
-      TypeError: If ``path`` is not a path, ``overwrite`` is not a bool,
-        ``arrays`` is not a mapping of str to ``jax.Array`` (a NumPy array is
-        refused: use :func:`save_safetensors`), an array is being traced or
-        has a dtype safetensors cannot store exactly, ``metadata`` is not a
-        str-to-str mapping, a size limit is not an int, or ``progress`` is
-        neither None, ``"bar"`` nor callable.
+      TypeError: If an argument has the wrong type (a NumPy array in ``arrays``
+        included: use :func:`save_safetensors`), or an array is being traced or
+        has a dtype safetensors cannot store exactly.
       ValueError: If a name is empty or reserved, an array was deleted, the
         metadata exceeds ``max_metadata_bytes``, ``max_file_bytes`` is not
-        positive, the index name has the wrong ending, ``path`` is a
-        symbolic link, or ``progress`` is a str other than ``"bar"``; or
-        ``path`` is a URL and a file would hold shards of several processes.
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is
-        installed; nothing is written then.
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs)
-        is not installed; the message names the ``tinax-weights[gcs]``
-        (``tinax-weights[s3]``) extra that installs it.
-      FileExistsError: If a destination file (or object) exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file
-        can exist at ``path``: it runs through a regular file (then also a
-        NotADirectoryError, as :func:`save_safetensors` raises it) or a loop
-        of symbolic links, or its name is longer than the file system allows
-        (then also a ValueError).
-      RuntimeError: In a process other than the one that failed, when another
-        process could not create, write or publish the file; nothing is
-        published then.
+        positive, the index name has the wrong ending, ``path`` is a symbolic
+        link, ``progress`` is a str other than ``"bar"``, or ``path`` is a URL and
+        a file would hold shards of several processes.
+      ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed
+        (nothing is written), or ``path`` is a ``gs://`` (``s3://``) URL and gcsfs
+        (s3fs) is not installed; the message names the ``tinax-weights[gcs]``
+        (``[s3]``) extra.
+      FileExistsError: If a destination file or object exists and ``overwrite`` is False.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
+        exist at ``path``: it runs through a regular file (also a
+        NotADirectoryError) or a symbolic link loop, or its name is too long (also
+        a ValueError).
+      RuntimeError: In the other processes, when one could not create, write or
+        publish the file; nothing is published then.
 
     Examples:
       >>> import jax
@@ -195,24 +154,13 @@ def save_sharded_safetensors(
         require_storable_metadata(stored_metadata, metadata_limit)
 
     operation = Operation(_logger, "exported", f"{count_tensors(len(described))} to", display(file_path))
-    replaced = None  # The bytes of the index this export replaces.
     if file_limit is None:
-        files = [(file_path, *plan_file(described, stored_metadata))]
+        files: list[_File] = [(file_path, *plan_file(described, stored_metadata))]
+        replaced = None
         if isinstance(file_path, RemotePath):
             _require_destination(file_path, overwrite=overwrite)
     else:
-        _require_destination(file_path, overwrite=overwrite)
-        if overwrite and isinstance(file_path, RemotePath):
-            replaced = read_object(file_path, _SAVE_SHARDED)
-        elif overwrite and isinstance(file_path, pathlib.Path):
-            with contextlib.suppress(FileNotFoundError):
-                replaced = file_path.read_bytes()
-        plans = [plan_file(group, stored_metadata) for group in _split(described, file_limit)]
-        tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
-        part_names = part_file_names(file_path, len(plans), tag=tag)
-        files = [(file_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
-        for destination, _, _ in files:
-            _require_destination(destination, overwrite=overwrite)
+        files, replaced = _plan_parts(file_path, described, stored_metadata, file_limit, overwrite=overwrite)
     total = sum(_owned_nbytes(entries, given) for _, entries, _ in files)
     # Every file lies beside the index, so it is of the index's kind: objects, or local files.
     if isinstance(file_path, RemotePath):
@@ -226,36 +174,63 @@ def save_sharded_safetensors(
     if file_limit is None:
         operation.done(nbytes=total, detail=whose_shards())
         return
+    _publish_index(file_path, files, replaced, overwrite=overwrite)  # After every process's files.
+    operation.done(nbytes=total, detail=whose_shards(f"{len(files)} files and their index"))
 
+
+def _plan_parts(
+    index_path: Location,
+    described: list[tuple[str, str, tuple[int, ...]]],
+    metadata: Mapping[str, str] | None,
+    file_limit: int,
+    *,
+    overwrite: bool,
+) -> tuple[list[_File], bytes | None]:
+    """The files of a multi-file export, each with its entries and header, and the bytes of the index it replaces."""
+    _require_destination(index_path, overwrite=overwrite)
+    replaced = None
+    if overwrite and isinstance(index_path, RemotePath):
+        replaced = read_object(index_path, _SAVE_SHARDED)
+    elif overwrite and isinstance(index_path, pathlib.Path):
+        with contextlib.suppress(FileNotFoundError):
+            replaced = index_path.read_bytes()
+    plans = [plan_file(group, metadata) for group in _split(described, file_limit)]
+    tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
+    part_names = part_file_names(index_path, len(plans), tag=tag)
+    files: list[_File] = [(index_path.parent / part, *plan) for part, plan in zip(part_names, plans, strict=True)]
+    for destination, _, _ in files:
+        _require_destination(destination, overwrite=overwrite)
+    return files, replaced
+
+
+def _publish_index(index_path: Location, files: list[_File], replaced: bytes | None, *, overwrite: bool) -> None:
+    """Has process 0 write the index, the commit point, then remove the replaced files it no longer names."""
     weight_map = {name: destination.name for destination, entries, _ in files for name, *_ in entries}
     total_size = sum(end - start for _, entries, _ in files for *_, start, end in entries)
     index = encode_index(weight_map, total_size)
 
     def publish() -> None:
-        if isinstance(file_path, RemotePath):
+        if isinstance(index_path, RemotePath):
             # The index object is the commit point, uploaded only once every file is complete.
-            with write_atomically(file_path, overwrite=overwrite, needed_by=_SAVE_SHARDED) as handle:
+            with write_atomically(index_path, overwrite=overwrite, needed_by=_SAVE_SHARDED) as handle:
                 handle.write(index)
             for name in sorted((indexed_file_names(replaced or b"{}") or set()) - set(weight_map.values())):
-                remove_object(file_path.parent / name, _SAVE_SHARDED)
+                remove_object(index_path.parent / name, _SAVE_SHARDED)
             return
         if replaced is not None:
-            # The new files replace the old set, so they keep its permissions
-            # (the replaced index's), as a replaced single file keeps its own.
-            _give_mode_of(file_path, [place for place, _, _ in files if isinstance(place, pathlib.Path)])
-        # The index is the commit point: until it is replaced, the old index
-        # still names old files only, all untouched.
-        with write_file_atomically(file_path, overwrite=overwrite) as handle:
+            # The new files take the replaced index's permissions, as a replaced single file keeps its own.
+            _give_mode_of(index_path, [place for place, _, _ in files if isinstance(place, pathlib.Path)])
+        # The index is the commit point: until it is replaced, the old one names only untouched old files.
+        with write_file_atomically(index_path, overwrite=overwrite) as handle:
             handle.write(index)
         if replaced is not None:
-            _remove_unreferenced(file_path.parent, replaced, set(weight_map.values()))
+            _remove_unreferenced(index_path.parent, replaced, set(weight_map.values()))
 
-    _as_leader(publish, f"process 0 could not write {str(file_path)!r}")  # After every process's files.
-    operation.done(nbytes=total, detail=whose_shards(f"{len(files)} files and their index"))
+    _as_leader(publish, f"process 0 could not write {str(index_path)!r}")
 
 
 def _require_destination(location: Location, *, overwrite: bool) -> None:
-    """Refuses a destination that cannot be written (as ``require_writable_destination``; an existing object)."""
+    """Refuses an unwritable destination, as ``require_writable_destination`` does, or an existing object."""
     if not isinstance(location, RemotePath):
         require_writable_destination(location, overwrite=overwrite)
     elif not overwrite and object_exists(location, _SAVE_SHARDED):
@@ -273,14 +248,7 @@ def _upload_files(
 ) -> None:
     """Uploads each file as one object from the one process that owns all of its bytes.
 
-    Processes cannot write parts of one object, so every file's shards must
-    belong to one process (every process finds the same owners, and all
-    refuse together before anything is written otherwise). Every process
-    returns once all files are complete, or raises.
-
-    Raises:
-      ValueError: If a file holds shards of several processes.
-      RuntimeError: In the other processes, when one could not upload its files.
+    A file whose shards several processes own is refused by all of them before anything is written.
     """
     import jax
 
@@ -374,12 +342,9 @@ def _give_mode_of(model: pathlib.Path, paths: list[pathlib.Path]) -> None:
 
 
 def _replacement_tag(replaced: bytes, headers: list[bytes]) -> str:
-    """Returns the tag of a replacement's file names: the same in every process, new for every replacement.
+    """A tag for a replacement's file names, hashed from what every process sees alike, so agreed without messages.
 
-    It is derived from the replaced index and the new headers, which every
-    process sees alike, so no message is needed to agree on it; a tag that an
-    old file name already carries is never chosen, since the old index is
-    part of what is hashed.
+    The old index is hashed too, so no old file name already carries the tag.
     """
     digest = hashlib.sha256(replaced)
     for header in headers:
@@ -389,11 +354,7 @@ def _replacement_tag(replaced: bytes, headers: list[bytes]) -> str:
 
 
 def _remove_unreferenced(folder: pathlib.Path, replaced: bytes, kept: set[str]) -> None:
-    """Removes the files of the replaced checkpoint that the new index does not name.
-
-    The new checkpoint is complete before this runs; a file that cannot be
-    removed is left behind, unreferenced, rather than failing the export.
-    """
+    """Removes the replaced checkpoint's files the new index does not name; one that resists is left behind."""
     for name in sorted((indexed_file_names(replaced) or set()) - kept):
         with contextlib.suppress(OSError):
             (folder / name).unlink()
