@@ -1,20 +1,10 @@
-"""Arrow columns as Python values: the two documented mappings of Parquet rows.
+"""Arrow columns as Python values under the ``"python"`` and ``"numpy"`` mappings of Parquet rows.
 
-A row group is decoded once into Arrow buffers and kept as NumPy views of
-them; a row is assembled on demand from those views, so a cached row group
-costs about its Arrow-decoded size and no Python object per row.
-
-``"python"`` (the default of :func:`tinax.data.read_parquet_record`) gives
-exactly what ``pyarrow.Table.to_pylist`` gives, which is how tinax 0.2 read
-every Parquet file. ``"numpy"`` gives the same scalars and turns lists of
-numbers, fixed-size lists and ``fixed_shape_tensor`` values into NumPy arrays
-of their exact shape, refuses a missing value where an array needs one, and
-refuses Arrow types it has no mapping for. The package README has the table.
-
-Why not pyarrow's own conversions: ``to_pylist`` makes Python objects for
-every row of a row group (0.2 used 755 MiB for 2M small rows), and
-``to_numpy`` gives neither N-D arrays for nested lists nor the null policy,
-so rows are read here from views of Arrow's buffers.
+Rows are assembled on demand from NumPy views of a row group's Arrow buffers, so
+a cached row group costs its decoded size and no Python object per row. pyarrow's
+``to_pylist`` makes objects for every row (0.2 used 755 MiB for 2M small rows),
+and ``to_numpy`` gives neither N-D arrays nor the null policy. The mappings are
+described in docs/guide/data.md, "Reading Parquet files".
 """
 
 from __future__ import annotations
@@ -100,11 +90,7 @@ def unmapped_type(arrow_type: pa.DataType) -> bool:
 
 
 def require_mappable(schema: pa.Schema, what: str) -> None:
-    """Refuses a schema with a column that the ``"numpy"`` mapping cannot give.
-
-    Raises:
-      ValueError: Naming the first such column and its Arrow type.
-    """
+    """Refuses a schema with a column the ``"numpy"`` mapping cannot give, naming it and its Arrow type."""
     for field in schema:
         if unmapped_type(field.type):
             raise ValueError(
@@ -119,11 +105,7 @@ def _with_batched_read(
     many: Callable[[np.ndarray[Any, Any]], list[Any]],
     stacked: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = None,
 ) -> Getter:
-    """Gives a getter a way to read many rows at once (a NumPy array of rows), for :func:`many_values`.
-
-    ``stacked``, where given, reads the rows as one array: what stacking the
-    ``np.asarray`` of each row's value gives, for :func:`stacked_values`.
-    """
+    """Attaches bulk readers to a getter: many rows at once, and (``stacked``) rows as one array."""
     try:
         one.many = many  # type: ignore[attr-defined]
     except AttributeError:
@@ -136,12 +118,7 @@ def _with_batched_read(
 
 
 def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
-    """The dtype ``np.asarray`` gives a list of the Python values a column of ``dtype`` reads as, or None.
-
-    Python bools, ints and floats become ``bool``, ``int64`` and ``float64``
-    arrays, whatever the column's width; a ``uint64`` column's ints may not
-    fit ``int64``, so it is left to stacking the values themselves.
-    """
+    """The dtype ``np.asarray`` gives the Python values of a ``dtype`` column, or None (``uint64`` may overflow)."""
     if dtype.kind == "b":
         return np.dtype(np.bool_)
     if dtype.kind == "i" or (dtype.kind == "u" and dtype.itemsize < 8):
@@ -152,12 +129,7 @@ def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
 
 
 def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any] | None:
-    """Several rows of a column as one stacked array where the getter can give one, else None.
-
-    Args:
-      getter: A column's getter.
-      rows: The rows, as an array of row numbers or a slice of consecutive ones.
-    """
+    """Rows of a column (an array of rows or a slice) as one stacked array where the getter can, else None."""
     stacked = getattr(getter, "stacked", None)
     if stacked is None:
         return None
@@ -167,12 +139,7 @@ def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice) -> np.nda
 def take_rows(
     values: np.ndarray[Any, Any], rows: np.ndarray[Any, Any] | slice, *, dtype: np.dtype[Any] | None = None
 ) -> np.ndarray[Any, Any]:
-    """A new, writable array of some rows of ``values`` (in ``dtype``, where given).
-
-    Consecutive rows come as a slice, copied in one piece: a gather through
-    an array of row numbers costs several times a copy, and a batch read in
-    order is one slice of its row group.
-    """
+    """A new, writable array of some rows of ``values``; consecutive rows as one slice copy, not a gather."""
     if isinstance(rows, slice):
         return np.array(values[rows], dtype=dtype if dtype is not None else values.dtype)
     taken: np.ndarray[Any, Any] = values[rows]
@@ -262,13 +229,9 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
 
 
 def _dictionary_getter(column: pa.DictionaryArray) -> Getter:
-    """Rows of a dictionary-encoded column: each row's index looked up in the dictionary.
+    """Rows of a dictionary-encoded column, each index checked: pyarrow does not check decoded indices.
 
-    pyarrow's Parquet reader does not check the indices it decodes into a
-    dictionary array, so a damaged data page can give indices outside the
-    dictionary (or negative ones, which a Python list would silently read
-    from its end). Such a row is a ValueError when it is read; the reader
-    names the file and the record.
+    A damaged page's out-of-range (or negative, read from the end) index is a ValueError when read.
     """
     valid = _validity(column)
     indices = np.asarray(column.indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -295,11 +258,9 @@ def _dictionary_getter(column: pa.DictionaryArray) -> Getter:
 
 
 class ArrayColumn:
-    """A column of (nested) lists of numbers, or of tensors, as one NumPy array per row.
+    """A column of (nested) lists of numbers, or tensors, as one NumPy array per row.
 
-    Attributes:
-      bad_rows: Rows that cannot be an array, mapped to the reason (a missing
-        value, or nested lists that are not rectangular).
+    ``bad_rows`` maps rows that cannot be an array (missing value, ragged lists) to the reason.
     """
 
     def __init__(
@@ -310,21 +271,7 @@ class ArrayColumn:
         pairs: bool = False,
         ndim: int | None = None,
     ) -> None:
-        """Decodes the column's structure once.
-
-        Args:
-          column: A list, fixed-size list or ``fixed_shape_tensor`` column (or,
-            for 0-d arrays, a column of numbers).
-          dtype: The dtype to give the arrays, when it is not the stored one:
-            the same bits viewed as an ``ml_dtypes`` type, other byte orders,
-            or complex numbers from float pairs.
-          pairs: Whether the stored elements are float pairs on a trailing
-            axis of 2, to be read as complex numbers of ``dtype``.
-          ndim: The number of dimensions every array must have, if known.
-        """
-        import pyarrow as pa
-        import pyarrow.types as types
-
+        """Decodes the column's structure once; ``dtype``/``pairs`` reinterpret stored elements, ``ndim`` is checked."""
         rows = len(column)
         self.bad_rows: dict[int, str] = {}
         tensor_shape: tuple[int, ...] | None = None
@@ -334,25 +281,48 @@ class ArrayColumn:
             if permutation is not None and list(permutation) != list(range(len(tensor_shape))):
                 raise ValueError(f"a fixed_shape_tensor with the permutation {permutation} has no mapping")
             column = column.storage
-        self._record_nulls(column, np.arange(rows), "a missing value")
+        values, starts, ends, shapes = self._walk_lists(column, rows)
+        shape_matrix = np.stack(shapes, axis=1) if shapes else np.zeros((rows, 0), dtype=np.int64)
+        if tensor_shape is not None:
+            shape_matrix = np.broadcast_to(np.asarray(tensor_shape, dtype=np.int64), (rows, len(tensor_shape)))
+        if ndim is not None and shape_matrix.shape[1] != ndim + (1 if pairs else 0):
+            raise ValueError(f"the column holds arrays of {shape_matrix.shape[1]} dimensions, not {ndim}")
+        if pairs:
+            assert dtype is not None
+            values = values.view(dtype.newbyteorder("<"))
+            starts, ends, shape_matrix = starts // 2, ends // 2, shape_matrix[:, :-1]
+        if dtype is not None and values.dtype != dtype:
+            same_bits = dtype.type.__module__.partition(".")[0] == "ml_dtypes"
+            values = values.view(dtype) if same_bits else values.astype(dtype)
+        self._leaf, self._starts, self._ends, self._shapes = values, starts, ends, shape_matrix
+        self._fixed_shape: tuple[int, ...] | None = None
+        if rows and not self.bad_rows and bool(np.all(shape_matrix == shape_matrix[0])):
+            self._hold_as_block(rows, tuple(int(extent) for extent in shape_matrix[0]))
+
+    def _walk_lists(
+        self, column: Any, rows: int
+    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any], list[np.ndarray[Any, Any]]]:
+        """Records bad rows level by level; returns the leaf values, each row's leaf extent and per-level shapes."""
+        import pyarrow as pa
+        import pyarrow.types as types
+
         starts = np.arange(rows, dtype=np.int64)
         ends = starts + 1
         owners = np.arange(rows, dtype=np.int64)  # The row of every entry at the current level.
         shapes: list[np.ndarray[Any, Any]] = []
         level: Any = column
-        first = True
+        reason = "a missing value"
         while _is_list(level.type):
+            self._record_nulls(level, owners, reason)
+            reason = "a missing value inside the array"
             if types.is_fixed_size_list(level.type):
                 size = level.type.list_size
                 offsets = (np.arange(len(level) + 1, dtype=np.int64) + level.offset) * size
             else:
                 assert isinstance(level, (pa.ListArray, pa.LargeListArray))
                 offsets = np.asarray(level.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
-            if not first:
-                self._record_nulls(level, owners, "a missing value inside the array")
             lengths = offsets[1:] - offsets[:-1]
-            # Each row's extent at this level: the length of its first entry,
-            # which every other entry of the row must share.
+            # Each row's extent at this level: its first entry's length, which every other entry must share.
             row_length = np.zeros(rows, dtype=np.int64)
             has_entries = ends > starts
             row_length[has_entries] = lengths[starts[has_entries]]
@@ -363,50 +333,30 @@ class ArrayColumn:
             shapes.append(row_length)
             child = level.values
             if _is_list(child.type) or child.null_count:
-                # Entries of the child outside every row (a sliced column's
-                # neighbours) are owned by no row: -1. Only computed where
-                # needed: for the values themselves it would outweigh them.
+                # Child entries outside every row (a sliced column's neighbours) belong to none: -1.
+                # Only computed where needed: for the values themselves it would outweigh them.
                 child_owners = np.full(len(child), -1, dtype=np.int64)
                 if rows:
                     child_owners[offsets[0] : offsets[-1]] = np.repeat(owners, lengths)
                 owners = child_owners
             starts, ends = offsets[starts], offsets[ends]
             level = child
-            first = False
-        self._record_nulls(level, owners, "a missing value inside the array")
+        self._record_nulls(level, owners, reason)
         leaf = level.fill_null(0) if level.null_count else level
-        values = np.asarray(leaf.to_numpy(zero_copy_only=False))
-        shape_matrix = np.stack(shapes, axis=1) if shapes else np.zeros((rows, 0), dtype=np.int64)
-        if tensor_shape is not None:
-            shape_matrix = np.broadcast_to(np.asarray(tensor_shape, dtype=np.int64), (rows, len(tensor_shape)))
-        if ndim is not None and shape_matrix.shape[1] != ndim + (1 if pairs else 0):
-            raise ValueError(f"the column holds arrays of {shape_matrix.shape[1]} dimensions, not {ndim}")
-        if pairs:
-            assert dtype is not None
-            values = values.view(dtype.newbyteorder("<"))
-            starts, ends, shape_matrix = starts // 2, ends // 2, shape_matrix[:, :-1]
-            if tensor_shape is not None:
-                tensor_shape = tensor_shape[:-1]
-        if dtype is not None and values.dtype != dtype:
-            same_bits = dtype.type.__module__.partition(".")[0] == "ml_dtypes"
-            values = values.view(dtype) if same_bits else values.astype(dtype)
-        self._leaf = values
-        self._starts = starts
-        self._ends = ends
-        self._shapes = shape_matrix
-        self._fixed_shape: tuple[int, ...] | None = None
-        if rows and not self.bad_rows and bool(np.all(shape_matrix == shape_matrix[0])):
-            shape = tuple(int(extent) for extent in shape_matrix[0])
-            size = int(np.prod(shape, dtype=np.int64))
-            first_start = int(starts[0])
-            if bool(np.all(ends - starts == size)) and bool(
-                np.all(starts == first_start + size * np.arange(rows, dtype=np.int64))
-            ):
-                self._fixed_shape = shape
-                self._block = values[first_start : first_start + size * rows].reshape((rows, *shape))
-                # The block says it all: the per-row extents would only add to the cache's size.
-                empty = np.zeros(0, dtype=np.int64)
-                self._starts, self._ends, self._shapes = empty, empty, empty.reshape(0, len(shape))
+        return np.asarray(leaf.to_numpy(zero_copy_only=False)), starts, ends, shapes
+
+    def _hold_as_block(self, rows: int, shape: tuple[int, ...]) -> None:
+        """Holds the rows as one block where each has ``shape`` and follows the previous one in the leaf values."""
+        size = int(np.prod(shape, dtype=np.int64))
+        starts, ends, first_start = self._starts, self._ends, int(self._starts[0])
+        if bool(np.all(ends - starts == size)) and bool(
+            np.all(starts == first_start + size * np.arange(rows, dtype=np.int64))
+        ):
+            self._fixed_shape = shape
+            self._block = self._leaf[first_start : first_start + size * rows].reshape((rows, *shape))
+            # The block says it all: the per-row extents would only add to the cache's size.
+            empty = np.zeros(0, dtype=np.int64)
+            self._starts, self._ends, self._shapes = empty, empty, empty.reshape(0, len(shape))
 
     def _record_nulls(self, level: Any, owners: np.ndarray[Any, Any], reason: str) -> None:
         if level.null_count:
@@ -416,11 +366,7 @@ class ArrayColumn:
                     self.bad_rows.setdefault(int(row), reason)
 
     def get(self, row: int) -> np.ndarray[Any, Any]:
-        """Returns the row's array, a fresh C-contiguous copy that owns its memory.
-
-        Raises:
-          ValueError: If the row cannot be an array (see ``bad_rows``).
-        """
+        """The row's array, a fresh C-contiguous copy; ValueError for a row in ``bad_rows``."""
         shape = self._fixed_shape
         if shape is not None:
             if shape:
@@ -440,12 +386,7 @@ class ArrayColumn:
         return [self.get(row) for row in rows.tolist()]
 
     def stacked(self, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any]:
-        """The arrays of several rows stacked on a leading axis, as ``np.stack`` of :meth:`many` gives them.
-
-        Raises:
-          ValueError: If the column's arrays do not all have one shape
-            (stack the rows themselves instead).
-        """
+        """Several rows' arrays stacked as ``np.stack`` of :meth:`many`; ValueError where shapes differ."""
         if self._fixed_shape is None:
             raise ValueError("the column's arrays do not all have one shape")
         stacked = take_rows(self._block, rows)
@@ -462,16 +403,7 @@ class ArrayColumn:
 
 
 def column_getter(column: pa.Array, mapping: str) -> Getter:
-    """Returns a function that gives a row's value of one column under a mapping.
-
-    Args:
-      column: The column of one row group, as one Arrow array.
-      mapping: ``"python"`` or ``"numpy"``.
-
-    Returns:
-      ``get(row)``. Under ``"numpy"``, an array whose row holds a missing
-      value or ragged nested lists raises ValueError when that row is read.
-    """
+    """``get(row)`` giving a column's values under a mapping (``"numpy"`` raises on rows that cannot be arrays)."""
     import pyarrow as pa
     import pyarrow.types as types
 
@@ -503,11 +435,7 @@ _AS_PYARROW_GIVES = "as pyarrow's to_pylist gives it"
 
 
 def shape_extents(arrow_type: pa.DataType) -> list[int | None]:
-    """The extents a column's arrays have, outermost first: None where rows differ.
-
-    A ``fixed_shape_tensor`` has its shape; nested lists have one extent per
-    level, fixed for a fixed-size list; any other type has none (0-d).
-    """
+    """The extents a column's arrays have, outermost first (None where rows differ; none for 0-d)."""
     if _is_tensor(arrow_type):
         return [int(extent) for extent in arrow_type.shape]
     extents: list[int | None] = []
@@ -525,21 +453,9 @@ def array_description(dtype: np.dtype[Any], extents: list[int | None]) -> str:
 
 
 def value_description(arrow_type: pa.DataType, mapping: str) -> str:
-    """Says what a row's value of a column of this Arrow type is under a mapping.
+    """A short phrase for what a column of this Arrow type gives under a mapping, for ``tinax inspect``.
 
-    It follows :func:`column_getter`'s own decisions (and :func:`unmapped_type`'s
-    refusals); the Python type of a scalar is found by converting a value
-    as pyarrow converts it, so it names what a reader gives with the pyarrow
-    (and pandas) installed, ``pandas.Timestamp`` for a nanosecond timestamp
-    included.
-
-    Args:
-      arrow_type: A column's Arrow type.
-      mapping: ``"python"`` or ``"numpy"``.
-
-    Returns:
-      A short phrase, such as ``"int"``, ``"list of str"``, ``"numpy.ndarray
-      int32, shape (*,)"`` or :data:`REFUSED`.
+    Scalar types come from converting a value as pyarrow does (``pandas.Timestamp`` with pandas installed).
     """
     import pyarrow.types as types
 
@@ -571,11 +487,7 @@ def value_description(arrow_type: pa.DataType, mapping: str) -> str:
 
 
 def _numpy_dtype(arrow_type: pa.DataType) -> np.dtype[Any]:
-    """The dtype NumPy gives a numeric Arrow type's values.
-
-    Worked out here: pyarrow's ``to_pandas_dtype`` would import pandas, whose
-    files the inspector would count as read.
-    """
+    """The dtype NumPy gives a numeric Arrow type's values (``to_pandas_dtype`` would import pandas)."""
     import pyarrow.types as types
 
     if types.is_boolean(arrow_type):
@@ -594,9 +506,7 @@ def _scalar_description(arrow_type: pa.DataType) -> str:
             return _AS_PYARROW_GIVES
         # The same buffers without the validity bitmap: one value, all zero bytes (0, "", the epoch, ...).
         zero = pa.Array.from_buffers(arrow_type, 1, [None, *nulls.buffers()[1:]])
-        # to_pylist is what both mappings give for such a type (column_getter's
-        # fast paths reproduce it); unlike those paths it imports no pandas for
-        # a plain number, so that describing a file reads no more of the disk.
+        # to_pylist is what both mappings give; unlike the fast paths it imports no pandas for a plain number.
         (value,) = zero.to_pylist()
     except (pa.ArrowException, ValueError, TypeError, NotImplementedError):
         return _AS_PYARROW_GIVES

@@ -1,17 +1,9 @@
-"""Random access to the rows of a Parquet file: the reader behind ``read_parquet_record``.
+"""Random access to a Parquet file's rows: the reader behind ``read_parquet_record``.
 
-Opening reads the footer only, checks it against its checksum where tinax
-wrote one (a plain table tinax 0.3 wrote, or the tinax format), and checks a
-tinax-format file's header and columns. Indexing reads the one row group
-that holds the record (checking its digest first, where there is one, and
-every page checksum the file has) and keeps it as Arrow buffers in a
-per-process cache bounded by a memory budget, least recently used first
-out; rows are assembled from views of those buffers
-(``tinax._data._arrow_values``), never from per-row Python objects.
-
-This module imports pyarrow at its top, so ``read_parquet_record`` imports
-it when it runs (importing ``tinax.data`` imports no pyarrow). The layout
-and checksums it checks are written by ``tinax._data._parquet``.
+Opening reads and checks the footer only; indexing reads, checks and caches the
+row group that holds the record, as Arrow buffers under an LRU memory budget.
+Imports pyarrow at its top, so only ``read_parquet_record`` imports it. The
+layout and checksums are those ``_parquet`` writes (see docs/guide/data.md).
 """
 
 from __future__ import annotations
@@ -90,10 +82,7 @@ _FOOTER_WINDOW = 64 * 1024
 
 
 class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
-    """pyarrow refuses the file, or a row group of it, with ``pyarrow.ArrowInvalid`` (what tinax 0.2 let through).
-
-    A ValueError naming the file, as every ArrowInvalid is one.
-    """
+    """pyarrow refuses the file or a row group with ``ArrowInvalid`` (0.2's error); also a ValueError."""
 
 
 class _RowGroup:
@@ -129,17 +118,7 @@ class _RowGroup:
         return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
     def window_fields(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any] | list[Any]]:
-        """The fields of several rows for a window of stacked batches: arrays, or values where they do not stack.
-
-        A field whose values stack to the same dtype whatever the rows (numbers
-        without missing values, arrays of one shape) comes as its stacked
-        array; any other (text, missing values, arrays of several shapes) as
-        the list of its values, since the dtype its batches stack to depends
-        on which rows each batch holds.
-
-        Raises:
-          ValueError: If a row cannot be read.
-        """
+        """Fields of several rows for a window: stacked arrays, or value lists where the dtype depends on the rows."""
         fields: dict[str, np.ndarray[Any, Any] | list[Any]] = {}
         for name, getter in self._getters:
             found = stacked_values(getter, rows)
@@ -147,12 +126,9 @@ class _RowGroup:
         return fields
 
     def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
-        """The fields of several rows, each stacked as ``stack_records`` stacks them from :meth:`records`.
+        """Fields of several rows, stacked as ``stack_records`` stacks :meth:`records`.
 
-        Raises:
-          ValueError: If a row cannot be read, or a field's values do not
-            stack (the caller then stacks the records themselves, which
-            raises the error that names the record or the field).
+        A ValueError here makes the caller stack the records, whose error names the record or field.
         """
         stacked = {}
         for name, getter in self._getters:
@@ -161,11 +137,7 @@ class _RowGroup:
         return stacked
 
     def stacked_slice(self, rows: slice) -> dict[str, np.ndarray[Any, Any]]:
-        """:meth:`stacked` of consecutive rows, each field copied out of its column in one piece.
-
-        Raises:
-          ValueError: As :meth:`stacked` raises.
-        """
+        """:meth:`stacked` of consecutive rows, each field copied out of its column in one piece."""
         stacked = {}
         for name, getter in self._getters:
             found = stacked_values(getter, rows)
@@ -175,12 +147,7 @@ class _RowGroup:
         return stacked
 
     def whole_stacked(self) -> dict[str, np.ndarray[Any, Any]] | None:
-        """Every row's fields, stacked, where each field's column stacks to one array by itself, else None.
-
-        Fields that stack only through their values (text, missing values,
-        arrays of several shapes), or a malformed row, give None: such a row
-        group is read row by row, as before.
-        """
+        """Every row's fields stacked from their columns alone; None where a field or row prevents it."""
         if self.table is None:
             return None
         rows = slice(0, self.table.num_rows)
@@ -204,12 +171,7 @@ def _tinax_getters(
 ) -> list[tuple[str, Callable[[int], Any]]]:
     """Getters that give a tinax-format row group's records exactly as written (of the columns read).
 
-    Args:
-      schema: The header's fields.
-      table: The decoded rows (a row group, or rows taken from several).
-      empty_shapes: The extents nested lists lose, by field.
-      positions_column: The name of the column of record positions the
-        reader added to ``table``, where ``empty_shapes`` lists rows.
+    ``positions_column`` names the record positions column, needed where ``empty_shapes`` lists rows.
     """
     positions = None
     if positions_column is not None:
@@ -283,10 +245,7 @@ class _Footer(NamedTuple):
     group_ends: tuple[int, ...]
     #: The byte range and SHA-256 of every row group (of files tinax 0.3 wrote).
     group_checks: tuple[tuple[int, int, str], ...] | None
-    #: The SHA-256 of the raw footer of a file outside the tinax format, whose
-    #: statistics and sizes change with its content: a file replaced by
-    #: another one of as many rows is told apart. None in the tinax format,
-    #: whose header and checksums say more.
+    #: SHA-256 of a non-tinax file's raw footer, to tell a replaced file of as many rows apart.
     footer_sha256: str | None = None
     #: The extents nested-list array columns lose, by field (tinax format only).
     empty_shapes: tuple[tuple[str, EmptyShapes], ...] = ()
@@ -295,12 +254,7 @@ class _Footer(NamedTuple):
 def _verified_footer(
     metadata: Any, stored: bytes, footer: bytes, footer_start: int
 ) -> tuple[tuple[int, int, str], ...]:
-    """Checks a raw footer against its checksum entry; returns every row group's byte range and digest.
-
-    Raises:
-      ValueError: If the entry is malformed, the footer's digest differs, or
-        the row groups do not tile the bytes before the footer.
-    """
+    """Checks a raw footer against its checksum entry; returns every row group's byte range and digest."""
     footer_digest, group_digests = _parse_checksums(stored, metadata.num_row_groups)
     if _footer_digest(footer, stored, group_digests) != footer_digest:
         raise ValueError("its footer does not match its checksum: the footer is corrupt")
@@ -327,22 +281,9 @@ def _empty_shapes(header: RecordHeader, arrow_schema: pa.Schema) -> tuple[tuple[
 
 
 class ParquetRecordSource(RecordFileSource[_Footer]):
-    """Random access to the rows of one Parquet file.
+    """Grain random-access source over one Parquet file, with a per-process row-group cache.
 
-    A Grain random-access data source over the file's row groups, with a
-    per-process cache of decoded row groups bounded by a memory budget. A
-    file in the tinax record format (one :func:`write_parquet_record` wrote
-    with the ``tinax.records`` metadata) gives its records back exactly; any
-    other Parquet file gives its rows under the chosen mapping. The source
-    pickles as its path, options and what its footer said; an unpickled copy
-    (in a Grain worker, say) opens the file on first use and checks that it
-    still says the same.
-
-    Attributes:
-      source_id: For the tinax format only: the identity of the records,
-        derived from the header (see the package README); equal for equal
-        records, whatever the path or container format. Other files have no
-        identity, since naming their content would mean reading all of it.
+    Pickles as path, options and footer summary; a copy reopens the file on first use and checks the footer.
     """
 
     _header_name = "footer"
@@ -350,19 +291,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     _column_names: tuple[str, ...]
 
     def __init__(self, path: Location, *, mapping: str = "python", cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        """Opens the file and reads its footer.
-
-        Args:
-          path: The file, preferably absolute so that workers with another
-            working directory find it too, or its location in a bucket.
-          mapping: ``"python"`` or ``"numpy"`` (see :func:`read_parquet_record`).
-          cache_bytes: The memory budget of the row-group cache.
-
-        Raises:
-          ValueError: If the file is not Parquet (a ``pyarrow.ArrowInvalid``),
-            carries the tinax metadata but contradicts it, or has a column
-            the mapping cannot give.
-        """
+        """Opens the file (absolute path or bucket location, for workers) and reads its footer."""
         self._mapping = mapping
         self._cache_bytes = cache_bytes
         super().__init__(path)
@@ -431,11 +360,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of the file's columns, as pyarrow reads it from the footer.
-
-        Raises:
-          ValueError: If the file changed since this source read its footer.
-        """
+        """The Arrow schema of the file's columns; ValueError if the file changed since the footer was read."""
         return self._handle().schema_arrow
 
     def _open(self) -> tuple[Any, _Footer]:
@@ -444,11 +369,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return parquet_file, footer
 
     def _open_file(self, path: Location) -> tuple[Any, _Footer]:
-        """Opens one Parquet file and reads and checks its footer; returns the open file and what the footer says.
-
-        Raises:
-          ValueError: As the constructor says, naming ``path``.
-        """
+        """Opens one Parquet file and reads and checks its footer; returns the file and what the footer says."""
         if isinstance(path, RemotePath):
             return self._open_object(path)
         try:
@@ -460,11 +381,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return parquet_file, self._footer_of(path, metadata, arrow_schema, _raw_footer(path))
 
     def _open_object(self, path: RemotePath) -> tuple[Any, _Footer]:
-        """:meth:`_open_file` for an object: its footer is fetched once, parsed here and handed to pyarrow.
-
-        Raises:
-          ValueError: As the constructor says, naming ``path``.
-        """
+        """:meth:`_open_file` for an object: its footer is fetched once, parsed here and handed to pyarrow."""
         object_file = _ObjectFile(open_object(path))
         try:
             raw = _object_footer(object_file)
@@ -490,18 +407,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             raise
 
     def read_footer(self, path: Location) -> tuple[_Footer, pa.Schema, int, int]:
-        """Reads and checks one Parquet file's footer without opening the file for reading rows.
+        """Reads and checks a file's footer without opening it for rows (a dataset's per-file cost).
 
-        The footer's bytes are read once and parsed, which is what opening a
-        dataset of many files costs per file. Where that fails, the file is
-        opened as :meth:`_open_file` opens it, which raises what it raises.
-
-        Returns:
-          What the footer says, the file's Arrow schema, its size, and the
-          bytes its row groups take uncompressed.
-
-        Raises:
-          ValueError: As the constructor says, naming ``path``.
+        Returns footer summary, Arrow schema, size and uncompressed bytes; falls back to :meth:`_open_file`.
         """
         try:
             if isinstance(path, RemotePath):
@@ -534,48 +442,12 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
     def _footer_of(
         self, path: Location, metadata: Any, arrow_schema: pa.Schema, raw: tuple[bytes, int] | ValueError
     ) -> _Footer:
-        """Checks what a file's footer says: its row groups, and the tinax header and checksums where it has them.
-
-        Args:
-          path: The file, for messages.
-          metadata: Its ``pyarrow.parquet.FileMetaData``.
-          arrow_schema: Its Arrow schema.
-          raw: The footer's bytes with its trailer and its offset, as
-            ``_read_raw_footer`` read them, or what that raised.
-        """
-        try:
-            key_values = metadata.metadata or {}
-            group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
-        except (ValueError, pa.ArrowException, OSError) as error:
-            raise _footer_error(path, error) from error
-        negative = next((index for index, rows in enumerate(group_rows) if rows < 0), None)
-        if negative is not None:
-            raise UnreadableParquetError(
-                f"{str(path)!r} is not a readable Parquet file: its footer gives row group {negative} "
-                f"{group_rows[negative]} rows, a negative count: the footer is damaged"
-            )
-        group_ends = tuple(itertools.accumulate(group_rows))
+        """Checks a footer's row groups, and its tinax header and checksums where present."""
+        key_values, group_ends = _footer_row_groups(path, metadata)
         header_bytes = key_values.get(METADATA_KEY)
         stored_checksums = key_values.get(CHECKSUM_KEY)
         if header_bytes is None:
-            # A plain table: 0.2's, another tool's, or one tinax 0.3 wrote with its checksum entry.
-            try:
-                if isinstance(raw, ValueError):
-                    raise raw
-                footer, footer_start = raw
-                if stored_checksums is not None:
-                    group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
-                elif CHECKSUM_MARKER in footer:
-                    # A damaged footer can lose its key-value list, or the
-                    # entry's key, and still parse: the entry's bytes are there.
-                    raise ValueError("its footer holds a tinax checksum entry that pyarrow does not find in it")
-                else:
-                    group_checks = None
-            except ValueError as error:
-                raise _unreadable_file(path, str(error), tinax_format=False) from error
-            if self._mapping == "numpy":
-                require_mappable(arrow_schema, repr(str(path)))
-            return _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
+            return self._plain_footer(path, metadata, arrow_schema, raw, group_ends, stored_checksums)
         try:
             header = RecordHeader.from_json_bytes(header_bytes)
         except ValueError as error:
@@ -606,6 +478,33 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
             raise _unreadable_file(path, str(error)) from error
         return _Footer(header_bytes, group_ends, group_checks, empty_shapes=empty_shapes)
 
+    def _plain_footer(
+        self,
+        path: Location,
+        metadata: Any,
+        arrow_schema: pa.Schema,
+        raw: tuple[bytes, int] | ValueError,
+        group_ends: tuple[int, ...],
+        stored_checksums: bytes | None,
+    ) -> _Footer:
+        """Checks the footer of a plain table: 0.2's, another tool's, or one tinax 0.3 wrote with its checksum entry."""
+        try:
+            if isinstance(raw, ValueError):
+                raise raw
+            footer, footer_start = raw
+            if stored_checksums is not None:
+                group_checks = _verified_footer(metadata, stored_checksums, footer, footer_start)
+            elif CHECKSUM_MARKER in footer:
+                # A damaged footer can lose its key-value list or the entry's key and still parse.
+                raise ValueError("its footer holds a tinax checksum entry that pyarrow does not find in it")
+            else:
+                group_checks = None
+        except ValueError as error:
+            raise _unreadable_file(path, str(error), tinax_format=False) from error
+        if self._mapping == "numpy":
+            require_mappable(arrow_schema, repr(str(path)))
+        return _Footer(None, group_ends, group_checks, hashlib.sha256(footer).hexdigest())
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         position = self._position(index)
         with self._lock:
@@ -626,16 +525,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return self.records_at(positions)
 
     def stacked_at(self, positions: np.ndarray[Any, Any]) -> StackedColumns:
-        """The records at valid positions, stacked field by field as ``stack_records`` stacks them.
+        """Records at valid positions stacked as ``stack_records`` does, taken from the columns where possible.
 
-        The rows are taken out of the decoded columns, one array per field,
-        without a record per row; where a field cannot be taken that way
-        (its arrays differ in shape, a row is malformed), the records are
-        read and stacked instead, which gives the same arrays or the same
-        error.
-
-        Args:
-          positions: Record positions, each at least 0 and below the count.
+        Falls back to reading and stacking records, which gives the same arrays or the same error.
         """
         arrays = self._whole_columns(positions)
         if arrays is not None:
@@ -672,13 +564,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return StackedColumns(columns, stop - first)
 
     def may_hold_columns(self) -> bool:
-        """Whether batches of ``stack_records`` may be read from the file's stacked fields held whole.
-
-        False once a row group showed that they cannot: a field that does
-        not stack to one dtype and shape throughout the file, or stacked rows
-        beyond ``cache_bytes``. Asked first, it reads the first row group
-        into them to find out.
-        """
+        """Whether stacked batches may be read from whole held columns; the first call reads a row group to tell."""
         whole = self._whole
         if whole.refused or self._count == 0:
             return False
@@ -689,14 +575,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return self._whole_columns(range(1)) is not None
 
     def _whole_columns(self, positions: np.ndarray[Any, Any] | range) -> dict[str, np.ndarray[Any, Any]] | None:
-        """The arrays of the file's stacked fields, holding at least the rows at ``positions``, or None.
+        """The whole stacked columns, holding at least the rows at ``positions``; None if they cannot be held.
 
-        The row groups of ``positions`` not held yet are decoded (or taken
-        from the cache) and copied in, in file order, under the lock; the
-        rest of the file follows in a thread of its own (``_fill_ahead``).
-        None where the fields cannot be held whole or a row group cannot be
-        read, and then never again in this process: the caller reads its
-        batches from the row groups, which raises where it always raised.
+        None is final for this process: callers then read row groups, raising as they always did.
         """
         whole = self._whole
         arrays = whole.arrays(positions, self._whole_stacked)
@@ -717,16 +598,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return arrays
 
     def expect_positions(self, positions: np.ndarray[Any, Any]) -> None:
-        """Tells the threads filling the whole columns ahead which rows the next batches read, in their order.
-
-        A shuffled pipeline computes its positions many batches ahead (see
-        ``_direct_reads``); the threads then decode the row groups of those
-        rows first, in the order the batches reach them, rather than the
-        file's order from the last row group a batch read.
-
-        Args:
-          positions: Valid record positions, in the order they will be read.
-        """
+        """Tells the fill-ahead threads the upcoming batches' positions, so they decode those row groups first."""
         whole = self._whole
         if whole.refused or (whole.columns is not None and whole.columns.complete) or not len(positions):
             return
@@ -742,17 +614,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return self.decoded_row_bytes() * most_rows
 
     def decode_threads(self) -> int:
-        """How many threads decode this reader's row groups at once, each with a file handle of its own.
+        """How many threads decode this reader's row groups at once (at most three, one core left to the pipeline).
 
-        pyarrow decodes without the interpreter lock, so the threads that fill
-        the whole columns ahead, and those that read a window past the cache,
-        decode faster with more cores. What each does around the decode (the
-        row group's getters, the copy into the arrays) holds the lock, about
-        as long as the decode itself for small row groups, so past a few
-        threads they would only take turns with the pipeline's own thread:
-        at most three. Each holds one decoded row group, so together they
-        hold at most a quarter of the budget; one core is left to the
-        pipeline and the train step.
+        pyarrow decodes without the GIL, but the work around each decode holds it, so more threads only take turns.
         """
         # The cores this process may run on (the affinity mask, where the system has one).
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -767,15 +631,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return group.whole_stacked()
 
     def _fill_next(self, parquet_file: Any) -> bool:
-        """Fills the next row group the whole columns lack, read through ``parquet_file``; False once none is left.
+        """Fills the next row group the whole columns lack; False once none is left.
 
-        The row group is decoded outside the lock, so the batches go on
-        meanwhile (a batch that needs a row group not filled yet reads it
-        itself); only the copy into the columns takes the lock.
-
-        Raises:
-          ValueError: If the row group cannot be read (the batch that needs
-            it reads it, and raises, as it always did).
+        Decodes outside the lock and copies under it, so batches go on meanwhile.
         """
         whole = self._whole
         with self._lock:
@@ -821,9 +679,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         # The batch's positions grouped by row group, each group's in batch order.
         order = np.argsort(groups, kind="stable")
         cuts = np.flatnonzero(np.diff(groups[order])) + 1
-        # Row groups are found (and read) under the lock; their records are
-        # assembled after it, since a decoded row group is never changed and
-        # grain's threads would otherwise queue on the lock for every batch.
+        # Records are assembled outside the lock (decoded row groups never change), so grain's threads do not queue.
         chosen_groups: list[tuple[np.ndarray[Any, Any], int, _RowGroup]] = []
         with self._lock:
             self._rows_served += len(positions)
@@ -1006,20 +862,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return self.decoded_row_bytes() * self._count
 
     def column_values(self, name: str, *, advance: Callable[[int], None] | None = None) -> list[Any]:
-        """Reads one column of every row, in order, without reading the other columns.
-
-        Args:
-          name: One of :attr:`column_names`.
-          advance: Called with the number of rows of every row group read,
-            for a caller's progress report.
-
-        Returns:
-          The value each row holds in that column, as indexing the row gives it.
-
-        Raises:
-          ValueError: If a row group is corrupt or a value cannot be given,
-            naming the path and the row.
-        """
+        """Reads one column of every row, in order, as indexing gives the values; ``advance`` gets rows read."""
         values: list[Any] = []
         for group_index in range(len(self._group_ends)):
             first = self._group_ends[group_index - 1] if group_index else 0
@@ -1037,8 +880,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
                 try:
                     values.extend(column.to_pylist())
                 except pa.ArrowException:
-                    # A damaged value pyarrow refuses (a dictionary index outside
-                    # its dictionary): read again row by row, naming the record.
+                    # A damaged value pyarrow refuses: read again row by row, naming the record.
                     pass
                 else:
                     if advance is not None:
@@ -1061,11 +903,7 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
         return cast("_ObjectFile", parquet_file.object_file)
 
     def _verify_row_group(self, group_index: int) -> tuple[int, bytes] | None:
-        """Checks a row group's bytes against their digest; returns an object's bytes with their offset.
-
-        Raises:
-          CorruptParquetError: If the digest differs.
-        """
+        """Checks a row group's bytes against their digest; returns an object's bytes with their offset."""
         assert self._group_checks is not None
         start, end, expected = self._group_checks[group_index]
         found, data = checked_range(self._path, start, end)
@@ -1087,16 +925,9 @@ class ParquetRecordSource(RecordFileSource[_Footer]):
 
 
 def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
-    """Fills the row groups a reader's whole columns lack, one at a time, until they hold all.
+    """Thread body: fills the row groups a reader's whole columns lack until none is left.
 
-    Runs in threads of their own (``decode_threads`` of them), started by
-    the first batch that reads the columns, each with a file handle of its
-    own and taking the next row group no other has taken. Each holds the
-    reader only while it fills a row group: once nothing else holds it (the
-    pipelines over it are gone), the threads end before the next one. A row
-    group that cannot be read ends the thread that met it (the batch that
-    needs it reads it, and raises, as it always did), and shutdown ends them
-    all (see ``_shutdown``).
+    Holds the reader only per row group, so it ends once pipelines are gone; a read error just ends the thread.
     """
     source = reference()
     if source is None:
@@ -1123,14 +954,9 @@ def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
 
 
 class _ObjectFile:
-    """An open object as pyarrow reads it: ranged reads, except inside a staged range, served from memory.
+    """An open object as pyarrow reads it: ranged reads, except a staged range served from memory.
 
-    A row group whose bytes were just fetched to check their digest is
-    staged, so that pyarrow decodes those very bytes instead of fetching
-    them again. Every read asks for the object as it was when it was
-    opened (its GCS generation; on S3 the client requires its ETag), so an
-    object replaced meanwhile fails the read instead of mixing the bytes of
-    two objects.
+    Reads pin the object's version (GCS generation, S3 ETag), so a replaced object fails instead of mixing bytes.
     """
 
     def __init__(self, handle: Any) -> None:
@@ -1205,12 +1031,7 @@ class _ObjectFile:
 
 
 def _object_footer(object_file: _ObjectFile) -> tuple[bytes, int] | ValueError:
-    """An object's raw footer as ``_read_raw_footer`` reads it, or its ValueError; its last bytes in one request.
-
-    The footer, its trailer and (in a small object) the magic at the start
-    lie in the last :data:`_FOOTER_WINDOW` bytes, which are fetched at once
-    instead of in three requests.
-    """
+    """An object's raw footer (or the ValueError), from one fetch of its last :data:`_FOOTER_WINDOW` bytes."""
     start = max(object_file.size - _FOOTER_WINDOW, 0)
     object_file.seek(start)
     tail = object_file.read()
@@ -1238,11 +1059,7 @@ class _ObjectParquetFile(pq.ParquetFile):  # type: ignore[misc]
 
 
 def checked_range(path: Location, start: int, end: int) -> tuple[str, bytes | None]:
-    """The SHA-256 of the bytes ``[start, end)`` of a file (read in chunks), or of an object with the bytes.
-
-    An object's range is fetched in one ranged read, and its bytes are
-    returned so that they can be decoded without fetching them again.
-    """
+    """The SHA-256 of bytes ``[start, end)`` of a file; for an object also the bytes, so they are fetched once."""
     if isinstance(path, RemotePath):
         _logger.debug("fetching bytes [%d, %d) of the object %r", start, end, path.fs_path)
         data = read_object_range(path, start, end)
@@ -1262,19 +1079,32 @@ def _raw_footer(path: pathlib.Path) -> tuple[bytes, int] | ValueError:
         return error
 
 
+def _footer_row_groups(path: Location, metadata: Any) -> tuple[dict[bytes, bytes], tuple[int, ...]]:
+    """A footer's key-value metadata and the end row of each of its row groups, whose counts are checked."""
+    try:
+        key_values = metadata.metadata or {}
+        group_rows = [metadata.row_group(index).num_rows for index in range(metadata.num_row_groups)]
+    except (ValueError, pa.ArrowException, OSError) as error:
+        raise _footer_error(path, error) from error
+    negative = next((index for index, rows in enumerate(group_rows) if rows < 0), None)
+    if negative is not None:
+        raise UnreadableParquetError(
+            f"{str(path)!r} is not a readable Parquet file: its footer gives row group {negative} "
+            f"{group_rows[negative]} rows, a negative count: the footer is damaged"
+        )
+    return key_values, tuple(itertools.accumulate(group_rows))
+
+
 def _footer_error(path: Location, error: BaseException) -> BaseException:
     """What to raise where pyarrow cannot read a file's footer, given what pyarrow raised."""
     if isinstance(error, OSError) and not isinstance(error, pa.ArrowException):
         if type(error) is not OSError:  # FileNotFoundError, PermissionError, ...: the file system's word.
             return error
-        # pyarrow's plain OSError for a footer it cannot decode (a damaged
-        # Thrift structure): an OSError as before, and the ValueError
-        # tinax gives for a malformed file.
+        # pyarrow's plain OSError for an undecodable footer: still an OSError, and tinax's ValueError.
         return CorruptParquetError(
             f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
         )
-    # ArrowInvalid (tinax 0.2's error for a file that is not Parquet), pyarrow's
-    # other errors, and the UnicodeDecodeError of a damaged column name.
+    # ArrowInvalid (0.2's error for non-Parquet), other pyarrow errors, a damaged name's UnicodeDecodeError.
     return UnreadableParquetError(
         f"{str(path)!r} is not a readable Parquet file: pyarrow cannot read its footer ({error})"
     )
@@ -1286,13 +1116,7 @@ def _unreadable_file(path: Location, reason: str, *, tinax_format: bool = True) 
 
 
 def _read_error(error: BaseException) -> type[ValueError]:
-    """The class of the error for a row group that cannot be read, given the cause.
-
-    A damaged row group is a ValueError naming the file; where pyarrow
-    refused it (which is what tinax 0.2 let through), it is also pyarrow's
-    type: the plain OSError of a damaged page or a failed page checksum
-    (as is a row group that fails its digest), or ArrowInvalid.
-    """
+    """The error class for an unreadable row group: ValueError, also pyarrow's type where pyarrow refused it."""
     if isinstance(error, CorruptParquetError) or type(error) is OSError:
         return CorruptParquetError
     if isinstance(error, pa.ArrowInvalid):
@@ -1312,15 +1136,9 @@ def _needs_getter(arrow_type: pa.DataType) -> bool:
 
 
 def _in_system_memory(table: pa.Table) -> pa.Table:
-    """A copy of a decoded row group whose buffers come from the system allocator.
+    """A copy of a decoded row group in the system allocator.
 
-    pyarrow's default allocator keeps the memory it frees for reuse, and the
-    cache's long-lived row groups, interleaved with each decode's short-lived
-    buffers, keep that memory fragmented: the process grew to about twice the
-    cached size. In the system allocator the cached buffers sit apart, and an
-    evicted row group's memory goes back to the system; the decode buffers
-    left in pyarrow's allocator are reused by the next decode. The copy costs
-    one memory copy of the decoded bytes.
+    pyarrow's pool fragmented around long-lived cached groups (the process grew to about twice the cache size).
     """
     columns: list[pa.Array | pa.ChunkedArray] = []
     for column in table.columns:

@@ -1,20 +1,10 @@
 """Deterministic, process-aware training and evaluation batches whose iterator states check themselves.
 
-Both pipelines are plain grain ``MapDataset`` chains (seed, shuffle, slice,
-batch, repeat) under one thin dataset that describes them. The chains are the
-ones tinax 0.2 built, call for call, so the same arguments give the same
-batches, in the same order, as 0.2 gave. Iterating the describing dataset
-yields a real ``grain.DatasetIterator`` whose state is the grain state plus
-the description (source identity, row count, seed, shards, batch size, worker
-count), so restoring the state of another pipeline fails with a ValueError
-naming the field that differs instead of silently resuming somewhere else. A
-bare grain state, as tinax 0.2's iterators saved it, carries no description:
-it is handed to grain as it is.
-
-The grain classes behind the pipelines live in ``_checked_datasets``, which
-imports grain at its top: the functions here import it when they run, so
-importing ``tinax.data`` starts neither grain nor what grain imports (JAX,
-Orbax, array-record).
+Both are grain ``MapDataset`` chains built call for call as tinax 0.2 built them
+(same batches, same order), under one thin dataset that describes the pipeline;
+its iterator's state carries that description, so restoring another pipeline's
+state is a ValueError. A bare 0.2 state is handed to grain as it is. The grain
+classes live in ``_checked_datasets``, imported only when a function runs.
 """
 
 from __future__ import annotations
@@ -78,67 +68,44 @@ def training_batches(
 ) -> MapDataset[BatchT]:
     """Builds the deterministic, per-process training batches of a dataset.
 
-    Every process builds the same seeded order of each epoch, truncates it to
-    whole global batches of ``shard_count * batch_size`` rows, takes its own
-    contiguous block and batches it with ``batch_fn``, so all processes run the
-    same number of full steps. The same arguments give bit-identical batches in
-    every run and process, the same as tinax 0.2's. ``shuffle_window`` replaces
-    the global shuffle by a row-group window shuffle for large Parquet files.
-    The iterator's state describes the pipeline, and restoring it into another
-    pipeline is a ValueError; :func:`redeal_state` converts the states of a
-    run for another number of processes. The data user guide's sections "How
-    training batches are built", "Window shuffle for large Parquet files" and
-    "What a restored state must match" give the details.
+    Every process builds the same seeded order of each epoch, truncates it to whole
+    global batches of ``shard_count * batch_size`` rows, takes its own contiguous
+    block and batches it with ``batch_fn``: all processes run the same number of
+    steps, with batches identical to tinax 0.2's. The iterator state describes the
+    pipeline; :func:`redeal_state` converts states for another number of processes.
+    See the data guide, "How training batches are built", "Window shuffle for large
+    Parquet files" and "What a restored state must match".
 
     Args:
-      dataset: A finite ``grain.MapDataset`` holding one epoch of rows. When
-        its data source has a ``source_id`` (an :class:`InMemorySource`, a
-        tinax record reader, a split of one, or any data source with that
-        attribute), iterator states record it and restores check it.
-      shard_options: This process's shard, for example
-        ``grain.sharding.ShardByJaxProcess(drop_remainder=True)`` (built after
-        ``jax.distributed.initialize``) or
-        ``grain.sharding.ShardOptions(shard_index, shard_count,
-        drop_remainder=True)``. ``drop_remainder`` must be True: every
-        process must run the same number of steps.
-      seed: The shuffle seed, an int. Required even when ``shuffle`` is False;
-        when shuffling, grain requires it to be non-negative.
-      shuffle: Whether to shuffle each epoch. False keeps dataset order, the
-        same in every epoch.
-      num_epochs: A positive number of passes over the dataset, or None to
-        repeat forever.
-      batch_size: The number of rows per batch on this process, at least 1.
-      batch_fn: Called with the list of a batch's rows; its return value is
-        the batch. It must be picklable (a module-level function, for
-        example) to be used with worker processes.
-      shuffle_window: None (the default) for the global shuffle, or the
-        number of row groups per window of the window shuffle (each epoch
-        shuffles the order of the row groups, then the rows within each
-        window of that many row groups). It needs ``shuffle=True`` and a ``dataset`` that
-        :func:`read_parquet_record` returned (its row groups are the blocks).
+      dataset: A finite ``grain.MapDataset`` of one epoch of rows; a ``source_id``
+        on its data source is recorded in states and checked on restore.
+      shard_options: This process's shard, such as
+        ``grain.sharding.ShardByJaxProcess(drop_remainder=True)``;
+        ``drop_remainder`` must be True.
+      seed: The shuffle seed, an int (required even without shuffling;
+        non-negative when shuffling).
+      shuffle: Whether to shuffle each epoch; False keeps dataset order.
+      num_epochs: A positive number of passes, or None to repeat forever.
+      batch_size: The rows per batch on this process, at least 1.
+      batch_fn: Turns the list of a batch's rows into the batch; picklable for
+        worker processes.
+      shuffle_window: None for the global shuffle, or the row groups per window of
+        the window shuffle (needs ``shuffle=True`` and a dataset
+        :func:`read_parquet_record` returned).
 
     Returns:
-      A random-access ``grain.MapDataset`` of batches. Its length is the
-      number of batches; with ``num_epochs=None`` it is effectively infinite
-      (grain reports ``sys.maxsize``).
+      A random-access ``grain.MapDataset`` of batches (length ``sys.maxsize`` with
+      ``num_epochs=None``).
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
-        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
-        non-int or non-bool fields), ``seed``, ``num_epochs`` or
-        ``batch_size`` is not an int (bools included), ``shuffle`` is not a
-        bool, or ``batch_fn`` is not callable.
-      ValueError: If ``shard_options.drop_remainder`` is not True,
-        ``num_epochs`` or ``batch_size`` is below 1, ``num_epochs`` times the
-        batches of one epoch reaches ``sys.maxsize`` (more batches than grain
-        can count, a :class:`TooManyBatchesError`, also the OverflowError
-        tinax 0.2 raised on ``len()``; the message gives the largest
-        ``num_epochs``), ``dataset`` is infinite
-        (not one finite epoch), it holds fewer rows than one global batch,
-        ``shuffle`` is True and ``seed`` is negative, or ``dataset`` cannot be
-        batched (grain refuses to batch after a ``filter``); or
-        ``shuffle_window`` is below 1, given with ``shuffle=False``, or given
-        for a dataset that is not a Parquet reader's.
+      TypeError: If an argument has the wrong type (bools are not ints) or
+        ``batch_fn`` is not callable.
+      ValueError: If ``drop_remainder`` is not True, ``num_epochs`` or
+        ``batch_size`` is below 1, the batches reach ``sys.maxsize`` (a
+        :class:`TooManyBatchesError`, also an OverflowError as in 0.2), the
+        dataset is infinite, smaller than one global batch or cannot be batched,
+        ``seed`` is negative while shuffling, or ``shuffle_window`` is invalid
+        (below 1, without shuffling, or not over a Parquet reader).
 
     Examples:
       >>> import grain
@@ -153,9 +120,42 @@ def training_batches(
       >>> list(batches)  # rows 8 and 9 do not fill a batch
       [[0, 1, 2, 3], [4, 5, 6, 7]]
     """
-    # The checks run in tinax 0.2's order, so that a call with several bad
-    # arguments fails with the same exception type; after an argument 0.2
-    # refused and 0.3 accepts (a NumPy integer), a later refusal is both types.
+    shard, seed, batch_size, num_epochs, total, row_slices = _checked_training_arguments(
+        dataset, shard_options, seed, shuffle, num_epochs, batch_size, batch_fn
+    )
+    ordered, order, shuffle_window = _epoch_order(dataset, seed, shuffle, shuffle_window)
+    batched = _epoch_batches(dataset, ordered, row_slices, seed, order, batch_size, batch_fn, num_epochs).repeat(
+        num_epochs, reseed_each_epoch=True
+    )
+    description = {
+        "kind": "training_batches",
+        "source_id": find_source_id(dataset),
+        "num_rows": total,
+        "seed": seed,
+        "shuffle": shuffle,
+        **shard,
+        "batch_size": batch_size,
+    }
+    if shuffle_window is not None:
+        # Only then: the states of the default pipeline stay 0.2's and 0.3's.
+        description["shuffle_window"] = shuffle_window
+    _describe_files(description, dataset)
+    from tinax._data._checked_datasets import CheckedMapDataset, EpochRows
+
+    return CheckedMapDataset(
+        batched,
+        in_process_description(description),
+        default_read_options=_default_read_options(dataset, batch_fn),
+        epoch_rows=EpochRows(ordered, batch_fn),
+    )
+
+
+def _checked_training_arguments(
+    dataset: Any, shard_options: Any, seed: int, shuffle: bool, num_epochs: int | None, batch_size: int, batch_fn: Any
+) -> tuple[dict[str, Any], int, int, int | None, int, tuple[slice, slice]]:
+    """Checks training_batches's arguments; returns them checked, the row count and this shard's row slices."""
+    # Checks in 0.2's order, so several bad arguments fail with 0.2's type; after a NumPy integer
+    # (0.2 refused it, 0.3 accepts it), a later refusal is both types.
     widened = _widened(shard_options, batch_size, seed, num_epochs)
     with reported_as_both(widened):
         _require_dataset(dataset)
@@ -182,8 +182,7 @@ def training_batches(
 
         per_shard = usable // shard["shard_count"]
         start = shard["shard_index"] * per_shard
-        # grain's lengths are index-sized ints, and it reserves sys.maxsize for an
-        # endless repeat: more batches than that overflow inside grain.
+        # grain reserves sys.maxsize for an endless repeat: more batches overflow inside grain.
         epoch_batches = per_shard // batch_size
         if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
             limit = (sys.maxsize - 1) // epoch_batches
@@ -192,35 +191,49 @@ def training_batches(
                 f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
                 f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"
             )
-        # grain's shuffle refuses a negative seed; 0.2 met that refusal here,
-        # after every other check.
+        # grain's shuffle refuses a negative seed; 0.2 met that refusal after every other check.
         if shuffle and seed < 0:
             fail_value("seed", "a non-negative int when shuffling", seed)
+        return shard, seed, batch_size, num_epochs, total, (slice(0, usable), slice(start, start + per_shard))
+
+
+def _epoch_order(dataset: Any, seed: int, shuffle: bool, window: int | None) -> tuple[Any, str, int | None]:
+    """Checks ``shuffle_window``; returns the seeded epoch's rows in order, the order's kind and the window."""
     blocks = None
-    if shuffle_window is not None:
-        shuffle_window = require_positive_int(shuffle_window, "shuffle_window")
+    if window is not None:
+        window = require_positive_int(window, "shuffle_window")
         if not shuffle:
-            fail_value("shuffle_window", "None when shuffle is False", shuffle_window)
+            fail_value("shuffle_window", "None when shuffle is False", window)
         blocks = _row_group_ends(dataset)
-    from tinax._data._checked_datasets import CheckedMapDataset, EpochRows, WindowShuffleMapDataset
-    from tinax._data._direct_reads import DirectBatchMapDataset
-    from tinax._data._planned_reads import batch_positions
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._checked_datasets import WindowShuffleMapDataset
 
     ordered = dataset.seed(seed)
     if blocks is not None:
-        assert shuffle_window is not None
-        ordered = WindowShuffleMapDataset(ordered, seed=seed, block_ends=blocks, window=shuffle_window)
-    elif shuffle:
-        ordered = ordered.shuffle()
-    row_slices = (slice(0, usable), slice(start, start + per_shard))
-    rows = ordered.slice(row_slices[0]).slice(row_slices[1])
-    # grain's own batch, reading each batch's rows with one call down the chain;
-    # under the global shuffle of a Parquet reader, from reads planned ahead.
-    batches = None
-    if shuffle and blocks is None:
-        from tinax._data._planned_reads import shuffled_batches
+        assert window is not None
+        return WindowShuffleMapDataset(ordered, seed=seed, block_ends=blocks, window=window), "window", window
+    if shuffle:
+        return ordered.shuffle(), "shuffle", window
+    return ordered, "none", window
 
+
+def _epoch_batches(
+    dataset: Any,
+    ordered: Any,
+    row_slices: tuple[slice, slice],
+    seed: int,
+    order: str,
+    batch_size: int,
+    batch_fn: Any,
+    num_epochs: int | None,
+) -> Any:
+    """One epoch's batches of this shard's rows: grain's own batch, one read call per batch."""
+    from tinax._data._direct_reads import DirectBatchMapDataset
+    from tinax._data._planned_reads import batch_positions, shuffled_batches
+    from tinax._data._reader_datasets import record_source_of
+
+    rows = ordered.slice(row_slices[0]).slice(row_slices[1])
+    if order == "shuffle":
+        # Planned reads under a Parquet reader's global shuffle.
         batches = shuffled_batches(
             dataset,
             ordered,
@@ -231,37 +244,12 @@ def training_batches(
             batch_fn=batch_fn,
             num_epochs=num_epochs,
         )
-    if batches is None:
-        # grain's own batch, each batch's rows read from the source at positions computed at once.
-        order = "none" if not shuffle else "window" if blocks is not None else "shuffle"
-        positions = batch_positions(dataset, ordered, rows, seed=seed, row_slices=row_slices, order=order)
-        batches = DirectBatchMapDataset(
-            rows,
-            batch_size,
-            drop_remainder=True,
-            batch_fn=batch_fn,
-            positions=positions,
-            source=record_source_of(dataset),
-        )
-    batched = batches.repeat(num_epochs, reseed_each_epoch=True)
-    description = {
-        "kind": "training_batches",
-        "source_id": find_source_id(dataset),
-        "num_rows": total,
-        "seed": seed,
-        "shuffle": shuffle,
-        **shard,
-        "batch_size": batch_size,
-    }
-    if shuffle_window is not None:
-        # Only then: the states of the default pipeline stay 0.2's and 0.3's.
-        description["shuffle_window"] = shuffle_window
-    _describe_files(description, dataset)
-    return CheckedMapDataset(
-        batched,
-        in_process_description(description),
-        default_read_options=_default_read_options(dataset, batch_fn),
-        epoch_rows=EpochRows(ordered, batch_fn),
+        if batches is not None:
+            return batches
+    # Each batch's rows read from the source at positions computed at once.
+    positions = batch_positions(dataset, ordered, rows, seed=seed, row_slices=row_slices, order=order)
+    return DirectBatchMapDataset(
+        rows, batch_size, drop_remainder=True, batch_fn=batch_fn, positions=positions, source=record_source_of(dataset)
     )
 
 
@@ -274,39 +262,27 @@ def evaluation_batches(
 ) -> MapDataset[BatchT]:
     """Builds this process's evaluation batches: every row once, in order.
 
-    The dataset is cut into ``shard_count`` contiguous blocks whose sizes
-    differ by at most one row (the first ``n % shard_count`` blocks hold one
-    more), and this process batches block ``shard_index`` in order with
-    ``batch_fn``. It never shuffles, repeats, pads or drops: the last batch
-    holds the remaining rows, possibly fewer than ``batch_size``, and a block
-    without rows gives no batches. Processes may therefore run different
-    numbers of steps; read in process order, the blocks are the dataset.
-
-    Iteration, iterator state, Orbax saving and the restore checks work as for
-    :func:`training_batches` (the checked fields are the source identity, row
-    count, shard index and count, batch size and worker count).
+    The dataset is cut into ``shard_count`` contiguous blocks differing by at most
+    one row (the first ``n % shard_count`` hold one more), and this process batches
+    its block in order. Nothing is shuffled, repeated, padded or dropped: the last
+    batch may be short and an empty block gives no batches, so processes may run
+    different numbers of steps. States and restore checks work as for
+    :func:`training_batches`.
 
     Args:
-      dataset: A finite ``grain.MapDataset`` of the rows to evaluate; see
-        :func:`training_batches` for source identities.
-      shard_options: This process's shard. ``drop_remainder`` must be False:
-        evaluation sees every row.
-      batch_size: The number of rows per batch, at least 1.
-      batch_fn: Called with the list of a batch's rows; its return value is
-        the batch.
+      dataset: A finite ``grain.MapDataset`` of the rows to evaluate.
+      shard_options: This process's shard; ``drop_remainder`` must be False.
+      batch_size: The rows per batch, at least 1.
+      batch_fn: Turns the list of a batch's rows into the batch.
 
     Returns:
-      A random-access ``grain.MapDataset`` of ``ceil(block rows /
-      batch_size)`` batches.
+      A random-access ``grain.MapDataset`` of ``ceil(block rows / batch_size)`` batches.
 
     Raises:
-      TypeError: If ``dataset`` is not a ``grain.MapDataset``,
-        ``shard_options`` is not a ``grain.sharding.ShardOptions`` (or holds
-        non-int or non-bool fields), ``batch_size`` is not an int (bools
-        included), or ``batch_fn`` is not callable.
-      ValueError: If ``shard_options.drop_remainder`` is not False,
-        ``batch_size`` is below 1, ``dataset`` is infinite, or it cannot be
-        batched (grain refuses to batch after a ``filter``).
+      TypeError: If an argument has the wrong type (bools are not ints) or
+        ``batch_fn`` is not callable.
+      ValueError: If ``drop_remainder`` is not False, ``batch_size`` is below 1, or
+        the dataset is infinite or cannot be batched (as after a ``filter``).
 
     Examples:
       >>> import grain
@@ -436,16 +412,7 @@ def shard_options_fields(shard_options: object) -> dict[str, Any]:
 
 
 def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
-    """Returns the description of the tinax pipeline under a grain dataset, if any.
-
-    Args:
-      dataset: A grain ``MapDataset`` or ``IterDataset``.
-
-    Returns:
-      A copy of the description of the nearest pipeline dataset made by
-      :func:`training_batches` or :func:`evaluation_batches` on the way down
-      ``dataset``'s parents, or None if there is none.
-    """
+    """A copy of the description of the nearest tinax pipeline among a dataset's parents, or None."""
     from tinax._data._checked_datasets import CheckedIterDataset, CheckedMapDataset
 
     pending: list[Any] = [dataset]

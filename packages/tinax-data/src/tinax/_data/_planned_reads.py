@@ -1,35 +1,10 @@
 """Planned reads: the rows of the batches ahead, read row group by row group in file order.
 
-A global shuffle asks for rows all over the file, batch after batch. Each
-batch then touches a few rows of many row groups: from the cache, the cost
-is taking a row or two out of each of them; past the cache, every few rows
-decode a whole row group again. Yet the order is known before the first
-batch: it is a pure function of the seed and the epoch, and grain's own
-datasets compute it.
-
-:class:`PlannedBatchMapDataset` is grain's batch over a pipeline's rows (it
-replaces tinax's bulk batch, node for node) with a :class:`ReadPlanner`.
-Once batches are read one after another (every batch ``stride`` rows after
-the one before, as grain's iterator reads them, or each worker process its
-own share; the first read of a process is taken to be the first of one
-process's batches), the planner computes the source positions of a window
-of batches ahead through a twin of the pipeline's datasets over positions
-instead of records (the same grain classes, seeds and slices, so the same
-positions), reads all their rows at once, each row group decoded once for
-the window in file order (:func:`read_window`), and serves the window's
-batches from that table. The batches, their order, lengths, random access,
-iterator states and re-deals are those of the pipeline without a plan: only
-where the rows are fetched from changes. Any read the window does not hold (random access, a batch a
-slow thread asks for late, a window that could not be read) is read the
-usual way, so errors come at the batch, and with the message, they always
-came with.
-
-Windows grow fourfold from one batch to the most rows the source's cache
-allows (see :func:`window_rows`), so the first batch comes as soon as before.
-Past the cache, a window takes the cache's place, within its budget.
-
-This module imports grain; instances pickle by reference to it, and a
-worker process's copy plans its own reads.
+A global shuffle's order is known in advance (seed and epoch), so
+:class:`ReadPlanner` computes a window of batches' source positions through a
+position twin of the pipeline (same grain classes and seeds) and decodes each
+row group once per window. Batches, states and errors are unchanged: reads the
+window does not hold go the usual way. Windows grow fourfold up to the cache budget.
 """
 
 from __future__ import annotations
@@ -38,7 +13,7 @@ import collections
 import ctypes
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -128,24 +103,9 @@ def _seed_sequence_words(seed: int, count: int) -> list[int]:
 def shuffled_indices(
     indices: np.ndarray[Any, Any], *, max_index: int, seed: int, rounds: int = 4
 ) -> np.ndarray[Any, Any]:
-    """Computes grain's ``index_shuffle`` of many indices at once with NumPy, bit for bit.
+    """Computes grain's ``index_shuffle`` of many indices at once with NumPy, bit for bit (as int64).
 
-    grain permutes ``[0, max_index]`` with a small Simon-like Feistel cipher
-    over the fewest even number of bits (at least 16) that holds
-    ``max_index``, keyed by ``std::seed_seq{seed}``, and walks the cycle
-    until a value falls in range. Called once per index from Python, that
-    costs more than reading the row; here each step runs over the whole
-    array. The planner checks samples against grain's own function before
-    it trusts this one.
-
-    Args:
-      indices: Indices in ``[0, max_index]``, any integer dtype.
-      max_index: The largest index of the permutation.
-      seed: The permutation's seed, below 2**32.
-      rounds: The cipher's rounds (grain's shuffle uses 4).
-
-    Returns:
-      The permuted indices, as int64.
+    Feistel cipher over at least 16 even bits, cycle-walked into range; samples are checked against grain's.
     """
     if max_index == 0:
         return np.zeros(len(indices), dtype=np.int64)
@@ -181,9 +141,7 @@ def shuffled_indices(
     values = np.asarray(indices).astype(word)
     limit = word(max_index)
     if bits <= _TABLE_BITS:
-        # A small range sits in a domain of at least 2**16 values, so a walk takes about 2**16 / max_index
-        # steps. Over the whole domain at once, the first value in range after each one is found by
-        # doubling how far each pointer reaches: bits + 1 passes over the table instead of a walk per index.
+        # A small range in a 2**16 domain would walk long: pointer doubling finds the next in-range value instead.
         cipher = encrypt(np.arange(1 << bits, dtype=word)).astype(np.int64)
         reach = np.where(np.arange(1 << bits) <= max_index, np.arange(1 << bits), cipher)
         for _ in range(bits + 1):
@@ -202,21 +160,9 @@ def shuffled_indices(
 
 
 class VectorPositions:
-    """The source positions a position twin (slices over an order over a source) gives, with NumPy.
+    """The source positions a position twin (slices over an order over a source) gives, on arrays.
 
-    grain maps an index through each node one Python int at a time; a
-    window of a few hundred thousand rows would cost more in those ints than
-    in reading the rows. This computes the same map on arrays: a slice's
-    ``start + offset * step + epoch * parent_length``, then the order's:
-    grain's shuffle (:func:`shuffled_indices` per epoch), the window shuffle
-    (its plan per epoch), or none; then the source's modulo.
-
-    Args:
-      slices: The twin's slice datasets, outermost first.
-      ordered: The dataset under the slices: the seeded source, grain's
-        shuffle of it, or the window shuffle of it.
-      order: Which of the three ``ordered`` is: ``"none"``, ``"shuffle"``
-        or ``"window"``.
+    grain maps one Python int at a time, which would cost more than reading the rows.
     """
 
     def __init__(self, slices: Sequence[Any], ordered: Any, order: str = "shuffle") -> None:
@@ -247,12 +193,7 @@ class VectorPositions:
         return values
 
     def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
-        """The source positions of the indices ``range(start, stop)`` of the outermost dataset.
-
-        Returns:
-          The positions, as a ``range`` where they are consecutive (a batch
-          read in order), else as an array.
-        """
+        """Source positions of outer indices ``range(start, stop)``: a ``range`` where consecutive, else an array."""
         if self._order == "none" and stop - start > 0:
             # Consecutive indices map to consecutive positions unless they cross an epoch of a
             # slice (the ends are then further apart than the rows) or of the source.
@@ -288,11 +229,7 @@ class VectorPositions:
 
 
 def _vector_positions(twin: Any, ordered: Any, slices: Sequence[Any], order: str = "shuffle") -> Any:
-    """:class:`VectorPositions` of ``twin``, where it agrees with grain's own map on a sample, else ``twin``.
-
-    The two are compared on indices spread over two epochs; should a grain
-    release ever map indices otherwise, grain's own datasets stay.
-    """
+    """:class:`VectorPositions` of ``twin`` where it matches grain's own map on a two-epoch sample, else ``twin``."""
     try:
         vector = VectorPositions(slices, ordered, order)
     except ValueError:
@@ -331,13 +268,7 @@ class _Window:
 
 
 class _WindowAhead:
-    """A planner's next window, read in a thread of its own while the batches of the current one are served.
-
-    The thread reads one window and ends; what it reads is the window the
-    planner would read itself when the batches reach it, so a window that
-    cannot be read is None here too (its batches are then read the usual
-    way, raising where they always raised).
-    """
+    """A planner's next window, read in a thread of its own while the current one is served (None if unreadable)."""
 
     def __init__(self, planner: ReadPlanner, starts: list[int], stride: int, length: int, batches: int) -> None:
         self._first = starts[0]
@@ -368,9 +299,7 @@ class _WindowAhead:
         return self._window
 
 
-#: The rows of a window's piece: its rows are copied out of the row groups in
-#: file order and joined piece by piece, so that the taken rows and their
-#: joined copy are never both whole, and a batch's rows span few pieces.
+#: The rows of a window's piece: joined piece by piece, so taken rows and their copy are never both whole.
 _PIECE_ROWS = 1 << 15
 #: What a planned row costs besides its decoded bytes while its window is
 #: read and held: its position, its place in file order, its row in the window.
@@ -380,13 +309,7 @@ _INDEX_BYTES_PER_ROW = 32
 def window_rows(source: Any) -> int:
     """The most rows a planned window over ``source`` takes.
 
-    Where the decoded file fits the cache, its row groups stay cached and
-    the window is small: it only saves taking rows from each row group for
-    every batch. Past the cache, the windows take the cache's place (see
-    :func:`read_window`): two are held at once (the one served and the one
-    read ahead), so each gets half of what the budget leaves once the row
-    groups the reader's ``decode_threads`` decode at once beyond the first
-    are counted.
+    Small where the file fits the cache; past it, two windows share what the budget leaves beside decode threads.
     """
     if not past_cache(source):
         return _PIECE_ROWS
@@ -422,12 +345,7 @@ class _Pieces:
         return records
 
     def stacked(self, rows: np.ndarray[Any, Any]) -> dict[str, Any]:
-        """The fields of ``rows`` of the window, stacked as ``stack_records`` stacks their records.
-
-        Raises:
-          ValueError: Where a field does not stack column-wise (the caller
-            reads the batch the usual way then).
-        """
+        """The fields of ``rows`` stacked as ``stack_records`` would; ValueError where one cannot stack by column."""
         which = np.searchsorted(self._ends, rows, side="right")
         order = np.argsort(which, kind="stable")
         cuts = np.flatnonzero(np.diff(which[order])) + 1
@@ -451,17 +369,7 @@ def _make_room(source: Any) -> bool:
 def _row_group_runs(
     ends: np.ndarray[Any, Any], positions: np.ndarray[Any, Any]
 ) -> tuple[np.ndarray[Any, Any], list[tuple[int, int, int]]]:
-    """The order that sorts ``positions`` by row group (stably), and each row group's run of that order.
-
-    Args:
-      ends: The position after each row group.
-      positions: Valid record positions.
-
-    Returns:
-      ``order``, and ``(row group, first, last)`` for each row group some
-      positions fall in, in file order: ``positions[order[first:last]]`` are
-      its positions, in the order ``positions`` gives them.
-    """
+    """A stable order sorting ``positions`` by row group, and ``(group, first, last)`` runs of it in file order."""
     groups = np.searchsorted(ends, positions, side="right")
     order = np.argsort(groups, kind="stable")
     if not len(order):
@@ -476,20 +384,9 @@ def _row_group_runs(
 def _by_row_group(
     source: Any, positions: np.ndarray[Any, Any], *, past: bool
 ) -> tuple[np.ndarray[Any, Any], Iterator[tuple[Any, np.ndarray[Any, Any]]]]:
-    """The row groups that hold some positions, in file order, each read when its turn comes.
+    """The sorting order of ``positions``, and an iterator of (row group, its rows) in file order.
 
-    Args:
-      source: A ``ParquetRecordSource``.
-      positions: Valid record positions.
-      past: Whether the file is past the cache: each row group is then
-        decoded afresh, outside the cache; else read through it.
-
-    Returns:
-      The order that sorts ``positions`` by row group (stably), and an
-      iterator of each row group with the rows of it that ``positions`` hold,
-      in that order. A row group is read under the reader's lock, so other
-      readers take turns with the window; once shutdown starts, a thread that
-      reads windows ahead stops before the next one.
+    Each is read under the reader's lock when its turn comes (afresh if ``past``); shutdown stops it.
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order, runs = _row_group_runs(ends, positions)
@@ -511,29 +408,9 @@ def _by_row_group(
 
 
 def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
-    """Reads the records at many positions of a Parquet reader, each row group once, in file order.
+    """Reads the records at many positions, each row group once, in file order; returns a table and its rows.
 
-    Where the decoded file fits the cache, row groups are read through it.
-    Past the cache, the window takes the cache's place: the cache is emptied, and its memory handed back to
-    the system, before the first row group is decoded; each row group's
-    rows are taken out of it before the next is decoded, and joined piece
-    by piece; what the reads freed goes back to the system once the window
-    is read. The window then holds at most its rows (:func:`window_rows`
-    sizes it) and the process grows by the cache budget or the window, not
-    both.
-
-    Args:
-      source: A ``ParquetRecordSource``.
-      positions: Valid record positions (non-negative, below the count).
-
-    Returns:
-      A table whose ``records(rows[i:j])`` are the records of
-      ``positions[i:j]``, and those ``rows``.
-
-    Raises:
-      ValueError: As indexing would, for a row group that cannot be read;
-        or pyarrow's errors, for a column it cannot take rows of. The caller
-        then reads the same records the usual way.
+    Past the cache, the window replaces the emptied cache; an error makes the caller read the usual way.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -577,12 +454,7 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
 
 
 class _StackedWindow:
-    """A window's rows as stacked fields, in the order the batches ask for them (a table's ``stacked``).
-
-    Each field is an array of the window's rows, or, where the dtype of its
-    batches depends on their rows (see ``_RowGroup.window_fields``), the list
-    of its values, stacked batch by batch.
-    """
+    """A window's rows as stacked fields (or value lists where batch dtypes depend on rows), in batch order."""
 
     def __init__(self, columns: dict[str, np.ndarray[Any, Any] | list[Any]]) -> None:
         self._columns = columns
@@ -602,28 +474,9 @@ class _StackedWindow:
 
 
 def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
-    """Reads the fields at many positions of a Parquet reader as stacked arrays, each row group once.
+    """:func:`read_window` for batches of ``stack_records``: one array per field, in the order of ``positions``.
 
-    The counterpart of :func:`read_window` for batches of ``stack_records``:
-    each row group gives the stacked fields of its rows (taken out of its
-    decoded columns, in file order), and the window joins them into one
-    array per field in the order of ``positions``, so that a batch is a slice
-    of it. Past the cache, the cache is emptied first, and several threads
-    (the reader's ``decode_threads``) each decode a row group, copy its rows into
-    their places in the window's arrays and let it go before the next.
-
-    Args:
-      source: A ``ParquetRecordSource``.
-      positions: Valid record positions (non-negative, below the count).
-
-    Returns:
-      A table whose ``stacked(rows[i:j])`` are the stacked fields of
-      ``positions[i:j]``, and those ``rows``.
-
-    Raises:
-      ValueError: For a row group that cannot be read, or a field that does
-        not stack column-wise. The caller then reads the batches the usual
-        way, which stacks them or raises as it always did.
+    Past the cache, ``decode_threads`` threads copy rows straight in; a ValueError means read the usual way.
     """
     past = _make_room(source)
     try:
@@ -644,18 +497,9 @@ class _UnlikePartsError(ValueError):
 
 
 def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
-    """The stacked fields at ``positions``, past the cache, decoded by the reader's ``decode_threads`` threads.
+    """The stacked fields at ``positions``, past the cache, decoded by ``decode_threads`` threads.
 
-    Each thread opens the file itself, takes the next row group the
-    positions touch, decodes it outside the reader's lock, and copies the
-    rows it gives straight into their places in one array per field, which
-    the first row group read sizes. The arrays are those the parts joined
-    by :func:`_stacked_in_parts` would give, without holding the parts too.
-
-    Raises:
-      _UnlikePartsError: Where a field does not come as arrays of one dtype and
-        row shape from every row group (the caller joins parts then).
-      ValueError: For a row group that cannot be read.
+    Rows are copied into arrays sized by the first row group; ``_UnlikePartsError`` sends the caller to join parts.
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order, runs = _row_group_runs(ends, positions)
@@ -663,23 +507,6 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
     lock = threading.Lock()
     columns: dict[str, np.ndarray[Any, Any]] = {}
     failures: list[BaseException] = []
-
-    def place(fields: dict[str, Any], slots: np.ndarray[Any, Any]) -> None:
-        with lock:
-            if not columns:
-                for name, values in fields.items():
-                    if not isinstance(values, np.ndarray):
-                        raise _UnlikePartsError(name)
-                    columns[name] = np.empty((len(positions), *values.shape[1:]), dtype=values.dtype)
-        if list(fields) != list(columns):
-            raise _UnlikePartsError("fields")
-        for name, values in fields.items():
-            column = columns[name]
-            if not isinstance(values, np.ndarray) or values.dtype != column.dtype:
-                raise _UnlikePartsError(name)
-            if values.shape[1:] != column.shape[1:]:
-                raise _UnlikePartsError(name)
-            column[slots] = values
 
     def decode() -> None:
         parquet_file = None
@@ -700,7 +527,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
                 fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
                 # Let go before the next one is decoded: one decoded row group per thread.
                 del group
-                place(fields, slots)
+                _place_fields(columns, lock, fields, slots, len(positions))
                 del fields
         except BaseException as error:  # Raised again by the window's thread, which the pipeline's catches.
             failures.append(error)
@@ -708,21 +535,48 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
             if parquet_file is not None:
                 parquet_file.close()
 
-    count = source.decode_threads()
-    threads = [
-        threading.Thread(target=decode, name=f"{WINDOW_THREAD_PREFIX}-decode-{index}") for index in range(count - 1)
-    ]
-    for thread in threads:
-        thread.start()
-    decode()  # The window's own thread decodes too.
-    for thread in threads:
-        thread.join()
+    _run_in_threads(decode, source.decode_threads())
     if failures:
         unlike = [failure for failure in failures if isinstance(failure, _UnlikePartsError)]
         raise unlike[0] if unlike else failures[0]
     if not columns:
         raise ValueError("no rows to read")
     return columns
+
+
+def _place_fields(
+    columns: dict[str, np.ndarray[Any, Any]],
+    lock: threading.Lock,
+    fields: dict[str, Any],
+    slots: np.ndarray[Any, Any],
+    rows: int,
+) -> None:
+    """Copies a row group's fields into the window's ``rows``-long columns, which the first call makes."""
+    with lock:
+        if not columns:
+            for name, values in fields.items():
+                if not isinstance(values, np.ndarray):
+                    raise _UnlikePartsError(name)
+                columns[name] = np.empty((rows, *values.shape[1:]), dtype=values.dtype)
+    if list(fields) != list(columns):
+        raise _UnlikePartsError("fields")
+    for name, values in fields.items():
+        column = columns[name]
+        if not isinstance(values, np.ndarray) or values.dtype != column.dtype or values.shape[1:] != column.shape[1:]:
+            raise _UnlikePartsError(name)
+        column[slots] = values
+
+
+def _run_in_threads(work: Callable[[], None], count: int) -> None:
+    """Runs ``work`` in ``count - 1`` decode threads and in this one, and waits for them all."""
+    threads = [
+        threading.Thread(target=work, name=f"{WINDOW_THREAD_PREFIX}-decode-{index}") for index in range(count - 1)
+    ]
+    for thread in threads:
+        thread.start()
+    work()
+    for thread in threads:
+        thread.join()
 
 
 def _stacked_in_parts(
@@ -763,14 +617,7 @@ def _stacked_in_parts(
 
 
 def _return_freed_memory() -> None:
-    """Hands the memory the reads freed back to the system: pyarrow's allocator's, and the C library's.
-
-    A window's rows live in the system allocator (as the cache's row groups
-    do, see ``tinax._data._parquet_source``), and glibc keeps what it frees
-    for reuse, so a window built after the cache was emptied grew the
-    process by both; ``malloc_trim`` returns it. pyarrow's own allocator
-    keeps the decodes' memory likewise.
-    """
+    """Hands memory freed by the reads back to the system (pyarrow's pool, and glibc via ``malloc_trim``)."""
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
@@ -783,14 +630,9 @@ _C_LIBRARY = ctypes.CDLL(None) if sys.platform.startswith("linux") else None
 
 
 class ReadPlanner:
-    """Plans the reads of a pipeline's batches ahead, in one process (see the module docstring).
+    """Plans the reads of a pipeline's batches ahead, in one process.
 
-    Args:
-      positions: The twin of the pipeline's rows dataset: ``read_many`` of
-        it gives the source positions the rows dataset reads.
-      source: The record source under the pipeline (a Parquet reader).
-      limit: The row indices the batches read stay below (the rows dataset's
-        length times the epochs, or ``sys.maxsize`` for an endless repeat).
+    ``positions`` is the rows' position twin; ``limit`` bounds row indices (``sys.maxsize`` when endless).
     """
 
     def __init__(self, positions: Any, source: Any, *, limit: int, stacked: bool = False) -> None:
@@ -822,10 +664,7 @@ class ReadPlanner:
         self._start_process()
 
     def read(self, items: range, *, stacked: bool = False) -> Any:
-        """The records of one batch's rows from a planned window, or None to read them the usual way.
-
-        With ``stacked``, the rows come as :class:`StackedColumns` instead.
-        """
+        """One batch's records from a planned window (:class:`StackedColumns` with ``stacked``), or None."""
         start, length = items.start, len(items)
         if length == 0 or items.step != 1:
             return None
@@ -854,9 +693,7 @@ class ReadPlanner:
             stride: int = window.stride
             continues = steady = True
         elif self._last_start is None:
-            # The first read: planned alone, as the batches of one process
-            # follow each other (``stride`` is confirmed, or not, by the next
-            # read), so that a pass past the cache never fills the cache.
+            # The first read is planned alone (the next confirms ``stride``), so a pass past the cache never fills it.
             stride, continues, steady = length, False, True
         else:
             stride = start - self._last_start
@@ -893,27 +730,14 @@ class ReadPlanner:
         return self._window
 
     def _growth(self, batches: int, most: int) -> int:
-        """The batches of the window after one of ``batches``.
-
-        Windows grow fourfold where the file fits the cache, so the first
-        batches come soon. Past it, a shuffled window decodes most of the
-        file's row groups whatever its size, so every window after the first
-        takes the most batches the budget allows.
-        """
+        """The batches of the window after one of ``batches``: fourfold in cache, the budget's most past it."""
         return most if past_cache(self._source) else batches * _GROWTH
 
     def _window_starts(self, start: int, stride: int, length: int, batches: int) -> list[int]:
         return [start + stride * step for step in range(batches) if start + stride * step + length <= self._limit]
 
     def _read_ahead(self, window: _Window) -> None:
-        """Starts reading the window after ``window`` in a thread of its own (called with the lock held).
-
-        The pipeline's thread then only takes batches out of windows: the
-        shuffle's positions and the row groups' rows of the next window are
-        computed meanwhile, mostly outside the interpreter lock (NumPy and
-        pyarrow release it). Two windows are held at once, each within the
-        half of the budget :func:`window_rows` gives it.
-        """
+        """Starts reading the window after ``window`` in its own thread (lock held)."""
         # Several windows ahead where the file fits the cache (each a few thousand rows, read on cores of
         # their own); past it, one, so that the two held at once stay within the budget.
         wanted = 1 if past_cache(self._source) else _WINDOWS_AHEAD
@@ -1058,16 +882,7 @@ def shuffled_batches(
 ) -> PlannedBatchMapDataset | None:
     """The planned batches of a globally shuffled training pipeline over a Parquet reader, or None.
 
-    Args:
-      dataset: The pipeline's dataset; planned only where it is the dataset
-        ``read_parquet_record`` returned.
-      ordered: The pipeline's ``dataset.seed(seed).shuffle()``.
-      rows: The pipeline's rows: ``ordered`` cut by ``row_slices``.
-      seed: The pipeline's seed.
-      row_slices: The slices that cut ``ordered`` into ``rows``, in turn.
-      batch_size: The rows of a batch.
-      batch_fn: The batch function.
-      num_epochs: The pipeline's epochs (None: endless).
+    Only where ``dataset`` is what ``read_parquet_record`` returned; ``row_slices`` cut ``ordered`` into ``rows``.
     """
     from tinax._data._parquet_source import ParquetRecordSource
     from tinax._data._reader_datasets import record_source_of
@@ -1076,8 +891,7 @@ def shuffled_batches(
     if not isinstance(source, ParquetRecordSource):
         return None
     twin = position_dataset(len(source)).seed(seed).shuffle()
-    # The same grain classes at the same depth under the same seed: the same
-    # shuffle. Should grain's seeding ever differ between the two, no plan.
+    # Same grain classes, depth and seed give the same shuffle; should grain's seeding differ, no plan.
     if getattr(twin, "_seed", None) != getattr(ordered, "_seed", None) or type(twin) is not type(ordered):
         return None
     shuffled = twin
@@ -1105,22 +919,9 @@ def batch_positions(
     row_slices: Sequence[slice],
     order: str,
 ) -> VectorPositions | None:
-    """The positions of a pipeline's rows in its dataset's source, computed with NumPy, or None.
+    """A :class:`VectorPositions` mapping ``rows``' indices to source positions as grain does, or None.
 
-    Args:
-      dataset: The pipeline's dataset; only a reader's own dataset (one
-        over a record source) has positions here.
-      ordered: The pipeline's dataset under its slices: ``dataset`` itself,
-        ``dataset.seed(seed)``, its grain shuffle or its window shuffle.
-      rows: ``ordered`` cut by ``row_slices``.
-      seed: The seed ``ordered`` was given, or None where it was not seeded.
-      row_slices: The slices that cut ``ordered`` into ``rows``, in turn.
-      order: ``"none"``, ``"shuffle"`` or ``"window"``: what ``ordered`` is.
-
-    Returns:
-      A :class:`VectorPositions` that maps ``rows``' indices to source
-      positions as grain's datasets do, or None where it cannot be built or
-      does not agree with them.
+    None where ``dataset`` is not a reader's own, or the map disagrees with grain's.
     """
     from tinax._data._reader_datasets import record_source_of
 
@@ -1136,8 +937,7 @@ def batch_positions(
         from tinax._data._checked_datasets import WindowShuffleMapDataset
 
         twin = WindowShuffleMapDataset(twin, seed=ordered._seed, block_ends=ordered._block_ends, window=ordered._window)
-    # The same grain classes at the same depth under the same seed give the
-    # same order; should grain's seeding ever differ between the two, none.
+    # Same grain classes, depth and seed give the same order; should grain's seeding differ, none.
     if type(twin) is not type(ordered) or getattr(twin, "_seed", None) != getattr(ordered, "_seed", None):
         return None
     twin_ordered = twin
