@@ -337,12 +337,10 @@ def _read_header_bytes(handle: ReadableFile, file_size: int, fail: _Fail, first_
     header_end = LENGTH_FIELD_BYTES + header_length
     if header_end <= received:
         return bytes(first[LENGTH_FIELD_BYTES:header_end])
-    header = bytearray(header_length)
-    already = received - LENGTH_FIELD_BYTES
-    header[:already] = first[LENGTH_FIELD_BYTES:received]
-    if read_exactly(handle, memoryview(header)[already:], received) != header_length - already:
+    rest = bytearray(header_end - received)
+    if read_exactly(handle, memoryview(rest), received) != len(rest):
         fail("the file ended inside the header (it changed while being read)")
-    return bytes(header)
+    return bytes(first[LENGTH_FIELD_BYTES:received]) + rest
 
 
 def _validate(header_bytes: bytes, payload_size: int, fail: _Fail) -> _Validated:
@@ -445,10 +443,9 @@ def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:
 def _check_tensor(
     name: str, entry: object, payload_size: int, fail: _Fail
 ) -> tuple[tuple[int, ...], SafetensorsDtype, tuple[int, int]]:
-    if not name.isascii():
-        problem = validation.utf8_problem(name)
-        if problem is not None:
-            fail(f"the tensor name {name!r} {problem}")
+    problem = validation.utf8_problem(name)
+    if problem is not None:
+        fail(f"the tensor name {name!r} {problem}")
 
     def fail_tensor(text: str) -> NoReturn:
         fail(f"tensor {name!r}: {text}")

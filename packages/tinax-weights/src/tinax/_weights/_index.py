@@ -23,10 +23,9 @@ from tinax._weights._header import (
     TensorInfo,
     distinct_keys,
     read_exactly,
-    read_header,
 )
 from tinax._weights._paths import open_file_to_read, unreachable_path_error
-from tinax._weights._remote import Location, RemotePath, first_header_read, open_to_read
+from tinax._weights._remote import Location, RemotePath, open_to_read, read_location_header
 
 __all__ = [
     "INDEX_SUFFIX",
@@ -142,17 +141,10 @@ def _open_tensors(
     handle: ReadableFile, file_size: int, path: Location, max_metadata_bytes: int
 ) -> dict[str, OpenTensor]:
     """Every tensor of an open safetensors file, its header validated."""
-    source = str(path)
-    header = read_header(
-        handle,
-        file_size=file_size,
-        source=source,
-        max_metadata_bytes=max_metadata_bytes,
-        first_read_bytes=first_header_read(path),
-    )
+    header = read_location_header(handle, file_size, path, max_metadata_bytes)
     remote = isinstance(path, RemotePath)
     return {
-        name: OpenTensor(info, handle, header.payload_start, source, remote)
+        name: OpenTensor(info, handle, header.payload_start, str(path), remote)
         for name, info in header.info.tensors.items()
     }
 

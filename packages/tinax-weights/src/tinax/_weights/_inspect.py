@@ -18,10 +18,17 @@ import numpy as np
 from tinax._core import storage
 from tinax._core._command._report import InspectOptions, Report
 from tinax._weights._compat02 import MissingFilePathError
-from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo, read_header
+from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo
 from tinax._weights._index import open_checkpoint
-from tinax._weights._msgpack import CHUNKED_ARRAY_MARKER, read_state_tree
-from tinax._weights._remote import RemotePath, filesystem, first_header_read, location_to_read, open_to_read, read_whole
+from tinax._weights._msgpack_read import CHUNKED_ARRAY_MARKER, read_state_tree
+from tinax._weights._remote import (
+    RemotePath,
+    filesystem,
+    location_to_read,
+    open_to_read,
+    read_location_header,
+    read_whole,
+)
 
 __all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 
@@ -53,13 +60,7 @@ def safetensors_report(path: pathlib.Path | str, options: InspectOptions) -> Rep
     location = location_to_read(path, "path")
     opened = open_to_read(location, kind="safetensors file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
     with opened as (handle, size):
-        header = read_header(
-            handle,
-            file_size=size,
-            source=str(location),
-            max_metadata_bytes=MAX_HEADER_BYTES,
-            first_read_bytes=first_header_read(location),
-        )
+        header = read_location_header(handle, size, location, MAX_HEADER_BYTES)
         bytes_read = handle.tell()
     info = header.info
     report = Report("inspect", "safetensors", str(location), bytes_read=bytes_read)

@@ -2,17 +2,16 @@
 
 The format is what ``flax.serialization.to_bytes`` writes for a state dict;
 docs/guide/weights.md, section "The msgpack format", describes it. The writer
-streams one leaf at a time and the reader decodes in pieces, so neither holds
-the whole file. Array extension headers are framed by hand: ``msgpack.ExtType``
-holds its payload as bytes and would copy each array twice (measured with
-``hatch run bench:weights --cases write``: up to 4x the time, 2x the memory).
+streams one leaf at a time and the reader (:mod:`._msgpack_read`) decodes in
+pieces, so neither holds the whole file. Array extension headers are framed by
+hand: ``msgpack.ExtType`` holds its payload as bytes and would copy each array
+twice (measured with ``hatch run bench:weights --cases write``: up to 4x the
+time, 2x the memory).
 """
 
 from __future__ import annotations
 
-import math
 import os
-import pathlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,8 +21,16 @@ import numpy as np
 
 from tinax._core import dtypes, validation
 from tinax._core.logs import Operation, get_logger
-from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError, malformed_msgpack, trailing_msgpack_data
-from tinax._weights._header import ReadableFile, numpy_shape_problem
+from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError
+from tinax._weights._header import numpy_shape_problem
+from tinax._weights._msgpack_read import (
+    CHUNKED_ARRAY_MARKER,
+    COMPLEX_EXTENSION,
+    NDARRAY_EXTENSION,
+    SCALAR_EXTENSION,
+    read_state_tree,
+    unchunk,
+)
 from tinax._weights._remote import (
     RemotePath,
     display,
@@ -35,25 +42,11 @@ from tinax._weights._remote import (
 )
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
-__all__ = ["CHUNKED_ARRAY_MARKER", "load_msgpack", "read_state_tree", "save_msgpack"]
-
-_NDARRAY_EXTENSION = 1
-_COMPLEX_EXTENSION = 2
-_SCALAR_EXTENSION = 3
-
-#: The key flax puts in the map that stands for a chunked array.
-CHUNKED_ARRAY_MARKER = "__msgpack_chunked_array__"
+__all__ = ["load_msgpack", "save_msgpack"]
 
 #: Arrays larger than this are chunked, at flax's threshold, so files stay byte-identical to flax's.
 _MAX_CHUNK_BYTES = 2**30
 _logger = get_logger("weights")
-
-#: How much the reader asks the file for at a time.
-_READ_SIZE = 1 << 20
-
-#: The ndarray header (shape and dtype name) always fits in this many bytes:
-#: at most 64 dimensions of at most 9 bytes each, and a short name.
-_NDARRAY_HEADER_BYTES = 1024
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1
@@ -234,9 +227,9 @@ def _write_mapping(handle: BinaryIO, packer: Any, mapping: dict[str, Any], max_c
             # One array's host copy at a time, where flax converted them all first.
             _write_array(handle, packer, np.asarray(value), max_chunk_bytes)
         elif isinstance(value, np.generic):
-            _write_ndarray_extension(handle, packer, np.asarray(value), _SCALAR_EXTENSION)
+            _write_ndarray_extension(handle, packer, np.asarray(value), SCALAR_EXTENSION)
         elif type(value) is complex:
-            handle.write(packer.pack(msgpack.ExtType(_COMPLEX_EXTENSION, packer.pack([value.real, value.imag]))))
+            handle.write(packer.pack(msgpack.ExtType(COMPLEX_EXTENSION, packer.pack([value.real, value.imag]))))
         else:
             handle.write(packer.pack(value))
 
@@ -245,7 +238,7 @@ def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))
     if array.size * array.dtype.itemsize <= max_chunk_bytes:
-        _write_ndarray_extension(handle, packer, array, _NDARRAY_EXTENSION)
+        _write_ndarray_extension(handle, packer, array, NDARRAY_EXTENSION)
         return
     chunk_length = max(1, max_chunk_bytes // array.dtype.itemsize)
     flat = array.reshape(-1)
@@ -257,7 +250,7 @@ def _write_array(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], max
     handle.write(packer.pack_map_header(len(starts)))
     for index, start in enumerate(starts):
         handle.write(packer.pack(str(index)))
-        _write_ndarray_extension(handle, packer, flat[start : start + chunk_length], _NDARRAY_EXTENSION)
+        _write_ndarray_extension(handle, packer, flat[start : start + chunk_length], NDARRAY_EXTENSION)
 
 
 def _write_ndarray_extension(handle: BinaryIO, packer: Any, array: np.ndarray[Any, Any], code: int) -> None:
@@ -286,7 +279,7 @@ def _sized_header(markers: tuple[int, int, int], length: int, kind: str) -> byte
     raise ValueError(f"a msgpack {kind} holds at most 2**32 - 1 bytes, got {length}")
 
 
-# Reading
+# Loading
 
 
 @dataclass(frozen=True)
@@ -468,111 +461,6 @@ def _target_leaf(value: object, where: str) -> _ExpectedLeaf:
     return _ExpectedLeaf(extents, f"a {dtype}[{', '.join(map(str, extents))}] array")
 
 
-def read_state_tree(handle: ReadableFile, size: int, source: pathlib.Path | RemotePath) -> dict[Any, Any]:
-    """Decodes a whole msgpack state dict under limits that follow the file's size.
-
-    Arrays stay in flax's chunked form where the file chunks them; also used by ``tinax inspect``.
-    """
-    import msgpack
-
-    if size == 0:
-        raise ValueError(f"{str(source)!r} is empty, not a msgpack state dict")
-    # Limits follow the file size, so a crafted header cannot make the decoder preallocate much beyond it.
-    unpacker = msgpack.Unpacker(
-        handle,
-        read_size=min(size, _READ_SIZE),
-        max_buffer_size=size,
-        max_str_len=size,
-        max_bin_len=size,
-        max_array_len=size,
-        max_map_len=size // 2,
-        max_ext_len=size,
-        raw=False,
-        strict_map_key=True,
-        ext_hook=_decode_extension,
-    )
-    try:
-        tree = unpacker.unpack()
-        consumed = unpacker.tell()
-    except msgpack.OutOfData as error:
-        raise ValueError(f"{str(source)!r} ends in the middle of a value; it is truncated") from error
-    except (msgpack.UnpackException, ValueError, TypeError, OverflowError, RecursionError) as error:
-        cause = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-        message = f"{str(source)!r} is not a well-formed msgpack state dict: {cause}"
-        raise malformed_msgpack(message, error) from error
-    if consumed != size:
-        raise trailing_msgpack_data(
-            f"{str(source)!r} has {size - consumed} bytes after its msgpack value; it is not a single state dict"
-        )
-    if not isinstance(tree, dict):
-        raise ValueError(f"{str(source)!r} holds a msgpack {type(tree).__name__}, not a state dict (a map)")
-    return tree
-
-
-def _decode_extension(code: int, payload: bytes) -> object:
-    if code == _NDARRAY_EXTENSION:
-        return _decode_ndarray(payload)
-    if code == _SCALAR_EXTENSION:
-        array = _decode_ndarray(payload)
-        if array.ndim != 0:
-            raise ValueError(f"a NumPy scalar extension holds an array of shape {array.shape}")
-        return array[()]
-    if code == _COMPLEX_EXTENSION:
-        import msgpack
-
-        parts = msgpack.unpackb(payload)
-        if not (isinstance(parts, list) and len(parts) == 2 and all(type(part) in (int, float) for part in parts)):
-            raise ValueError(f"a complex extension must hold [real, imag], got {parts!r}")
-        return complex(parts[0], parts[1])
-    raise ValueError(f"unknown msgpack extension type {code}; flax state dicts use types 1, 2 and 3")
-
-
-def _decode_ndarray(payload: bytes) -> np.ndarray[Any, Any]:
-    """Decodes flax's ``[shape, dtype name, bytes]`` into a fresh, writable array."""
-    import msgpack
-
-    header = msgpack.Unpacker(raw=True, max_buffer_size=_NDARRAY_HEADER_BYTES)
-    header.feed(payload[:_NDARRAY_HEADER_BYTES])
-    try:
-        if header.read_array_header() != 3:
-            raise ValueError("an ndarray extension must hold [shape, dtype name, bytes]")
-        shape = header.unpack()
-        name = header.unpack()
-    except msgpack.OutOfData as error:
-        raise ValueError("an ndarray extension ends inside its shape or dtype name") from error
-    offset = header.tell()
-    if not (isinstance(shape, list) and all(type(extent) is int and extent >= 0 for extent in shape)):
-        raise ValueError(f"an ndarray extension has an invalid shape {shape!r}")
-    dtype = dtypes.array_dtypes().get(name.decode("ascii", "replace")) if isinstance(name, bytes) else None
-    if dtype is None:
-        raise ValueError(f"an ndarray extension has an unsupported dtype name {name!r}")
-    start, length = _buffer_span(payload, offset)
-    if start + length != len(payload):
-        raise ValueError("an ndarray extension's data does not end where the extension ends")
-    if math.prod(shape) * dtype.itemsize != length:
-        raise ValueError(f"an ndarray extension has {length} bytes of data for shape {tuple(shape)} of {dtype}")
-    array = np.empty(shape, dtype)
-    if length:
-        array.reshape(-1).view(np.uint8)[:] = np.frombuffer(payload, np.uint8, length, start)
-    return array
-
-
-def _buffer_span(payload: bytes, offset: int) -> tuple[int, int]:
-    """Where an ndarray extension's raw bytes start, and how many; pre-bin files hold them as a raw string."""
-    if offset >= len(payload):
-        raise ValueError("an ndarray extension ends before its data")
-    marker = payload[offset]
-    if 0xA0 <= marker <= 0xBF:
-        return offset + 1, marker & 0x1F
-    widths = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4}
-    if marker not in widths:
-        raise ValueError(f"an ndarray extension's data must be msgpack bin, got marker 0x{marker:02x}")
-    width = widths[marker]
-    if offset + 1 + width > len(payload):
-        raise ValueError("an ndarray extension ends inside its data header")
-    return offset + 1 + width, int.from_bytes(payload[offset + 1 : offset + 1 + width], "big")
-
-
 def _restore_tree(expected: _ExpectedTree, loaded: dict[Any, Any], where: str, mismatches: _Mismatches) -> Any:
     """Rebuilds one container of ``target`` from the file's map; None once anything in it mismatches."""
     if expected.container.fields is not None:
@@ -605,7 +493,7 @@ def _restore_value(expected: _ExpectedTree | _ExpectedLeaf, value: object, where
         return None
     if chunked:
         try:
-            value = _unchunk(value)  # type: ignore[arg-type]
+            value = unchunk(value)  # type: ignore[arg-type]
         except ValueError as error:
             mismatches.leaves.append(f"{where}: a malformed chunked array ({error})")
             return None
@@ -619,30 +507,3 @@ def _describe_loaded(value: object) -> str:
     if isinstance(value, dict):
         return "a chunked array" if CHUNKED_ARRAY_MARKER in value else "a mapping"
     return validation.describe(value)
-
-
-def _unchunk(data: dict[Any, Any]) -> np.ndarray[Any, Any]:
-    """Joins flax's chunked form of a large array back into one array."""
-    if set(data) != {CHUNKED_ARRAY_MARKER, "shape", "chunks"} or data[CHUNKED_ARRAY_MARKER] is not True:
-        expected = f"the keys {CHUNKED_ARRAY_MARKER!r}, 'shape' and 'chunks'"
-        raise ValueError(f"expected {expected}, got {sorted(map(str, data))}")
-    shape = _numbered_values(data["shape"], "shape")
-    chunks = _numbered_values(data["chunks"], "chunks")
-    if not all(type(extent) is int and extent >= 0 for extent in shape):
-        raise ValueError(f"its shape must hold non-negative ints, got {shape!r}")
-    if not chunks or not all(isinstance(chunk, np.ndarray) and chunk.ndim == 1 for chunk in chunks):
-        raise ValueError("its chunks must be one or more flat arrays")
-    if len({chunk.dtype for chunk in chunks}) != 1:
-        raise ValueError(f"its chunks have different dtypes: {sorted({str(chunk.dtype) for chunk in chunks})}")
-    total = sum(chunk.size for chunk in chunks)
-    if total != math.prod(shape):
-        raise ValueError(f"its chunks hold {total} elements, but its shape {tuple(shape)} needs {math.prod(shape)}")
-    joined: np.ndarray[Any, Any] = np.concatenate(chunks).reshape(shape)
-    return joined
-
-
-def _numbered_values(value: object, name: str) -> list[Any]:
-    """Reads flax's ``{"0": a, "1": b, ...}`` encoding of a tuple."""
-    if not isinstance(value, dict) or set(value) != {str(index) for index in range(len(value))}:
-        raise ValueError(f"its {name} must be a map with keys '0', '1', ...")
-    return [value[str(index)] for index in range(len(value))]

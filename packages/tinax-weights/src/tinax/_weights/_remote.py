@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from tinax._core import storage
 from tinax._core.storage import RemotePath
 from tinax._weights._compat02 import DirectoryPathError, malformed_safetensors
-from tinax._weights._header import ReadableFile
+from tinax._weights._header import ParsedHeader, ReadableFile, read_header
 from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
 
 if TYPE_CHECKING:
@@ -34,11 +34,11 @@ __all__ = [
     "display",
     "fetch_into",
     "filesystem",
-    "first_header_read",
     "location_to_read",
     "location_to_write",
     "object_exists",
     "open_to_read",
+    "read_location_header",
     "read_object",
     "read_whole",
     "remove_object",
@@ -59,9 +59,18 @@ _OBJECT_FIRST_READ_BYTES = 16 * 1024
 _S3_THREADS = 16
 
 
-def first_header_read(location: Location) -> int | None:
-    """The first header read: 16 KiB (about 200 tensors) for an object, where every byte travels; else the default."""
-    return _OBJECT_FIRST_READ_BYTES if isinstance(location, RemotePath) else None
+def read_location_header(
+    handle: ReadableFile, file_size: int, location: Location, max_metadata_bytes: int
+) -> ParsedHeader:
+    """``read_header`` of an open file or object; an object's first read is 16 KiB (about 200 tensors)."""
+    first_read = _OBJECT_FIRST_READ_BYTES if isinstance(location, RemotePath) else None
+    return read_header(
+        handle,
+        file_size=file_size,
+        source=str(location),
+        max_metadata_bytes=max_metadata_bytes,
+        first_read_bytes=first_read,
+    )
 
 
 def location_to_read(value: object, name: str) -> Location:
@@ -287,19 +296,23 @@ def object_exists(location: RemotePath, needed_by: str) -> bool:
     return bool(filesystem(location, needed_by).isfile(location.fs_path))
 
 
-def read_object(location: RemotePath, needed_by: str) -> bytes | None:
-    """The bytes of a small object, or None if there is none."""
-    fs = filesystem(location, needed_by)
+def read_object(location: Location, needed_by: str) -> bytes | None:
+    """The bytes of a small file or object, or None if there is none."""
     try:
-        return bytes(fs.cat_file(location.fs_path))
+        if isinstance(location, pathlib.Path):
+            return location.read_bytes()
+        return bytes(filesystem(location, needed_by).cat_file(location.fs_path))
     except FileNotFoundError:
         return None
 
 
-def remove_object(location: RemotePath, needed_by: str) -> None:
-    """Removes an object; one already gone (or that cannot be removed) is left as it is."""
+def remove_object(location: Location, needed_by: str) -> None:
+    """Removes a file or object; one already gone (or that cannot be removed) is left as it is."""
     with contextlib.suppress(OSError):
-        filesystem(location, needed_by).rm_file(location.fs_path)
+        if isinstance(location, pathlib.Path):
+            location.unlink()
+        else:
+            filesystem(location, needed_by).rm_file(location.fs_path)
 
 
 def display(location: Location) -> str:

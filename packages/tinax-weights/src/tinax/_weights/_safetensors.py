@@ -33,17 +33,16 @@ from tinax._weights._header import (
     encode_header,
     metadata_nbytes,
     read_exactly,
-    read_header,
 )
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
 from tinax._weights._remote import (
     RemotePath,
     display,
     fetch_into,
-    first_header_read,
     location_to_read,
     location_to_write,
     open_to_read,
+    read_location_header,
     write_atomically,
 )
 
@@ -144,13 +143,7 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
     file_path = location_to_read(path, "path")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     with open_to_read(file_path, kind="safetensors file", needed_by=_INSPECT) as (handle, file_size):
-        return read_header(
-            handle,
-            file_size=file_size,
-            source=str(file_path),
-            max_metadata_bytes=metadata_limit,
-            first_read_bytes=first_header_read(file_path),
-        ).info
+        return read_location_header(handle, file_size, file_path, metadata_limit).info
 
 
 def load_safetensors(
@@ -216,13 +209,7 @@ def load_safetensors(
         validation.reported_as_both(widened),
         open_to_read(file_path, kind="safetensors file", needed_by=_LOAD) as (handle, file_size),
     ):
-        header = read_header(
-            handle,
-            file_size=file_size,
-            source=source,
-            max_metadata_bytes=metadata_limit,
-            first_read_bytes=first_header_read(file_path),
-        )
+        header = read_location_header(handle, file_size, file_path, metadata_limit)
         available = header.info.tensors
         selected = list(available) if requested is None else require_known(requested, available, source)
         total = sum(available[name].nbytes for name in selected)
@@ -240,14 +227,10 @@ def load_safetensors(
             )
         # Reading in file order keeps the disk access sequential.
         in_order = sorted(selected, key=lambda name: available[name].data_offsets or (0, 0))
-        if isinstance(file_path, RemotePath):
-            loaded = _fetch_tensors(
-                handle, header.payload_start, [(name, available[name]) for name in in_order], source
-            )
-        else:
-            loaded = {
-                name: _read_tensor(handle, header.payload_start, name, available[name], source) for name in in_order
-            }
+        remote = isinstance(file_path, RemotePath)
+        loaded = _read_tensors(
+            handle, header.payload_start, {name: available[name] for name in in_order}, source, remote
+        )
     operation.what = f"{count_tensors(len(selected))} from"
     operation.done(nbytes=total)
     return LoadedSafetensors(tensors={name: loaded[name] for name in selected}, info=header.info)
@@ -316,9 +299,8 @@ def save_safetensors(
     validation.require_bool(overwrite, "overwrite")
     arrays = validation.require_str_mapping(tensors, "tensors")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
-    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata")
-    if not stored_metadata:
-        stored_metadata = None
+    # An empty mapping is stored as none, as upstream does.
+    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata") or None
 
     planned: dict[str, tuple[np.ndarray[Any, Any], str]] = {}
     for name, value in arrays.items():
@@ -391,30 +373,22 @@ def require_known(requested: tuple[str, ...], available: Mapping[str, TensorInfo
     return list(requested)
 
 
-def _read_tensor(
-    handle: ReadableFile, payload_start: int, name: str, info: TensorInfo, source: str
-) -> np.ndarray[Any, Any]:
-    # Read straight into an owned array: no intermediate bytes, and only selected data's pages touched.
-    array = empty_without_huge_page_hint(info.shape, info.numpy_dtype)  # Packed dtypes were refused before any read.
-    if array.nbytes == 0:
-        return array
-    start, _ = info.data_offsets or (0, 0)
-    read_payload(handle, array.reshape(-1).view(np.uint8).data, payload_start + start, name=name, source=source)
-    if _dtypes.is_big_endian_in_memory(array.dtype):
-        array.byteswap(inplace=True)
-    return array
-
-
-def _fetch_tensors(
-    handle: ReadableFile, payload_start: int, tensors: list[tuple[str, TensorInfo]], source: str
+def _read_tensors(
+    handle: ReadableFile, payload_start: int, tensors: dict[str, TensorInfo], source: str, remote: bool
 ) -> dict[str, np.ndarray[Any, Any]]:
-    """Reads tensors (in file order) from an object: adjacent ones in one run of large concurrent GETs."""
-    arrays = {name: empty_without_huge_page_hint(info.shape, info.numpy_dtype) for name, info in tensors}
+    """Reads tensors (in file order) straight into owned arrays; an object's adjacent ones in large concurrent GETs."""
+    # No intermediate bytes, and only selected data's pages touched; packed dtypes were refused before any read.
+    arrays = {name: empty_without_huge_page_hint(info.shape, info.numpy_dtype) for name, info in tensors.items()}
     targets = [
         (payload_start + (info.data_offsets or (0, 0))[0], arrays[name].reshape(-1).view(np.uint8).data)
-        for name, info in tensors
+        for name, info in tensors.items()
     ]
-    fetch_into(handle, targets, source=source, what=f"the data of {count_tensors(len(tensors))}")
+    if remote:
+        fetch_into(handle, targets, source=source, what=f"the data of {count_tensors(len(tensors))}")
+    else:
+        for name, (offset, view) in zip(tensors, targets, strict=True):
+            if view.nbytes:
+                read_payload(handle, view, offset, name=name, source=source)
     for array in arrays.values():
         if _dtypes.is_big_endian_in_memory(array.dtype):
             array.byteswap(inplace=True)

@@ -368,26 +368,19 @@ def _read_into(plan: _Plan, box: Box, buffer: np.ndarray[Any, Any], reporter: Re
     info = tensor.info
     start = tensor.payload_start + (info.data_offsets or (0, 0))[0]
     flat = buffer.reshape(-1).view(np.uint8).data
+    runs = shard_runs(info.shape, buffer.itemsize, box)
     if tensor.remote:
         # Every run of the box in few large concurrent GETs; runs that meet are fetched as one.
-        runs = shard_runs(info.shape, buffer.itemsize, box)
         targets = [
             (start + offset, flat[low : low + length]) for low, offset, length in runs.pieces(runs.run_nbytes or 1)
         ]
         fetch_into(tensor.handle, targets, source=tensor.source, what=f"the data of tensor {plan.name!r}")
         plan.counter[0] += runs.nbytes
         reporter.advance(runs.nbytes)
-    else:
-        _read_local_runs(plan, box, flat, start, buffer.itemsize, reporter)
+    else:  # Run by run, in pieces, so that progress moves within a large shard.
+        for low, offset, length in runs.pieces(_READ_CHUNK_BYTES):
+            read_payload(tensor.handle, flat[low : low + length], start + offset, name=plan.name, source=tensor.source)
+            plan.counter[0] += length
+            reporter.advance(length)
     if _dtypes.is_big_endian_in_memory(buffer.dtype):
         buffer.byteswap(inplace=True)
-
-
-def _read_local_runs(plan: _Plan, box: Box, flat: memoryview, start: int, itemsize: int, reporter: Reporter) -> None:
-    """Reads one box of a local file run by run, in pieces, counting the bytes read."""
-    tensor = plan.tensor
-    info = tensor.info
-    for low, offset, length in shard_runs(info.shape, itemsize, box).pieces(_READ_CHUNK_BYTES):
-        read_payload(tensor.handle, flat[low : low + length], start + offset, name=plan.name, source=tensor.source)
-        plan.counter[0] += length
-        reporter.advance(length)

@@ -26,11 +26,7 @@ from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
 from tinax._weights import _dtypes
 from tinax._weights._index import encode_index, indexed_file_names, part_file_names
-from tinax._weights._paths import (
-    path_to_write_atomically,
-    require_writable_destination,
-    write_file_atomically,
-)
+from tinax._weights._paths import path_to_write_atomically, require_writable_destination
 from tinax._weights._ranges import box_of_index, box_shape, shard_runs
 from tinax._weights._remote import (
     Location,
@@ -142,9 +138,8 @@ def save_sharded_safetensors(
     given = validation.require_str_mapping(arrays, "arrays")
     metadata_limit = validation.require_non_negative_int(max_metadata_bytes, "max_metadata_bytes")
     file_limit = None if max_file_bytes is None else validation.require_positive_int(max_file_bytes, "max_file_bytes")
-    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata")
-    if not stored_metadata:
-        stored_metadata = None
+    # An empty mapping is stored as none, as upstream does.
+    stored_metadata = None if metadata is None else validation.require_str_to_str_mapping(metadata, "metadata") or None
     reporting = require_progress(progress, needed_by="tinax.weights.save_sharded_safetensors")
     described: list[tuple[str, str, tuple[int, ...]]] = []
     for name, value in given.items():
@@ -188,12 +183,7 @@ def _plan_parts(
 ) -> tuple[list[_File], bytes | None]:
     """The files of a multi-file export, each with its entries and header, and the bytes of the index it replaces."""
     _require_destination(index_path, overwrite=overwrite)
-    replaced = None
-    if overwrite and isinstance(index_path, RemotePath):
-        replaced = read_object(index_path, _SAVE_SHARDED)
-    elif overwrite and isinstance(index_path, pathlib.Path):
-        with contextlib.suppress(FileNotFoundError):
-            replaced = index_path.read_bytes()
+    replaced = read_object(index_path, _SAVE_SHARDED) if overwrite else None
     plans = [plan_file(group, metadata) for group in _split(described, file_limit)]
     tag = None if replaced is None else _replacement_tag(replaced, [header for _, header in plans])
     part_names = part_file_names(index_path, len(plans), tag=tag)
@@ -210,21 +200,15 @@ def _publish_index(index_path: Location, files: list[_File], replaced: bytes | N
     index = encode_index(weight_map, total_size)
 
     def publish() -> None:
-        if isinstance(index_path, RemotePath):
-            # The index object is the commit point, uploaded only once every file is complete.
-            with write_atomically(index_path, overwrite=overwrite, needed_by=_SAVE_SHARDED) as handle:
-                handle.write(index)
-            for name in sorted((indexed_file_names(replaced or b"{}") or set()) - set(weight_map.values())):
-                remove_object(index_path.parent / name, _SAVE_SHARDED)
-            return
-        if replaced is not None:
+        if replaced is not None and isinstance(index_path, pathlib.Path):
             # The new files take the replaced index's permissions, as a replaced single file keeps its own.
             _give_mode_of(index_path, [place for place, _, _ in files if isinstance(place, pathlib.Path)])
-        # The index is the commit point: until it is replaced, the old one names only untouched old files.
-        with write_file_atomically(index_path, overwrite=overwrite) as handle:
+        # The index is the commit point, written once every file is complete: until it is replaced, the old
+        # one names only untouched old files. Then the replaced files it no longer names are removed.
+        with write_atomically(index_path, overwrite=overwrite, needed_by=_SAVE_SHARDED) as handle:
             handle.write(index)
-        if replaced is not None:
-            _remove_unreferenced(index_path.parent, replaced, set(weight_map.values()))
+        for name in sorted((indexed_file_names(replaced or b"{}") or set()) - set(weight_map.values())):
+            remove_object(index_path.parent / name, _SAVE_SHARDED)
 
     _as_leader(publish, f"process 0 could not write {str(index_path)!r}")
 
@@ -253,23 +237,19 @@ def _upload_files(
     import jax
 
     writers = _file_writers(index_path, files, arrays)
-    own_error: BaseException | None = None
-    try:
+
+    def upload() -> None:
+        # Each file is written locally as ``_write_file`` writes it, then published as one object.
         with reporting.reporting(total, unit="bytes", description=index_path.name) as reporter:
             for writer, (destination, entries, header) in zip(writers, files, strict=True):
                 if writer == jax.process_index():
-                    _upload_file(destination, header, entries, arrays, reporter, overwrite=overwrite)
-    except Exception as error:
-        if jax.process_count() == 1:
-            raise
-        own_error = error
-    if jax.process_count() == 1:
-        return
-    failed = _failed_processes(own_error is None)
-    if own_error is not None:
-        raise own_error
-    if failed:
-        raise RuntimeError(f"process(es) {failed} could not upload their files of {index_path.url!r}; not published")
+                    fs = filesystem(destination, _SAVE_SHARDED)
+                    with storage.local_copy_to_publish(fs, destination, overwrite=overwrite) as temporary:
+                        _write_complete(temporary, header, entries, arrays, reporter)
+
+    _together(
+        upload, lambda failed: f"process(es) {failed} could not upload their files of {index_path.url!r}; not published"
+    )
 
 
 def _file_writers(
@@ -285,8 +265,8 @@ def _file_writers(
     # Per file, 0: owns none of its bytes, 1: all of them, 2: some.
     codes = []
     for _, entries, _ in files:
-        owned, size = _owned_nbytes(entries, arrays), (entries[-1][4] if entries else 0)
-        codes.append(0 if owned == 0 else 1 if owned == size else 2)
+        owned = _owned_nbytes(entries, arrays)
+        codes.append(0 if owned == 0 else 1 if owned == _payload_nbytes(entries) else 2)
     table = np.asarray(multihost_utils.process_allgather(np.array(codes, dtype=np.int32))).reshape(
         jax.process_count(), len(files)
     )
@@ -303,21 +283,9 @@ def _file_writers(
     return writers
 
 
-def _upload_file(
-    destination: RemotePath,
-    header: bytes,
-    entries: list[_Entry],
-    arrays: Mapping[str, Any],
-    reporter: Reporter,
-    *,
-    overwrite: bool,
-) -> None:
-    """Writes one file locally as ``_write_file`` does, then publishes it as one object."""
-    size = len(header) + (entries[-1][4] if entries else 0)
-    fs = filesystem(destination, _SAVE_SHARDED)
-    with storage.local_copy_to_publish(fs, destination, overwrite=overwrite) as temporary:
-        _write_header(temporary, header, size)
-        _write_owned_shards(temporary, len(header), entries, arrays, reporter, flush=False)
+def _payload_nbytes(entries: list[_Entry]) -> int:
+    """The payload size of a file: where its last tensor ends."""
+    return entries[-1][4] if entries else 0
 
 
 def _owned_nbytes(entries: list[_Entry], arrays: Mapping[str, Any]) -> int:
@@ -351,13 +319,6 @@ def _replacement_tag(replaced: bytes, headers: list[bytes]) -> str:
         digest.update(len(header).to_bytes(8, "little"))
         digest.update(header)
     return digest.hexdigest()[:12]
-
-
-def _remove_unreferenced(folder: pathlib.Path, replaced: bytes, kept: set[str]) -> None:
-    """Removes the replaced checkpoint's files the new index does not name; one that resists is left behind."""
-    for name in sorted((indexed_file_names(replaced) or set()) - kept):
-        with contextlib.suppress(OSError):
-            (folder / name).unlink()
 
 
 def _require_global_array(value: object, name: str) -> str:
@@ -404,25 +365,29 @@ def _write_file(
 ) -> None:
     import jax
 
-    size = len(header) + (entries[-1][4] if entries else 0)
     if jax.process_count() == 1:
         with path_to_write_atomically(destination, overwrite=overwrite) as temporary:
-            _write_header(temporary, header, size)
-            # Publishing flushes the file.
-            _write_owned_shards(temporary, len(header), entries, arrays, reporter, flush=False)
+            _write_complete(temporary, header, entries, arrays, reporter)
         return
 
     require_writable_destination(destination, overwrite=overwrite)
     # On an error, closing the stack removes process 0's temporary file; it is empty once published.
     with contextlib.ExitStack() as stack:
-        _write_file_together(stack, destination, header, size, entries, arrays, reporter, overwrite=overwrite)
+        _write_file_together(stack, destination, header, entries, arrays, reporter, overwrite=overwrite)
+
+
+def _write_complete(
+    temporary: pathlib.Path, header: bytes, entries: list[_Entry], arrays: Mapping[str, Any], reporter: Reporter
+) -> None:
+    """Writes a whole file from the one process that owns all of it; publishing flushes the file."""
+    _write_header(temporary, header, len(header) + _payload_nbytes(entries))
+    _write_owned_shards(temporary, len(header), entries, arrays, reporter, flush=False)
 
 
 def _write_file_together(
     stack: contextlib.ExitStack,
     destination: pathlib.Path,
     header: bytes,
-    size: int,
     entries: list[_Entry],
     arrays: Mapping[str, Any],
     reporter: Reporter,
@@ -437,7 +402,7 @@ def _write_file_together(
     if jax.process_index() == 0:
         try:
             temporary = stack.enter_context(path_to_write_atomically(destination, overwrite=overwrite))
-            _write_header(temporary, header, size)
+            _write_header(temporary, header, len(header) + _payload_nbytes(entries))
             name = temporary.name
         except Exception as error:
             leader_error = error
@@ -447,22 +412,20 @@ def _write_file_together(
             raise leader_error
         raise RuntimeError(f"process 0 could not create the temporary file for {str(destination)!r}")
 
-    # Every process writes its part; none goes on before all reported.
-    own_error: BaseException | None = None
-    try:
-        _write_owned_shards(destination.parent / name, len(header), entries, arrays, reporter, flush=True)
-    except Exception as error:
-        own_error = error
-    failed = _failed_processes(own_error is None)
-    if own_error is not None:
-        if isinstance(own_error, FileNotFoundError):
+    def write_part() -> None:
+        try:
+            _write_owned_shards(destination.parent / name, len(header), entries, arrays, reporter, flush=True)
+        except FileNotFoundError as error:
             raise FileNotFoundError(
                 f"process {jax.process_index()} cannot open the temporary file {name!r} that process 0 created next "
                 f"to {str(destination)!r}: every process must see the destination's folder as one shared file system"
-            ) from own_error
-        raise own_error
-    if failed:
-        raise RuntimeError(f"process(es) {failed} could not write their part of {str(destination)!r}; not published")
+            ) from error
+
+    # Every process writes its part; none goes on before all reported.
+    _together(
+        write_part,
+        lambda failed: f"process(es) {failed} could not write their part of {str(destination)!r}; not published",
+    )
 
     # Process 0 publishes (only its stack holds the file); every process returns once it did, or raises.
     _as_leader(stack.close, f"process 0 could not publish {str(destination)!r}")
@@ -472,19 +435,26 @@ def _as_leader(action: Callable[[], object], failure: str) -> None:
     """Runs ``action`` in process 0 only, and has every process return or raise (RuntimeError(failure)) together."""
     import jax
 
+    _together(lambda: action() if jax.process_index() == 0 else None, lambda _: failure)
+
+
+def _together(action: Callable[[], object], failure: Callable[[list[int]], str]) -> None:
+    """Runs ``action`` in every process; each then returns, or raises its own error or RuntimeError(failure(failed))."""
+    import jax
+
     if jax.process_count() == 1:
         action()
         return
     error: BaseException | None = None
-    if jax.process_index() == 0:
-        try:
-            action()
-        except Exception as caught:
-            error = caught
-    if _failed_processes(error is None):
-        if error is not None:
-            raise error
-        raise RuntimeError(failure)
+    try:
+        action()
+    except Exception as caught:
+        error = caught
+    failed = _failed_processes(error is None)
+    if error is not None:
+        raise error
+    if failed:
+        raise RuntimeError(failure(failed))
 
 
 def _write_header(path: pathlib.Path, header: bytes, size: int) -> None:
