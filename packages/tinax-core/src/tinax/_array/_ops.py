@@ -58,6 +58,11 @@ def _canonical(dtype: np.dtype[Any], name: str) -> np.dtype[Any]:
     return canonical
 
 
+def _default_float() -> np.dtype[Any]:
+    """JAX's default float in this configuration: float32, or float64 with x64."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
+
+
 def _finfo(dtype: np.dtype[Any]) -> Any:
     # ml_dtypes' iinfo/finfo also understand int4, bfloat16 and the float8 types.
     return ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
@@ -66,11 +71,6 @@ def _finfo(dtype: np.dtype[Any]) -> Any:
 def _integer_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
     info = ml_dtypes.iinfo(dtype)  # type: ignore[no-untyped-call]
     return int(info.min), int(info.max)
-
-
-def _integer_value_bits(dtype: np.dtype[Any]) -> int:
-    low, high = _integer_bounds(dtype)
-    return max(abs(low) - 1, high).bit_length()
 
 
 def _float_preserves(source: np.dtype[Any], target: np.dtype[Any]) -> bool:
@@ -109,10 +109,10 @@ def is_value_preserving_cast(source: DTypeLike, target: DTypeLike) -> bool:
             target_low, target_high = _integer_bounds(target_dtype)
             return target_low <= source_low and source_high <= target_high
         info = _finfo(target_dtype)
-        low, _ = _integer_bounds(source_dtype)
+        low, high = _integer_bounds(source_dtype)
         if low < 0 and float(info.min) >= 0:
             return False
-        return _integer_value_bits(source_dtype) <= int(info.nmant) + 1
+        return max(abs(low) - 1, high).bit_length() <= int(info.nmant) + 1
     if jnp.issubdtype(target_dtype, jnp.integer):
         return False
     return _float_preserves(source_dtype, target_dtype)
@@ -158,11 +158,8 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
         validation.fail_type("array", "an array with a numeric or bool dtype", array)
     validation.require_bool(allow_lossy, "allow_lossy")
     requested: object = dtype  # DTypeLike leaves None out, but callers of tinax 0.2 pass it.
-    if requested is None:
-        # As in NumPy and tinax 0.2, None is the default float; the cast is checked as any other.
-        target = np.dtype(jax.dtypes.canonicalize_dtype(np.float64))
-    else:
-        target = _canonical(_require_dtype(dtype, "dtype"), "dtype")
+    # As in NumPy and tinax 0.2, None is the default float; the cast is checked as any other.
+    target = _default_float() if requested is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
     source = np.dtype(array.dtype)
     if not allow_lossy and not is_value_preserving_cast(source, target):
         raise ValueError(
@@ -211,16 +208,10 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
     widened = not isinstance(indices, jax.Array) or validation.is_non_python_int(num_classes)
     with validation.reported_as_both(widened):
         classes = validation.require_positive_int(num_classes, "num_classes")
-        target = None if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
+        target = _default_float() if dtype is None else _canonical(_require_dtype(dtype, "dtype"), "dtype")
     require_fits(
-        "num_classes",
-        num_classes,
-        shape=(*indices.shape, classes),
-        dtype=np.dtype(jax.dtypes.canonicalize_dtype(jnp.float64)) if target is None else target,
-        devices=lambda: devices_of(indices),
+        "num_classes", num_classes, shape=(*indices.shape, classes), dtype=target, devices=lambda: devices_of(indices)
     )
-    if target is None:
-        return jax.nn.one_hot(indices, classes)
     return jax.nn.one_hot(indices, classes, dtype=target)
 
 
@@ -265,15 +256,11 @@ def stack_batch(arrays: Sequence[jax.Array], *, axis: int = 0) -> jax.Array:
     # tinax 0.2 refused a NumPy integer axis as the wrong type.
     with validation.reported_as_both(validation.is_non_python_int(axis)):
         for index, item in enumerate(items[1:], start=1):
-            if item.dtype != first.dtype:
-                raise ValueError(
-                    f"arrays must share one dtype, got arrays[{index}] with dtype {item.dtype} "
-                    f"but arrays[0] with dtype {first.dtype}"
-                )
-            if item.shape != first.shape:
-                raise ValueError(
-                    f"arrays must share one shape, got arrays[{index}] with shape {item.shape} "
-                    f"but arrays[0] with shape {first.shape}"
-                )
+            for field in ("dtype", "shape"):
+                if getattr(item, field) != getattr(first, field):
+                    raise ValueError(
+                        f"arrays must share one {field}, got arrays[{index}] with {field} {getattr(item, field)} "
+                        f"but arrays[0] with {field} {getattr(first, field)}"
+                    )
     batch_axis = validation.require_int(axis, "axis", minimum=-(rank + 1), maximum=rank, bounds_text=axis_text)
     return jnp.stack(items, axis=batch_axis)

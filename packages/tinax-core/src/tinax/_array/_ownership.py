@@ -72,9 +72,7 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
             # JAX's own subclass (IndivisibleError, say), which tinax 0.2 let through.
             error.add_note(message)
             raise
-        if isinstance(error, RuntimeError):
-            raise RuntimeValueError(message) from error
-        raise ValueError(message) from error
+        raise (RuntimeValueError if isinstance(error, RuntimeError) else ValueError)(message) from error
     return placed
 
 
@@ -128,9 +126,8 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
     if writable:
         return np.array(array, copy=True)
     host = np.asarray(array)
-    if host.flags.writeable:
-        # JAX returned a fresh buffer; freeze it so both forms behave the same.
-        host.flags.writeable = False
+    # JAX may return a fresh, writable buffer; freeze it so both forms behave the same.
+    host.flags.writeable = False
     return host
 
 
@@ -231,17 +228,11 @@ def _import_error(error: Exception, array: object, copy: bool | None) -> Excepti
     if isinstance(error, TypeError):
         return TypeError(f"array {validation.describe(array)} cannot be imported through DLPack: {error}")
     message = f"array {validation.describe(array)} cannot be imported through DLPack with copy={copy}: {error}"
-    if isinstance(error, RuntimeError):
-        return RuntimeValueError(message)
-    if isinstance(error, BufferError):
-        return DLPackBufferError(message)
-    if isinstance(error, ValueError):
-        return ValueError(message)
-    return None
+    translations = ((RuntimeError, RuntimeValueError), (BufferError, DLPackBufferError), (ValueError, ValueError))
+    return next((translated(message) for raised, translated in translations if isinstance(error, raised)), None)
 
 
 def _require_concrete_array(array: object, name: str) -> Any:
-    if not isinstance(array, jax.Array):
-        validation.fail_type(name, "a jax.Array", array)
+    validation.require_instance(array, name, jax.Array, "a jax.Array")
     require_concrete(array, name, "a concrete jax.Array, not a traced value")
     return array

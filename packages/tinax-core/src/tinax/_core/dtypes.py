@@ -23,22 +23,9 @@ __all__ = [
     "safetensors_dtypes",
 ]
 
-_NUMPY_TYPES: tuple[type[np.generic], ...] = (
-    np.bool_,
-    np.int8,
-    np.int16,
-    np.int32,
-    np.int64,
-    np.uint8,
-    np.uint16,
-    np.uint32,
-    np.uint64,
-    np.float16,
-    np.float32,
-    np.float64,
-    np.complex64,
-    np.complex128,
-)
+_INTEGER_NAMES = tuple(f"{sign}int{bits}" for sign in ("", "u") for bits in (8, 16, 32, 64))
+#: NumPy's own stored types, by name.
+_NUMPY_NAMES = ("bool", *_INTEGER_NAMES, "float16", "float32", "float64", "complex64", "complex128")
 
 #: Safetensors' name of each type at least one byte wide -> NumPy/ml_dtypes name, in its enum order.
 SAFETENSORS_NAMES: Mapping[str, str] = {
@@ -69,7 +56,7 @@ def array_dtypes() -> dict[str, np.dtype[Any]]:
     """Every stored dtype by NumPy name, native order; ml_dtypes is imported only on the first call."""
     import ml_dtypes
 
-    table = {np.dtype(kind).name: np.dtype(kind) for kind in _NUMPY_TYPES}
+    table = {name: np.dtype(name) for name in _NUMPY_NAMES}
     for name in sorted(dir(ml_dtypes)):
         candidate = getattr(ml_dtypes, name)
         if isinstance(candidate, type) and issubclass(candidate, np.generic) and np.dtype(candidate).name == name:

@@ -66,17 +66,10 @@ def atomic_write(destination: pathlib.Path, *, overwrite: bool) -> Iterator[Bina
         FileExistsError: If the destination exists and ``overwrite`` is False.
         FileNotFoundError: If the destination's folder does not exist.
     """
-    descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        _publish(temporary, destination, overwrite=overwrite)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        raise
+    with _publishing(destination, overwrite=overwrite) as (descriptor, _), os.fdopen(descriptor, "wb") as handle:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 @contextlib.contextmanager
@@ -86,9 +79,8 @@ def atomic_path(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathl
     The caller writes and closes the (already created, empty) file within the block; it is then
     fsynced and published. Raises as :func:`atomic_write` does.
     """
-    descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
-    os.close(descriptor)
-    try:
+    with _publishing(destination, overwrite=overwrite) as (descriptor, temporary):
+        os.close(descriptor)
         yield temporary
         # fsync on a fresh descriptor flushes the same inode the writer wrote.
         written = os.open(temporary, os.O_RDONLY)
@@ -96,6 +88,14 @@ def atomic_path(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathl
             os.fsync(written)
         finally:
             os.close(written)
+
+
+@contextlib.contextmanager
+def _publishing(destination: pathlib.Path, *, overwrite: bool) -> Iterator[tuple[int, pathlib.Path]]:
+    """Yields an open temporary file, published as ``destination`` after the block, removed on failure."""
+    descriptor, temporary = _open_temporary(destination, overwrite=overwrite)
+    try:
+        yield descriptor, temporary
         _publish(temporary, destination, overwrite=overwrite)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

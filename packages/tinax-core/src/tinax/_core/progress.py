@@ -49,10 +49,8 @@ class ProgressChoice:
         """
         sink: _Sink | None = self.callback
         close: Callable[[], None] = _nothing
-        if self.bar == "tqdm":
-            sink, close = _tqdm_bar(total, unit, description)
-        elif self.bar == "rich":
-            sink, close = _rich_bar(total, unit, description)
+        if self.bar is not None:
+            sink, close = {"tqdm": _tqdm_bar, "rich": _rich_bar}[self.bar](total, unit, description)
         try:
             reporter = Reporter(sink, total)
             yield reporter
@@ -125,11 +123,10 @@ def _bar_library(needed_by: str, argument: str) -> str:
 def _tqdm_bar(total: int | None, unit: _Unit, description: str) -> tuple[_Sink, Callable[[], None]]:
     tqdm: Any = import_optional("tqdm", needed_by="a progress bar", install_hint="pip install tqdm").tqdm
     # Decimal units (MB, MB/s), as rich's transfer speed shows them.
-    in_bytes = unit == "bytes"
     bar = tqdm(
         total=total,
         desc=description,
-        unit="B" if in_bytes else " rows",
+        unit="B" if unit == "bytes" else " rows",
         unit_scale=True,
         unit_divisor=1000,
         leave=True,

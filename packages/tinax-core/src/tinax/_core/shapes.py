@@ -177,15 +177,13 @@ def require_fits(
     refused_as_type = isinstance(value, np.integer) or any(extent > _INT64_MAX for extent in shape)
     error = TooLargeIntegerError if refused_as_type else RuntimeValueError
     if nbytes > XLA_MAX_BYTES:
-        raise error(
-            validation.expectation_message(name, "small enough for the result to be representable by XLA", value)
-            + f": {needs}, more than XLA can represent in one array (2**63 - 1 bytes)"
-        )
-    if devices is None:
-        return
-    bound = memory_bound(devices())
-    if bound is not None and nbytes > bound[0]:
-        raise error(
-            validation.expectation_message(name, "small enough for the result to fit in memory", value)
-            + f": {needs}, more than {bound[1]}"
-        )
+        expected, limit = "be representable by XLA", "XLA can represent in one array (2**63 - 1 bytes)"
+    else:
+        bound = None if devices is None else memory_bound(devices())
+        if bound is None or nbytes <= bound[0]:
+            return
+        expected, limit = "fit in memory", bound[1]
+    raise error(
+        validation.expectation_message(name, f"small enough for the result to {expected}", value)
+        + f": {needs}, more than {limit}"
+    )

@@ -44,6 +44,7 @@ class _Store:
 
 
 _STORES = {"gs": _Store(client="gcsfs", extra="gcs"), "s3": _Store(client="s3fs", extra="s3")}
+_NOT_REPLACED = "this write does not replace existing objects"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +57,7 @@ class RemotePath:
 
     @property
     def url(self) -> str:
-        return f"{self.scheme}://{self.bucket}/{self.key}" if self.key else f"{self.scheme}://{self.bucket}"
+        return f"{self.scheme}://{self.fs_path}"
 
     @property
     def fs_path(self) -> str:
@@ -151,14 +152,11 @@ def publish_file(fs: AbstractFileSystem, source: pathlib.Path, location: RemoteP
     So of two racing writers exactly one succeeds; the other gets FileExistsError.
     """
     if not overwrite and fs.exists(location.fs_path):
-        raise exists_error(location.url, "this write does not replace existing objects")
+        raise exists_error(location.url, _NOT_REPLACED)
     try:
         fs.put_file(os.fspath(source), location.fs_path, mode="overwrite" if overwrite else "create")
     except FileExistsError:
-        raise exists_error(
-            location.url,
-            "another writer created it meanwhile, and this write does not replace existing objects",
-        ) from None
+        raise exists_error(location.url, f"another writer created it meanwhile, and {_NOT_REPLACED}") from None
     fs.invalidate_cache(location.parent.fs_path)
 
 
@@ -171,7 +169,7 @@ def local_copy_to_publish(
     For writers that open a path themselves; existing objects are refused up front without ``overwrite``.
     """
     if not overwrite and fs.exists(location.fs_path):
-        raise exists_error(location.url, "this write does not replace existing objects")
+        raise exists_error(location.url, _NOT_REPLACED)
     with tempfile.TemporaryDirectory(prefix="tinax-upload-") as folder:
         temporary = pathlib.Path(folder) / f"{location.name or 'object'}{suffix}"
         temporary.touch()
@@ -184,7 +182,6 @@ def remote_write(fs: AbstractFileSystem, location: RemotePath, *, overwrite: boo
     """Yields a binary file whose complete content becomes the object at ``location``."""
     with local_copy_to_publish(fs, location, overwrite=overwrite) as temporary, open(temporary, "wb") as handle:
         yield handle
-        handle.flush()
 
 
 def read_range(fs: AbstractFileSystem, location: RemotePath, start: int, end: int) -> bytes:

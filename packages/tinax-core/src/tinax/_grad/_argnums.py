@@ -56,13 +56,10 @@ def _positional_parameter_count(function: Callable[..., object]) -> int | None:
         signature = inspect.signature(function)
     except (TypeError, ValueError):
         return None
-    count = 0
-    for parameter in signature.parameters.values():
-        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
-            return None
-        if parameter.kind in _POSITIONAL_KINDS:
-            count += 1
-    return count
+    kinds = [parameter.kind for parameter in signature.parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return None
+    return sum(kind in _POSITIONAL_KINDS for kind in kinds)
 
 
 def _function_name(function: Callable[..., object]) -> str:

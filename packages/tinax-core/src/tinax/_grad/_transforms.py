@@ -20,10 +20,7 @@ _MODES = ("forward", "reverse")
 
 
 def value_and_grad(
-    function: Callable[P, object],
-    *,
-    argnums: int | Sequence[int] = 0,
-    has_aux: bool = False,
+    function: Callable[P, object], *, argnums: int | Sequence[int] = 0, has_aux: bool = False
 ) -> Callable[P, tuple[object, object]]:
     """Transforms ``function`` to return its value together with its gradient.
 

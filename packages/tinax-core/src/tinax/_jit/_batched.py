@@ -106,8 +106,7 @@ def _require_in_axes(value: object) -> int | tuple[Any, ...] | None:
         return None
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray)):
         # jax.vmap reads a top-level list as one entry per argument, like a tuple.
-        checked = _require_axis_tree(tuple(value), "in_axes")
-        return cast("tuple[Any, ...]", checked)
+        return cast("tuple[Any, ...]", _require_axis_tree(tuple(value), "in_axes"))
     return validation.require_int(value, "in_axes", bounds_text="or None, or a sequence of those")
 
 

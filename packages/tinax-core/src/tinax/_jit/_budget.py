@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -129,13 +130,11 @@ def _trimmed(spec: Any) -> tuple[Any, ...]:
 
 def _leaf_changes(old: _ArraySignature | _ValueSignature, new: _ArraySignature | _ValueSignature) -> list[str]:
     if isinstance(old, _ArraySignature) and isinstance(new, _ArraySignature):
-        changes = []
-        if old.shape != new.shape:
-            changes.append(f"shape {old.shape} -> {new.shape}")
-        if old.dtype != new.dtype:
-            changes.append(f"dtype {old.dtype} -> {new.dtype}")
-        if old.weak_type != new.weak_type:
-            changes.append(f"weak_type {old.weak_type} -> {new.weak_type}")
+        changes = [
+            f"{field} {getattr(old, field)} -> {getattr(new, field)}"
+            for field in ("shape", "dtype", "weak_type")
+            if getattr(old, field) != getattr(new, field)
+        ]
         sharding_change = _sharding_change(old, new)
         if sharding_change is not None:
             changes.append(sharding_change)
@@ -153,8 +152,7 @@ def _describe_changes(old: _Record, new: _Record) -> list[str]:
         before, after = old.get(name), new.get(name)
         label = f"argument {name!r}"
         if before is None or after is None:
-            before_text = "not passed" if before is None else before.text()
-            after_text = "not passed" if after is None else after.text()
+            before_text, after_text = ("not passed" if side is None else side.text() for side in (before, after))
             changes.append(f"{label} changed: {before_text} -> {after_text}")
             continue
         if before.static != after.static or before.structure != after.structure:
@@ -207,13 +205,10 @@ def _spent_for(function: Callable[..., Any], site: tuple[str, ...] | None) -> _S
     if site is None or not isinstance(code, types.CodeType):
         return _Spent()
     with _sites_lock:
-        places = _sites.get(code)
-        if places is None:
-            places = _sites[code] = {}
-        spent = places.get(site)
-        if spent is None:
-            spent = places[site] = _Spent()
-        return spent
+        places = _sites.setdefault(code, {})
+        if site not in places:
+            places[site] = _Spent()
+        return places[site]
 
 
 class TraceBudget:
@@ -317,10 +312,8 @@ class TraceBudget:
         named: list[tuple[str, object]] = []
         bound = None
         if self._signature is not None:
-            try:
+            with contextlib.suppress(TypeError):
                 bound = self._signature.bind(*args, **kwargs)
-            except TypeError:
-                bound = None
         if bound is None:
             named.extend((f"args[{index}]", value) for index, value in enumerate(args))
             named.extend(kwargs.items())

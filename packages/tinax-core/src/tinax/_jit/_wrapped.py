@@ -45,12 +45,7 @@ class BudgetedFunction:
     _dispatch: Callable[..., Any]
 
     def __init__(
-        self,
-        function: Callable[..., Any],
-        jitted: Any,
-        budget: TraceBudget,
-        mesh: Mesh | None,
-        kind: str,
+        self, function: Callable[..., Any], jitted: Any, budget: TraceBudget, mesh: Mesh | None, kind: str
     ) -> None:
         # First, so nothing copied from ``function.__dict__`` shadows the attributes below.
         functools.update_wrapper(self, function)
@@ -77,15 +72,15 @@ class BudgetedFunction:
 
     def lower(self, *args: Any, **kwargs: Any) -> jax.stages.Lowered:
         """Lowers for these arguments like ``jax.jit(...).lower``; a new trace counts towards the budget."""
-        return self._staged(self._jitted.lower, args, kwargs)  # type: ignore[no-any-return]
+        return self._under_mesh(self._jitted.lower, args, kwargs)  # type: ignore[no-any-return]
 
     def trace(self, *args: Any, **kwargs: Any) -> jax.stages.Traced:
         """Traces for these arguments like ``jax.jit(...).trace``; a new trace counts towards the budget."""
-        return self._staged(self._jitted.trace, args, kwargs)  # type: ignore[no-any-return]
+        return self._under_mesh(self._jitted.trace, args, kwargs)  # type: ignore[no-any-return]
 
     def eval_shape(self, *args: Any, **kwargs: Any) -> Any:
         """Output shapes and dtypes like ``jax.jit(...).eval_shape``; a new trace counts towards the budget."""
-        return self._staged(self._jitted.eval_shape, args, kwargs)
+        return self._under_mesh(self._jitted.eval_shape, args, kwargs)
 
     def clear_cache(self) -> None:
         """Clears the compiled cache; as in tinax 0.2 the budget is not given back."""
@@ -101,18 +96,12 @@ class BudgetedFunction:
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(dir(self._jitted)))
 
-    def _staged(self, stage: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self._mesh is None:
-            return stage(*args, **kwargs)
-        return self._under_mesh(stage, args, kwargs)
-
     def _call_under_mesh(self, *args: Any, **kwargs: Any) -> Any:
-        if tracing_in_progress():
-            return self._call_inside_trace(self._jitted, args, kwargs)
-        with jax.set_mesh(self._mesh):
-            return self._jitted(*args, **kwargs)
+        return self._under_mesh(self._jitted, args, kwargs)
 
     def _under_mesh(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if self._mesh is None:
+            return call(*args, **kwargs)
         if tracing_in_progress():
             return self._call_inside_trace(call, args, kwargs)
         with jax.set_mesh(self._mesh):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -48,7 +49,7 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
     checked_key = require_key(key, "key")
     with validation.reported_as_both(_widened(checked_key, coordinates)):
         checked = [require_coordinate(value, f"coordinates[{index}]") for index, value in enumerate(coordinates)]
-    return _fold_in_all(checked_key, checked)
+    return functools.reduce(jax.random.fold_in, checked, checked_key)
 
 
 def derive_process_step_key(
@@ -96,7 +97,7 @@ def derive_process_step_key(
             require_coordinate(step, "step"),
             require_coordinate(stream, "stream"),
         ]
-    return _fold_in_all(checked_key, checked)
+    return functools.reduce(jax.random.fold_in, checked, checked_key)
 
 
 def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
@@ -146,9 +147,3 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
 def _widened(key: jax.Array, coordinates: Sequence[object]) -> bool:
     """Whether tinax 0.2 would refuse ``key`` (raw) or a coordinate (NumPy int); over-approximating is harmless."""
     return not is_key_array(key) or any(validation.is_non_python_int(value) for value in coordinates)
-
-
-def _fold_in_all(key: jax.Array, coordinates: list[int | jax.Array]) -> jax.Array:
-    for coordinate in coordinates:
-        key = jax.random.fold_in(key, coordinate)
-    return key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
@@ -50,14 +51,11 @@ def parse_config(
     """
     validation.require_instance(parser, "parser", argparse.ArgumentParser, "an argparse.ArgumentParser")
     arguments = validation.require_sequence(
-        argv, "argv", item_check=_require_argument, description="a sequence of str arguments"
+        argv,
+        "argv",
+        item_check=functools.partial(validation.require_str, allow_empty=True),
+        description="a sequence of str arguments",
     )
     validation.require_callable(factory, "factory")
     namespace = parser.parse_args(list(arguments))
     return factory(types.MappingProxyType(dict(vars(namespace))))
-
-
-def _require_argument(value: object, name: str) -> str:
-    if not isinstance(value, str):
-        validation.fail_type(name, "a str", value)
-    return value

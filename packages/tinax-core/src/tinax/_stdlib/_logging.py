@@ -46,8 +46,7 @@ def make_stream_logger(name: str, *, level: int, stream: TextIO, format_string: 
     for method in ("write", "flush"):
         if not callable(getattr(stream, method, None)):
             validation.fail_type("stream", "a stream with callable write and flush methods", stream)
-    if not isinstance(format_string, str):
-        validation.fail_type("format_string", "a str", format_string)
+    validation.require_str(format_string, "format_string", allow_empty=True)
     formatter = logging.Formatter(format_string)  # Raises ValueError for a malformed format.
     handler = logging.StreamHandler(stream)
     handler.setFormatter(formatter)

@@ -69,12 +69,7 @@ def _add_devices(report: Report) -> None:
     report.summary["process count"] = jax.process_count()
     report.summary["process index"] = jax.process_index()
     rows = [
-        {
-            "id": device.id,
-            "platform": device.platform,
-            "kind": device.device_kind,
-            "process": device.process_index,
-        }
+        {"id": device.id, "platform": device.platform, "kind": device.device_kind, "process": device.process_index}
         for device in jax.devices()
     ]
     report.add_table("devices", ("id", "platform", "kind", "process"), rows)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import glob
+import itertools
 import json
 import pathlib
 import sys
@@ -18,7 +19,7 @@ from importlib import metadata
 from typing import Any, NoReturn
 
 from tinax._core import storage
-from tinax._core._command._registry import Inspector, Probe, detect, detect_object, installed, run
+from tinax._core._command._registry import Inspector, detect, detect_object, installed, run
 from tinax._core._command._report import InspectOptions, Report, error_document, schema_text
 
 __all__ = ["main"]
@@ -33,7 +34,9 @@ _COMMANDS = ("info", "inspect")
 class _CommandError(Exception):
     """Why the command could not run: an ``error.type`` of the schema and the exit code."""
 
-    def __init__(self, message: str, error_type: str, code: int, *, program: str | None = None) -> None:
+    def __init__(
+        self, message: str, error_type: str = "usage", code: int = EXIT_USAGE, *, program: str | None = None
+    ) -> None:
         super().__init__(message)
         self.error_type = error_type
         self.code = code
@@ -57,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         message = f"error: {' '.join(message.split())} (see {self.prog} --help)"
-        raise _CommandError(message, "usage", EXIT_USAGE, program=self.prog)
+        raise _CommandError(message, program=self.prog)
 
 
 class _PrintAction(argparse.Action):
@@ -166,12 +169,8 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 
 def _wants_json(argv: Sequence[str]) -> bool:
     """Whether ``argv`` asks for JSON, told before parsing (argparse accepts ``--js`` for ``--json``)."""
-    for argument in argv:
-        if argument == "--":
-            return False
-        if len(argument) > 3 and "--json".startswith(argument):
-            return True
-    return False
+    before_separator = itertools.takewhile("--".__ne__, argv)
+    return any(len(argument) > 3 and "--json".startswith(argument) for argument in before_separator)
 
 
 def _context(argv: Sequence[str]) -> _Context:
@@ -222,64 +221,61 @@ def _inspect(arguments: argparse.Namespace, context: _Context) -> Report:
     try:
         remote = storage.as_remote(arguments.path, "PATH")
     except ValueError as error:
-        raise _CommandError(f"error: {error}", "usage", EXIT_USAGE) from error
-    if remote is not None:
-        return _inspect_object(remote, arguments, context)
-    path = pathlib.Path(arguments.path)
-    # A glob pattern stands for the files it matches, told by the first of them (see Inspector.patterns).
-    matches = [] if path.exists() else sorted(glob.glob(arguments.path, recursive=True))
-    if not path.exists() and not matches:
-        raise _CommandError(f"error: PATH {str(path)!r} does not exist", "usage", EXIT_USAGE)
-    inspectors = _require_inspectors(str(path))
-    kind, bytes_read = detect(pathlib.Path(matches[0]) if matches else path, inspectors)
-    if matches and kind is not None and not inspectors[kind].patterns:
-        raise _CommandError(
-            f"error: PATH {str(path)!r} does not exist, and {inspectors[kind].description}s are not described "
-            "by a glob pattern: give one file",
-            "usage",
-            EXIT_USAGE,
-        )
+        raise _CommandError(f"error: {error}") from error
+    if remote is None:
+        target: pathlib.Path | str = pathlib.Path(arguments.path)
+        inspectors, kind, bytes_read = _detect_local(arguments.path)
+    else:
+        target = remote.url
+        inspectors, kind, bytes_read = _detect_in_bucket(remote)
     if kind is None:
-        raise _unknown_kind(str(path), inspectors)
+        raise _unknown_kind(str(target), inspectors)
     context.kind = kind
     options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
-    report = run(inspectors[kind], path, options)
+    report = run(inspectors[kind], target, options)
     if report.bytes_read is not None:
         report.bytes_read += bytes_read
     return report
 
 
-def _inspect_object(location: storage.RemotePath, arguments: argparse.Namespace, context: _Context) -> Report:
-    """Inspects an object, a prefix or a glob pattern in a bucket, reading with ranged GETs as locally."""
+def _detect_local(text: str) -> tuple[dict[str, Inspector], str | None, int]:
+    """The inspectors, the kind of the path ``text`` and the bytes read to tell it."""
+    path = pathlib.Path(text)
+    # A glob pattern stands for the files it matches, told by the first of them (see Inspector.patterns).
+    matches = [] if path.exists() else sorted(glob.glob(text, recursive=True))
+    if not path.exists() and not matches:
+        raise _CommandError(f"error: PATH {str(path)!r} does not exist")
+    inspectors = _require_inspectors(str(path))
+    kind, bytes_read = detect(pathlib.Path(matches[0]) if matches else path, inspectors)
+    if matches and kind is not None and not inspectors[kind].patterns:
+        raise _CommandError(
+            f"error: PATH {str(path)!r} does not exist, and {inspectors[kind].description}s are not described "
+            "by a glob pattern: give one file"
+        )
+    return inspectors, kind, bytes_read
+
+
+def _detect_in_bucket(location: storage.RemotePath) -> tuple[dict[str, Inspector], str | None, int]:
+    """Like :func:`_detect_local` for an object, a prefix or a glob pattern in a bucket, read with ranged GETs."""
     inspectors = _require_inspectors(location.url)
     # The `tinax` distribution brings both stores' clients.
     fs = storage.filesystem(location, distribution="tinax", needed_by="tinax inspect", install_hint="pip install tinax")
     fs.invalidate_cache()
     pattern = any(character in location.key for character in "*?[")
     if not pattern and fs.isfile(location.fs_path):
-        kind, bytes_read = _detect_object(fs, location, inspectors)
-    else:
-        kind, bytes_read = None, 0
-        if not pattern and fs.isdir(location.fs_path):
-            kind = _detect_remote_folder(location, inspectors)
-        if kind is None:
-            first = _first_object(fs, location, pattern=pattern)
-            kind, bytes_read = _detect_object(fs, first, inspectors)
-            if kind is not None and not inspectors[kind].patterns:
-                raise _CommandError(
-                    f"error: PATH {location.url!r} is not an object, and {inspectors[kind].description}s are not "
-                    "described by a prefix or pattern: give one object",
-                    "usage",
-                    EXIT_USAGE,
-                )
+        return inspectors, *_detect_object(fs, location, inspectors)
+    kind, bytes_read = None, 0
+    if not pattern and fs.isdir(location.fs_path):
+        kind = _detect_remote_folder(location, inspectors)
     if kind is None:
-        raise _unknown_kind(location.url, inspectors)
-    context.kind = kind
-    options = InspectOptions(names=arguments.names, head=arguments.head, max_bytes=arguments.max_bytes)
-    report = run(inspectors[kind], location.url, options)
-    if report.bytes_read is not None:
-        report.bytes_read += bytes_read
-    return report
+        first = _first_object(fs, location, pattern=pattern)
+        kind, bytes_read = _detect_object(fs, first, inspectors)
+        if kind is not None and not inspectors[kind].patterns:
+            raise _CommandError(
+                f"error: PATH {location.url!r} is not an object, and {inspectors[kind].description}s are not "
+                "described by a prefix or pattern: give one object"
+            )
+    return inspectors, kind, bytes_read
 
 
 def _detect_object(fs: Any, location: storage.RemotePath, inspectors: dict[str, Inspector]) -> tuple[str | None, int]:
@@ -293,8 +289,7 @@ def _detect_remote_folder(location: storage.RemotePath, inspectors: dict[str, In
         from etils import epath  # type: ignore[import-untyped]
     except ImportError:
         return None
-    probe = Probe(epath.Path(location.url), None)
-    return next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
+    return detect_object(None, None, epath.Path(location.url), inspectors)[0]
 
 
 def _first_object(fs: Any, location: storage.RemotePath, *, pattern: bool) -> storage.RemotePath:
@@ -307,7 +302,7 @@ def _first_object(fs: Any, location: storage.RemotePath, *, pattern: bool) -> st
         if not any(part.startswith((".", "_")) for part in name[len(prefix) :].split("/") if part) and fs.isfile(name)
     )
     if not names:
-        raise _CommandError(f"error: PATH {location.url!r} does not exist", "usage", EXIT_USAGE)
+        raise _CommandError(f"error: PATH {location.url!r} does not exist")
     bucket, _, key = names[0].partition("/")
     return storage.RemotePath(location.scheme, bucket, key)
 

@@ -87,15 +87,13 @@ def detect(path: pathlib.Path, inspectors: dict[str, Inspector]) -> tuple[str | 
         return None, 0
     with contextlib.ExitStack() as stack:
         handle = None if stat.S_ISDIR(mode) else stack.enter_context(open(path, "rb", buffering=0))
-        probe = Probe(path, handle)
-        kind = next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
-    return kind, probe.bytes_read
+        return detect_object(handle, None, path, inspectors)
 
 
 def detect_object(
-    handle: BinaryIO, size: int, path: pathlib.Path, inspectors: dict[str, Inspector]
+    handle: BinaryIO | None, size: int | None, path: pathlib.Path, inspectors: dict[str, Inspector]
 ) -> tuple[str | None, int]:
-    """Like :func:`detect`, for a bucket object opened for ranged reads."""
+    """Like :func:`detect`, for a bucket object opened for ranged reads (or a folder, without ``handle``)."""
     probe = Probe(path, handle, size)
     kind = next((kind for kind, inspector in inspectors.items() if inspector.sniff(probe)), None)
     return kind, probe.bytes_read

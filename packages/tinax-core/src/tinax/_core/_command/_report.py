@@ -131,13 +131,9 @@ class Report:
         width = max(len(name) for name in fields)
         lines.extend(f"{name + ':':<{width + 1}} {_cell(value)}" for name, value in fields.items())
         for table in self.tables:
-            lines.append("")
-            lines.append(f"{table.name} ({len(table.rows)})")
-            lines.extend(_aligned(table))
+            lines += ["", f"{table.name} ({len(table.rows)})", *_aligned(table)]
         if self.problems:
-            lines.append("")
-            lines.append(f"problems ({len(self.problems)})")
-            lines.extend(f"  {problem}" for problem in self.problems)
+            lines += ["", f"problems ({len(self.problems)})", *(f"  {problem}" for problem in self.problems)]
         return "\n".join(lines)
 
 

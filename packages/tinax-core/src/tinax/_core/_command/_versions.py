@@ -21,8 +21,7 @@ _found: dict[str, str] = {}
 
 def distribution_version(name: str, module_file: str | None = None) -> str:
     """The installed version of ``name`` (looked up beside ``module_file`` first), or :data:`UNKNOWN_VERSION`."""
-    version = _found.get(name)
-    if version is None:
+    if name not in _found:
         version = _next_to(name, module_file) if module_file is not None else None
         if version is None:
             from importlib import metadata
@@ -32,7 +31,7 @@ def distribution_version(name: str, module_file: str | None = None) -> str:
             except metadata.PackageNotFoundError:
                 version = UNKNOWN_VERSION
         _found[name] = version
-    return version
+    return _found[name]
 
 
 def _next_to(name: str, module_file: str) -> str | None:
