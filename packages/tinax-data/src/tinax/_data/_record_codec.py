@@ -18,69 +18,57 @@ import pathlib
 import re
 import stat
 import struct
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple, NoReturn
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 
-from tinax._core import dtypes, validation
+from tinax._core import validation
+from tinax._data._record_decoders import _BATCH_EXTENT_LIMIT, _Batch, _batch_decoder, _decoder
+from tinax._data._record_fields import (
+    _BOOL,
+    _FLOAT,
+    _INT,
+    _INT64_MAX,
+    _INT64_MIN,
+    _KINDS,
+    _LENGTH,
+    _MAX_NDIM,
+    _PLAIN_TYPES,
+    KIND_ARRAY,
+    KIND_BOOL,
+    KIND_BYTES,
+    KIND_FLOAT,
+    KIND_INT,
+    KIND_NONE,
+    KIND_STR,
+    FieldSpec,
+    _classify,
+    dtype_descriptor,
+    dtype_from_descriptor,
+)
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "KIND_ARRAY",
+    "KIND_BOOL",
+    "KIND_BYTES",
+    "KIND_FLOAT",
+    "KIND_INT",
+    "KIND_NONE",
+    "KIND_STR",
     "FieldSpec",
     "RecordHeader",
     "RecordSchema",
+    "dtype_descriptor",
     "dtype_from_descriptor",
     "record_position",
+    "require_record_file",
 ]
 
 FORMAT_NAME = "tinax-records"
 FORMAT_VERSION = 1
-
-KIND_NONE = "none"
-KIND_BOOL = "bool"
-KIND_INT = "int"
-KIND_FLOAT = "float"
-KIND_STR = "str"
-KIND_BYTES = "bytes"
-KIND_ARRAY = "array"
-
-_PLAIN_KINDS: dict[type, str] = {
-    type(None): KIND_NONE,
-    bool: KIND_BOOL,
-    int: KIND_INT,
-    float: KIND_FLOAT,
-    str: KIND_STR,
-    bytes: KIND_BYTES,
-}
-_PLAIN_TYPES: dict[str, type] = {kind: kind_type for kind_type, kind in _PLAIN_KINDS.items()}
-_KINDS = frozenset((*_PLAIN_KINDS.values(), KIND_ARRAY))
-_KIND_TEXT = {
-    KIND_NONE: "None",
-    KIND_BOOL: "a bool",
-    KIND_INT: "an int",
-    KIND_FLOAT: "a float",
-    KIND_STR: "a str",
-    KIND_BYTES: "bytes",
-}
-_SUPPORTED_TEXT = (
-    "None, a bool, int, float, str, bytes or a numpy.ndarray of a bool, integer, floating, complex or ml_dtypes dtype"
-)
-
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
-# NumPy's limit on the number of dimensions (NPY_MAXDIMS in NumPy 2).
-_MAX_NDIM = 64
-
-_BOOL = struct.Struct("<?")
-_INT = struct.Struct("<q")
-_FLOAT = struct.Struct("<d")
-_LENGTH = struct.Struct("<Q")
-
-# The descriptors of the NumPy part of tinax-core's dtype table, with byte order: the only
-# strings a header may hand to numpy.dtype, so a crafted one cannot ask for another type.
-_BUILTIN_DESCRIPTOR = re.compile(r"[<>|](b1|i[1248]|u[1248]|f[248]|c(8|16))")
 
 
 # What stat says of a path that cannot name a file: nothing can be there.
@@ -115,78 +103,6 @@ def record_position(index: object, count: int, path: object) -> int:
     if not 0 <= position < count:
         raise IndexError(f"index {index} is out of range for {count} records in {str(path)!r}")
     return position
-
-
-def _ml_dtype(name: str) -> np.dtype[Any] | None:
-    """Returns the ml_dtypes type of that name from tinax-core's dtype table, or None."""
-    dtype = dtypes.array_dtypes().get(name)
-    return dtype if dtype is not None and dtype.type.__module__.partition(".")[0] == "ml_dtypes" else None
-
-
-def dtype_descriptor(dtype: np.dtype[Any]) -> str | None:
-    """Returns how the format writes ``dtype``, or None if it cannot be stored."""
-    if dtypes.array_dtype(dtype) is None:
-        return None
-    ml_dtype = _ml_dtype(dtype.name)
-    if ml_dtype is not None:
-        return dtype.name if ml_dtype == dtype else None
-    return dtype.str
-
-
-def dtype_from_descriptor(descriptor: object) -> np.dtype[Any]:
-    """A stored dtype descriptor back as a dtype; only those :func:`dtype_descriptor` writes are accepted."""
-    if isinstance(descriptor, str):
-        if _BUILTIN_DESCRIPTOR.fullmatch(descriptor):
-            dtype = np.dtype(descriptor)
-            if dtype.str == descriptor:
-                return dtype
-        known = _ml_dtype(descriptor)
-        if known is not None:
-            return known
-    raise ValueError(f"unknown array dtype {descriptor!r}")
-
-
-@dataclasses.dataclass(frozen=True)
-class FieldSpec:
-    """One field of a record: its name, kind and, for arrays, dtype and ndim."""
-
-    name: str
-    kind: str
-    dtype: np.dtype[Any] | None = None
-    ndim: int | None = None
-
-    def describe(self) -> str:
-        """Says what every value of this field must be, for error messages."""
-        if self.kind != KIND_ARRAY:
-            return _KIND_TEXT[self.kind]
-        return f"a numpy.ndarray of dtype {self.dtype} with {self.ndim} dimension{'s' if self.ndim != 1 else ''}"
-
-    def to_json(self) -> dict[str, Any]:
-        """Returns the header entry of the field."""
-        entry: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        if self.kind == KIND_ARRAY:
-            assert self.dtype is not None
-            entry["dtype"] = dtype_descriptor(self.dtype)
-            entry["ndim"] = self.ndim
-        return entry
-
-
-def _classify(value: object, where: str) -> FieldSpec:
-    """The field a value belongs to (with an empty name); TypeError for an unsupported kind."""
-    kind = _PLAIN_KINDS.get(type(value))
-    if kind is not None:
-        return FieldSpec("", kind)
-    if isinstance(value, np.generic):
-        validation.fail_type(
-            where,
-            f"{_SUPPORTED_TEXT}; wrap a NumPy scalar with numpy.asarray(...) for a 0-d array or use .item()",
-            value,
-        )
-    if type(value) is np.ndarray or isinstance(value, np.memmap):
-        if dtype_descriptor(value.dtype) is None:
-            validation.fail_type(where, _SUPPORTED_TEXT, value)
-        return FieldSpec("", KIND_ARRAY, value.dtype, value.ndim)
-    raise TypeError(validation.expectation_message(where, _SUPPORTED_TEXT, value))
 
 
 class RecordSchema:
@@ -451,195 +367,6 @@ def _stored_value(kind: str, value: Any, where: str) -> Any:
     if kind == KIND_ARRAY and not value.flags.c_contiguous:
         return np.ascontiguousarray(value)
     return value
-
-
-_Decoder = Callable[[bytes, int], tuple[Any, int]]
-
-
-def _decoder(field: FieldSpec) -> _Decoder:
-    # Each decoder returns (value, offset after it); hot, so each binds what it needs up front.
-    kind = field.kind
-    if kind == KIND_NONE:
-        return lambda data, offset: (None, offset)
-    if kind == KIND_BOOL:
-        return _decode_bool
-    if kind in (KIND_INT, KIND_FLOAT):
-        unpack = (_INT if kind == KIND_INT else _FLOAT).unpack_from
-        return lambda data, offset: (unpack(data, offset)[0], offset + 8)
-    if kind == KIND_STR:
-        return _decode_str
-    if kind == KIND_BYTES:
-        return _decode_sized
-    assert field.dtype is not None
-    assert field.ndim is not None
-    dtype, itemsize, ndim = field.dtype, field.dtype.itemsize, field.ndim
-    unpack_extents = struct.Struct(f"<{ndim}Q").unpack_from
-    extents_size = 8 * ndim
-    frombuffer, empty, prod = np.frombuffer, np.empty, math.prod
-
-    def decode_array(data: bytes, offset: int) -> tuple[Any, int]:
-        shape = unpack_extents(data, offset)
-        offset += extents_size
-        count = shape[0] if ndim == 1 else prod(shape)
-        if not count:
-            return empty(shape, dtype), offset
-        if count * itemsize > len(data) - offset:
-            # Checked before NumPy sees it: extents of 2**63 or more overflow its sizes.
-            raise ValueError(f"an array of shape {shape} needs {count * itemsize} bytes but the record ends first")
-        # frombuffer refuses a short buffer; the copy makes the view aligned, writable and owning.
-        array = frombuffer(data, dtype, count, offset)
-        return (array if ndim == 1 else array.reshape(shape)).copy(), offset + count * itemsize
-
-    return decode_array
-
-
-def _decode_bool(data: bytes, offset: int) -> tuple[Any, int]:
-    byte = data[offset]  # IndexError here means a short record.
-    if byte > 1:
-        raise ValueError(f"a bool field holds the byte {byte}")
-    return byte == 1, offset + 1
-
-
-def _decode_sized(data: bytes, offset: int) -> tuple[bytes, int]:
-    (length,) = _LENGTH.unpack_from(data, offset)
-    start = offset + 8
-    end = start + length
-    if end > len(data):
-        raise ValueError(f"a field declares {length} bytes but the record ends before them")
-    return data[start:end], end
-
-
-def _decode_str(data: bytes, offset: int) -> tuple[Any, int]:
-    raw, end = _decode_sized(data, offset)
-    return raw.decode("utf-8"), end
-
-
-class _Batch(NamedTuple):
-    """The encodings of several records, joined, for :meth:`RecordSchema.decode_many`."""
-
-    #: Every record's encoding, one after the other.
-    joined: bytes
-    #: ``joined`` as a NumPy array of bytes (no copy).
-    octets: np.ndarray[Any, Any]
-    #: Where each record ends in ``joined``.
-    ends: np.ndarray[Any, Any]
-
-
-#: Decodes one field of every record of a batch, given each record's offset of the field: the
-#: values and the offsets after the field, or None where a record is not well formed.
-_BatchDecoder = Callable[[_Batch, np.ndarray[Any, Any]], tuple[list[Any], np.ndarray[Any, Any]] | None]
-
-# Extents from this far up are left to the one-record decoder and its messages.
-_BATCH_EXTENT_LIMIT = 2**40
-
-
-def _gathered(batch: _Batch, offsets: np.ndarray[Any, Any], size: int) -> np.ndarray[Any, Any] | None:
-    """The ``size`` bytes at each offset, one row per record; None if a record ends before them."""
-    if (offsets + size > batch.ends).any():
-        return None
-    return batch.octets[offsets[:, None] + np.arange(size)]
-
-
-def _batch_decoder(field: FieldSpec) -> _BatchDecoder:
-    kind = field.kind
-    if kind == KIND_NONE:
-        return lambda batch, offsets: ([None] * len(offsets), offsets)
-    if kind == KIND_BOOL:
-        return _decode_bools
-    if kind in (KIND_INT, KIND_FLOAT):
-        number = np.dtype("<i8" if kind == KIND_INT else "<f8")
-
-        def decode_numbers(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
-            octets = _gathered(batch, offsets, 8)
-            if octets is None:
-                return None
-            # tolist gives Python ints and floats, as struct does.
-            return octets.view(number).ravel().tolist(), offsets + 8
-
-        return decode_numbers
-    if kind in (KIND_STR, KIND_BYTES):
-        text = kind == KIND_STR
-
-        def decode_sized(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
-            octets = _gathered(batch, offsets, 8)
-            if octets is None:
-                return None
-            lengths = octets.view("<u8").ravel()
-            starts = offsets + 8
-            # Compared as uint64, so that a crafted length of 2**63 or more stays a large number.
-            if (lengths > (batch.ends - starts).astype(np.uint64)).any():
-                return None
-            stops = starts + lengths.astype(np.int64)
-            joined = batch.joined
-            pieces: list[Any] = [
-                joined[start:stop] for start, stop in zip(starts.tolist(), stops.tolist(), strict=True)
-            ]
-            if text:
-                try:
-                    pieces = [piece.decode("utf-8") for piece in pieces]
-                except UnicodeDecodeError:
-                    return None
-            return pieces, stops
-
-        return decode_sized
-    assert field.dtype is not None
-    assert field.ndim is not None
-    return _array_batch_decoder(field.dtype, field.ndim)
-
-
-def _decode_bools(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
-    octets = _gathered(batch, offsets, 1)
-    if octets is None or (octets > 1).any():
-        return None
-    return (octets.ravel() == 1).tolist(), offsets + 1
-
-
-def _array_batch_decoder(dtype: np.dtype[Any], ndim: int) -> _BatchDecoder:
-    itemsize = dtype.itemsize
-    extents_size = 8 * ndim
-    frombuffer, empty, prod = np.frombuffer, np.empty, math.prod
-
-    def decode_arrays(batch: _Batch, offsets: np.ndarray[Any, Any]) -> Any:
-        count = len(offsets)
-        if ndim:
-            octets = _gathered(batch, offsets, extents_size)
-            if octets is None:
-                return None
-            extents = octets.view("<u8").reshape(count, ndim)
-            if (extents >= _BATCH_EXTENT_LIMIT).any():
-                return None
-        else:
-            extents = np.zeros((count, 0), np.uint64)
-        starts = offsets + extents_size
-        joined, ends = batch.joined, batch.ends
-        if (extents == extents[0]).all():
-            # One shape for every record: one check for all, then one copy each.
-            shape = tuple(extents[0].tolist())
-            size = prod(shape)
-            nbytes = size * itemsize
-            if nbytes > int((ends - starts).min()):
-                return None
-            if not size:
-                return [empty(shape, dtype) for _ in range(count)], starts
-            if ndim == 1:
-                arrays = [frombuffer(joined, dtype, size, start).copy() for start in starts.tolist()]
-            else:
-                arrays = [frombuffer(joined, dtype, size, start).reshape(shape).copy() for start in starts.tolist()]
-            return arrays, starts + nbytes
-        # Shapes differ from record to record (token sequences, say).
-        arrays = []
-        stops = []
-        for row, start, end in zip(extents.tolist(), starts.tolist(), ends.tolist(), strict=True):
-            shape = tuple(row)
-            size = prod(shape)
-            stop = start + size * itemsize
-            if stop > end:
-                return None
-            arrays.append(frombuffer(joined, dtype, size, start).reshape(shape).copy() if size else empty(shape, dtype))
-            stops.append(stop)
-        return arrays, np.asarray(stops, np.int64)
-
-    return decode_arrays
 
 
 def _where(index: int, field: FieldSpec) -> str:
