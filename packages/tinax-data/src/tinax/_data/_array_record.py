@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -46,15 +47,7 @@ from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, stack_records
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = [
-    "ArrayRecordSource",
-    "ArrayRecordWriteError",
-    "UnreadableArrayRecordError",
-    "write_array_record",
-]
+__all__ = ["ArrayRecordSource", "ArrayRecordWriteError", "UnreadableArrayRecordError", "write_array_record"]
 
 _logger = get_logger("data")
 _INSTALL_HINT = 'pip install "tinax-data[arrayrecord]"'
@@ -220,19 +213,14 @@ def _published(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathli
         manager.__exit__(None, None, None)
 
 
-def _open_writer(module: Any, path: pathlib.Path, options: str, destination: pathlib.Path) -> Any:
+@contextlib.contextmanager
+def _writing(module: Any, path: pathlib.Path, options: str, destination: pathlib.Path) -> Iterator[Any]:
     try:
         writer = module.ArrayRecordWriter(str(path), options)
     except RuntimeError as error:
         raise ArrayRecordWriteError(f"array-record could not start writing {str(destination)!r}: {error}") from error
     if not writer.ok():
         raise ArrayRecordWriteError(f"array-record could not start writing {str(destination)!r}")
-    return writer
-
-
-@contextlib.contextmanager
-def _writing(module: Any, path: pathlib.Path, options: str, destination: pathlib.Path) -> Iterator[Any]:
-    writer = _open_writer(module, path, options, destination)
     try:
         yield writer
     except BaseException:
@@ -261,21 +249,18 @@ def _write_records(
         first = next(records, _NO_RECORD)
         if first is _NO_RECORD:
             return 0  # A file without records, as tinax 0.2 wrote it.
+        # json.dumps with its defaults, as tinax 0.2 encoded records.
+        dumps, write = json.dumps, writer.write
         try:
-            data = _json_record(first)
+            data = dumps(first).encode("utf-8")
         except (TypeError, ValueError) as error:
             refused = error
         else:
-            # What tinax 0.2 could write, written as it wrote it.
-            _write_record(writer, data, destination)
-            advance(1)
-            count = 1
-            # The loop of _json_record and _write_record, inlined: it runs once per record.
-            dumps, write = json.dumps, writer.write
-            for record in records:
-                data = dumps(record).encode("utf-8")
+            # What tinax 0.2 could write, written as it wrote it (names held locally: it runs once per record).
+            count = 0
+            for encoded in itertools.chain([data], (dumps(record).encode("utf-8") for record in records)):
                 try:
-                    write(data)
+                    write(encoded)
                 except RuntimeError as error:
                     raise _write_failed(destination, error) from error
                 advance(1)
@@ -295,7 +280,9 @@ def _write_tinax_records(
     """Writes records whose first one is not JSON in the tinax format, or raises what tinax 0.2 raised."""
     try:
         schema = RecordSchema.from_first_record(first)
-        data = _tinax_record(schema, first, 0)
+        data = schema.encode(first, 0)
+        if tuple(first) != schema.names:
+            raise _fields_out_of_order(schema, first, 0)
     except (TypeError, ValueError) as error:
         # Neither JSON nor the tinax format: json's error, as tinax 0.2 raised it.
         refused.add_note(f"records[0] does not fit the tinax record format either: {error}")
@@ -304,7 +291,7 @@ def _write_tinax_records(
     _write_record(writer, data, destination)
     advance(1)
     count = 1
-    # The loop of _tinax_record and _write_record, inlined: it runs once per record.
+    # The loop of _write_record, inlined: it runs once per record.
     encode, names, update, write = schema.encode, schema.names, digest.update, writer.write
     for index, record in enumerate(rest, start=1):
         try:
@@ -329,23 +316,10 @@ def _write_tinax_records(
     return count
 
 
-def _tinax_record(schema: RecordSchema, record: Any, index: int) -> bytes:
-    """The encoding of one record in the tinax format."""
-    data = schema.encode(record, index)
-    if tuple(record) != schema.names:
-        raise _fields_out_of_order(schema, record, index)
-    return data
-
-
 def _fields_out_of_order(schema: RecordSchema, record: Any, index: int) -> ValueError:
     return ValueError(
         f"records[{index}] must have the fields of records[0] in its order {list(schema.names)}, got {list(record)}"
     )
-
-
-def _json_record(record: Any) -> bytes:
-    # json.dumps with its defaults, as tinax 0.2 encoded records.
-    return json.dumps(record).encode("utf-8")
 
 
 def _write_record(writer: Any, data: bytes, destination: pathlib.Path) -> None:

@@ -67,8 +67,7 @@ class ArrayRecordFilesSource(FileSetSource, ArrayRecordSource):
 
     def _adopt(self, header: Any) -> None:
         files: _RecordFiles = header
-        headers = [last.header_bytes for last in files.last_records]
-        combined = require_one_kind(self._given, files.names, headers)
+        combined = require_one_kind(self._given, files.names, [last.header_bytes for last in files.last_records])
         counts = _counts(files)
         if combined is None:
             super()._adopt(_LastRecord(None, sum(counts)))
@@ -129,14 +128,11 @@ class _OpenRecordFiles:
 
     def _read(self, file_index: int, first: int | list[int], stop: int | None = None) -> list[bytes]:
         with self._lock:
-            reader = self._file(file_index)
+            reader = self._opened.get(file_index)
             try:
                 return list(reader.read(first) if stop is None else reader.read(first, stop))
             except RuntimeError as error:
                 raise RuntimeError(f"{self._files.names[file_index]!r}: {error}") from error
-
-    def _file(self, file_index: int) -> Any:
-        return self._opened.get(file_index)
 
     def close(self) -> None:
         with self._lock:

@@ -57,16 +57,16 @@ def _is_tensor(arrow_type: pa.DataType) -> bool:
     return isinstance(arrow_type, pa.FixedShapeTensorType)
 
 
-def _numeric_leaf(arrow_type: pa.DataType) -> bool:
-    """Whether a (possibly nested) list type holds numbers at its bottom."""
+def _leaf_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The type at the bottom of (possibly nested) list types."""
     while _is_list(arrow_type):
         arrow_type = arrow_type.value_type
-    return _is_numeric(arrow_type)
+    return arrow_type
 
 
 def _becomes_array(arrow_type: pa.DataType) -> bool:
     """Whether the ``"numpy"`` mapping gives a row of this type as a NumPy array."""
-    return _is_tensor(arrow_type) or (_is_list(arrow_type) and _numeric_leaf(arrow_type))
+    return _is_tensor(arrow_type) or (_is_list(arrow_type) and _is_numeric(_leaf_type(arrow_type)))
 
 
 def unmapped_type(arrow_type: pa.DataType) -> bool:
@@ -82,9 +82,7 @@ def unmapped_type(arrow_type: pa.DataType) -> bool:
         return True
     if types.is_struct(arrow_type):
         return any(unmapped_type(arrow_type.field(index).type) for index in range(arrow_type.num_fields))
-    if _is_list(arrow_type):
-        return unmapped_type(arrow_type.value_type)
-    if types.is_dictionary(arrow_type):
+    if _is_list(arrow_type) or types.is_dictionary(arrow_type):
         return unmapped_type(arrow_type.value_type)
     return False
 
@@ -131,9 +129,7 @@ def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
 def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any] | None:
     """Rows of a column (an array of rows or a slice) as one stacked array where the getter can, else None."""
     stacked = getattr(getter, "stacked", None)
-    if stacked is None:
-        return None
-    return stacked(rows)  # type: ignore[no-any-return]
+    return None if stacked is None else stacked(rows)
 
 
 def take_rows(
@@ -153,15 +149,11 @@ _VIEWABLE = frozenset("bBhHiIlLqQfd?")
 def many_values(getter: Getter, rows: np.ndarray[Any, Any]) -> list[Any]:
     """The values of several rows: at once where the getter can, else one by one."""
     many = getattr(getter, "many", None)
-    if many is not None:
-        return many(rows)  # type: ignore[no-any-return]
-    return [getter(row) for row in rows.tolist()]
+    return [getter(row) for row in rows.tolist()] if many is None else many(rows)
 
 
 def _validity(column: pa.Array) -> np.ndarray[Any, Any] | None:
-    if column.null_count == 0:
-        return None
-    return np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    return None if column.null_count == 0 else np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
 
 
 def _none_where_null(valid: np.ndarray[Any, Any] | None, getter: Getter) -> Getter:
@@ -181,17 +173,10 @@ def _sized_getter(column: pa.Array, decode: bool) -> Getter:
     # array.array indexes to Python ints quickly and stores 8 bytes a row.
     offsets = array.array("q", offsets_array.astype(np.int64).tobytes())
     data = memoryview(buffers[2]) if buffers[2] is not None else memoryview(b"")
+    valid = _validity(column)
     if decode:
-
-        def get(row: int) -> Any:
-            return str(data[offsets[row] : offsets[row + 1]], "utf-8")
-
-    else:
-
-        def get(row: int) -> Any:
-            return bytes(data[offsets[row] : offsets[row + 1]])
-
-    return _none_where_null(_validity(column), get)
+        return _none_where_null(valid, lambda row: str(data[offsets[row] : offsets[row + 1]], "utf-8"))
+    return _none_where_null(valid, lambda row: bytes(data[offsets[row] : offsets[row + 1]]))
 
 
 def _scalar_getter(column: pa.Array) -> Getter | None:
@@ -213,9 +198,7 @@ def _scalar_getter(column: pa.Array) -> Getter | None:
             one = memoryview(values).__getitem__  # type: ignore[arg-type]
         if valid is None:
             stacked_dtype = _stacked_dtype(values.dtype)
-            stacked = None
-            if stacked_dtype is not None:
-                stacked = functools.partial(take_rows, values, dtype=stacked_dtype)
+            stacked = None if stacked_dtype is None else functools.partial(take_rows, values, dtype=stacked_dtype)
             return _with_batched_read(one, lambda rows: values[rows].tolist(), stacked)
         return _none_where_null(valid, one)
     if types.is_string(arrow_type) or types.is_large_string(arrow_type):
@@ -463,9 +446,7 @@ def value_description(arrow_type: pa.DataType, mapping: str) -> str:
         if unmapped_type(arrow_type):
             return REFUSED
         if _becomes_array(arrow_type):
-            leaf = arrow_type.value_type
-            while _is_list(leaf):
-                leaf = leaf.value_type
+            leaf = _leaf_type(arrow_type.value_type)
             return array_description(_numpy_dtype(leaf), shape_extents(arrow_type))
     if types.is_dictionary(arrow_type):
         return value_description(arrow_type.value_type, "python")

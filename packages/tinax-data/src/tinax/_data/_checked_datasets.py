@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import operator
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -275,12 +276,7 @@ class _RedealRecipe:
     ) -> None:
         self.plain = plain
         self.epoch_rows = epoch_rows
-        self.layout = (
-            description["num_rows"],
-            description["shard_index"],
-            description["shard_count"],
-            description["batch_size"],
-        )
+        self.layout = operator.itemgetter("num_rows", "shard_index", "shard_count", "batch_size")(description)
         self.read_options = read_options
         self.allow_nones = allow_nones
 
@@ -298,8 +294,7 @@ class _Redealer:
 
     def position(self, next_index: int) -> int:
         """The pipeline's batch index of the element at ``next_index`` of this iterator's slice."""
-        length = len(self._recipe.plain)
-        lengths = [length]
+        lengths = [len(self._recipe.plain)]
         for sl, _ in self._slices:
             lengths.append(len(range(lengths[-1])[sl]))
         for (sl, _), parent_length in zip(reversed(self._slices), reversed(lengths[:-1]), strict=True):

@@ -49,9 +49,7 @@ def read_positions(source: Any, positions: np.ndarray[Any, Any] | range, *, stac
         positions = np.arange(positions.start, positions.stop, dtype=np.int64)
     records_at = getattr(source, "records_at", None)
     records = records_at(positions) if records_at is not None else read_many(source, positions.tolist())
-    if stacked:
-        return StackedColumns(stack_records(records), len(records))
-    return records
+    return StackedColumns(stack_records(records), len(records)) if stacked else records
 
 
 class DirectBatchMapDataset(BulkBatchMapDataset):

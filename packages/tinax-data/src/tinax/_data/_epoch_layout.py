@@ -145,9 +145,7 @@ def resume_point(
             return epoch * steps + step, None
     record = RedealtEpoch(epoch, consumed)
     first, stop = record.region(num_rows, shard_count, batch_size)
-    if first == stop:
-        return stop, None
-    return first, record
+    return (stop, None) if first == stop else (first, record)
 
 
 def checked_redeal_record(record: object, where: str, num_rows: object) -> RedealtEpoch:

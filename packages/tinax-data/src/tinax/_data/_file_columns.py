@@ -49,9 +49,7 @@ class FileColumns:
     @property
     def nbytes(self) -> int:
         """The bytes the arrays take (reserved at the first fill, whatever is filled yet)."""
-        if self.arrays is None:
-            return 0
-        return sum(int(array.nbytes) for array in self.arrays.values())
+        return 0 if self.arrays is None else sum(int(array.nbytes) for array in self.arrays.values())
 
     def missing_groups(self, positions: np.ndarray[Any, Any] | range) -> list[int]:
         """The row groups, in file order, holding some of ``positions`` that are not filled yet."""

@@ -14,7 +14,7 @@ import hashlib
 import os
 import pathlib
 import stat
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tinax._core import validation
@@ -139,8 +139,7 @@ def _remote_files(location: RemotePath, container: str) -> RemotePath | FileSet:
         if not paths:
             raise FileNotFoundError(f"No {container} file matches the glob pattern {location.url!r}")
         files = [_object_at(location, path) for path in paths]
-        named = tuple(sorted((DatasetFile(file, _below(file, root)) for file in files), key=lambda file: file.name))
-        return FileSet(root, named, f"the glob pattern {location.url!r}")
+        return FileSet(root, _remote_named(files, root), f"the glob pattern {location.url!r}")
     if location.key:
         try:
             info = fs.info(location.fs_path)
@@ -150,24 +149,20 @@ def _remote_files(location: RemotePath, container: str) -> RemotePath | FileSet:
             return location
     # A prefix (or a bucket's root): every object under it, as a folder's files.
     listed = fs.find(location.fs_path, detail=True) if location.key else fs.find(location.bucket, detail=True)
-    found_files: list[tuple[str, RemotePath]] = []
+    found_files: list[DatasetFile] = []
     for path, info in listed.items():
         if info.get("type") != "file":
             continue
         file = _object_at(location, path)
         below = _below(file, location)
-        if not below or any(part.startswith(_SKIPPED_PREFIXES) for part in below.split("/")):
-            continue
-        found_files.append((below, file))
+        if below and not any(part.startswith(_SKIPPED_PREFIXES) for part in below.split("/")):
+            found_files.append(DatasetFile(file, below))
     if not found_files:
         raise FileNotFoundError(
             f"No {container} file under the prefix {location.url!r}: it holds no object whose name (or folder) "
             "does not start with '.' or '_'"
         )
-    found_files.sort(key=lambda item: item[0])
-    return FileSet(
-        location, tuple(DatasetFile(file, below) for below, file in found_files), f"the prefix {location.url!r}"
-    )
+    return FileSet(location, _by_name(found_files), f"the prefix {location.url!r}")
 
 
 def _reader_of(container: str) -> str:
@@ -191,8 +186,7 @@ def _listed_remote_files(values: Sequence[Any], name: str, container: str) -> Fi
     """The objects a sequence of URLs names, all in one bucket, each checked to be an object."""
     files: list[RemotePath] = []
     for index, value in enumerate(values):
-        if not isinstance(value, (str, os.PathLike)):
-            validation.fail_type(f"{name}[{index}]", "a str or os.PathLike path", value)
+        # Every value is a str or PathLike: _listed_files found each one a URL.
         location = as_remote(value, f"{name}[{index}]", needs_key=True)
         if location is None:
             validation.fail_value(
@@ -202,11 +196,7 @@ def _listed_remote_files(values: Sequence[Any], name: str, container: str) -> Fi
             validation.fail_value(name, "URLs of objects in one bucket", values)
         require_remote_file(location, container)
         files.append(location)
-    seen: set[str] = set()
-    for file in files:
-        if file.key in seen:
-            validation.fail_value(name, "paths of distinct files", f"the object {file.url!r} more than once")
-        seen.add(file.key)
+    _require_distinct(name, ((file.key, f"the object {file.url!r}") for file in files))
     parents = [file.parent.key.split("/") if file.parent.key else [] for file in files]
     common: list[str] = []
     for parts in zip(*parents, strict=False):
@@ -214,8 +204,7 @@ def _listed_remote_files(values: Sequence[Any], name: str, container: str) -> Fi
             break
         common.append(parts[0])
     root = RemotePath(files[0].scheme, files[0].bucket, "/".join(common))
-    named = tuple(sorted((DatasetFile(file, _below(file, root)) for file in files), key=lambda file: file.name))
-    return FileSet(root, named, f"a list of {len(files)} paths")
+    return FileSet(root, _remote_named(files, root), f"a list of {len(files)} paths")
 
 
 def _listed_files(values: Sequence[Any], name: str, container: str) -> FileSet:
@@ -236,19 +225,30 @@ def _listed_files(values: Sequence[Any], name: str, container: str) -> FileSet:
         path = require_record_path(value, f"{name}[{index}]")
         require_record_file(path, container)
         files.append(path.absolute())
-    seen: set[str] = set()
-    for path in files:
-        real = os.path.realpath(path)
-        if real in seen:
-            validation.fail_value(name, "paths of distinct files", f"the file {str(path)!r} more than once")
-        seen.add(real)
+    _require_distinct(name, ((os.path.realpath(path), f"the file {str(path)!r}") for path in files))
     root = pathlib.Path(os.path.commonpath([path.parent for path in files]))
     return FileSet(root, _named(files, root), f"a list of {len(files)} paths")
 
 
+def _require_distinct(name: str, keyed: Iterable[tuple[str, str]]) -> None:
+    """Refuses a list naming one file twice; ``keyed`` gives each file's identity and description."""
+    seen: set[str] = set()
+    for key, described in keyed:
+        if key in seen:
+            validation.fail_value(name, "paths of distinct files", f"{described} more than once")
+        seen.add(key)
+
+
+def _by_name(files: Iterable[DatasetFile]) -> tuple[DatasetFile, ...]:
+    return tuple(sorted(files, key=lambda file: file.name))
+
+
 def _named(files: list[pathlib.Path], root: pathlib.Path) -> tuple[DatasetFile, ...]:
-    named = [DatasetFile(path, path.relative_to(root).as_posix()) for path in files]
-    return tuple(sorted(named, key=lambda file: file.name))
+    return _by_name(DatasetFile(path, path.relative_to(root).as_posix()) for path in files)
+
+
+def _remote_named(files: list[RemotePath], root: RemotePath) -> tuple[DatasetFile, ...]:
+    return _by_name(DatasetFile(file, _below(file, root)) for file in files)
 
 
 def describe_file_difference(saved: object, current: object) -> str | None:

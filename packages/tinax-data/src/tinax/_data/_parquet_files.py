@@ -17,7 +17,8 @@ import pyarrow as pa
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_sets import FileSet, combined_header, require_one_kind
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._parquet_source import ParquetRecordSource, _Footer, checked_range
+from tinax._data._parquet_footer import _Footer, checked_range
+from tinax._data._parquet_source import ParquetRecordSource
 from tinax._data._record_codec import RecordHeader
 from tinax._data._record_file_source import FileSetSource, OpenFiles
 
@@ -141,8 +142,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
     @property
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of the rows: the files' columns unified, then the hive partition fields."""
-        files = self._files_header
-        return files.schema
+        return self._files_header.schema
 
     def locate_group(self, group_index: int) -> tuple[int, int]:
         """The file (its index) that holds a row group of the dataset, and the row group's index in that file."""
@@ -180,8 +180,7 @@ class ParquetFilesSource(FileSetSource, ParquetRecordSource):
         """The decoded size of a row: as measured in this process, else as the footers' uncompressed sizes say."""
         if self._decoded_rows:
             return self._decoded_bytes / self._decoded_rows
-        files = self._files_header
-        return sum(files.stored_bytes) / max(self._count, 1)
+        return sum(self._files_header.stored_bytes) / max(self._count, 1)
 
     def __repr__(self) -> str:
         if self._schema is None:
@@ -232,10 +231,7 @@ class _OpenFiles:
 
     def file_of_group(self, group_index: int) -> Any:
         """The open ``ParquetFile`` holding a row group; a ValueError if the file changed since opening."""
-        return self._file(self._source.locate_group(group_index)[0])
-
-    def _file(self, file_index: int) -> Any:
-        return self._opened.get(file_index)
+        return self._opened.get(self._source.locate_group(group_index)[0])
 
     def close(self) -> None:
         self._opened.close()
@@ -262,15 +258,7 @@ def _partitions(
             values[key] = None if encoded_value == _HIVE_NULL else urllib.parse.unquote(encoded_value)
             keys.setdefault(key)
         found.append(values)
-    types = []
-    for key in keys:
-        present = [text for values in found if (text := values.get(key)) is not None]
-        try:
-            pa.array(present, pa.string()).cast(pa.int32())
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            types.append(pa.string())
-        else:
-            types.append(pa.int32())
+    types = [_partition_type([text for values in found if (text := values.get(key)) is not None]) for key in keys]
     rows = []
     for values in found:
         row = []
@@ -279,6 +267,15 @@ def _partitions(
             row.append(int(text) if text is not None and kind == pa.int32() else text)
         rows.append(tuple(row))
     return tuple(keys), tuple(types), tuple(rows)
+
+
+def _partition_type(texts: list[str]) -> pa.DataType:
+    """int32 where every value of a partition key reads as one, else string (as pyarrow's discovery infers)."""
+    try:
+        pa.array(texts, pa.string()).cast(pa.int32())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return pa.string()
+    return pa.int32()
 
 
 def _unified(names: tuple[str, ...], schemas: list[pa.Schema]) -> pa.Schema:

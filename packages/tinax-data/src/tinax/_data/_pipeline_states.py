@@ -7,7 +7,7 @@ section "What a restored state must match".
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tinax._core.validation import fail_type, fail_value
@@ -182,25 +182,20 @@ def _checked_grain_state(grain_state: object, where: str, num_workers: object, l
             grain_state["next_index_in_datasets"], f"{where}['next_index_in_datasets']", 0, num_workers
         ),
     }
-    lists: dict[str, list[Any]] = {}
-    for key in ("iterators_in_use_indices", "iterators_in_use_states", "exhausted"):
+    # One entry per worker in each list, each checked once all lists have the right length.
+    entry_checks: dict[str, Callable[[Any, str], Any]] = {
+        "iterators_in_use_indices": lambda value, name: exact_int(value, name, 0, num_workers - 1),
+        "iterators_in_use_states": _checked_worker_state,
+        "exhausted": lambda value, name: exact_int(value, name, 0, 1),
+    }
+    for key in entry_checks:
         value = grain_state[key]
         if not isinstance(value, (list, tuple)):
             fail_type(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
         if len(value) != num_workers:
             fail_value(f"{where}[{key!r}]", f"a list of {num_workers} entries, one per worker", value)
-        lists[key] = list(value)
-    checked["iterators_in_use_indices"] = [
-        exact_int(value, f"{where}['iterators_in_use_indices'][{position}]", 0, num_workers - 1)
-        for position, value in enumerate(lists["iterators_in_use_indices"])
-    ]
-    checked["iterators_in_use_states"] = [
-        _checked_worker_state(value, f"{where}['iterators_in_use_states'][{position}]")
-        for position, value in enumerate(lists["iterators_in_use_states"])
-    ]
-    checked["exhausted"] = [
-        exact_int(value, f"{where}['exhausted'][{position}]", 0, 1) for position, value in enumerate(lists["exhausted"])
-    ]
+    for key, check in entry_checks.items():
+        checked[key] = [check(value, f"{where}[{key!r}][{index}]") for index, value in enumerate(grain_state[key])]
     future = grain_state["future_states"]
     if not isinstance(future, Mapping):
         fail_type(f"{where}['future_states']", "a mapping of worker states", future)

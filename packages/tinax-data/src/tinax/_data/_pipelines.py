@@ -159,13 +159,7 @@ def _checked_training_arguments(
     widened = _widened(shard_options, batch_size, seed, num_epochs)
     with reported_as_both(widened):
         _require_dataset(dataset)
-        shard = shard_options_fields(shard_options)
-        if not shard["drop_remainder"]:
-            fail_value(
-                "shard_options.drop_remainder",
-                "True for training, so that every process runs the same number of steps",
-                shard["drop_remainder"],
-            )
+        shard = shard_options_fields(shard_options, drop_remainder=True)
         batch_size = require_positive_int(batch_size, "batch_size")
         seed = require_int(seed, "seed")
         require_bool(shuffle, "shuffle")
@@ -199,7 +193,7 @@ def _checked_training_arguments(
 
 def _epoch_order(dataset: Any, seed: int, shuffle: bool, window: int | None) -> tuple[Any, str, int | None]:
     """Checks ``shuffle_window``; returns the seeded epoch's rows in order, the order's kind and the window."""
-    blocks = None
+    blocks: tuple[int, ...] = ()
     if window is not None:
         window = require_positive_int(window, "shuffle_window")
         if not shuffle:
@@ -208,8 +202,7 @@ def _epoch_order(dataset: Any, seed: int, shuffle: bool, window: int | None) -> 
     from tinax._data._checked_datasets import WindowShuffleMapDataset
 
     ordered = dataset.seed(seed)
-    if blocks is not None:
-        assert window is not None
+    if window is not None:
         return WindowShuffleMapDataset(ordered, seed=seed, block_ends=blocks, window=window), "window", window
     if shuffle:
         return ordered.shuffle(), "shuffle", window
@@ -296,13 +289,7 @@ def evaluation_batches(
     """
     with reported_as_both(_widened(shard_options, batch_size)):
         _require_dataset(dataset)
-        shard = shard_options_fields(shard_options)
-        if shard["drop_remainder"]:
-            fail_value(
-                "shard_options.drop_remainder",
-                "False for evaluation, which never drops rows",
-                shard["drop_remainder"],
-            )
+        shard = shard_options_fields(shard_options, drop_remainder=False)
         batch_size = require_positive_int(batch_size, "batch_size")
         require_callable(batch_fn, "batch_fn")
         total = _require_finite(dataset)
@@ -399,16 +386,21 @@ def _require_finite(dataset: Any) -> int:
     return total
 
 
-def shard_options_fields(shard_options: object) -> dict[str, Any]:
-    """Checks a ``grain.sharding.ShardOptions`` and returns its index, count and ``drop_remainder``."""
+def shard_options_fields(shard_options: object, *, drop_remainder: bool) -> dict[str, Any]:
+    """Checks a ``grain.sharding.ShardOptions`` of training (``drop_remainder``) or evaluation; returns its fields."""
     from grain.sharding import ShardOptions
 
     options = require_instance(shard_options, "shard_options", ShardOptions, "a grain.sharding.ShardOptions")
     # ShardOptions checks the range of its fields but not their types.
     count = require_positive_int(options.shard_count, "shard_options.shard_count")
     index = require_int(options.shard_index, "shard_options.shard_index", minimum=0, maximum=count - 1)
-    drop_remainder = require_bool(options.drop_remainder, "shard_options.drop_remainder")
-    return {"shard_index": index, "shard_count": count, "drop_remainder": drop_remainder}
+    given = require_bool(options.drop_remainder, "shard_options.drop_remainder")
+    if given != drop_remainder:
+        expected = "True for training, so that every process runs the same number of steps"
+        if not drop_remainder:
+            expected = "False for evaluation, which never drops rows"
+        fail_value("shard_options.drop_remainder", expected, given)
+    return {"shard_index": index, "shard_count": count, "drop_remainder": given}
 
 
 def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:

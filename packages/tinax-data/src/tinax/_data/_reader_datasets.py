@@ -129,9 +129,8 @@ class RecordSourceMapDataset(SOURCE_MAP_DATASET):  # type: ignore[misc]
 
     def _getitems(self, indices: Any) -> Any:
         """Returns the records at several indices, read by the source at once where it can."""
-        source = self._record_source
-        count = len(source)
-        return read_many(source, [index % count for index in indices])
+        count = len(self._record_source)
+        return read_many(self._record_source, [index % count for index in indices])
 
     def __iter__(self) -> SequentialIterator:
         """Iterates the records in order in this thread, reading many at once (see :class:`SequentialIterator`)."""
@@ -140,9 +139,6 @@ class RecordSourceMapDataset(SOURCE_MAP_DATASET):  # type: ignore[misc]
 
 class SlicedMapDataset(SLICE_MAP_DATASET):  # type: ignore[misc]
     """grain's ``MapDataset.slice`` result, refusing bool indices (a subclass, so seeds match ``parent.slice``)."""
-
-    def __init__(self, parent: grain.MapDataset, sl: slice) -> None:
-        super().__init__(parent=parent, sl=sl)
 
     def __getitem__(self, index: Any) -> Any:
         """Returns the record at ``index`` (or a sliced dataset), as grain does, refusing bools."""
@@ -158,9 +154,6 @@ class SlicedMapDataset(SLICE_MAP_DATASET):  # type: ignore[misc]
 class MappedMapDataset(_MAP_MAP_DATASET):  # type: ignore[misc]
     """grain's ``MapDataset.map`` result, iterated in order (a subclass, so seeds match ``parent.map``)."""
 
-    def __init__(self, parent: grain.MapDataset, transform: Any) -> None:
-        super().__init__(parent, transform)
-
     def __iter__(self) -> SequentialIterator:
         """Iterates the rows in order in this thread, reading many at once (see :class:`SequentialIterator`)."""
         return SequentialIterator(self)
@@ -168,9 +161,7 @@ class MappedMapDataset(_MAP_MAP_DATASET):  # type: ignore[misc]
 
 def record_source_of(dataset: Any) -> Any | None:
     """Returns the data source under a dataset a tinax reader returned, or None for any other dataset."""
-    if type(dataset) is not RecordSourceMapDataset:
-        return None
-    return dataset.record_source
+    return dataset.record_source if type(dataset) is RecordSourceMapDataset else None
 
 
 def source_dataset(source: Any) -> grain.MapDataset:

@@ -130,8 +130,7 @@ class FileSetSource(RecordFileSource[Any]):
 
     def file_path(self, index: int) -> Location:
         """The path of the dataset's ``index``-th file."""
-        name: str = self._files_header.names[index]
-        return self._path / name
+        return self._path / str(self._files_header.names[index])
 
     def _read_headers(self) -> Any:
         """Reads and checks every file's header; returns them together."""

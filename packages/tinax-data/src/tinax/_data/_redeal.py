@@ -10,20 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tinax._core.validation import (
-    fail_type,
-    fail_value,
-    require_non_negative_int,
-    require_positive_int,
-)
-from tinax._data._epoch_layout import (
-    REDEAL_KEY,
-    Intervals,
-    RedealtEpoch,
-    epoch_progress,
-    exact_int,
-    resume_point,
-)
+from tinax._core.validation import fail_type, fail_value, require_non_negative_int, require_positive_int
+from tinax._data._epoch_layout import REDEAL_KEY, Intervals, RedealtEpoch, epoch_progress, exact_int, resume_point
 from tinax._data._pipeline_states import (
     STATE_DESCRIPTION_KEY,
     STATE_FORMAT,
@@ -99,13 +87,7 @@ def redeal_state(
     """
     checked = _checked_states(states)
     description, (epoch, consumed) = checked[0][1], checked[0][2]
-    new_shard = shard_options_fields(shard_options)
-    if not new_shard["drop_remainder"]:
-        fail_value(
-            "shard_options.drop_remainder",
-            "True for training, so that every process runs the same number of steps",
-            new_shard["drop_remainder"],
-        )
+    new_shard = shard_options_fields(shard_options, drop_remainder=True)
     num_workers = require_non_negative_int(num_workers, "num_workers")
     num_rows, new_count = description["num_rows"], new_shard["shard_count"]
     batch_size = _new_batch_size(batch_size, description, new_count)
@@ -200,8 +182,7 @@ def _checked_states(states: object) -> list[tuple[int, dict[str, Any], _Position
     checked = [_checked_position(state, name) for state, name in zip(listed, names, strict=True)]
     first_name, (first_index, first_description, first_position) = names[0], checked[0]
     for name, (index, description, position) in zip(names[1:], checked[1:], strict=True):
-        ignored = {"shard_index"}
-        fields = sorted((set(description) | set(first_description)) - ignored)
+        fields = sorted((set(description) | set(first_description)) - {"shard_index"})
         differing = [field for field in fields if description.get(field) != first_description.get(field)]
         if differing:
             field = differing[0]
@@ -282,11 +263,7 @@ def _workers_position(
     grain_state: Mapping[str, Any], where: str, description: Mapping[str, Any], num_workers: int
 ) -> tuple[int, RedealtEpoch | None]:
     """The pipeline's next batch and re-deal record in the state of open_multiprocessing_iterator's iterator."""
-    by_worker: dict[int, Any] = {}
-    for worker, worker_state in zip(
-        grain_state["iterators_in_use_indices"], grain_state["iterators_in_use_states"], strict=True
-    ):
-        by_worker[worker] = worker_state
+    by_worker = dict(zip(grain_state["iterators_in_use_indices"], grain_state["iterators_in_use_states"], strict=True))
     future = {int(key): value for key, value in grain_state["future_states"].items() if str(key).isdigit()}
     expected = in_process_description(dict(description))
     read: list[int] = []

@@ -106,28 +106,23 @@ def find_file_set(dataset: Any) -> list[list[Any]] | None:
     """``[name, size, rows]`` of the files of the many-file readers under a grain dataset, or None where none is."""
     from tinax._data._grain_compat import wrapped_source
 
-    found: list[list[Any]] = []
-    any_found = False
+    found: list[list[Any]] | None = None
     pending: list[Any] = [dataset]
     while pending:
         node = pending.pop()
         files = getattr(wrapped_source(node), "file_set", None)
         if isinstance(files, list):
-            found.extend([list(entry) for entry in files])
-            any_found = True
-            continue
-        pending.extend(reversed(tuple(getattr(node, "parents", ()))))
-    return found if any_found else None
+            found = (found or []) + [list(entry) for entry in files]
+        else:
+            pending.extend(reversed(tuple(getattr(node, "parents", ()))))
+    return found
 
 
 def _own_source_id(node: Any) -> str | None:
     named = getattr(node, "source_id", None)
-    if isinstance(named, str) and named:
-        return named
-    # Imported here, where grain already is: importing tinax.data imports no grain.
-    from tinax._data._grain_compat import wrapped_source
+    if not (isinstance(named, str) and named):
+        # Imported here, where grain already is: importing tinax.data imports no grain.
+        from tinax._data._grain_compat import wrapped_source
 
-    named = getattr(wrapped_source(node), "source_id", None)
-    if isinstance(named, str) and named:
-        return named
-    return None
+        named = getattr(wrapped_source(node), "source_id", None)
+    return named if isinstance(named, str) and named else None

@@ -214,9 +214,7 @@ def _logged_name(dataset: Any) -> str:
     from tinax._data._reader_datasets import record_source_of
 
     path = getattr(record_source_of(dataset), "_path", None)
-    if path is not None:
-        return str(path)
-    return find_source_id(dataset) or str(dataset)
+    return str(path) if path is not None else find_source_id(dataset) or str(dataset)
 
 
 def _column_value(row: Any, position: int, column: str) -> Any:
