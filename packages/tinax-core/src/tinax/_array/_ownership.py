@@ -10,9 +10,9 @@ import numpy as np
 from jax.sharding import Sharding
 
 from tinax._core import validation
-from tinax._core._compat02 import DeletedProducerError, DLPackBufferError
+from tinax._core._compat02 import DLPackBufferError
 from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
-from tinax._core.jax_compat import RuntimeValueError, is_tracer, require_concrete
+from tinax._core.jax_compat import RuntimeTypeAndValueError, RuntimeValueError, is_tracer, require_concrete
 from tinax._core.shapes import is_extended_dtype
 
 __all__ = ["from_dlpack", "from_numpy", "to_numpy"]
@@ -199,7 +199,7 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
         validation.require_bool(copy, "copy")
     placement = _require_placement(device)
     if isinstance(array, jax.Array) and not is_tracer(array) and array.is_deleted():
-        raise DeletedProducerError(
+        raise RuntimeTypeAndValueError(
             validation.expectation_message("array", "a live array (it was deleted or donated)", array)
         )
     watched = None if _is_tensorflow_tensor(array) else _WatchedProducer(array)

@@ -1,10 +1,11 @@
 """tinax 0.2's behaviour where 0.3 says more: tinax-core's accommodations of 0.2.
 
 0.2 let JAX's, NumPy's and chex's own errors and switches reach the caller. Others live where the
-runtime needs them: ``validation.TypeAndValueError``, ``jax_compat.RuntimeValueError``,
-``TraceBudgetExceededError`` and the ``tinax.device._validation`` alias. chex is never imported,
-only looked up in ``sys.modules``; its switches have no public reader, so its private state is read
-here alone. If chex moves it, every budget is enforced and never reset, and the switch tests fail.
+runtime needs them: ``validation.TypeAndValueError``, ``jax_compat.RuntimeValueError`` (and its
+TypeError twin), ``TraceBudgetExceededError`` and the ``tinax.device._validation`` alias. This module
+imports no JAX, so every member can share its exception types. chex is never imported, only looked
+up in ``sys.modules``; its switches have no public reader, so its private state is read here alone.
+If chex moves it, every budget is enforced and never reset, and the switch tests fail.
 """
 
 from __future__ import annotations
@@ -14,13 +15,12 @@ import sys
 import threading
 
 from tinax._core import validation
-from tinax._core.jax_compat import RuntimeValueError
 
 __all__ = [
     "DLPackBufferError",
     "DTypeEncodingError",
-    "DeletedProducerError",
-    "TooLargeIntegerError",
+    "MissingPathError",
+    "ValueOverflowError",
     "chex_asserts_disabled",
     "chex_counter_clears",
 ]
@@ -41,12 +41,15 @@ class DLPackBufferError(ValueError, BufferError):
     """A ``BufferError`` raised while importing, outside the producer's own methods."""
 
 
-class DeletedProducerError(RuntimeValueError, TypeError):
-    """A deleted ``jax.Array`` given to ``from_dlpack``; also the TypeError its ``__dlpack_device__`` raises (0.2)."""
+class MissingPathError(FileNotFoundError, ValueError):
+    """No file at a path, or no usable path: a ValueError, and the FileNotFoundError tinax 0.2 raised.
+
+    Built from a message alone, or as the system's errors are, ``(errno, message, filename)``.
+    """
 
 
-class TooLargeIntegerError(RuntimeValueError, validation.TypeAndValueError):
-    """A too-large size 0.2 refused as a TypeError: a NumPy-integer size, or an extent beyond int64."""
+class ValueOverflowError(ValueError, OverflowError):
+    """A number out of range, where tinax 0.2 raised OverflowError (an int leaf msgpack cannot store, say)."""
 
 
 #: The chex module that holds the switches (``DISABLE_ASSERTIONS`` and ``TRACE_COUNTER``).

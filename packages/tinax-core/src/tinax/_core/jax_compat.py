@@ -14,9 +14,10 @@ import jax
 from jax._src import core as _jax_core  # Private, but stable across 0.10-0.12.
 from jax.sharding import Mesh
 
-from tinax._core.validation import expectation_message
+from tinax._core.validation import TypeAndValueError, expectation_message
 
 __all__ = [
+    "RuntimeTypeAndValueError",
     "RuntimeValueError",
     "ambient_concrete_mesh",
     "backends_are_initialized",
@@ -44,6 +45,14 @@ class RuntimeValueError(ValueError, jax.errors.JaxRuntimeError):  # type: ignore
     def __init__(self, message: str) -> None:
         # Only JaxRuntimeError's own __init__ sets up its message; without it str() breaks.
         jax.errors.JaxRuntimeError.__init__(self, message)
+
+
+class RuntimeTypeAndValueError(RuntimeValueError, TypeAndValueError):
+    """A :class:`RuntimeValueError` where tinax 0.2 raised TypeError, so it is a TypeError too.
+
+    Raised for a deleted ``jax.Array`` given to ``from_dlpack`` (the TypeError its ``__dlpack_device__``
+    raises) and for a too-large size 0.2 refused as a type: a NumPy-integer size, or an extent beyond int64.
+    """
 
 
 def backends_are_initialized() -> bool:

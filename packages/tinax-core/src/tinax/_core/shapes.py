@@ -12,8 +12,7 @@ import jax
 import numpy as np
 
 from tinax._core import validation
-from tinax._core._compat02 import TooLargeIntegerError
-from tinax._core.jax_compat import RuntimeValueError, is_tracer
+from tinax._core.jax_compat import RuntimeTypeAndValueError, RuntimeValueError, is_tracer
 
 __all__ = [
     "XLA_MAX_BYTES",
@@ -175,7 +174,7 @@ def require_fits(
     dtype_text = str(dtype) if is_extended_dtype(dtype) else str(np.dtype(dtype))
     needs = f"{what}, {dtype_text}[{extents}], would need {nbytes} bytes"
     refused_as_type = isinstance(value, np.integer) or any(extent > _INT64_MAX for extent in shape)
-    error = TooLargeIntegerError if refused_as_type else RuntimeValueError
+    error = RuntimeTypeAndValueError if refused_as_type else RuntimeValueError
     if nbytes > XLA_MAX_BYTES:
         expected, limit = "be representable by XLA", "XLA can represent in one array (2**63 - 1 bytes)"
     else:

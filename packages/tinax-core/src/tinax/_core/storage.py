@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RemotePath",
+    "UnsupportedStoreError",
     "as_remote",
     "filesystem",
     "local_copy_to_publish",
@@ -45,6 +46,10 @@ class _Store:
 
 _STORES = {"gs": _Store(client="gcsfs", extra="gcs"), "s3": _Store(client="s3fs", extra="s3")}
 _NOT_REPLACED = "this write does not replace existing objects"
+
+
+class UnsupportedStoreError(ValueError):
+    """A valid bucket URL of a store a member's upstream library cannot serve (``s3://`` for array-record, Orbax)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,7 +35,6 @@ from tinax._data._compat02 import (
     _FolderMissingError,
     _IndexTypeError,
     _NotJsonError,
-    _OutsideTheFormatError,
     _UnwritableError,
 )
 from tinax._data._file_columns import WholeColumns, gather_rows, kept_whole, slice_rows, stacked_alike
@@ -301,7 +300,8 @@ def _write_tinax_records(
         except TypeError:
             raise
         except ValueError as error:
-            raise _OutsideTheFormatError(
+            # A ValueError, and the TypeError tinax 0.2 raised.
+            raise validation.TypeAndValueError(
                 f"{error}; records must all fit the tinax record format once records[0] is not JSON ({refused})"
             ) from error
         update(data)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinax._core import validation
+from tinax._core.storage import UnsupportedStoreError
 from tinax._data._array_record import ArrayRecordSource, _array_record_module
 from tinax._data._file_sets import FileSet, resolve_record_paths
 from tinax._data._locations import RemotePath
@@ -19,7 +20,7 @@ from tinax._data._record_codec import require_record_file
 if TYPE_CHECKING:
     import grain
 
-__all__ = ["UnsupportedStoreError", "read_array_record", "require_readable_store"]
+__all__ = ["read_array_record", "require_readable_store"]
 
 
 def read_array_record(
@@ -90,10 +91,6 @@ def read_array_record(
         return source_dataset(ArrayRecordSource(found, decode=decode, cache_bytes=cache_bytes))
     require_record_file(found, "ArrayRecord")
     return source_dataset(ArrayRecordSource(found.absolute(), decode=decode, cache_bytes=cache_bytes))
-
-
-class UnsupportedStoreError(ValueError):
-    """array-record's reader cannot read files in this object store (a ValueError: the URL is one it cannot serve)."""
 
 
 def require_readable_store(location: RemotePath) -> None:

@@ -10,14 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tinax._core import validation
+from tinax._core._compat02 import MissingPathError, ValueOverflowError
 
 __all__ = [
     "ArrayRecordWriteError",
     "CorruptParquetError",
-    "EmptyPathError",
     "MissingColumnError",
-    "TooManyBatchesError",
     "UnreadableArrayRecordError",
 ]
 
@@ -25,8 +23,8 @@ __all__ = [
 # Paths.
 
 
-class EmptyPathError(ValueError, FileNotFoundError):
-    """The path is empty: a ValueError, and the FileNotFoundError 0.2 raised (it read "" as the current folder)."""
+# An empty path raises tinax-core's ``MissingPathError``: a ValueError, and the FileNotFoundError 0.2 raised
+# (it read "" as the current folder).
 
 
 # ArrayRecord files.
@@ -52,12 +50,8 @@ class _UnwritableError(PermissionError, ArrayRecordWriteError):
     """The file system does not let this process write there."""
 
 
-class _EmptyDestinationError(EmptyPathError, ArrayRecordWriteError):
+class _EmptyDestinationError(MissingPathError, ArrayRecordWriteError):
     """The destination path is empty (array-record could not open it in tinax 0.2)."""
-
-
-class _OutsideTheFormatError(validation.TypeAndValueError):
-    """A later record does not fit the format the first chose: a ValueError, and the TypeError 0.2 raised."""
 
 
 class _NotJsonError(json.JSONDecodeError):
@@ -96,12 +90,12 @@ class CorruptParquetError(OSError, ValueError):
 # Pipelines.
 
 
-class TooManyBatchesError(ValueError, OverflowError):
-    """``num_epochs`` asks for more batches than grain can count: a ValueError, and 0.2's ``len()`` OverflowError."""
+# ``num_epochs`` asking for more batches than grain can count raises tinax-core's ``ValueOverflowError``:
+# a ValueError, and 0.2's ``len()`` OverflowError.
 
 
-class _TooManyBatchesAfterWideningError(TooManyBatchesError, TypeError):
-    """:class:`TooManyBatchesError` for a NumPy integer argument, which tinax 0.2 refused with TypeError."""
+class _TooManyBatchesAfterWideningError(ValueOverflowError, TypeError):
+    """Too many batches for a NumPy integer argument, which tinax 0.2 refused with TypeError."""
 
 
 class _FlagsNotParsedAfterWideningError(RuntimeError, TypeError):

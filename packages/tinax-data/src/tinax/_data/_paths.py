@@ -13,13 +13,13 @@ import pathlib
 import stat
 
 from tinax._core import validation
-from tinax._data._compat02 import EmptyPathError
+from tinax._core._compat02 import MissingPathError
 
-__all__ = ["DestinationErrors", "EmptyPathError", "require_record_path", "writable_destination"]
+__all__ = ["DestinationErrors", "require_record_path", "writable_destination"]
 
 
 def require_record_path(
-    value: object, name: str, *, empty_error: type[EmptyPathError] = EmptyPathError
+    value: object, name: str, *, empty_error: type[MissingPathError] = MissingPathError
 ) -> pathlib.Path:
     """Checks a reader's or writer's path argument; an empty one raises ``empty_error`` (0.2's type for its caller)."""
     try:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
+from tinax._core._compat02 import ValueOverflowError
 from tinax._core.validation import (
     fail_value,
     is_non_python_int,
@@ -24,7 +25,7 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
-from tinax._data._compat02 import TooManyBatchesError, _TooManyBatchesAfterWideningError
+from tinax._data._compat02 import _TooManyBatchesAfterWideningError
 from tinax._data._pipeline_states import in_process_description
 from tinax._data._source_identity import find_file_set, find_source_id
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchTransform",
-    "TooManyBatchesError",
     "evaluation_batches",
     "find_pipeline_description",
     "shard_options_fields",
@@ -102,7 +102,7 @@ def training_batches(
         ``batch_fn`` is not callable.
       ValueError: If ``drop_remainder`` is not True, ``num_epochs`` or
         ``batch_size`` is below 1, the batches reach ``sys.maxsize`` (a
-        :class:`TooManyBatchesError`, also an OverflowError as in 0.2), the
+        :class:`ValueOverflowError`, also an OverflowError as in 0.2), the
         dataset is infinite, smaller than one global batch or cannot be batched,
         ``seed`` is negative while shuffling, or ``shuffle_window`` is invalid
         (below 1, without shuffling, or not over a Parquet reader).
@@ -180,7 +180,7 @@ def _checked_training_arguments(
         epoch_batches = per_shard // batch_size
         if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
             limit = (sys.maxsize - 1) // epoch_batches
-            error_type = _TooManyBatchesAfterWideningError if widened else TooManyBatchesError
+            error_type = _TooManyBatchesAfterWideningError if widened else ValueOverflowError
             raise error_type(
                 f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
                 f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"

@@ -3,17 +3,17 @@
 0.2 let the system's, safetensors' and msgpack's errors through, and code catches those types,
 so each error here is also the type 0.2 raised, besides 0.3's ValueError. Subclasses of the
 upstream libraries' errors live in :mod:`._compat02_upstream`, imported only to raise one,
-since ``import tinax.weights`` must not import safetensors or msgpack.
+since ``import tinax.weights`` must not import safetensors or msgpack. An int leaf outside msgpack's
+range raises tinax-core's shared ``ValueOverflowError`` (also the OverflowError msgpack raised in 0.2).
 """
 
 from __future__ import annotations
 
+from tinax._core._compat02 import MissingPathError
+
 __all__ = [
     "DirectoryPathError",
-    "IntegerRangeError",
-    "MissingFilePathError",
     "NotADirectoryPathError",
-    "UnreachablePathError",
     "malformed_msgpack",
     "malformed_safetensors",
     "trailing_msgpack_data",
@@ -24,23 +24,14 @@ class DirectoryPathError(IsADirectoryError, ValueError):
     """A directory was given where a file path is needed (0.2 raised the operating system's IsADirectoryError)."""
 
 
-class MissingFilePathError(FileNotFoundError, ValueError):
-    """A directory was given where an existing file is needed, reported as no such file, as 0.2's msgpack load did."""
+# No file can be read at a path: tinax-core's ``MissingPathError``, no such file, as 0.2's msgpack load
+# reported. Raised for a directory where an existing file is needed (errno ENOENT), and for a path that
+# cannot lead to a file, whatever exists on disk, with the system's errno: ENOTDIR (then a
+# :class:`NotADirectoryPathError`), ELOOP or ENAMETOOLONG.
 
 
-class UnreachablePathError(FileNotFoundError, ValueError):
-    """A path that cannot lead to a file, whatever exists on disk; 0.2's msgpack load raised FileNotFoundError.
-
-    Its ``errno`` is the system's: ENOTDIR (then a :class:`NotADirectoryPathError`), ELOOP or ENAMETOOLONG.
-    """
-
-
-class NotADirectoryPathError(UnreachablePathError, NotADirectoryError):
+class NotADirectoryPathError(MissingPathError, NotADirectoryError):
     """A path that runs through a non-directory where a folder is needed; also the NotADirectoryError of 0.2's saves."""
-
-
-class IntegerRangeError(ValueError, OverflowError):
-    """An int leaf outside the range msgpack stores; also the OverflowError msgpack raised in tinax 0.2."""
 
 
 def malformed_safetensors(message: str) -> ValueError:

@@ -15,7 +15,7 @@ import pathlib
 import re
 from collections.abc import Mapping
 
-from tinax._weights._compat02 import MissingFilePathError
+from tinax._core._compat02 import MissingPathError
 from tinax._weights._header import (
     MAX_HEADER_BYTES,
     ReadableFile,
@@ -152,13 +152,13 @@ def _open_tensors(
 def _open_part(
     stack: contextlib.ExitStack, file_path: Location, mapping: str, needed_by: str
 ) -> tuple[ReadableFile, int]:
-    """Opens a file or object an index names; a missing one is a ``MissingFilePathError``."""
+    """Opens a file or object an index names; a missing one is a ``MissingPathError``."""
     file_source = str(file_path)
     if isinstance(file_path, RemotePath):
         try:
             return stack.enter_context(open_to_read(file_path, kind="safetensors file", needed_by=needed_by))
         except FileNotFoundError as error:
-            raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
+            raise MissingPathError(errno.ENOENT, f"{mapping}, which is not an object", file_source) from error
     try:
         is_file = file_path.is_file()
     except OSError as error:  # A name too long: pathlib reports only some errors as False.
@@ -167,7 +167,7 @@ def _open_part(
             raise
         raise translated from error
     if not is_file:
-        raise MissingFilePathError(errno.ENOENT, f"{mapping}, which is not a file", file_source)
+        raise MissingPathError(errno.ENOENT, f"{mapping}, which is not a file", file_source)
     return stack.enter_context(open_file_to_read(file_path, kind="safetensors file"))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from tinax._core import storage
 from tinax._core._command._report import InspectOptions, Report
-from tinax._weights._compat02 import MissingFilePathError
+from tinax._core._compat02 import MissingPathError
 from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo
 from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack_read import CHUNKED_ARRAY_MARKER, read_state_tree
@@ -58,7 +58,7 @@ _NEEDED_BY = "tinax inspect"
 def safetensors_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes a safetensors file from its header: tensors, dtypes, shapes, sizes and metadata."""
     location = location_to_read(path, "path")
-    opened = open_to_read(location, kind="safetensors file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
+    opened = open_to_read(location, kind="safetensors file", needed_by=_NEEDED_BY, directory_error=MissingPathError)
     with opened as (handle, size):
         header = read_location_header(handle, size, location, MAX_HEADER_BYTES)
         bytes_read = handle.tell()
@@ -95,7 +95,7 @@ def safetensors_index_report(path: pathlib.Path | str, options: InspectOptions) 
 def msgpack_report(path: pathlib.Path | str, options: InspectOptions) -> Report:
     """Describes the leaves of a msgpack state dict, decoded whole (no index) if within ``options.max_bytes``."""
     location = location_to_read(path, "path")
-    opened = open_to_read(location, kind="msgpack file", needed_by=_NEEDED_BY, directory_error=MissingFilePathError)
+    opened = open_to_read(location, kind="msgpack file", needed_by=_NEEDED_BY, directory_error=MissingPathError)
     with opened as (handle, size):
         if size > options.max_bytes:
             raise ValueError(

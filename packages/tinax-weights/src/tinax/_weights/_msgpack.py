@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tinax._core import dtypes, validation
+from tinax._core._compat02 import MissingPathError, ValueOverflowError
 from tinax._core.logs import Operation, get_logger
-from tinax._weights._compat02 import IntegerRangeError, MissingFilePathError
 from tinax._weights._header import numpy_shape_problem
 from tinax._weights._msgpack_read import (
     CHUNKED_ARRAY_MARKER,
@@ -177,7 +177,7 @@ def _check_leaf(value: object, where: str) -> None:
         return
     # Exact types only: msgpack (and flax) cannot write subclasses such as IntEnum.
     if type(value) is int and not _INT_MIN <= value <= _INT_MAX:
-        raise IntegerRangeError(
+        raise ValueOverflowError(  # The OverflowError msgpack raised in tinax 0.2.
             validation.expectation_message(where, "an int in [-2**63, 2**64 - 1], the range msgpack can store", value)
         )
     if type(value) is str:
@@ -397,7 +397,7 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
     # both types; a missing file is reported before the target's leaves are checked, as 0.2 did.
     with validation.reported_as_both(validation.is_non_python_int(max_bytes)):
         with open_to_read(
-            source, kind="msgpack file", needed_by="tinax.weights.load_msgpack", directory_error=MissingFilePathError
+            source, kind="msgpack file", needed_by="tinax.weights.load_msgpack", directory_error=MissingPathError
         ) as (handle, size):
             expected = _expected_tree(_root_container(target, "target"), target, "target", frozenset())
             if size > limit:

@@ -2,7 +2,7 @@
 
 tinax 0.2 refused a symbolic link destination with ValueError and reported a directory given as a
 file with the system's error; those types are kept (:mod:`._compat02`), folder errors are also
-ValueErrors, and a path that cannot lead to any file raises ``UnreachablePathError``, never a bare OSError.
+ValueErrors, and a path that cannot lead to any file raises ``MissingPathError``, never a bare OSError.
 """
 
 from __future__ import annotations
@@ -17,13 +17,9 @@ from collections.abc import Iterator
 from typing import BinaryIO
 
 from tinax._core import validation
+from tinax._core._compat02 import MissingPathError
 from tinax._core.files import atomic_path, atomic_write, exists_error, open_regular_file
-from tinax._weights._compat02 import (
-    DirectoryPathError,
-    MissingFilePathError,
-    NotADirectoryPathError,
-    UnreachablePathError,
-)
+from tinax._weights._compat02 import DirectoryPathError, NotADirectoryPathError
 
 __all__ = [
     "open_file_to_read",
@@ -42,12 +38,12 @@ _UNREACHABLE = {
 }
 
 
-def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> UnreachablePathError | None:
+def unreachable_path_error(error: OSError, message: str, path: pathlib.Path) -> MissingPathError | None:
     """The documented error for an OSError saying no file can exist at ``path``, or None for other errors."""
     reason = _UNREACHABLE.get(error.errno) if error.errno is not None else None
     if reason is None:
         return None
-    kind = NotADirectoryPathError if error.errno == errno.ENOTDIR else UnreachablePathError
+    kind = NotADirectoryPathError if error.errno == errno.ENOTDIR else MissingPathError
     return kind(error.errno, f"{message}: {reason}", str(path))
 
 
@@ -56,7 +52,7 @@ def _path_errors_translated(path: pathlib.Path, action: str, directory_error: ty
     """Turns the system's errors for a path that leads to no file into documented ones."""
     try:
         yield
-    except (UnreachablePathError, DirectoryPathError, MissingFilePathError):
+    except (DirectoryPathError, MissingPathError):
         raise
     except IsADirectoryError as error:  # A folder took the name after the checks.
         raise _directory_error(directory_error, f"cannot {action} this path: it is a directory", path) from error
