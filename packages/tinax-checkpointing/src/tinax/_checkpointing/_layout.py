@@ -1,18 +1,9 @@
 """The layout check: is a folder a complete Orbax V1 checkpoint whose metadata Orbax can use?
 
-Orbax V1 writes a checkpoint into ``<path>.orbax-checkpoint-tmp`` and renames
-it to ``<path>`` only after every value and its metadata are on disk. (Orbax
-0.12.8 and later also write a ``commit_success.txt`` marker before the
-rename; 0.12.1, which tinax 0.2 pinned, does not, so the marker is not
-required locally.) On a ``gs://`` bucket there is no rename: Orbax writes
-into ``<path>`` itself and writes ``commit_success.txt`` last, so there a
-prefix without that marker is refused as a missing checkpoint is. The
-loader, the manager's scan and ``tinax inspect`` all ask
-:func:`require_complete_checkpoint` before anything is read.
-
-This check is ours because Orbax has none to call: it reads its metadata
-files unchecked, so damage surfaces as an error inside reads it has already
-started (and abandoned), often not even naming the file.
+Locally Orbax commits by renaming the temporary folder; ``commit_success.txt`` is not required since
+Orbax 0.12.1 (tinax 0.2's) writes none. On ``gs://`` there is no rename, so the marker is required.
+The check is ours because Orbax reads its metadata unchecked and fails inside reads it already started.
+See docs/guide/checkpointing.md, section "Restore targets".
 """
 
 from __future__ import annotations
@@ -32,10 +23,7 @@ __all__ = ["CHECKPOINT_METADATA", "PYTREE_METADATA", "ParsedFiles", "read_json_o
 #: JSON files of one checkpoint already parsed, by path relative to the checkpoint folder.
 ParsedFiles = dict[pathlib.PurePath, dict[str, Any]]
 
-# Files every committed Orbax V1 checkpoint holds at its top level. Orbax
-# publishes the folder by renaming it only once they and every checkpointable
-# are written; Orbax's commit marker (commit_success.txt) is not among them,
-# because Orbax 0.12.1 writes none.
+# Files every committed Orbax V1 checkpoint holds at its top level (not commit_success.txt: 0.12.1 writes none).
 CHECKPOINT_METADATA = "_CHECKPOINT_METADATA"
 _ORBAX_INDICATOR = "orbax.checkpoint"
 #: The metadata file of a pytree checkpointable, inside its folder.
@@ -53,29 +41,39 @@ _EMPTY_VALUE_TYPES = frozenset({"None", "Dict", "List", "Tuple", "NamedTuple"})
 
 
 def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None = None) -> set[str]:
-    """Checks that ``source`` is a committed checkpoint whose metadata Orbax can use, and returns its names.
+    """Checks that ``source`` is a committed checkpoint with usable metadata; returns the checkpointable names.
 
-    Args:
-      source: The checkpoint folder, as an absolute path.
-      parsed: Where to keep every JSON file the check parsed, by its path
-        relative to ``source``, so that a load reads each only once; None
-        keeps nothing.
-
-    Returns:
-      The names of the checkpointables its metadata lists.
-
-    Raises:
-      FileNotFoundError: If nothing exists at ``source`` (also a
-        ``ValueError``).
-      ValueError: If ``source`` is no folder, an Orbax temporary folder, or
-        lacks a metadata file or checkpointable, or a metadata or state file
-        is damaged. The last two are also a ``KeyError``: tinax 0.2 let
-        Orbax's ``KeyError`` through for an empty folder and for every
-        checkpointable that failed to load.
+    ``parsed`` collects each JSON file parsed so a load reads it once; damage is a ``CheckpointKeyError``.
     """
     if is_remote(source):
         _require_committed_prefix(source)
-    elif not os.path.lexists(source):
+    else:
+        _require_local_folder(source)
+    if is_orbax_temporary_name(source.name):
+        raise ValueError(
+            f"path {str(source)!r} is an incomplete checkpoint: it is the temporary folder of a save that has not "
+            "finished (still running, or interrupted)"
+        )
+    missing = [name for name in (CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()]
+    if missing:
+        raise _incomplete(source, f"it lacks {missing}, so it is no Orbax checkpoint or the folder was damaged")
+    # JSON object keys are always strings, so only the kind of the listing needs checking.
+    handlers = read_json_object(source, pathlib.PurePath(CHECKPOINT_METADATA), parsed).get("item_handlers")
+    if not isinstance(handlers, dict):
+        raise _incomplete(source, f"its {CHECKPOINT_METADATA} does not list the checkpointables it holds")
+    for name, handler in handlers.items():
+        _require_checkpointable(source, name, handler, parsed)
+    return set(handlers)
+
+
+def _incomplete(source: pathlib.Path, problem: str) -> CheckpointKeyError:
+    """The error for damage found in checkpoint ``source``."""
+    return CheckpointKeyError(f"path {str(source)!r} is an incomplete checkpoint: {problem}")
+
+
+def _require_local_folder(source: pathlib.Path) -> None:
+    """Refuses a local path that is no folder, naming an unfinished save where one is left beside it."""
+    if not os.path.lexists(source):
         leftover = source.with_name(source.name + ORBAX_TMP_SUFFIX)
         hint = (
             f"; {str(leftover)!r} holds a save that has not finished (still running, or interrupted)"
@@ -85,67 +83,38 @@ def require_complete_checkpoint(source: pathlib.Path, parsed: ParsedFiles | None
         raise CheckpointNotFoundError(
             f"path must name an existing checkpoint, got {str(source)!r} which does not exist{hint}"
         )
-    elif not source.is_dir():
+    if not source.is_dir():
         raise ValueError(f"path must name a checkpoint folder, got {str(source)!r} which is not a folder")
-    if is_orbax_temporary_name(source.name):
-        raise ValueError(
-            f"path {str(source)!r} is an incomplete checkpoint: it is the temporary folder of a save that has not "
-            "finished (still running, or interrupted)"
-        )
-    missing = [name for name in (CHECKPOINT_METADATA, _ORBAX_INDICATOR) if not (source / name).is_file()]
-    if missing:
-        raise CheckpointKeyError(
-            f"path {str(source)!r} is an incomplete checkpoint: it lacks {missing}, so it is no Orbax checkpoint "
-            "or the folder was damaged"
-        )
-    metadata = read_json_object(source, pathlib.PurePath(CHECKPOINT_METADATA), parsed)
-    handlers = metadata.get("item_handlers") if isinstance(metadata, dict) else None
-    if not isinstance(handlers, dict) or not all(isinstance(name, str) for name in handlers):
-        raise CheckpointKeyError(
-            f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} does not list the "
-            "checkpointables it holds"
-        )
-    for name, handler in handlers.items():
-        folder = source / name
-        if name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name:
-            raise CheckpointKeyError(
-                f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} lists {name!r}, "
-                "which cannot name a checkpointable folder, so the file was damaged"
-            )
-        try:
-            present = folder.is_dir()
-        except OSError as error:  # a name the file system refuses (too long, for one)
-            raise CheckpointKeyError(
-                f"path {str(source)!r} is an incomplete checkpoint: its {CHECKPOINT_METADATA} lists {name!r}, "
-                f"which this file system cannot look up ({error.strerror}), so the file was damaged"
-            ) from error
-        if not present:
-            # Orbax reports a checkpointable it cannot find with a KeyError, which 0.2 let through.
-            raise CheckpointKeyError(
-                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r}, listed in its metadata, "
-                "is missing"
-            )
-        is_pytree = isinstance(handler, str) and handler.endswith(_PYTREE_HANDLER_SUFFIX)
-        if is_pytree and not (folder / PYTREE_METADATA).is_file():
-            raise CheckpointKeyError(
-                f"path {str(source)!r} is an incomplete checkpoint: checkpointable {name!r} lacks its "
-                f"{PYTREE_METADATA} file"
-            )
-        for relative in _json_files_of(source, name):
-            content = read_json_object(source, relative, parsed)
-            if relative.parent.name == _ARRAY_METADATAS:
-                _require_array_metadatas(source, relative, content)
-            elif is_pytree and relative.name == PYTREE_METADATA:
-                _require_tree_metadata(source, relative, content)
-    return set(handlers)
+
+
+def _require_checkpointable(source: pathlib.Path, name: str, handler: object, parsed: ParsedFiles | None) -> None:
+    """Checks one checkpointable the checkpoint's metadata lists: its folder and the JSON files Orbax reads."""
+    listed = f"its {CHECKPOINT_METADATA} lists {name!r}, which"
+    if name in ("", ".", "..") or "/" in name or os.sep in name or "\0" in name:
+        raise _incomplete(source, f"{listed} cannot name a checkpointable folder, so the file was damaged")
+    folder = source / name
+    try:
+        present = folder.is_dir()
+    except OSError as error:  # a name the file system refuses (too long, for one)
+        raise _incomplete(
+            source, f"{listed} this file system cannot look up ({error.strerror}), so the file was damaged"
+        ) from error
+    if not present:
+        # Orbax reports a checkpointable it cannot find with a KeyError, which 0.2 let through.
+        raise _incomplete(source, f"checkpointable {name!r}, listed in its metadata, is missing")
+    is_pytree = isinstance(handler, str) and handler.endswith(_PYTREE_HANDLER_SUFFIX)
+    if is_pytree and not (folder / PYTREE_METADATA).is_file():
+        raise _incomplete(source, f"checkpointable {name!r} lacks its {PYTREE_METADATA} file")
+    for relative in _json_files_of(source, name):
+        content = read_json_object(source, relative, parsed)
+        if relative.parent.name == _ARRAY_METADATAS:
+            _require_array_metadatas(source, relative, content)
+        elif is_pytree and relative.name == PYTREE_METADATA:
+            _require_tree_metadata(source, relative, content)
 
 
 def _require_committed_prefix(source: pathlib.Path) -> None:
-    """Refuses a ``gs://`` checkpoint prefix without Orbax's commit marker, as a missing local folder is refused.
-
-    On a bucket Orbax writes into the final prefix, so objects there without
-    the marker are a save that has not finished (still running, or killed).
-    """
+    """Refuses a ``gs://`` prefix without Orbax's commit marker (an unfinished save there), as a missing folder is."""
     fs = remote_filesystem(source, needed_by="tinax.checkpointing")
     if has_commit_marker(fs, source):
         return
@@ -161,31 +130,22 @@ def _require_committed_prefix(source: pathlib.Path) -> None:
 
 
 def _require_array_metadatas(source: pathlib.Path, relative: pathlib.PurePath, content: dict[str, Any]) -> None:
-    """Checks a per-process array metadata file the way Orbax will use it, since Orbax reads it unchecked.
-
-    Orbax turns every entry into its array metadata record by indexing
-    ``param_name``, ``write_shape`` and ``chunk_shape``; a missing or mistyped
-    field fails inside a read it has already started, so it is refused here.
-    """
+    """Checks the fields of a per-process array metadata file that Orbax indexes unchecked, mid-read."""
     entries = content.get("array_metadatas", [])
     valid = isinstance(entries, list) and all(
         _is_array_metadata(entry.get("array_metadata")) for entry in entries if isinstance(entry, dict)
     )
     if not valid or not all(isinstance(entry, dict) for entry in entries):
-        raise CheckpointKeyError(
-            f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be "
-            "used: it does not hold a list of array metadata objects, each with a string param_name, integer "
-            "write_shape and chunk_shape lists, and string key implementations"
+        raise _incomplete(
+            source,
+            f"its metadata file {relative.as_posix()!r} cannot be used: it does not hold a list of array metadata "
+            "objects, each with a string param_name, integer write_shape and chunk_shape lists, and string key "
+            "implementations",
         )
 
 
 def _require_tree_metadata(source: pathlib.Path, relative: pathlib.PurePath, content: dict[str, Any]) -> None:
-    """Checks a pytree's ``_METADATA`` entries the way Orbax will use them, since Orbax reads them unchecked.
-
-    Each entry's key path must spell its nested keys, and its value type must
-    be one Orbax can restore. Orbax discovers either kind of damage only
-    after it has started reading the other arrays, and abandons those reads.
-    """
+    """Checks that a pytree's ``_METADATA`` entries spell their key paths and have restorable value types."""
     import orbax.checkpoint as ocp
 
     tree = content.get("tree_metadata")
@@ -208,10 +168,7 @@ def _require_tree_metadata(source: pathlib.Path, relative: pathlib.PurePath, con
             problem = f"entry {keypath!r} has value metadata Orbax cannot restore ({value!r:.200})"
             break
     if problem is not None:
-        raise CheckpointKeyError(
-            f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be "
-            f"used: {problem}"
-        )
+        raise _incomplete(source, f"its metadata file {relative.as_posix()!r} cannot be used: {problem}")
 
 
 def _nested_keys(key_metadata: object) -> list[str] | None:
@@ -243,13 +200,7 @@ def _is_array_metadata(array: object) -> bool:
 
 
 def _json_files_of(source: pathlib.Path, name: str) -> list[pathlib.PurePath]:
-    """The JSON files Orbax and Grain read from one checkpointable, relative to ``source``.
-
-    These are the pytree metadata, the sharding and per-process array
-    metadata files, and the ``.json`` state files of stateful checkpointables
-    (a Grain iterator's ``process_<i>-of-<n>.json``). Array data is not JSON
-    and is left to Orbax.
-    """
+    """The JSON files Orbax and Grain read from one checkpointable, relative to ``source`` (array data is not JSON)."""
     folder = source / name
     found = [folder / PYTREE_METADATA, folder / _PYTREE_SHARDING]
     with contextlib.suppress(OSError):
@@ -263,27 +214,9 @@ def _json_files_of(source: pathlib.Path, name: str) -> list[pathlib.PurePath]:
 def read_json_object(
     source: pathlib.Path, relative: pathlib.PurePath, parsed: ParsedFiles | None = None
 ) -> dict[str, Any]:
-    """Reads one JSON metadata file of the checkpoint at ``source``, refusing anything but a JSON object.
+    """Reads one JSON metadata file of the checkpoint, refusing anything but a JSON object.
 
-    Every way such a file can be damaged (unreadable, not UTF-8, not JSON,
-    nested deeper than the parser recurses, not an object at the top) gives
-    the same ``ValueError``, naming the file, with the parser's error as its
-    cause; nothing else escapes. It is also a ``KeyError``, as the failed
-    load was in tinax 0.2 (Orbax wrapped every checkpointable's failure in
-    one).
-
-    Args:
-      source: The checkpoint folder.
-      relative: The file, relative to ``source``.
-      parsed: Files parsed before, by relative path: the file is taken from
-        there if it is listed, and kept there once parsed. None reads it.
-
-    Returns:
-      The file's top-level JSON object.
-
-    Raises:
-      ValueError: If the file cannot be read or holds no JSON object. It is
-        also a ``KeyError``.
+    Every kind of damage raises one ``CheckpointKeyError`` naming the file (also a ``KeyError``, as in tinax 0.2).
     """
     if parsed is not None and relative in parsed:
         return parsed[relative]
@@ -304,7 +237,4 @@ def read_json_object(
                 parsed[relative] = decoded
             return decoded
         reason = f"it holds a JSON {type(decoded).__name__}, not an object"
-    raise CheckpointKeyError(
-        f"path {str(source)!r} is an incomplete checkpoint: its metadata file {relative.as_posix()!r} cannot be used: "
-        f"{reason}"
-    ) from cause
+    raise _incomplete(source, f"its metadata file {relative.as_posix()!r} cannot be used: {reason}") from cause

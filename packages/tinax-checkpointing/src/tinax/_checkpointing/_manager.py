@@ -8,37 +8,42 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import math
 import os
 import pathlib
-import posixpath
-import shutil
 import signal
-import socket
-import stat
-import sys
-import tempfile
 import threading
-import time
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
-from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError, uncreatable_destination
+from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError
 from tinax._checkpointing._layout import require_complete_checkpoint
-from tinax._checkpointing._locations import (
-    CLAIM_SUFFIX,
-    absolute_location,
-    folder_nbytes,
-    is_remote,
-    remote_filesystem,
-    remote_of,
-    remove_remote_folder,
+from tinax._checkpointing._locations import absolute_location, folder_nbytes, is_remote
+from tinax._checkpointing._manager_processes import (
+    StepDisagreementError,
+    agree_on_steps,
+    any_process,
+    barrier,
+    is_process_zero,
+    process_count,
 )
-from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name
+from tinax._checkpointing._manager_root import (
+    LOCK_FILE,
+    METRICS_FILE,
+    CheckpointScan,
+    RemoteRootLock,
+    RootLock,
+    delete_step,
+    exists,
+    read_metrics,
+    remote_lock_hint,
+    remove_entry,
+    require_root,
+    sort_entries,
+    unlink,
+    write_metrics,
+)
 from tinax._checkpointing._training import (
     MAX_STEP,
     TrainingCheckpoint,
@@ -50,27 +55,22 @@ from tinax._checkpointing._training import (
     save_training_checkpoint,
 )
 from tinax._core import validation
-from tinax._core.files import atomic_write
 from tinax._core.logs import Operation, get_logger
-from tinax._core.storage import publish_file, remote_write
 
 if TYPE_CHECKING:
     import orbax.checkpoint.experimental.v1 as ocp
     from grain import DatasetIterator
 
-if sys.platform != "win32":
-    import fcntl
+__all__ = [
+    "LOCK_FILE",
+    "METRICS_FILE",
+    "CheckpointScan",
+    "SaveInFlightError",
+    "StepDisagreementError",
+    "TrainingCheckpointManager",
+    "scan_root",
+]
 
-__all__ = ["CheckpointScan", "SaveInFlightError", "StepDisagreementError", "TrainingCheckpointManager", "scan_root"]
-
-# The caller-supplied metric of each step, kept next to the step folders (never
-# inside a checkpoint, whose format stays save_training_checkpoint's).
-METRICS_FILE = "tinax-step-metrics.json"
-# Process 0's advisory lock file while its manager writes; empty, and never deleted
-# (deleting a lock file races with the next process that opens it).
-LOCK_FILE = "tinax-manager.lock"
-# A step being deleted is renamed to this first, so scans take it for an unfinished save.
-_DELETING_SUFFIX = ORBAX_TMP_SUFFIX + "-tinax-deleting"
 _SAVE_IN_FLIGHT_CHOICES = ("wait", "refuse")
 _BEST_MODES = ("min", "max")
 
@@ -83,30 +83,6 @@ class SaveInFlightError(RuntimeError):
     Either the manager's own previous save (with ``save_in_flight="refuse"``), or the
     save or retention of another manager writing into the same root.
     """
-
-
-class StepDisagreementError(RuntimeError):
-    """The processes of a multi-process run see different committed steps under the root."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointScan:
-    """What a scan of the root folder found.
-
-    Attributes:
-      committed: The steps whose folder is a complete checkpoint, ascending.
-      torn: Step-named entries that are not complete checkpoints (damaged,
-        half-deleted, missing an iterator state file, or a file).
-      temporary: Unfinished saves: names containing ``.orbax-checkpoint-tmp``.
-      unrelated: Every other name, never touched; the manager's own files are not listed.
-      removed: The torn and temporary entries removed with ``cleanup=True``, else empty.
-    """
-
-    committed: tuple[int, ...]
-    torn: tuple[pathlib.Path, ...]
-    temporary: tuple[pathlib.Path, ...]
-    unrelated: tuple[pathlib.Path, ...]
-    removed: tuple[pathlib.Path, ...]
 
 
 class TrainingCheckpointManager:
@@ -189,21 +165,7 @@ class TrainingCheckpointManager:
         self._wait_for_previous_save = save_in_flight == "wait"
         should_create = validation.require_bool(create, "create")
         self._names = require_names(names)
-        if is_remote(folder):
-            _require_remote_root(folder, create=should_create)
-        elif not os.path.lexists(folder):
-            if not should_create:
-                raise CheckpointNotFoundError(
-                    f"root must name an existing folder when create=False, got {str(folder)!r} which does not exist"
-                )
-            try:
-                folder.mkdir(parents=True, exist_ok=True)
-            except OSError as error:
-                raise uncreatable_destination(
-                    f"root {str(folder)!r} cannot be created as a folder: {error.strerror or error}", error
-                ) from error
-        elif not folder.is_dir():
-            validation.fail_value("root", "a folder", str(folder))
+        require_root(folder, create=should_create)
         self._root = folder
         # The newest step saved or being saved by this manager; should_save refuses steps up to it.
         self._newest = -1
@@ -215,10 +177,10 @@ class TrainingCheckpointManager:
         # True while a guard is active in a multi-process run: should_save then exchanges the flag.
         self._exchange_preemption = False
         # Step folders already found complete, by name, with the signature of their whole tree then
-        # (see _step_signature): a committed checkpoint is checked again only once something in it changed.
+        # (see _manager_root): a committed checkpoint is checked again only once something in it changed.
         self._complete: dict[str, bytes] = {}
         # Process 0's root lock from the start of a save until its retention has run; None otherwise.
-        self._lock: _RootLock | _RemoteRootLock | None = None
+        self._lock: RootLock | RemoteRootLock | None = None
 
     @property
     def root(self) -> pathlib.Path:
@@ -238,9 +200,6 @@ class TrainingCheckpointManager:
     def save_in_flight(self) -> bool:
         """Whether the manager's last save is still being written."""
         return self._in_flight is not None and not _finished(self._in_flight[1])
-
-    # ------------------------------------------------------------------
-    # Committed steps.
 
     def scan(self, *, cleanup: bool) -> CheckpointScan:
         """Lists what is under the root, agreed by every process, and optionally removes leftovers.
@@ -272,11 +231,11 @@ class TrainingCheckpointManager:
         try:
             found = self._agreed_scan()
             removed: list[pathlib.Path] = []
-            if _is_process_zero():
+            if is_process_zero():
                 for entry in (*found.torn, *found.temporary):
-                    _remove(entry)
+                    remove_entry(entry)
                     removed.append(entry)
-            _barrier("tinax-manager-cleanup")
+            barrier("tinax-manager-cleanup")
         finally:
             self._unlock_root()
         return dataclasses.replace(found, removed=tuple(removed))
@@ -300,9 +259,6 @@ class TrainingCheckpointManager:
         committed = self.committed_steps()
         return committed[-1] if committed else None
 
-    # ------------------------------------------------------------------
-    # Saving.
-
     def should_save(self, step: int) -> bool:
         """Whether ``step`` is to be saved: on the interval, or at once after a SIGTERM.
 
@@ -323,9 +279,7 @@ class TrainingCheckpointManager:
         """
         if type(step) is not int or not 0 <= step <= MAX_STEP:
             step = require_step(step)
-        if self._exchange_preemption:
-            self._exchange_preemption_flag()
-        elif self._signal_received:
+        if any_process(self._signal_received) if self._exchange_preemption else self._signal_received:
             self._preemption_requested = True
         if step <= self._newest:
             return False
@@ -421,9 +375,6 @@ class TrainingCheckpointManager:
         self.wait()
         return self.committed_steps()
 
-    # ------------------------------------------------------------------
-    # Loading.
-
     def restore(
         self,
         step: int,
@@ -472,9 +423,6 @@ class TrainingCheckpointManager:
         self._newest = max(self._newest, checked)
         return restored
 
-    # ------------------------------------------------------------------
-    # Preemption.
-
     @contextlib.contextmanager
     def preemption_guard(self) -> Iterator[TrainingCheckpointManager]:
         """Turns a SIGTERM into a request to save now, for the block's lifetime.
@@ -501,7 +449,7 @@ class TrainingCheckpointManager:
 
         previous = signal.signal(signal.SIGTERM, record)
         self._guard_active = True
-        self._exchange_preemption = _process_count() > 1
+        self._exchange_preemption = process_count() > 1
         try:
             yield self
         finally:
@@ -509,9 +457,6 @@ class TrainingCheckpointManager:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
             self._guard_active = False
             self._exchange_preemption = False
-
-    # ------------------------------------------------------------------
-    # Internals.
 
     def _start_save(
         self,
@@ -529,17 +474,17 @@ class TrainingCheckpointManager:
         if step <= newest:
             validation.fail_value("step", f"a step newer than the newest saved or committed step {newest}", step)
         destination = self._root / str(step)
-        if _exists(destination):
+        if exists(destination):
             raise CheckpointExistsError(
                 f"cannot save step {step}: {str(destination)!r} already exists without being a committed step (a "
                 "torn folder, or a name that is no folder of its own); scan(cleanup=True) removes it"
             )
         metrics: dict[int, float] | None = None
         existed = False
-        if value is not None and _is_process_zero():
-            metrics = self._read_metrics()
-            existed = _exists(self._root / METRICS_FILE)
-            self._write_metrics({**metrics, step: value})
+        if value is not None and is_process_zero():
+            metrics = read_metrics(self._root)
+            existed = exists(self._root / METRICS_FILE)
+            write_metrics(self._root, {**metrics, step: value})
         try:
             return save_training_checkpoint(
                 destination, step, model, optimizer, rng, auxiliary, iterator, names=self._names
@@ -547,16 +492,16 @@ class TrainingCheckpointManager:
         except BaseException:
             # The save was refused before it started: the metric file returns to what it was.
             if metrics is not None and existed:
-                self._write_metrics(metrics)
+                write_metrics(self._root, metrics)
             elif metrics is not None:
-                _unlink(self._root / METRICS_FILE)
+                unlink(self._root / METRICS_FILE)
             raise
 
     def _lock_root(self, action: str) -> None:
         """Makes this manager the root's one writer until :meth:`_unlock_root`, or refuses on every process."""
-        lock, refused = _RootLock.acquire(self._root) if _is_process_zero() else (None, False)
-        if _process_count() > 1:
-            refused = _any_process(refused)
+        lock, refused = RootLock.acquire(self._root) if is_process_zero() else (None, False)
+        if process_count() > 1:
+            refused = any_process(refused)
         if refused:
             if lock is not None:
                 lock.release()
@@ -564,7 +509,7 @@ class TrainingCheckpointManager:
                 f"cannot {action} under {str(self._root)!r}: another TrainingCheckpointManager is writing into this "
                 "root (a save of it is in flight, or its retention or cleanup is running). One root takes the saves "
                 "of one job: give each job its own root, or start this one once the other has finished"
-                + (_remote_lock_hint(self._root) if is_remote(self._root) else "")
+                + (remote_lock_hint(self._root) if is_remote(self._root) else "")
             )
         self._lock = lock
 
@@ -590,38 +535,6 @@ class TrainingCheckpointManager:
             validation.fail_value("metric", "a finite number", metric)
         return value
 
-    def _read_metrics(self) -> dict[int, float]:
-        try:
-            stored = json.loads((self._root / METRICS_FILE).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as error:
-            raise ValueError(
-                f"the metric file {str(self._root / METRICS_FILE)!r} cannot be read; it holds no JSON object"
-            ) from error
-        if not isinstance(stored, dict):
-            raise ValueError(f"the metric file {str(self._root / METRICS_FILE)!r} holds no JSON object")
-        metrics: dict[int, float] = {}
-        for key, value in stored.items():
-            if _step_of(key) is None or type(value) not in (int, float):
-                raise ValueError(
-                    f"the metric file {str(self._root / METRICS_FILE)!r} holds an entry that is not a step and a "
-                    f"number: {key!r}: {value!r}"
-                )
-            metrics[int(key)] = float(value)
-        return metrics
-
-    def _write_metrics(self, metrics: dict[int, float]) -> None:
-        encoded = json.dumps({str(step): metrics[step] for step in sorted(metrics)}).encode("utf-8")
-        if is_remote(self._root):
-            # One object, replaced whole: a reader sees the old or the new file, never a part.
-            metrics_file = remote_of(self._root / METRICS_FILE)
-            with remote_write(_filesystem(self._root), metrics_file, overwrite=True) as handle:
-                handle.write(encoded)
-            return
-        with atomic_write(self._root / METRICS_FILE, overwrite=True) as handle:
-            handle.write(encoded)
-
     def _kept(self, committed: tuple[int, ...], metrics: dict[int, float]) -> set[int]:
         kept = set(committed[-self._keep_last :])
         if self._keep_every is not None:
@@ -636,8 +549,8 @@ class TrainingCheckpointManager:
 
     def _apply_retention(self) -> None:
         committed = self.committed_steps()
-        if _is_process_zero() and committed:
-            metrics = self._read_metrics() if self._keep_best is not None else {}
+        if is_process_zero() and committed:
+            metrics = read_metrics(self._root) if self._keep_best is not None else {}
             kept = self._kept(committed, metrics)
             newest = committed[-1]
             doomed = [step for step in committed if step not in kept and step < newest]
@@ -646,34 +559,20 @@ class TrainingCheckpointManager:
                 operation = Operation(_logger, "deleted", f"step {step} (retention) at", folder)
                 # Counted before the folder goes, and only when the line is shown.
                 nbytes = folder_nbytes(folder) if operation.enabled else None
-                if _delete_step(folder):
+                if delete_step(folder):
                     operation.done(nbytes=nbytes)
             if self._keep_best is not None:
                 remaining = {step: value for step, value in metrics.items() if step in kept or step > newest}
                 if remaining != metrics:
-                    self._write_metrics(remaining)
-        _barrier("tinax-manager-retention")
+                    write_metrics(self._root, remaining)
+        barrier("tinax-manager-retention")
 
     def _agreed_scan(self) -> CheckpointScan:
-        if _process_count() == 1:
-            return scan_root(self._root, self._names.iterator, self._complete)
         # Deletions and cleanups of process 0 end before it reaches this barrier.
-        _barrier("tinax-manager-scan")
+        barrier("tinax-manager-scan")
         local = scan_root(self._root, self._names.iterator, self._complete)
-        _agree_on_steps(self._root, local.committed)
+        agree_on_steps(self._root, local.committed)
         return local
-
-    def _exchange_preemption_flag(self) -> None:
-        if _any_process(self._signal_received):
-            self._preemption_requested = True
-
-
-def _step_of(name: str) -> int | None:
-    """The step a name stands for: canonical ASCII decimal only ("7", not "07" or "+7")."""
-    if not name.isascii() or not name.isdigit() or (len(name) > 1 and name[0] == "0"):
-        return None
-    step = int(name)
-    return step if step <= MAX_STEP else None
 
 
 def _finished(response: Any) -> bool:
@@ -686,326 +585,15 @@ def _finished(response: Any) -> bool:
     return True
 
 
-def _remove(entry: pathlib.Path) -> None:
-    """Removes one root entry: a real folder with its tree, anything else (a link included) by name."""
-    if is_remote(entry):
-        fs = _filesystem(entry)
-        location = remote_of(entry)
-        if fs.isfile(location.fs_path):
-            with contextlib.suppress(FileNotFoundError):
-                fs.rm_file(location.fs_path)
-        else:
-            remove_remote_folder(fs, entry)
-        return
-    try:
-        is_folder = stat.S_ISDIR(os.lstat(entry).st_mode)
-    except FileNotFoundError:
-        return
-    if not is_folder:
-        entry.unlink(missing_ok=True)
-        return
-
-    def skip_vanished(function: Callable[..., Any], path: str, error: BaseException) -> None:
-        # An entry removed meanwhile by someone else is as good as removed.
-        if not isinstance(error, FileNotFoundError):
-            raise error
-
-    # rmtree never follows a link inside the folder: it removes the link.
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(entry, onexc=skip_vanished)
-    else:
-        shutil.rmtree(entry, onerror=lambda function, path, info: skip_vanished(function, path, info[1]))
-
-
-def _delete_step(folder: pathlib.Path) -> bool:
-    """Deletes a committed step folder (renamed to a temporary name first); returns whether this call deleted it.
-
-    Only a real folder is deleted, never through a link; on a bucket the commit marker goes first.
-    """
-    if is_remote(folder):
-        fs = _filesystem(folder)
-        if not fs.exists(remote_of(folder).fs_path):
-            return False
-        remove_remote_folder(fs, folder)
-        return True
-    try:
-        if not stat.S_ISDIR(os.lstat(folder).st_mode):
-            return False
-    except FileNotFoundError:
-        return False
-    # The rename is atomic: from here on every scan takes the folder for an unfinished save.
-    doomed = folder.with_name(folder.name + _DELETING_SUFFIX)
-    _remove(doomed)  # A leftover of an interrupted deletion of the same name would block the rename.
-    try:
-        os.replace(folder, doomed)
-    except FileNotFoundError:
-        return False
-    _remove(doomed)
-    return True
-
-
-class _RemoteRootLock:
-    """The ``gs://`` lock object ``<root>/tinax-manager.lock``: created only if absent, deleted on release.
-
-    A holder killed without releasing leaves it behind; the root then refuses writers until it is deleted by hand.
-    """
-
-    def __init__(self, root: pathlib.Path) -> None:
-        self._root = root
-
-    @classmethod
-    def acquire(cls, root: pathlib.Path) -> tuple[_RemoteRootLock | None, bool]:
-        """Creates the lock object; the flag is True when it exists already (another writer holds it)."""
-        fs = _filesystem(root)
-        since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        holder = f"host {socket.gethostname()}, process {os.getpid()}, since {since}"
-        with tempfile.TemporaryDirectory(prefix="tinax-lock-") as folder:
-            content = pathlib.Path(folder) / LOCK_FILE
-            content.write_text(holder, encoding="utf-8")
-            try:
-                publish_file(fs, content, remote_of(root / LOCK_FILE), overwrite=False)
-            except FileExistsError:
-                return None, True
-        return cls(root), False
-
-    def release(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            _filesystem(self._root).rm_file(remote_of(self._root / LOCK_FILE).fs_path)
-
-
-def _remote_lock_hint(root: pathlib.Path) -> str:
-    """Names the holder of a ``gs://`` root's lock object and how to free a root its holder left."""
-    lock = remote_of(root / LOCK_FILE)
-    try:
-        holder = bytes(_filesystem(root).cat_file(lock.fs_path)[:200]).decode("utf-8", "replace")
-    except Exception:  # Gone meanwhile, or unreadable: the hint then names no holder.
-        holder = "unknown"
-    return (
-        f". Its lock object {lock.url!r} names the writer ({holder}); if that job is gone (killed before it "
-        "released the lock), delete the object to free the root"
-    )
-
-
-def _filesystem(path: pathlib.Path) -> Any:
-    return remote_filesystem(path, needed_by="tinax.checkpointing.TrainingCheckpointManager")
-
-
-def _exists(path: pathlib.Path) -> bool:
-    """Whether anything is at ``path``: a local entry (a broken link included), or an object or prefix."""
-    if is_remote(path):
-        return bool(_filesystem(path).exists(remote_of(path).fs_path))
-    return os.path.lexists(path)
-
-
-def _unlink(path: pathlib.Path) -> None:
-    if is_remote(path):
-        with contextlib.suppress(FileNotFoundError):
-            _filesystem(path).rm_file(remote_of(path).fs_path)
-    else:
-        path.unlink(missing_ok=True)
-
-
-def _require_remote_root(root: pathlib.Path, *, create: bool) -> None:
-    """Checks a ``gs://`` root: a prefix, or nothing yet when ``create`` (a bucket needs no folder made)."""
-    fs = _filesystem(root)
-    location = remote_of(root)
-    if fs.isfile(location.fs_path):
-        validation.fail_value("root", "a folder", str(root))
-    if not create and not fs.exists(location.fs_path):
-        raise CheckpointNotFoundError(
-            f"root must name an existing folder when create=False, got {str(root)!r} which holds no object"
-        )
-
-
-def _scan_remote_root(root: pathlib.Path, iterator: str) -> CheckpointScan:
-    """:func:`scan_root` of a ``gs://`` root: a step counts once its prefix holds Orbax's commit marker and passes.
-
-    Listings carry no inodes, so every step is checked at every scan; save claim objects count as temporary.
-    """
-    fs = _filesystem(root)
-    location = remote_of(root)
-    committed: list[int] = []
-    torn: list[pathlib.Path] = []
-    temporary: list[pathlib.Path] = []
-    unrelated: list[pathlib.Path] = []
-    names = sorted({posixpath.basename(entry.rstrip("/")) for entry in fs.ls(location.fs_path, detail=False)})
-    for name in names:
-        entry = root / name
-        if is_orbax_temporary_name(name) or name.endswith(CLAIM_SUFFIX):
-            temporary.append(entry)
-            continue
-        step = _step_of(name)
-        if step is None:
-            if name not in (METRICS_FILE, LOCK_FILE):
-                unrelated.append(entry)
-            continue
-        try:
-            if fs.isfile((location / name).fs_path):
-                raise ValueError(f"step {str(entry)!r} is an object, not a folder of its own")
-            if iterator in require_complete_checkpoint(entry):
-                require_iterator_states(entry, iterator)
-        except (OSError, ValueError):
-            torn.append(entry)
-        else:
-            committed.append(step)
-    return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
-
-
-class _RootLock:
-    """An advisory lock (``flock``) on the root's lock file, held by process 0 of the manager that writes."""
-
-    def __init__(self, descriptor: int) -> None:
-        # Closing the descriptor releases the lock; a manager dropped while it holds one releases it too.
-        self._finalizer = weakref.finalize(self, os.close, descriptor)
-
-    @classmethod
-    def acquire(cls, root: pathlib.Path) -> tuple[_RootLock | _RemoteRootLock | None, bool]:
-        """Tries to lock without waiting: (None, False) where ``flock`` is unavailable; flag True if held elsewhere."""
-        if is_remote(root):
-            return _RemoteRootLock.acquire(root)
-        if sys.platform == "win32":  # pragma: no cover - no flock: the root is written unlocked
-            return None, False
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-        try:
-            descriptor = os.open(root / LOCK_FILE, flags, 0o666)
-        except OSError:
-            return None, False
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(descriptor)
-            return None, True
-        except OSError:  # ENOLCK, EINVAL, ...: this file system has no such locks.
-            os.close(descriptor)
-            return None, False
-        return cls(descriptor), False
-
-    def release(self) -> None:
-        self._finalizer()
-
-
-def _process_count() -> int:
-    import jax
-
-    return int(jax.process_count())
-
-
-def _is_process_zero() -> bool:
-    import jax
-
-    return int(jax.process_index()) == 0
-
-
-def _barrier(name: str) -> None:
-    if _process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        multihost_utils.sync_global_devices(name)
-
-
-def _any_process(flag: bool) -> bool:
-    """Whether ``flag`` is True on any process, known to every process (one small collective)."""
-    import numpy as np
-    from jax.experimental import multihost_utils
-
-    flags = multihost_utils.process_allgather(np.array([flag], dtype=np.uint8))
-    return bool(np.asarray(flags).any())
-
-
-def _agree_on_steps(root: pathlib.Path, committed: tuple[int, ...]) -> None:
-    """Checks that every process sees process 0's committed steps, failing all processes at once otherwise.
-
-    The summary is bytes (SHA-256, count, newest) so that it survives any JAX integer width.
-    """
-    import numpy as np
-    from jax.experimental import multihost_utils
-
-    digest = hashlib.sha256(json.dumps(list(committed)).encode("ascii")).digest()
-    newest = committed[-1] if committed else 0
-    summary = digest + len(committed).to_bytes(8, "little") + newest.to_bytes(8, "little")
-    gathered = np.asarray(multihost_utils.process_allgather(np.frombuffer(summary, dtype=np.uint8)))
-    rows = [bytes(row.tolist()) for row in gathered.reshape(_process_count(), len(summary))]
-    if all(row == rows[0] for row in rows):
-        return
-
-    def describe(row: bytes) -> str:
-        count = int.from_bytes(row[32:40], "little")
-        return f"{count} committed steps" + (f", newest {int.from_bytes(row[40:48], 'little')}" if count else "")
-
-    differing = [index for index, row in enumerate(rows) if row != rows[0]]
-    views = "; ".join(f"process {index} sees {describe(row)}" for index, row in enumerate(rows))
-    raise StepDisagreementError(
-        f"the processes disagree on the committed steps under {str(root)!r}: process(es) {differing} see a different "
-        f"set than process 0, which decides ({views}). Every process must see the same root folder"
-    )
-
-
 def scan_root(root: pathlib.Path, iterator: str, known_complete: dict[str, bytes] | None = None) -> CheckpointScan:
     """Sorts a root's entries as one process sees them, removing nothing; also used by ``tinax inspect``.
 
-    ``known_complete`` (name -> :func:`_step_signature`) skips unchanged complete folders; updated in place.
+    ``known_complete`` (name -> step tree signature) skips unchanged complete folders; updated in place.
     """
-    if is_remote(root):
-        return _scan_remote_root(root, iterator)
-    cache = {} if known_complete is None else known_complete
-    real_root = os.path.realpath(root)
-    committed: list[int] = []
-    torn: list[pathlib.Path] = []
-    temporary: list[pathlib.Path] = []
-    unrelated: list[pathlib.Path] = []
-    for entry in sorted(root.iterdir()):
-        name = entry.name
-        if is_orbax_temporary_name(name):
-            temporary.append(entry)
-            continue
-        step = _step_of(name)
-        if step is None:
-            if name not in (METRICS_FILE, LOCK_FILE):
-                unrelated.append(entry)
-            continue
-        try:
-            signature = _step_signature(entry, real_root)
-            if cache.get(name) != signature:
-                cache.pop(name, None)
-                if iterator in require_complete_checkpoint(entry):
-                    # Each process of a resume reads its own state file; restore refuses a step lacking one.
-                    require_iterator_states(entry, iterator)
-                # The signature taken before the check: a change during the check is seen at the next scan.
-                cache[name] = signature
-        except (OSError, ValueError):
-            cache.pop(name, None)
-            torn.append(entry)
-        else:
-            committed.append(step)
-    for name in set(cache) - {str(step) for step in committed}:
-        del cache[name]
-    return CheckpointScan(tuple(sorted(committed)), tuple(torn), tuple(temporary), tuple(unrelated), ())
 
+    def require_committed(step: pathlib.Path) -> None:
+        if iterator in require_complete_checkpoint(step):
+            # Each process of a resume reads its own state file; restore refuses a step lacking one.
+            require_iterator_states(step, iterator)
 
-def _step_signature(folder: pathlib.Path, real_root: str) -> bytes:
-    """A digest of a step folder's whole tree (path, kind, inode, size, times of each entry); any change alters it.
-
-    Raises ValueError when the folder is not a real folder of the root or its tree holds a symbolic link.
-    """
-    status = os.lstat(folder)
-    if not stat.S_ISDIR(status.st_mode) or os.path.realpath(folder) != os.path.join(real_root, folder.name):
-        raise ValueError(f"step {str(folder)!r} is not a folder of its own under the root")
-    digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{status.st_ino} {status.st_mtime_ns} {status.st_ctime_ns}\n".encode())
-    pending = [folder]
-    while pending:
-        current = pending.pop()
-        with os.scandir(current) as listing:
-            entries = sorted(listing, key=lambda entry: entry.name)
-        for entry in entries:
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(info.st_mode):
-                raise ValueError(f"step {str(folder)!r} holds a symbolic link, {entry.path!r}")
-            relative = os.path.relpath(entry.path, folder)
-            digest.update(os.fsencode(relative))
-            digest.update(
-                f"\0{info.st_mode} {info.st_ino} {info.st_size} {info.st_mtime_ns} {info.st_ctime_ns}\n".encode()
-            )
-            if stat.S_ISDIR(info.st_mode):
-                pending.append(pathlib.Path(entry.path))
-    return digest.digest()
+    return sort_entries(root, require_committed, known_complete)
