@@ -19,9 +19,7 @@ __all__ = [
     "NotAFolderDestinationError",
     "OutOfRangeStateError",
     "SaveFailedError",
-    "TracedValueError",
     "UncreatableDestinationError",
-    "UnsupportedLeafError",
     "UnwritableDestinationError",
     "background_failure",
     "root_cause",
@@ -61,10 +59,6 @@ class BrokenLinkDestinationError(UncreatableDestinationError, FileNotFoundError)
     """A checkpoint destination whose way passes through a broken link (0.2 raised FileNotFoundError)."""
 
 
-class UnsupportedLeafError(TypeError, ValueError):
-    """A value or target leaf of a kind Orbax cannot handle (0.2 raised ValueError)."""
-
-
 class CheckpointKeyError(ValueError, KeyError):
     """A checkpoint lacks a requested name, or Orbax or Grain refused an operation for another reason than a kind.
 
@@ -91,10 +85,6 @@ class NoHandlerError(TypeError, ValueError, KeyError):
 
     def __str__(self) -> str:
         return BaseException.__str__(self)
-
-
-class TracedValueError(TypeError, AttributeError):
-    """A traced value where a concrete one is needed (0.2 raised JAX's ``AttributeError``)."""
 
 
 class SaveFailedError(RuntimeError):

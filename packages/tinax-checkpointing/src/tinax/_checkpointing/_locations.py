@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from tinax._core import storage
 from tinax._core.logs import tree_nbytes
+from tinax._core.storage import UnsupportedStoreError
 
 __all__ = [
     "CLAIM_SUFFIX",
@@ -34,10 +35,6 @@ COMMIT_MARKER = "commit_success.txt"
 #: Beside a ``gs://`` destination while tinax saves to it (see ``_save``): the create-if-absent claim of one writer.
 CLAIM_SUFFIX = ".tinax-save-claim"
 _DISTRIBUTION = "tinax-checkpointing"
-
-
-class UnsupportedStoreError(ValueError):
-    """A valid bucket URL of a store that Orbax cannot write checkpoints to (``s3://``, google/orbax#359)."""
 
 
 def checkpoint_location(path: object, name: str, *, needed_by: str) -> pathlib.Path:

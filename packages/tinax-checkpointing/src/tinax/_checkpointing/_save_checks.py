@@ -19,7 +19,6 @@ import numpy as np
 from tinax._checkpointing._compat02 import (
     CheckpointExistsError,
     NoHandlerError,
-    UnsupportedLeafError,
     uncreatable_destination,
 )
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX
@@ -142,7 +141,7 @@ def require_saveable_leaves(name: str, value: object) -> None:
             if validation.utf8_problem(leaf) is not None:
                 validation.fail_value(where, "a str encodable as UTF-8 (no lone surrogates)", leaf)
         elif isinstance(leaf, (bytes, bytearray, memoryview)):
-            raise UnsupportedLeafError(validation.expectation_message(where, _SAVEABLE_LEAVES, leaf))
+            raise validation.TypeAndValueError(validation.expectation_message(where, _SAVEABLE_LEAVES, leaf))
         elif isinstance(leaf, np.ndarray) or (isinstance(leaf, jax.Array) and not is_tracer(leaf)):
             _require_saveable_array(where, leaf)
         else:
@@ -156,7 +155,7 @@ def _require_saveable_array(where: str, array: Any) -> None:
     if isinstance(array, np.ndarray) and not (
         dtype.kind in _SAVEABLE_KINDS or (dtype.kind == "V" and dtype.type is not np.void)
     ):
-        raise UnsupportedLeafError(
+        raise validation.TypeAndValueError(
             validation.expectation_message(where, f"{_SAVEABLE_LEAVES} (not dtype {dtype})", array)
         )
     if array.size == 0:
@@ -175,7 +174,7 @@ def _require_saveable(name: str, value: object) -> None:
         lookup(value, name)
     except (LookupError, ValueError) as error:
         # Keep the class of Orbax's error (0.2 let it through): a KeyError when no handler matched.
-        kind = NoHandlerError if isinstance(error, LookupError) else UnsupportedLeafError
+        kind = NoHandlerError if isinstance(error, LookupError) else validation.TypeAndValueError
         raise kind(
             validation.expectation_message(
                 f"checkpointables[{name!r}]",

@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._compat02 import CheckpointKeyError, NoHandlerError, TracedValueError
+from tinax._checkpointing._compat02 import CheckpointKeyError, NoHandlerError
 from tinax._core import validation
+from tinax._core._compat02 import TypeAndAttributeError
 from tinax._core.jax_compat import is_tracer
 
 __all__ = [
@@ -263,7 +264,7 @@ def _is_target_leaf(leaf: object) -> bool:
 def _abstract_leaf(path: tuple[Any, ...], leaf: Any) -> Any:
     where = "state" + jax.tree_util.keystr(path)
     if is_tracer(leaf):
-        raise TracedValueError(validation.expectation_message(where, "a concrete value, not a traced one", leaf))
+        raise TypeAndAttributeError(validation.expectation_message(where, "a concrete value, not a traced one", leaf))
     if isinstance(leaf, jax.Array):
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=leaf.sharding)  # type: ignore[no-untyped-call]
     if isinstance(leaf, jax.ShapeDtypeStruct):

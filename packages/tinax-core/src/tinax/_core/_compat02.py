@@ -20,6 +20,7 @@ __all__ = [
     "DLPackBufferError",
     "DTypeEncodingError",
     "MissingPathError",
+    "TypeAndAttributeError",
     "ValueOverflowError",
     "chex_asserts_disabled",
     "chex_counter_clears",
@@ -46,6 +47,10 @@ class MissingPathError(FileNotFoundError, ValueError):
 
     Built from a message alone, or as the system's errors are, ``(errno, message, filename)``.
     """
+
+
+class TypeAndAttributeError(TypeError, AttributeError):
+    """A value of the wrong kind where tinax 0.2 let an upstream AttributeError through (a traced value, say)."""
 
 
 class ValueOverflowError(ValueError, OverflowError):

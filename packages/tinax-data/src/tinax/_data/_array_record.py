@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tinax._core import storage, validation
+from tinax._core._compat02 import TypeAndAttributeError
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.optional import import_optional
@@ -33,7 +34,6 @@ from tinax._data._compat02 import (
     _EmptyDestinationError,
     _FolderIsFileError,
     _FolderMissingError,
-    _IndexTypeError,
     _NotJsonError,
     _UnwritableError,
 )
@@ -462,7 +462,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         try:
             return super()._position(index)
         except TypeError as error:
-            raise _IndexTypeError(str(error)) from error
+            raise TypeAndAttributeError(str(error)) from error
 
     def __getitem__(self, index: int) -> Any:
         position = self._position(index)

@@ -69,10 +69,6 @@ class _NotJsonError(json.JSONDecodeError):
         return (type(self), (self.args[0], self.doc, self.pos))
 
 
-class _IndexTypeError(TypeError, AttributeError):
-    """A record index is not an int: a TypeError, and the AttributeError 0.2 let through from array-record."""
-
-
 class UnreadableArrayRecordError(ValueError, RuntimeError):
     """Not an ArrayRecord file tinax can read: a ValueError, and the RuntimeError array-record (so 0.2) raised."""
 

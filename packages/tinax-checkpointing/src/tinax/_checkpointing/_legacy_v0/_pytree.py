@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tinax._checkpointing._compat02 import UnsupportedLeafError, upstream_failure
+from tinax._checkpointing._compat02 import upstream_failure
 from tinax._checkpointing._legacy_v0._paths import (
     require_checkpoint_directory,
     require_new_destination,
@@ -158,7 +158,7 @@ def _require_savable_state(state: Any) -> None:
         validation.fail_value("state", "a pytree that is neither None nor an empty container", state)
     for key_path, leaf in leaves:
         if not isinstance(leaf, _SAVABLE_LEAVES) or (isinstance(leaf, np.ndarray) and leaf.dtype.hasobject):
-            raise UnsupportedLeafError(
+            raise validation.TypeAndValueError(
                 validation.expectation_message(f"state{jax.tree_util.keystr(key_path)}", _LEAF_EXPECTATION, leaf)
             )
 
@@ -167,7 +167,7 @@ def _require_restorable_target(target: Any) -> None:
     for key_path, leaf in jax.tree_util.tree_flatten_with_path(target)[0]:
         # NumPy scalars other than float64 (a float) are refused: Orbax has no restore arguments for them.
         if not isinstance(leaf, _RESTORABLE_LEAVES):
-            raise UnsupportedLeafError(
+            raise validation.TypeAndValueError(
                 validation.expectation_message(
                     f"target{jax.tree_util.keystr(key_path)}", _TARGET_LEAF_EXPECTATION, leaf
                 )
