@@ -97,7 +97,11 @@ class BudgetedFunction:
         return sorted(set(super().__dir__()) | set(dir(self._jitted)))
 
     def _call_under_mesh(self, *args: Any, **kwargs: Any) -> Any:
-        return self._under_mesh(self._jitted, args, kwargs)
+        # The cached-call hot path: no extra call layer between the caller and jax.set_mesh.
+        if tracing_in_progress():
+            return self._call_inside_trace(self._jitted, args, kwargs)
+        with jax.set_mesh(self._mesh):
+            return self._jitted(*args, **kwargs)
 
     def _under_mesh(self, call: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if self._mesh is None:
