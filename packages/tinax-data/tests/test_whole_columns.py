@@ -491,3 +491,64 @@ def test_whole_columns_are_held_per_process(numeric_file, parsed_flags):
     # grain's worker processes hand dicts over with their keys sorted.
     with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=2) as workers:
         assert [sorted(exact(batch)) for batch in workers] == expected
+
+
+def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_batches(tmp_path, monkeypatch):
+    path = tmp_path / "small-groups.parquet"
+    table = pa.table({"id": pa.array(range(4000), pa.int64()), "v": pa.array(np.arange(4000) / 7, pa.float64())})
+    pq.write_table(table, path, row_group_size=100)
+
+    def pipeline(dataset: Any, batch_fn: Any) -> Any:
+        return training_batches(
+            dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
+            batch_size=100, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(read_parquet_record(path), stack_the_rows)]
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    runs: list[tuple[int, int]] = []
+    original = ParquetRecordSource._decode
+
+    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        if self is source and options.get("parquet_file") is not None:
+            runs.append((group_index, options.get("last_group") or group_index))
+        return original(self, group_index, position, **options)
+
+    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
+    assert source.groups_per_read() > 1
+    assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
+    # Each read ahead took consecutive row groups, several at a time, none twice.
+    assert any(last > first for first, last in runs)
+    decoded = [group for first, last in runs for group in range(first, last + 1)]
+    assert len(decoded) == len(set(decoded))
+    assert all(last - first < source.groups_per_read() for first, last in runs)
+
+
+def test_a_damaged_row_group_inside_a_read_ahead_fails_its_batch_with_the_usual_error(tmp_path):
+    from tinax._data._compat02 import CorruptParquetError
+
+    path = tmp_path / "damaged.parquet"
+    # Rows of 2 KiB in the tinax format: its row groups hold about 500 of them, with their checksums.
+    x = np.random.default_rng(5).standard_normal((4000, 16, 16))
+    write_parquet_record(path, [{"id": index, "x": x[index]} for index in range(4000)], overwrite=False)
+    metadata = pq.ParquetFile(path).metadata
+    groups = metadata.num_row_groups
+    assert groups > 4
+    damaged = groups - 2
+    chunk = metadata.row_group(damaged).column(0)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    path.write_bytes(bytes(data))
+    first_damaged = sum(metadata.row_group(index).num_rows for index in range(damaged))
+    batches = training_batches(
+        read_parquet_record(path), shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False,
+        num_epochs=1, batch_size=50, batch_fn=stack_records,
+    )  # fmt: skip
+    iterator = iter(batches)
+    # Every batch before the one holding the damaged rows, then the usual error naming the first of them.
+    for start in range(0, first_damaged // 50 * 50, 50):
+        assert next(iterator)["id"].tolist() == list(range(start, start + 50))
+    with pytest.raises(CorruptParquetError, match=rf"record {first_damaged} cannot be read \(row group {damaged}: "):
+        next(iterator)

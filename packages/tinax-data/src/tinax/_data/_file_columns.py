@@ -164,10 +164,13 @@ class WholeColumns:
         self.in_flight: dict[int, threading.Event] = {}
         #: The blocks the next batches read, in the order they first read them (see :meth:`expect`).
         self._wanted: collections.deque[int] = collections.deque()
+        #: True once a shuffled pipeline said which blocks its next batches read.
+        self._told = False
 
     def expect(self, blocks: Sequence[int]) -> None:
         """Says which blocks the next batches read, for threads filling ahead to take first (lock held)."""
         self._wanted = collections.deque(blocks)
+        self._told = True
 
     def next_to_fill(self) -> int | None:
         """The block a thread filling ahead takes next (expected ones first), or None (lock held)."""
@@ -179,6 +182,34 @@ class WholeColumns:
             if not columns.filled(block) and block not in self.in_flight:
                 return block
         return columns.next_missing(self.cursor, skip=self.in_flight)
+
+    def next_run(self, most: int, *, alone: bool) -> list[int]:
+        """The blocks a thread filling ahead takes next, up to ``most`` in a row of the file (lock held).
+
+        After :meth:`next_to_fill`'s block, each following one while it is also the block it would give next. A
+        thread ``alone`` takes one block at a time once the batches say what they read, to be free for those.
+        """
+        first = self.next_to_fill()
+        if first is None:
+            return []
+        run = [first]
+        columns = self.columns
+        assert columns is not None
+        wanted = self._wanted
+        while len(run) < most:
+            following = run[-1] + 1
+            while wanted and (columns.filled(wanted[0]) or wanted[0] in self.in_flight):
+                wanted.popleft()
+            if wanted:
+                if wanted[0] != following:
+                    break
+                wanted.popleft()
+            else:
+                taken = following >= len(self._group_ends) or columns.filled(following) or following in self.in_flight
+                if taken or (self._told and alone):
+                    break
+            run.append(following)
+        return run
 
     @property
     def nbytes(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import collections
 import os
+import pathlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import column_getter
@@ -41,6 +43,9 @@ _LOADS_BEFORE_WARNING = 64
 #: work under the interpreter lock only slows down the pipeline's thread.
 _MOST_DECODE_THREADS = 3
 _ROWS_SERVED_FRACTION = 4
+#: The most consecutive row groups one read ahead decodes in one pyarrow call, whose own threads then share
+#: the work without the interpreter lock; one group per call left the threads taking turns at the lock.
+_GROUPS_PER_READ = 16
 
 
 class ParquetRecordSource(ParquetOpening):
@@ -82,8 +87,10 @@ class ParquetRecordSource(ParquetOpening):
         self._loads = 0
         self._rows_served = 0
         self._told_out_of_order = False
-        # The threads filling the whole columns (see ``_adopt``) ahead of the batches.
+        # The threads filling the whole columns (see ``_adopt``) ahead of the batches, and the most row groups
+        # each reads at once, with whether it is alone (both set as they start).
         self._filling: list[threading.Thread] = []
+        self._fill_reads = (1, True)
 
     def _adopt(self, header: _Footer) -> None:
         super()._adopt(header)
@@ -215,9 +222,11 @@ class ParquetRecordSource(ParquetOpening):
                 self._fit_cache(0)
                 if not self._filling:
                     reference, name = weakref.ref(self), f"{WINDOW_THREAD_PREFIX}-columns"
+                    threads = self.decode_threads()
+                    self._fill_reads = (self.groups_per_read(), threads == 1)
                     self._filling = [
                         threading.Thread(target=_fill_ahead, args=(reference,), name=f"{name}-{index}")
-                        for index in range(self.decode_threads())
+                        for index in range(threads)
                     ]
                     for thread in self._filling:
                         thread.start()
@@ -256,8 +265,13 @@ class ParquetRecordSource(ParquetOpening):
             group = self._decode(group_index, self._group_offset(group_index), own_memory=False)
         return group.whole_stacked()
 
+    def groups_per_read(self) -> int:
+        """How many consecutive row groups a fill-ahead thread decodes at once (all threads': a quarter of cache)."""
+        fitting = int(self.cache_bytes // 4 // max(self.largest_group_bytes(), 1.0))
+        return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
+
     def _fill_next(self, parquet_file: Any) -> bool:
-        """Fills the next row group the whole columns lack; False once none is left.
+        """Fills the next row groups (a few in a row) the whole columns lack; False once none is left.
 
         Decodes outside the lock and copies under it, so batches go on meanwhile.
         """
@@ -266,24 +280,33 @@ class ParquetRecordSource(ParquetOpening):
             columns = whole.columns
             if columns is None or columns.complete or whole.refused:
                 return False
-            group_index = whole.next_to_fill()
-            if group_index is None:
+            # One call reads several of one local file's groups; objects and many-file sets stage bytes per group.
+            batched = type(parquet_file) is pq.ParquetFile and isinstance(self._path, pathlib.Path)
+            most, alone = self._fill_reads
+            run = whole.next_run(most if batched else 1, alone=alone)
+            if not run:
                 return False  # The rest is being decoded by the other threads.
-            done = whole.in_flight[group_index] = threading.Event()
+            group_index = run[0]
+            done = threading.Event()
+            for taken in run:
+                whole.in_flight[taken] = done
         try:
-            group = self._decode(
-                group_index, self._group_offset(group_index), own_memory=False, parquet_file=parquet_file
-            )
+            first = self._group_offset(group_index)
+            group = self._decode(group_index, first, own_memory=False, parquet_file=parquet_file, last_group=run[-1])
             fields = group.whole_stacked()
             del group
             with self._lock:
-                if columns is whole.columns and not columns.filled(group_index):
-                    if not whole.fill(columns, group_index, fields):
+                for taken in run:
+                    start, stop = self._group_offset(taken) - first, self._group_ends[taken] - first
+                    part = None if fields is None else {name: array[start:stop] for name, array in fields.items()}
+                    stale = columns is not whole.columns or columns.filled(taken)
+                    if not stale and not whole.fill(columns, taken, part):
                         return False
-                    self._fit_cache(0)
+                self._fit_cache(0)
         finally:
             with self._lock:
-                whole.in_flight.pop(group_index, None)
+                for taken in run:
+                    whole.in_flight.pop(taken, None)
             done.set()
         return True
 
@@ -362,18 +385,34 @@ class ParquetRecordSource(ParquetOpening):
         check_reads_go_on(f"row group {group_index} of {str(self._path)!r}")
         if parquet_file is None:
             parquet_file = self._handle()
-        verified = None
-        if self._group_checks is not None and group_index not in self._verified:
-            verified = self._verify_row_group(group_index)
-            self._verified.add(group_index)
+        verified = self._verify_once(group_index)
         if verified is None:
             table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
         else:
             # An object's row group is decoded from the bytes just verified, not fetched a second time.
             with self._object_of_group(parquet_file, group_index).staged(*verified):
                 table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
-        first = self._group_ends[group_index - 1] if group_index else 0
-        expected_rows = self._group_ends[group_index] - first
+        return self._checked_rows(table, group_index, group_index)
+
+    def _read_run(self, group_index: int, last_group: int, parquet_file: Any) -> pa.Table:
+        # With a local file's handle of the caller's own: consecutive row groups in one call, which pyarrow
+        # decodes in its own threads, without the interpreter lock.
+        for checked in range(group_index, last_group + 1):
+            check_reads_go_on(f"row group {checked} of {str(self._path)!r}")
+            self._verify_once(checked)
+        table = parquet_file.read_row_groups(range(group_index, last_group + 1), use_threads=True)
+        return self._checked_rows(table, group_index, last_group)
+
+    def _verify_once(self, group_index: int) -> tuple[int, bytes] | None:
+        if self._group_checks is None or group_index in self._verified:
+            return None
+        verified = self._verify_row_group(group_index)
+        self._verified.add(group_index)
+        return verified
+
+    def _checked_rows(self, table: pa.Table, group_index: int, last_group: int) -> pa.Table:
+        first = self._group_offset(group_index)
+        expected_rows = self._group_ends[last_group] - first
         if table.num_rows != expected_rows:
             raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
         if self._positions_column is not None:
@@ -390,17 +429,29 @@ class ParquetRecordSource(ParquetOpening):
         ]
 
     def _decode(
-        self, group_index: int, position: int, *, own_memory: bool = True, parquet_file: Any = None
+        self,
+        group_index: int,
+        position: int,
+        *,
+        own_memory: bool = True,
+        parquet_file: Any = None,
+        last_group: int | None = None,
     ) -> _RowGroup:
-        # Called with the lock held, or with a handle of the caller's own: reads, checks and decodes one row group.
+        # Called with the lock held, or with a handle of the caller's own: reads, checks and decodes one row
+        # group, or the consecutive ones through ``last_group`` as one.
+        groups = f"row group {group_index}"
         try:
-            table = self._read_group(group_index, None, parquet_file)
+            if last_group is None or last_group == group_index:
+                table = self._read_group(group_index, None, parquet_file)
+            else:
+                groups = f"row groups {group_index} to {last_group}"
+                table = self._read_run(group_index, last_group, parquet_file)
             if own_memory:
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)
         except (pa.ArrowException, OSError, ValueError) as error:
             raise _read_error(error)(
-                f"{str(self._path)!r}: record {position} cannot be read (row group {group_index}: {error})"
+                f"{str(self._path)!r}: record {position} cannot be read ({groups}: {error})"
             ) from error
         self._decoded_rows += table.num_rows
         self._decoded_bytes += group.nbytes
