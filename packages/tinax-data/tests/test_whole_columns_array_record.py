@@ -272,3 +272,20 @@ def test_a_file_of_every_numeric_kind_is_held_whole_from_the_records_bytes(tmp_p
     assert source._whole.columns.complete
     assert decoded
     assert all(decoded)
+
+
+def test_a_file_replaced_after_opening_still_gives_the_opened_files_batches(tmp_path):
+    path = tmp_path / "replaced.array_record"
+    write_array_record(path, [{"id": index, "x": np.full((2, 2), index, np.float32)} for index in range(ROWS)])
+    dataset = read_array_record(path)
+    expected = [{"id": np.arange(start, start + 100)} for start in range(0, ROWS, 100)]
+    # Replaced by a file of as many records before the first batch: the blocks are read by a reader opened
+    # then, which sees the new file and is refused, so every batch is still the opened file's.
+    write_array_record(path, [{"id": -index, "x": np.zeros((2, 2), np.float32)} for index in range(ROWS)])
+    batches = training_batches(
+        dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
+        batch_size=100, batch_fn=stack_records,
+    )  # fmt: skip
+    found = list(batches)
+    assert [batch["id"].tolist() for batch in found] == [batch["id"].tolist() for batch in expected]
+    assert [float(batch["x"][7, 1, 1]) for batch in found] == [float(start + 7) for start in range(0, ROWS, 100)]

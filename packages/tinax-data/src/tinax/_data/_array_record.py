@@ -54,6 +54,9 @@ _HEADER_MAGIC = b"tinax-records\n"
 # No readahead: records are read one at a time in random order (buffer size as Grain's own source).
 _READER_OPTIONS = "readahead_buffer_size:0"
 _FILE_READER_BUFFER_SIZE = 32768
+#: The reader of whole blocks of records, in order: with a readahead buffer, one system call reads many
+#: one-record chunks (files of ``group_size=1``), where the random-access reader makes one per record.
+_BLOCK_READER_OPTIONS = "readahead_buffer_size:1M,max_parallelism:4"
 #: The records read and stacked at once into the stacked fields held whole.
 _WHOLE_COLUMNS_BLOCK = 4096
 
@@ -373,6 +376,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         super()._start_process()
         # Guards the stacked fields held whole (see ``_adopt``) while they are filled.
         self._lock = threading.Lock()
+        self._block_reader: Any = None
 
     def _adopt(self, header: _LastRecord) -> None:
         super()._adopt(header)
@@ -411,13 +415,24 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
             # Records of one layout (numbers, arrays of one shape) are stacked from their bytes directly.
             check_reads_go_on(f"records {first} to {stop - 1} of {str(self._path)!r}")
             try:
-                data = self._handle().read(first, stop)
+                data = self._blocks_handle().read(first, stop)
             except RuntimeError:
                 data = None  # Read again below, record by record, for the error indexing raises.
             fields = None if data is None else self._schema.decode_stacked(data)
             if fields is not None and all(kept_whole(array.dtype) for array in fields.values()):
                 return fields
         return stacked_alike(self._getitems(list(range(first, stop))))
+
+    def _blocks_handle(self) -> Any:
+        """The reader of whole blocks (lock held): a local file's own, opened once per process, else the usual one."""
+        if type(self) is not ArrayRecordSource or not isinstance(self._path, pathlib.Path):
+            return self._handle()
+        if self._block_reader is None:
+            reader, header = self._open_file(self._path, options=_BLOCK_READER_OPTIONS)
+            if header != self._header:
+                raise ValueError(f"{str(self._path)!r} changed since it was opened: its last record is different")
+            self._block_reader = reader
+        return self._block_reader
 
     def _parse_header(self, header_bytes: bytes, path: Location | None = None) -> RecordHeader:
         try:
@@ -432,13 +447,11 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
     def _open(self) -> tuple[Any, _LastRecord]:
         return self._open_file(self._path)
 
-    def _open_file(self, path: Location) -> tuple[Any, _LastRecord]:
+    def _open_file(self, path: Location, *, options: str = _READER_OPTIONS) -> tuple[Any, _LastRecord]:
         """Opens one ArrayRecord file and reads its last record; returns the reader and what the record says."""
         module = _array_record_module("read_array_record")
         try:
-            reader = module.ArrayRecordReader(
-                str(path), _READER_OPTIONS, file_reader_buffer_size=_FILE_READER_BUFFER_SIZE
-            )
+            reader = module.ArrayRecordReader(str(path), options, file_reader_buffer_size=_FILE_READER_BUFFER_SIZE)
             if not reader.ok():
                 # The reader reports its reason only when asked to read.
                 reader.read()
