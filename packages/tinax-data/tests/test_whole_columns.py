@@ -552,3 +552,32 @@ def test_a_damaged_row_group_inside_a_read_ahead_fails_its_batch_with_the_usual_
         assert next(iterator)["id"].tolist() == list(range(start, start + 50))
     with pytest.raises(CorruptParquetError, match=rf"record {first_damaged} cannot be read \(row group {damaged}: "):
         next(iterator)
+
+
+def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(tmp_path, monkeypatch):
+    path = tmp_path / "small-groups.parquet"
+    rows = 20_000
+    table = pa.table({"id": pa.array(range(rows), pa.int64()), "v": pa.array(np.arange(rows) / 7, pa.float64())})
+    pq.write_table(table, path, row_group_size=100)
+
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=4, epochs=2, batch_size=250)
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(path))]
+    runs: list[tuple[int, int]] = []
+    original = ParquetRecordSource._decode
+
+    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        if threading.current_thread().name.startswith(WINDOW_THREAD_PREFIX) or options.get("parquet_file"):
+            runs.append((group_index, options.get("last_group") or group_index))
+        return original(self, group_index, position, **options)
+
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 2)
+    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    # 320 KB of decoded rows against a 160 KB cache: past it, with room for a few row groups in each read.
+    dataset = read_parquet_record(path, cache_bytes=160_000)
+    source = record_source_of(dataset)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+    assert source.window_groups_per_read() > 1
+    assert any(last > first for first, last in runs)
+    assert all(last - first < source.window_groups_per_read() for first, last in runs)

@@ -29,6 +29,7 @@ from tinax._data._locations import Location
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer
 from tinax._data._record_codec import RecordHeader, record_position
+from tinax._data._record_file_source import FileSetSource
 from tinax._data._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records
@@ -265,6 +266,17 @@ class ParquetRecordSource(ParquetOpening):
             group = self._decode(group_index, self._group_offset(group_index), own_memory=False)
         return group.whole_stacked()
 
+    def _reads_runs(self) -> bool:
+        # Consecutive row groups in one call: one local file's; objects and many-file sets stage bytes per group.
+        return isinstance(self._path, pathlib.Path) and not isinstance(self, FileSetSource)
+
+    def window_groups_per_read(self) -> int:
+        """How many consecutive row groups a window's decoding thread reads at once (all threads': 1/16 of cache)."""
+        if not self._reads_runs():
+            return 1
+        fitting = int(self.cache_bytes // 16 // max(self.largest_group_bytes(), 1.0))
+        return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
+
     def groups_per_read(self) -> int:
         """How many consecutive row groups a fill-ahead thread decodes at once (all threads': a quarter of cache)."""
         fitting = int(self.cache_bytes // 4 // max(self.largest_group_bytes(), 1.0))
@@ -281,7 +293,7 @@ class ParquetRecordSource(ParquetOpening):
             if columns is None or columns.complete or whole.refused:
                 return False
             # One call reads several of one local file's groups; objects and many-file sets stage bytes per group.
-            batched = type(parquet_file) is pq.ParquetFile and isinstance(self._path, pathlib.Path)
+            batched = type(parquet_file) is pq.ParquetFile and self._reads_runs()
             most, alone = self._fill_reads
             run = whole.next_run(most if batched else 1, alone=alone)
             if not run:

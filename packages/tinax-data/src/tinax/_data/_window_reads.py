@@ -32,7 +32,8 @@ def window_rows(source: Any) -> int:
     if not past_cache(source):
         return _PIECE_ROWS
     row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
-    room = source.cache_bytes - (source.decode_threads() - 1) * source.largest_group_bytes()
+    held = source.decode_threads() * source.window_groups_per_read() - 1
+    room = source.cache_bytes - held * source.largest_group_bytes()
     return max(1, int(max(room, 0) // 2 // row_bytes))
 
 
@@ -202,10 +203,23 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order, runs = _row_group_runs(ends, positions)
-    tasks = iter(runs)
+    most = source.window_groups_per_read()
+    taken = [0]
     lock = threading.Lock()
     columns: dict[str, np.ndarray[Any, Any]] = {}
     failures: list[BaseException] = []
+
+    def next_task() -> tuple[int, int, int, int] | None:
+        # The next row groups in file order: up to ``most`` that follow each other, with their slots in ``order``.
+        with lock:
+            start = taken[0]
+            if start >= len(runs):
+                return None
+            stop = start + 1
+            while stop < len(runs) and stop - start < most and runs[stop][0] == runs[stop - 1][0] + 1:
+                stop += 1
+            taken[0] = stop
+        return runs[start][0], runs[stop - 1][0], runs[start][1], runs[stop - 1][2]
 
     def decode() -> None:
         parquet_file = None
@@ -214,17 +228,18 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
             if header != source._header:
                 raise ValueError("the file changed since the reader opened it")
             while not failures:
-                with lock:
-                    task = next(tasks, None)
+                task = next_task()
                 if task is None:
                     return
-                group_index, first, last = task
+                group_index, last_group, first, last = task
                 check_reads_go_on("a window of planned batches")
                 slots = order[first:last]
                 chosen = positions[slots]
-                group = source._decode(group_index, int(chosen[0]), own_memory=False, parquet_file=parquet_file)
+                group = source._decode(
+                    group_index, int(chosen[0]), own_memory=False, parquet_file=parquet_file, last_group=last_group
+                )
                 fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
-                # Let go before the next one is decoded: one decoded row group per thread.
+                # Let go before the next ones are decoded: one read's row groups per thread.
                 del group
                 _place_fields(columns, lock, fields, slots, len(positions))
                 del fields
