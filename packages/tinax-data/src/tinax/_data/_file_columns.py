@@ -11,12 +11,13 @@ from __future__ import annotations
 import collections
 import math
 import threading
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["FileColumns", "WholeColumns", "gather_rows", "kept_whole", "slice_rows", "stacked_alike"]
+__all__ = ["FileColumns", "WholeColumns", "fill_ahead", "gather_rows", "kept_whole", "slice_rows", "stacked_alike"]
 
 #: The dtype kinds kept whole: bool, signed and unsigned ints, floats, complex numbers.
 _KEPT_KINDS = frozenset("biufc")
@@ -275,3 +276,32 @@ class WholeColumns:
         self.columns = None
         self.refused = True
         return False
+
+
+def fill_ahead(reference: weakref.ref[Any]) -> None:
+    """Thread body: fills the blocks a source's whole columns lack, through a handle of its own, until none is left.
+
+    Holds the source only per read, so it ends once pipelines are gone; a read error just ends the thread.
+    """
+    source = reference()
+    if source is None:
+        return
+    handle = None
+    try:
+        handle, header = source._open()
+        if header != source._header:
+            return
+        while source is not None and source._fill_next(handle):
+            del source
+            source = reference()
+    except Exception:
+        return
+    finally:
+        if handle is not None:
+            handle.close()
+        source = reference()
+        if source is not None:
+            with source._lock:
+                # Once the last one is out, a later batch may start them again (after the columns were dropped).
+                if threading.current_thread() in source._filling:
+                    source._filling.remove(threading.current_thread())

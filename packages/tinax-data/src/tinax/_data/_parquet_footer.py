@@ -58,6 +58,15 @@ class UnreadableParquetError(pa.ArrowInvalid):  # type: ignore[misc]
     """pyarrow refuses the file or a row group with ``ArrowInvalid`` (0.2's error); also a ValueError."""
 
 
+def read_error_class(error: BaseException) -> type[ValueError]:
+    """The error class for an unreadable row group: ValueError, also pyarrow's type where pyarrow refused it."""
+    if isinstance(error, CorruptParquetError) or type(error) is OSError:
+        return CorruptParquetError
+    if isinstance(error, pa.ArrowInvalid):
+        return UnreadableParquetError
+    return ValueError
+
+
 def _mismatched_column(schema: RecordSchema, arrow_schema: pa.Schema) -> str | None:
     """Why a file's columns are not those the header's fields are written as; None where they are."""
     if list(arrow_schema.names) != list(schema.names):

@@ -15,6 +15,7 @@ import pathlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,10 @@ import pyarrow.parquet as pq
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import column_getter
 from tinax._data._compat02 import CorruptParquetError
-from tinax._data._file_columns import WholeColumns, gather_rows, slice_rows
+from tinax._data._file_columns import WholeColumns, fill_ahead, gather_rows, slice_rows
 from tinax._data._locations import Location
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer
+from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
 from tinax._data._record_codec import RecordHeader, record_position
 from tinax._data._record_file_source import FileSetSource
 from tinax._data._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
@@ -226,7 +227,7 @@ class ParquetRecordSource(ParquetOpening):
                     threads = self.decode_threads()
                     self._fill_reads = (self.groups_per_read(), threads == 1)
                     self._filling = [
-                        threading.Thread(target=_fill_ahead, args=(reference,), name=f"{name}-{index}")
+                        threading.Thread(target=fill_ahead, args=(reference,), name=f"{name}-{index}")
                         for index in range(threads)
                     ]
                     for thread in self._filling:
@@ -393,17 +394,15 @@ class ParquetRecordSource(ParquetOpening):
 
     def _read_group(self, group_index: int, columns: Sequence[str] | None, parquet_file: Any = None) -> pa.Table:
         # Called with the lock held, so one thread reads the file at a time; or with a handle of the
-        # caller's own (see ``_fill_ahead``).
+        # caller's own (see ``fill_ahead``).
         check_reads_go_on(f"row group {group_index} of {str(self._path)!r}")
         if parquet_file is None:
             parquet_file = self._handle()
         verified = self._verify_once(group_index)
-        if verified is None:
+        # An object's row group is decoded from the bytes just verified, not fetched a second time.
+        staged = self._object_of_group(parquet_file, group_index).staged(*verified) if verified else nullcontext()
+        with staged:
             table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
-        else:
-            # An object's row group is decoded from the bytes just verified, not fetched a second time.
-            with self._object_of_group(parquet_file, group_index).staged(*verified):
-                table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
         return self._checked_rows(table, group_index, group_index)
 
     def _read_run(self, group_index: int, last_group: int, parquet_file: Any) -> pa.Table:
@@ -462,7 +461,7 @@ class ParquetRecordSource(ParquetOpening):
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)
         except (pa.ArrowException, OSError, ValueError) as error:
-            raise _read_error(error)(
+            raise read_error_class(error)(
                 f"{str(self._path)!r}: record {position} cannot be read ({groups}: {error})"
             ) from error
         self._decoded_rows += table.num_rows
@@ -560,7 +559,7 @@ class ParquetRecordSource(ParquetOpening):
                     table = self._read_group(group_index, [name])
                     (getter,) = self._getters(table)
                 except (pa.ArrowException, OSError, ValueError) as error:
-                    raise _read_error(error)(
+                    raise read_error_class(error)(
                         f"{str(self._path)!r}: column {name!r} cannot be read (row group {group_index}: {error})"
                     ) from error
             column = table.column(0)
@@ -595,41 +594,3 @@ class ParquetRecordSource(ParquetOpening):
             f"ParquetRecordSource(path={str(self._path)!r}, records={self._count}, "
             f"row_groups={len(self._group_ends)}, {rows})"
         )
-
-
-def _fill_ahead(reference: weakref.ref[ParquetRecordSource]) -> None:
-    """Thread body: fills the row groups a reader's whole columns lack until none is left.
-
-    Holds the reader only per row group, so it ends once pipelines are gone; a read error just ends the thread.
-    """
-    source = reference()
-    if source is None:
-        return
-    parquet_file = None
-    try:
-        parquet_file, header = source._open()
-        if header != source._header:
-            return
-        while source is not None and source._fill_next(parquet_file):
-            del source
-            source = reference()
-    except Exception:
-        return
-    finally:
-        if parquet_file is not None:
-            parquet_file.close()
-        source = reference()
-        if source is not None:
-            with source._lock:
-                # Once the last one is out, a later batch may start them again (after the columns were dropped).
-                if threading.current_thread() in source._filling:
-                    source._filling.remove(threading.current_thread())
-
-
-def _read_error(error: BaseException) -> type[ValueError]:
-    """The error class for an unreadable row group: ValueError, also pyarrow's type where pyarrow refused it."""
-    if isinstance(error, CorruptParquetError) or type(error) is OSError:
-        return CorruptParquetError
-    if isinstance(error, pa.ArrowInvalid):
-        return UnreadableParquetError
-    return ValueError
