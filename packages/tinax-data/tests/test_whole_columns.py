@@ -578,6 +578,6 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
     dataset = read_parquet_record(path, cache_bytes=160_000)
     source = record_source_of(dataset)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
-    assert source.window_groups_per_read() > 1
+    assert source.groups_per_read(past_cache=True) > 1
     assert any(last > first for first, last in runs)
-    assert all(last - first < source.window_groups_per_read() for first, last in runs)
+    assert all(last - first < source.groups_per_read(past_cache=True) for first, last in runs)

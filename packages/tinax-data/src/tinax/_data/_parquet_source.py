@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import column_getter
@@ -271,16 +270,15 @@ class ParquetRecordSource(ParquetOpening):
         # Consecutive row groups in one call: one local file's; objects and many-file sets stage bytes per group.
         return isinstance(self._path, pathlib.Path) and not isinstance(self, FileSetSource)
 
-    def window_groups_per_read(self) -> int:
-        """How many consecutive row groups a window's decoding thread reads at once (all threads': 1/16 of cache)."""
+    def groups_per_read(self, *, past_cache: bool = False) -> int:
+        """How many consecutive row groups a decoding thread reads in one call (one for objects and file sets).
+
+        All threads' reads fit a quarter of the cache while filling the whole columns, a sixteenth past it.
+        """
         if not self._reads_runs():
             return 1
-        fitting = int(self.cache_bytes // 16 // max(self.largest_group_bytes(), 1.0))
-        return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
-
-    def groups_per_read(self) -> int:
-        """How many consecutive row groups a fill-ahead thread decodes at once (all threads': a quarter of cache)."""
-        fitting = int(self.cache_bytes // 4 // max(self.largest_group_bytes(), 1.0))
+        share = 16 if past_cache else 4
+        fitting = int(self.cache_bytes // share // max(self.largest_group_bytes(), 1.0))
         return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
 
     def _fill_next(self, parquet_file: Any) -> bool:
@@ -293,10 +291,8 @@ class ParquetRecordSource(ParquetOpening):
             columns = whole.columns
             if columns is None or columns.complete or whole.refused:
                 return False
-            # One call reads several of one local file's groups; objects and many-file sets stage bytes per group.
-            batched = type(parquet_file) is pq.ParquetFile and self._reads_runs()
             most, alone = self._fill_reads
-            run = whole.next_run(most if batched else 1, alone=alone)
+            run = whole.next_run(most, alone=alone)
             if not run:
                 return False  # The rest is being decoded by the other threads.
             group_index = run[0]

@@ -32,7 +32,7 @@ def window_rows(source: Any) -> int:
     if not past_cache(source):
         return _PIECE_ROWS
     row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
-    held = source.decode_threads() * source.window_groups_per_read() - 1
+    held = source.decode_threads() * source.groups_per_read(past_cache=True) - 1
     room = source.cache_bytes - held * source.largest_group_bytes()
     return max(1, int(max(room, 0) // 2 // row_bytes))
 
@@ -203,7 +203,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order, runs = _row_group_runs(ends, positions)
-    most = source.window_groups_per_read()
+    most = source.groups_per_read(past_cache=True)
     taken = [0]
     lock = threading.Lock()
     columns: dict[str, np.ndarray[Any, Any]] = {}
