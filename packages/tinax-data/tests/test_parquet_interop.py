@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
+from tinax._data._arrow_values import ArrayColumn
 from tinax.data import (
     InMemorySource,
     evaluation_batches,
@@ -147,6 +148,33 @@ def test_a_missing_array_value_is_a_value_error_naming_column_and_row(tmp_path, 
         dataset[row]
     # The python mapping gives pyarrow's values, None included.
     assert read_parquet_record(path)[row] == pa.table({"id": [0, 1, 2], "values": column}).to_pylist()[row]
+
+
+@pytest.mark.parametrize(
+    ("column", "row", "reason"),
+    [
+        (pa.array([[[1, 2], [3, 4]], [[1, 2], [3, 4, 5]], [[6, 7], [8, 9]]]), 1, "not rectangular"),
+        (pa.array([[1.0, 2.0], [3.0, None], [4.0, 5.0]], pa.list_(pa.float32())), 1, "a missing value inside"),
+        (pa.array([[[1, 2]], [[3, 4]], [None]]), 2, "a missing value inside the array"),
+    ],
+    ids=["ragged_inside", "missing_element", "missing_inner_list"],
+)
+def test_a_flaw_below_levels_of_one_extent_is_found_in_its_row(tmp_path, column, row, reason):
+    # Every row has the same extents down to the flaw: the reader's shortcut for such columns must still see it.
+    path = tmp_path / "flaw.parquet"
+    pq.write_table(pa.table({"id": pa.array([0, 1, 2]), "values": column}), path)
+    dataset = read_parquet_record(path, mapping="numpy")
+    for good in {0, 1, 2} - {row}:
+        assert dataset[good]["values"].tolist() == column[good].as_py()
+    with pytest.raises(ValueError, match=rf"'{path}': record {row} is malformed \(column 'values': .*{reason}"):
+        dataset[row]
+
+
+def test_a_sliced_column_of_one_shape_reads_beside_ragged_neighbours():
+    column = pa.array([[[1, 2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]], [[12]]])
+    arrays = ArrayColumn(column.slice(1, 2))
+    assert not arrays.bad_rows
+    assert [arrays.get(row).tolist() for row in range(2)] == [[[4, 5], [6, 7]], [[8, 9], [10, 11]]]
 
 
 @pytest.mark.parametrize(
