@@ -157,10 +157,12 @@ def test_threads_fill_the_rest_of_the_file_ahead_of_the_batches(numeric_file, mo
     filled_by: list[str] = []
     original = FileColumns.fill
 
-    def noted(columns: FileColumns, group_index: int, fields: Any) -> bool:
+    def noted(columns: FileColumns, group_index: int, fields: Any, *, last_group: int | None = None) -> bool:
         if columns is source._whole.columns:  # Not the columns of another test's sources, filled ahead too.
-            filled_by.append(threading.current_thread().name)
-        return original(columns, group_index, fields)
+            # A thread fills the row groups it read together in one call: each is noted.
+            through = group_index if last_group is None else last_group
+            filled_by.extend([threading.current_thread().name] * (through - group_index + 1))
+        return original(columns, group_index, fields, last_group=last_group)
 
     # The threads wait until the test has seen them: on a fast machine they could otherwise finish the small
     # file, and leave, before the first batch is returned.
@@ -295,10 +297,10 @@ def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead
     filled_ahead: list[int] = []
     original_fill = FileColumns.fill
 
-    def noted_fill(columns: FileColumns, group_index: int, fields: Any) -> bool:
+    def noted_fill(columns: FileColumns, group_index: int, fields: Any, *, last_group: int | None = None) -> bool:
         if columns is source._whole.columns and threading.current_thread() is not threading.main_thread():
-            filled_ahead.append(group_index)
-        return original_fill(columns, group_index, fields)
+            filled_ahead.extend(range(group_index, (group_index if last_group is None else last_group) + 1))
+        return original_fill(columns, group_index, fields, last_group=last_group)
 
     monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
     monkeypatch.setattr(FileColumns, "fill", noted_fill)

@@ -79,12 +79,18 @@ class FileColumns:
         before = np.flatnonzero(missing)
         return int(before[0]) if len(before) else None
 
-    def fill(self, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
-        """Copies one row group's stacked fields in; where they do not fit, drops the arrays for good (False)."""
+    def fill(
+        self, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None, *, last_group: int | None = None
+    ) -> bool:
+        """Copies the stacked fields of one row group (or of those through ``last_group``) in.
+
+        Where they do not fit, drops the arrays for good (False).
+        """
         if not self.usable:
             return False
+        last_group = group_index if last_group is None else last_group
         first = int(self._ends[group_index - 1]) if group_index else 0
-        stop = int(self._ends[group_index])
+        stop = int(self._ends[last_group])
         rows = stop - first
         if fields is None or any(not kept_whole(array.dtype) or len(array) != rows for array in fields.values()):
             return self._give_up()
@@ -103,7 +109,7 @@ class FileColumns:
             return self._give_up()
         for name, array in arrays.items():
             array[first:stop] = fields[name]
-        self._filled[group_index] = True
+        self._filled[group_index : last_group + 1] = True
         self.complete = bool(self._filled.all())
         return True
 
@@ -269,9 +275,16 @@ class WholeColumns:
             self._lock.acquire()
         return True
 
-    def fill(self, columns: FileColumns, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
-        """Fills one block (called with the lock held); where it does not fit, refuses the columns for good."""
-        if columns.fill(group_index, fields):
+    def fill(
+        self,
+        columns: FileColumns,
+        group_index: int,
+        fields: Mapping[str, np.ndarray[Any, Any]] | None,
+        *,
+        last_group: int | None = None,
+    ) -> bool:
+        """Fills one block, or those through ``last_group`` (lock held); where they do not fit, refuses the columns."""
+        if columns.fill(group_index, fields, last_group=last_group):
             return True
         self.columns = None
         self.refused = True

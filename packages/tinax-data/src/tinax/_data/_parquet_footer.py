@@ -39,6 +39,7 @@ from tinax._data._parquet_checksums import (
     _parse_checksums,
     _read_raw_footer,
     _row_group_ranges,
+    range_digests,
 )
 from tinax._data._record_codec import KIND_ARRAY, RecordHeader, RecordSchema
 from tinax._data._record_file_source import RecordFileSource
@@ -281,10 +282,23 @@ class ParquetOpening(RecordFileSource[_Footer]):
         start, end, expected = self._group_checks[group_index]
         found, data = checked_range(self._path, start, end)
         if found != expected:
-            raise CorruptParquetError(
-                f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
-            )
+            raise _corrupt_group(group_index)
         return None if data is None else (start, data)
+
+    def _verify_run(self, group_index: int, last_group: int) -> None:
+        """Checks consecutive row groups of a local file against their digests, their bytes read at once."""
+        assert self._group_checks is not None
+        checks = self._group_checks[group_index : last_group + 1]
+        found = range_digests(cast("pathlib.Path", self._path), [(start, end) for start, end, _ in checks])
+        for index, (digest, (_, _, expected)) in enumerate(zip(found, checks, strict=True), start=group_index):
+            if digest != expected:
+                raise _corrupt_group(index)
+
+
+def _corrupt_group(group_index: int) -> CorruptParquetError:
+    return CorruptParquetError(
+        f"the bytes of row group {group_index} do not match the checksum written with them: it is corrupt"
+    )
 
 
 class _ObjectFile:
