@@ -170,6 +170,22 @@ def test_a_flaw_below_levels_of_one_extent_is_found_in_its_row(tmp_path, column,
         dataset[row]
 
 
+@pytest.mark.parametrize("fixed_size", [False, True], ids=["lists", "fixed_size_lists"])
+@pytest.mark.parametrize("sliced", [False, True], ids=["whole", "sliced"])
+def test_a_column_of_one_shape_is_held_as_one_block_of_its_values(fixed_size, sliced):
+    values = np.arange(5 * 3 * 2, dtype=np.float32).reshape(5, 3, 2)
+    inner = pa.list_(pa.float32(), 2) if fixed_size else pa.list_(pa.float32())
+    column = pa.array(values.tolist(), pa.list_(inner, 3) if fixed_size else pa.list_(inner))
+    if sliced:
+        column, values = column.slice(1, 3), values[1:4]
+    arrays = ArrayColumn(column, ndim=2)
+    assert not arrays.bad_rows
+    np.testing.assert_array_equal(arrays.stacked(slice(0, len(values))), values)
+    assert all(np.array_equal(arrays.get(row), values[row]) for row in range(len(values)))
+    with pytest.raises(ValueError, match="arrays of 2 dimensions, not 3"):
+        ArrayColumn(column, ndim=3)
+
+
 def test_a_sliced_column_of_one_shape_reads_beside_ragged_neighbours():
     column = pa.array([[[1, 2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]], [[12]]])
     arrays = ArrayColumn(column.slice(1, 2))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import array
 import functools
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +248,39 @@ def _entry_rows(entries: int, rows: int, base: int, per_row: int) -> np.ndarray[
     return owners
 
 
+def _one_shape(column: Any, rows: int) -> tuple[np.ndarray[Any, Any], int, tuple[int, ...]] | None:
+    """The leaf values, the first row's start in them and the rows' one shape; None unless every row has it.
+
+    None too where a value is missing or an extent is 0: the general walk then says which rows differ.
+    """
+    import pyarrow.types as types
+
+    if not rows:
+        return None
+    level, first, per_row, extents = column, 0, 1, []
+    while _is_list(level.type):
+        if level.null_count:
+            return None
+        if types.is_fixed_size_list(level.type):
+            extent = int(level.type.list_size)
+            child_first = (first + level.offset) * extent
+        else:
+            offsets = level.offsets.to_numpy(zero_copy_only=False)
+            own = offsets[first : first + rows * per_row + 1]
+            extent = int(own[1]) - int(own[0])
+            if not bool(np.all(np.diff(own) == extent)):
+                return None
+            child_first = int(own[0])
+        if extent <= 0:
+            return None
+        extents.append(extent)
+        first, per_row = child_first, per_row * extent
+        level = level.values
+    if level.null_count:
+        return None
+    return np.asarray(level.to_numpy(zero_copy_only=False)), first, tuple(extents)
+
+
 class ArrayColumn:
     """A column of (nested) lists of numbers, or tensors, as one NumPy array per row.
 
@@ -271,6 +305,8 @@ class ArrayColumn:
             if permutation is not None and list(permutation) != list(range(len(tensor_shape))):
                 raise ValueError(f"a fixed_shape_tensor with the permutation {permutation} has no mapping")
             column = column.storage
+        if self._held_whole(column, rows, tensor_shape, dtype=dtype, pairs=pairs, ndim=ndim):
+            return
         values, starts, ends, shapes = self._walk_lists(column, rows)
         shape_matrix = np.stack(shapes, axis=1) if shapes else np.zeros((rows, 0), dtype=np.int64)
         if tensor_shape is not None:
@@ -288,6 +324,44 @@ class ArrayColumn:
         self._fixed_shape: tuple[int, ...] | None = None
         if rows and not self.bad_rows and bool(np.all(shape_matrix == shape_matrix[0])):
             self._hold_as_block(rows, tuple(int(extent) for extent in shape_matrix[0]))
+
+    def _held_whole(
+        self,
+        column: Any,
+        rows: int,
+        tensor_shape: tuple[int, ...] | None,
+        *,
+        dtype: np.dtype[Any] | None,
+        pairs: bool,
+        ndim: int | None,
+    ) -> bool:
+        """Holds the rows as one block, as the walk would, where they share one shape and miss nothing.
+
+        A few NumPy calls where the walk makes dozens, each taking the interpreter lock from the batches' thread.
+        """
+        found = _one_shape(column, rows)
+        if found is None:
+            return False
+        values, first, extents = found
+        shape = extents if tensor_shape is None else tensor_shape
+        if ndim is not None and len(shape) != ndim + (1 if pairs else 0):
+            raise ValueError(f"the column holds arrays of {len(shape)} dimensions, not {ndim}")
+        if pairs:
+            if shape[-1] != 2:
+                return False  # Not pairs after all: the general walk gives what it always gave.
+            assert dtype is not None
+            values = values.view(dtype.newbyteorder("<"))
+            first, shape = first // 2, shape[:-1]
+        if dtype is not None and values.dtype != dtype:
+            same_bits = dtype.type.__module__.partition(".")[0] == "ml_dtypes"
+            values = values.view(dtype) if same_bits else values.astype(dtype)
+        size = math.prod(shape)
+        self._leaf = values
+        self._fixed_shape = shape
+        self._block = values[first : first + size * rows].reshape((rows, *shape))
+        empty = np.zeros(0, dtype=np.int64)
+        self._starts, self._ends, self._shapes = empty, empty, empty.reshape(0, len(shape))
+        return True
 
     def _walk_lists(
         self, column: Any, rows: int
