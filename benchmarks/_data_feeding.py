@@ -20,7 +20,9 @@ size is timed over ``--feeding-rows`` rows after ``--feeding-warmup`` batches
 figures are the medians, and the ratios those of each round's figures. A
 last comparison reads a file three times ``cache_bytes`` (the reader's
 cache set to a third of the decoded rows) with the window and the global
-shuffle. Then the same step is fed from an ArrayRecord file of
+shuffle. With ``--baseline-src``, each first pass of ``stack_records`` is also
+run in fresh processes against the tinax-data in that folder, in alternating
+rounds. Then the same step is fed from an ArrayRecord file of
 ``--feeding-array-record-records`` rows of the same layout (the tinax
 format), in order and globally shuffled, on the first pass and after one
 epoch. Run it alone with ``hatch run bench:data --only-feeding``.
@@ -42,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pyarrow.parquet as pq
+from _timing import run_probe
 from grain.sharding import ShardOptions
 
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX
@@ -57,6 +60,17 @@ from tinax.data import (
 __all__ = ["measure_feeding"]
 
 _POLICIES = ("in order", "window", "global")
+
+# One first pass of stack_records feeding the step, in a fresh process (its tinax-data found first on its path).
+_FIRST_PASS_PROBE = """
+import json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+import _data_feeding as feeding
+from tinax.data import stack_records
+path, batch_size, policy = pathlib.Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+batches = feeding._tinax_batches(path, batch_size, policy, stack_records, None)
+print(json.dumps({"rows_per_second": feeding._rows_per_second(batches, int(sys.argv[5]), int(sys.argv[6]))}))
+"""
 
 
 def own_stack(rows: list[dict[str, Any]]) -> dict[str, np.ndarray]:
@@ -239,7 +253,42 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
         }
         title = f"batch {batch_size}, {policy}, past the cache (cache_bytes {cache_bytes / 2**20:.0f} MiB)"
         _compare(title, sides, "numpy gather", options, timed)
+    if getattr(options, "baseline_src", None):
+        measure_paired_first_pass(path, options)
     measure_array_record_feeding(folder, options)
+
+
+def measure_paired_first_pass(path: pathlib.Path, options: argparse.Namespace) -> None:
+    """First-pass rows/s of stack_records feeding the step: this tinax-data against ``--baseline-src``'s.
+
+    Each run is a fresh process, so neither side inherits the other's threads, caches or memory; the rounds
+    alternate which side runs first.
+    """
+    sides: dict[str, str | None] = {"today": options.baseline_src, "ours": None}
+    benchmarks = str(pathlib.Path(__file__).resolve().parent)
+    print(f"\nFirst pass, each run in a fresh process; 'today' is the tinax-data in {options.baseline_src}")
+    for batch_size in options.feeding_batch_sizes:
+        timed = max(20, options.feeding_rows // batch_size)
+        for policy in _POLICIES:
+            rates: dict[str, list[float]] = {side: [] for side in sides}
+            for round_index in range(options.feeding_rounds):
+                order = list(sides) if round_index % 2 == 0 else list(reversed(sides))
+                for side in order:
+                    arguments = [
+                        benchmarks,
+                        str(path),
+                        str(batch_size),
+                        policy,
+                        str(options.feeding_warmup),
+                        str(timed),
+                    ]
+                    rates[side].append(run_probe(_FIRST_PASS_PROBE, arguments, sides[side])["rows_per_second"])
+            ratio = statistics.median(new / old for new, old in zip(rates["ours"], rates["today"], strict=True))
+            shown = {side: ", ".join(f"{rate:,.0f}" for rate in found) for side, found in rates.items()}
+            print(
+                f"  batch {batch_size}, {policy}: today {shown['today']}; ours {shown['ours']} rows/s; "
+                f"median ratio {ratio:.2f}x"
+            )
 
 
 def measure_array_record_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:

@@ -8,8 +8,12 @@ minimums.
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,3 +61,22 @@ def report(
         ratios.append(ratio)
         print(f"  ratio {candidate} / {baseline}: median {ratio:.3f}, of minimums {ratio_of_min:.3f}")
     return ratios
+
+
+def run_probe(script: str, arguments: list[str], src: str | None) -> dict[str, Any]:
+    """Runs ``script`` in a fresh interpreter (with ``src`` first on its path) and returns its last line's JSON."""
+    environment = dict(os.environ)
+    if src is not None:
+        # An earlier tinax-data's src folder, found before the installed one.
+        environment["PYTHONPATH"] = src + os.pathsep + environment.get("PYTHONPATH", "")
+    completed = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+        env=environment,
+    )
+    if completed.returncode:
+        raise RuntimeError(f"probe {arguments[:1]} failed:\n{completed.stderr[-3000:]}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -95,7 +95,7 @@ from _data_array_record import measure_array_record
 from _data_feeding import add_feeding_options, measure_feeding
 from _data_many_files import add_many_files_options, measure_many_files
 from _data_writers import measure_parquet_writer
-from _timing import report, run
+from _timing import report, run, run_probe
 from grain.sharding import ShardOptions
 
 import tinax.data
@@ -530,8 +530,8 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
     """The shuffle policies against a sequential pass, within the cache and past it, ours against today's."""
     count = options.policy_records
     path = str(folder / "policies.parquet")
-    written = _probe(_POLICY_WRITE, [path, str(count)], None)
-    table = _probe(_READ_TABLE_PROBE, [path], None)
+    written = run_probe(_POLICY_WRITE, [path, str(count)], None)
+    table = run_probe(_READ_TABLE_PROBE, [path], None)
     decoded = table["decoded_mib"]
     sides = {"ours": None}
     if options.baseline_src:
@@ -578,7 +578,9 @@ def measure_policies(folder: pathlib.Path, options: argparse.Namespace) -> None:
                         "warmup": warmup,
                         "batches": batches,
                     }
-                    runs.setdefault((side, policy), []).append(_probe(_POLICY_PROBE, [path, json.dumps(settings)], src))
+                    runs.setdefault((side, policy), []).append(
+                        run_probe(_POLICY_PROBE, [path, json.dumps(settings)], src)
+                    )
         rates: dict[str, dict[str, float]] = {}
         for side in sides:
             rates[side] = {}
@@ -702,7 +704,7 @@ print(json.dumps({}))
 def measure_redeal(folder: pathlib.Path, options: argparse.Namespace) -> None:
     count = options.redeal_records
     path = str(folder / "redeal.parquet")
-    _probe(_REDEAL_WRITE, [path, str(count)], None)
+    run_probe(_REDEAL_WRITE, [path, str(count)], None)
     global_batch, old_count = 256, 2
     step = count // global_batch // 3  # A third into the first epoch.
     print(
@@ -722,7 +724,9 @@ def measure_redeal(folder: pathlib.Path, options: argparse.Namespace) -> None:
             }
             rounds: dict[str, list[dict[str, Any]]] = {"same": [], "redeal": []}
             for _ in range(options.redeal_rounds):
-                found = _probe(_REDEAL_PROBE, [path, json.dumps({**settings, "trials": options.redeal_trials})], None)
+                found = run_probe(
+                    _REDEAL_PROBE, [path, json.dumps({**settings, "trials": options.redeal_trials})], None
+                )
                 for mode, trials in found.items():
                     rounds[mode] += trials
             median = {mode: statistics.median(found["seconds"] for found in runs) for mode, runs in rounds.items()}
@@ -738,24 +742,6 @@ def measure_redeal(folder: pathlib.Path, options: argparse.Namespace) -> None:
     print(f"  worst re-deal / same-count ratio: {worst:.2f} (goal <= 1.5)")
 
 
-def _probe(script: str, arguments: list[str], src: str | None) -> dict[str, Any]:
-    environment = dict(os.environ)
-    if src is not None:
-        # An earlier tinax-data's src folder, found before the installed one.
-        environment["PYTHONPATH"] = src + os.pathsep + environment.get("PYTHONPATH", "")
-    completed = subprocess.run(
-        [sys.executable, "-c", script, *arguments],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=3600,
-        env=environment,
-    )
-    if completed.returncode:
-        raise RuntimeError(f"probe {arguments[:1]} failed:\n{completed.stderr[-3000:]}")
-    return json.loads(completed.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
-
-
 def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
     count, seed = options.scale_records, options.seed
     sides = {"ours": None}
@@ -768,8 +754,8 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
     figures: dict[str, dict[str, dict[str, Any]]] = {}
     for side, src in sides.items():
         path = str(folder / f"scale-{side}.parquet")
-        figures[side] = {"write": _probe(_SCALE_PROBE, ["write", path, str(count), str(seed), "{}"], src)}
-        _probe(_SPLIT_WRITE, [str(folder / f"split-{side}.parquet"), str(count)], src)
+        figures[side] = {"write": run_probe(_SCALE_PROBE, ["write", path, str(count), str(seed), "{}"], src)}
+        run_probe(_SPLIT_WRITE, [str(folder / f"split-{side}.parquet"), str(count)], src)
     # Rounds alternate the sides, so a change in machine load hits both; each figure is the median round.
     samples: dict[str, dict[str, list[dict[str, Any]]]] = {side: collections.defaultdict(list) for side in sides}
     for _ in range(options.scale_rounds):
@@ -777,11 +763,11 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
             path = str(folder / f"scale-{side}.parquet")
             fits = json.dumps({"cache_bytes": options.fit_cache_mib << 20} if side == "ours" else {})
             for probe in ("random", "batches"):
-                samples[side][probe].append(_probe(_SCALE_PROBE, [probe, path, str(count), str(seed), fits], src))
-            samples[side]["split"].append(_probe(_SPLIT_PROBE, [str(folder / f"split-{side}.parquet")], src))
+                samples[side][probe].append(run_probe(_SCALE_PROBE, [probe, path, str(count), str(seed), fits], src))
+            samples[side]["split"].append(run_probe(_SPLIT_PROBE, [str(folder / f"split-{side}.parquet")], src))
             if side == "ours":
                 samples[side]["read_table"].append(
-                    _probe(_SCALE_PROBE, ["read_table", path, str(count), str(seed), "{}"], None)
+                    run_probe(_SCALE_PROBE, ["read_table", path, str(count), str(seed), "{}"], None)
                 )
     for side, probes in samples.items():
         for probe, rounds in probes.items():
@@ -827,7 +813,7 @@ def measure_scale(folder: pathlib.Path, options: argparse.Namespace) -> None:
     )
     rates = {}
     for probe in ("sequential", "window", "global"):
-        found = _probe(_SCALE_PROBE, [probe, path, str(count), str(seed), settings], None)
+        found = run_probe(_SCALE_PROBE, [probe, path, str(count), str(seed), settings], None)
         rates[probe] = found["records"] / found["seconds"]
         label = {
             "sequential": "shuffle=False (sequential)",
