@@ -241,13 +241,6 @@ def _dictionary_getter(column: pa.DictionaryArray) -> Getter:
     return _none_where_null(valid, get)
 
 
-def _entry_rows(entries: int, rows: int, base: int, per_row: int) -> np.ndarray[Any, Any]:
-    """The row of each of ``entries`` entries where each row holds ``per_row`` in a row from ``base`` (-1: none)."""
-    owners = np.full(entries, -1, dtype=np.int64)
-    owners[base : base + rows * per_row] = np.repeat(np.arange(rows, dtype=np.int64), per_row)
-    return owners
-
-
 def _one_shape(column: Any, rows: int) -> tuple[np.ndarray[Any, Any], int, tuple[int, ...]] | None:
     """The leaf values, the first row's start in them and the rows' one shape; None unless every row has it.
 
@@ -372,19 +365,12 @@ class ArrayColumn:
 
         starts = np.arange(rows, dtype=np.int64)
         ends = starts + 1
-        # The row of every entry at the current level. While every level so far had one extent, each row
-        # holds ``per_row`` entries in a row from ``base``: no array is built (the checks below then have
-        # nothing to find), which keeps the common fixed-shape column cheap.
-        owners: np.ndarray[Any, Any] | None = None
-        base, per_row = 0, 1
+        owners = np.arange(rows, dtype=np.int64)  # The row of every entry at the current level.
         shapes: list[np.ndarray[Any, Any]] = []
         level: Any = column
         reason = "a missing value"
         while _is_list(level.type):
-            if owners is None and level.null_count:
-                owners = _entry_rows(len(level), rows, base, per_row)
-            if owners is not None:
-                self._record_nulls(level, owners, reason)
+            self._record_nulls(level, owners, reason)
             reason = "a missing value inside the array"
             if types.is_fixed_size_list(level.type):
                 size = level.type.list_size
@@ -393,15 +379,6 @@ class ArrayColumn:
                 assert isinstance(level, (pa.ListArray, pa.LargeListArray))
                 offsets = np.asarray(level.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
             lengths = offsets[1:] - offsets[:-1]
-            if owners is None:
-                own = lengths[base : base + rows * per_row]
-                if len(own) and bool(np.all(own == own[0])):
-                    shapes.append(np.full(rows, int(own[0]), dtype=np.int64))
-                    base, per_row = int(offsets[base]), per_row * int(own[0])
-                    starts, ends = offsets[starts], offsets[ends]
-                    level = level.values
-                    continue
-                owners = _entry_rows(len(level), rows, base, per_row)
             # Each row's extent at this level: its first entry's length, which every other entry must share.
             row_length = np.zeros(rows, dtype=np.int64)
             has_entries = ends > starts
@@ -421,9 +398,7 @@ class ArrayColumn:
                 owners = child_owners
             starts, ends = offsets[starts], offsets[ends]
             level = child
-        if level.null_count:
-            leaf_owners = _entry_rows(len(level), rows, base, per_row) if owners is None else owners
-            self._record_nulls(level, leaf_owners, reason)
+        self._record_nulls(level, owners, reason)
         leaf = level.fill_null(0) if level.null_count else level
         return np.asarray(leaf.to_numpy(zero_copy_only=False)), starts, ends, shapes
 
