@@ -428,10 +428,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         if type(self) is not ArrayRecordSource or not isinstance(self._path, pathlib.Path):
             return self._handle()
         if self._block_reader is None:
-            reader, header = self._open_file(self._path, options=_BLOCK_READER_OPTIONS)
-            if header != self._header:
-                raise ValueError(f"{str(self._path)!r} changed since it was opened: its last record is different")
-            self._block_reader = reader
+            self._block_reader = self._unchanged(self._open_file(self._path, options=_BLOCK_READER_OPTIONS))
         return self._block_reader
 
     def _parse_header(self, header_bytes: bytes, path: Location | None = None) -> RecordHeader:

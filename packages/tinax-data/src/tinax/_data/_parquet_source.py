@@ -305,15 +305,16 @@ class ParquetRecordSource(ParquetOpening):
             fields = group.whole_stacked()
             del group
             with self._lock:
-                # One copy per field for the whole run, where no batch filled a row group of it meanwhile.
+                # One copy per field for the run; where a batch filled some of it meanwhile, the rest one by one.
                 fresh = columns is whole.columns and not any(columns.filled(taken) for taken in run)
                 if fresh and not whole.fill(columns, group_index, fields, last_group=run[-1]):
                     return False
                 for taken in run:
+                    if columns is not whole.columns or columns.filled(taken):
+                        continue
                     start, stop = self._group_offset(taken) - first, self._group_ends[taken] - first
                     part = None if fields is None else {name: array[start:stop] for name, array in fields.items()}
-                    stale = columns is not whole.columns or columns.filled(taken)
-                    if not stale and not whole.fill(columns, taken, part):
+                    if not whole.fill(columns, taken, part):
                         return False
                 self._fit_cache(0)
         finally:
@@ -406,8 +407,7 @@ class ParquetRecordSource(ParquetOpening):
         return self._checked_rows(table, group_index, group_index)
 
     def _read_run(self, group_index: int, last_group: int, parquet_file: Any) -> pa.Table:
-        # With a local file's handle of the caller's own: consecutive row groups in one call, which pyarrow
-        # decodes in its own threads, without the interpreter lock.
+        # A local file's consecutive row groups in one call, decoded in pyarrow's threads (handle of the caller's).
         run = range(group_index, last_group + 1)
         for checked in run:
             check_reads_go_on(f"row group {checked} of {str(self._path)!r}")
@@ -415,7 +415,7 @@ class ParquetRecordSource(ParquetOpening):
             # One read and one digest call per row group: each call hands the interpreter lock to the batches.
             self._verify_run(group_index, last_group)
             self._verified.update(run)
-        table = parquet_file.read_row_groups(range(group_index, last_group + 1), use_threads=True)
+        table = parquet_file.read_row_groups(run, use_threads=True)
         return self._checked_rows(table, group_index, last_group)
 
     def _verify_once(self, group_index: int) -> tuple[int, bytes] | None:

@@ -66,13 +66,15 @@ class RecordFileSource(Generic[HeaderT]):
         if handle is None:
             with self._open_lock:
                 if self._opened is None:
-                    handle, header = self._open()
-                    if header != self._header:
-                        raise ValueError(
-                            f"{str(self._path)!r} changed since it was opened: its {self._header_name} is different"
-                        )
-                    self._opened = handle
+                    self._opened = self._unchanged(self._open())
                 handle = self._opened
+        return handle
+
+    def _unchanged(self, opened: tuple[Any, HeaderT]) -> Any:
+        """The handle of the file opened again, with its header; a ValueError if the header changed."""
+        handle, header = opened
+        if header != self._header:
+            raise ValueError(f"{str(self._path)!r} changed since it was opened: its {self._header_name} is different")
         return handle
 
     @property
