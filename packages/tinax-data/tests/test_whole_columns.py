@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -583,3 +584,52 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
     assert source.groups_per_read(past_cache=True) > 1
     assert any(last > first for first, last in runs)
     assert all(last - first < source.groups_per_read(past_cache=True) for first, last in runs)
+
+
+@pytest.mark.sweep
+@pytest.mark.parametrize("kind", ["tinax-format", "plain-table"])
+def test_seeded_bit_flips_read_through_stacked_batches_are_refused_naming_the_file(tmp_path, monkeypatch, kind):
+    # stack_records batches read the whole columns, which a thread fills ahead in runs of row groups: every
+    # flip must still fail a batch, as the checksums cover every byte.
+    from tinax._data import _parquet
+
+    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 50)
+    rng = np.random.default_rng(20261206)
+    shape = (2, 3) if kind == "tinax-format" else (3,)
+    records = [
+        {"id": index, "score": index / 7, "x": rng.standard_normal(shape).astype(np.float32)} for index in range(400)
+    ]
+    path = tmp_path / f"{kind}.parquet"
+    write_parquet_record(path, records)
+    # A plain table is written as 0.2 wrote it: one row group.
+    assert pq.ParquetFile(path).metadata.num_row_groups == (8 if kind == "tinax-format" else 1)
+    assert (b"tinax.records" in pq.ParquetFile(path).metadata.metadata) == (kind == "tinax-format")
+
+    def batches(source: Path) -> list[list[tuple[Any, ...]]]:
+        return [
+            exact(batch)
+            for batch in training_batches(
+                read_parquet_record(source),
+                shard_options=ShardOptions(0, 1, drop_remainder=True),
+                seed=0,
+                shuffle=False,
+                num_epochs=1,
+                batch_size=40,
+                batch_fn=stack_records,
+            )
+        ]
+
+    dataset = read_parquet_record(path)
+    # The undamaged file: the batches are its records stacked (a plain table's arrays come back as lists).
+    assert batches(path) == [
+        exact(stack_records([dataset[row] for row in range(first, first + 40)])) for first in range(0, 400, 40)
+    ]
+    original = path.read_bytes()
+    flipped = tmp_path / "flipped.parquet"
+    for _ in range(60):
+        position, bit = int(rng.integers(len(original))), int(rng.integers(8))
+        damaged = bytearray(original)
+        damaged[position] ^= 1 << bit
+        flipped.write_bytes(bytes(damaged))
+        with pytest.raises(ValueError, match=re.escape(str(flipped))):
+            batches(flipped)
