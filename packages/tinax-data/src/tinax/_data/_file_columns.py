@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -17,10 +18,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["FileColumns", "WholeColumns", "fill_ahead", "gather_rows", "kept_whole", "slice_rows", "stacked_alike"]
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX
+
+__all__ = [
+    "FileColumns",
+    "WholeColumns",
+    "fill_threads",
+    "gather_rows",
+    "kept_whole",
+    "slice_rows",
+    "stacked_alike",
+    "start_filling",
+]
 
 #: The dtype kinds kept whole: bool, signed and unsigned ints, floats, complex numbers.
 _KEPT_KINDS = frozenset("biufc")
+#: The most threads that fill one source's whole columns at once: past a few, their work under the
+#: interpreter lock only slows down the pipeline's thread.
+_MOST_FILL_THREADS = 3
 
 
 def kept_whole(dtype: np.dtype[Any]) -> bool:
@@ -291,6 +306,29 @@ class WholeColumns:
         return False
 
 
+def fill_threads(cache_bytes: int, block_bytes: float) -> int:
+    """How many threads fill whole columns ahead: one core left to the pipeline, a quarter of the cache in flight.
+
+    The decoding itself may run without the interpreter lock, but the work around it holds it, so more
+    threads only take turns.
+    """
+    # The cores this process may run on (the affinity mask, where the system has one).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    fitting = int(cache_bytes // 4 // max(block_bytes, 1.0))
+    return max(1, min(_MOST_FILL_THREADS, cores - 1, fitting))
+
+
+def start_filling(source: Any, threads: int) -> list[threading.Thread]:
+    """Starts ``threads`` threads running :func:`fill_ahead` over ``source`` (its lock held); returns them."""
+    reference, name = weakref.ref(source), f"{WINDOW_THREAD_PREFIX}-columns"
+    started = [
+        threading.Thread(target=fill_ahead, args=(reference,), name=f"{name}-{index}") for index in range(threads)
+    ]
+    for thread in started:
+        thread.start()
+    return started
+
+
 def fill_ahead(reference: weakref.ref[Any]) -> None:
     """Thread body: fills the blocks a source's whole columns lack, through a handle of its own, until none is left.
 
@@ -301,7 +339,7 @@ def fill_ahead(reference: weakref.ref[Any]) -> None:
         return
     handle = None
     try:
-        handle, header = source._open()
+        handle, header = source._open_ahead()
         if header != source._header:
             return
         while source is not None and source._fill_next(handle):

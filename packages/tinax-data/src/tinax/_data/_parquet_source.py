@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import bisect
 import collections
-import os
 import pathlib
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -24,14 +22,14 @@ import pyarrow as pa
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._arrow_values import column_getter
 from tinax._data._compat02 import CorruptParquetError
-from tinax._data._file_columns import WholeColumns, fill_ahead, gather_rows, slice_rows
+from tinax._data._file_columns import WholeColumns, fill_threads, gather_rows, slice_rows, start_filling
 from tinax._data._locations import Location
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
 from tinax._data._record_codec import RecordHeader, record_position
 from tinax._data._record_file_source import FileSetSource
 from tinax._data._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
-from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
+from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records
 
 __all__ = ["CorruptParquetError", "ParquetRecordSource", "UnreadableParquetError"]
@@ -40,9 +38,6 @@ _logger = get_logger("data")
 # Reads out of order past the cache are told once a pass has loaded this many row groups, each serving
 # under a quarter of its rows on average.
 _LOADS_BEFORE_WARNING = 64
-#: The most threads that decode one reader's row groups at once (see ``decode_threads``): past a few, their
-#: work under the interpreter lock only slows down the pipeline's thread.
-_MOST_DECODE_THREADS = 3
 _ROWS_SERVED_FRACTION = 4
 #: The most consecutive row groups one read ahead decodes in one pyarrow call, whose own threads then share
 #: the work without the interpreter lock; one group per call left the threads taking turns at the lock.
@@ -222,15 +217,9 @@ class ParquetRecordSource(ParquetOpening):
                 # group after the last one a batch read (in order, the next batches').
                 self._fit_cache(0)
                 if not self._filling:
-                    reference, name = weakref.ref(self), f"{WINDOW_THREAD_PREFIX}-columns"
                     threads = self.decode_threads()
                     self._fill_reads = (self.groups_per_read(), threads == 1)
-                    self._filling = [
-                        threading.Thread(target=fill_ahead, args=(reference,), name=f"{name}-{index}")
-                        for index in range(threads)
-                    ]
-                    for thread in self._filling:
-                        thread.start()
+                    self._filling = start_filling(self, threads)
         return arrays
 
     def expect_positions(self, positions: np.ndarray[Any, Any]) -> None:
@@ -250,14 +239,8 @@ class ParquetRecordSource(ParquetOpening):
         return self.decoded_row_bytes() * most_rows
 
     def decode_threads(self) -> int:
-        """How many threads decode this reader's row groups at once (at most three, one core left to the pipeline).
-
-        pyarrow decodes without the GIL, but the work around each decode holds it, so more threads only take turns.
-        """
-        # The cores this process may run on (the affinity mask, where the system has one).
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        fitting = int(self.cache_bytes // 4 // max(self.largest_group_bytes(), 1.0))
-        return max(1, min(_MOST_DECODE_THREADS, cores - 1, fitting))
+        """How many threads decode this reader's row groups at once, as :func:`fill_threads` sizes them."""
+        return fill_threads(self.cache_bytes, self.largest_group_bytes())
 
     def _whole_stacked(self, group_index: int) -> dict[str, np.ndarray[Any, Any]] | None:
         # Called with the lock held: one row group's stacked fields, from the cache or decoded for them.

@@ -47,6 +47,10 @@ class RecordFileSource(Generic[HeaderT]):
         """Opens the file and reads its header; returns the open file and the header."""
         raise NotImplementedError
 
+    def _open_ahead(self) -> tuple[Any, HeaderT]:
+        """Opens the file for a thread filling whole columns ahead of the batches (the usual opening by default)."""
+        return self._open()
+
     def _adopt(self, header: HeaderT) -> None:
         """Takes a header as this source's description of the file; subclasses extend it."""
         self._header = header
