@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,10 @@ import pytest
 from grain.sharding import ShardOptions
 
 from tinax._data import _array_record
+from tinax._data._file_columns import WholeColumns
 from tinax._data._reader_datasets import record_source_of
 from tinax._data._record_codec import RecordSchema
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX
 from tinax.data import evaluation_batches, read_array_record, stack_records, training_batches, write_array_record
 
 array_record_module = pytest.importorskip(
@@ -289,3 +292,80 @@ def test_a_file_replaced_after_opening_still_gives_the_opened_files_batches(tmp_
     found = list(batches)
     assert [batch["id"].tolist() for batch in found] == [batch["id"].tolist() for batch in expected]
     assert [float(batch["x"][7, 1, 1]) for batch in found] == [float(start + 7) for start in range(0, ROWS, 100)]
+
+
+def _filling_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith(f"{WINDOW_THREAD_PREFIX}-columns")]
+
+
+def _fills_by_thread(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
+    """Notes each block filled into the whole fields, with the name of the thread that filled it."""
+    fills: list[tuple[int, str]] = []
+    original = WholeColumns.fill
+
+    def noted(whole: WholeColumns, columns: Any, block: int, fields: Any, **options: Any) -> bool:
+        fills.append((block, threading.current_thread().name))
+        return original(whole, columns, block, fields, **options)
+
+    monkeypatch.setattr(WholeColumns, "fill", noted)
+    return fills
+
+
+def test_threads_read_the_blocks_ahead_of_the_batches_into_the_whole_fields(tinax_file, monkeypatch):
+    monkeypatch.setattr(_array_record, "_WHOLE_COLUMNS_BLOCK", 100)
+    fills = _fills_by_thread(monkeypatch)
+    pipeline = evaluation_batches(
+        read_array_record(tinax_file), shard_options=ShardOptions(0, 1), batch_size=50, batch_fn=stack_records
+    )
+    expected = evaluation_batches(
+        read_array_record(tinax_file), shard_options=ShardOptions(0, 1), batch_size=50, batch_fn=stack_the_rows
+    )
+    assert exact(pipeline[0]) == exact(expected[0])
+    for thread in _filling_threads():
+        thread.join()
+    # The first batch filled its block; the threads read every other one, each once, before a batch asked.
+    assert fills[0] == (0, threading.current_thread().name)
+    assert sorted(block for block, _ in fills) == list(range(ROWS // 100))
+    assert all(name.startswith(WINDOW_THREAD_PREFIX) for _, name in fills[1:])
+    assert [exact(pipeline[index]) for index in range(len(pipeline))] == [exact(batch) for batch in expected]
+
+
+def test_a_malformed_record_ahead_stops_the_threads_and_raises_at_its_batch(tinax_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(_array_record, "_WHOLE_COLUMNS_BLOCK", 100)
+    # The records of the tinax file, one of them cut short, and its header record last.
+    reader = array_record_module.ArrayRecordReader(str(tinax_file), "readahead_buffer_size:0")
+    data = reader.read(0, reader.num_records())
+    reader.close()
+    path = tmp_path / "malformed.array_record"
+    writer = array_record_module.ArrayRecordWriter(str(path), "group_size:1")
+    for index, record in enumerate(data):
+        writer.write(record[:-1] if index == 1250 else record)
+    writer.close()
+    started = []
+    original = _array_record.start_filling
+
+    def counted(source: Any, threads: int) -> list[threading.Thread]:
+        started.append(threads)
+        return original(source, threads)
+
+    monkeypatch.setattr(_array_record, "start_filling", counted)
+
+    def outcome(batch_fn: Any) -> list[Any]:
+        pipeline = evaluation_batches(
+            read_array_record(path), shard_options=ShardOptions(0, 1), batch_size=100, batch_fn=batch_fn
+        )
+        found: list[Any] = []
+        for index in range(len(pipeline)):
+            try:
+                found.append(exact(pipeline[index]))
+            except ValueError as error:
+                found.append(str(error))
+            for thread in _filling_threads():
+                thread.join()
+        return found
+
+    expected = outcome(stack_the_rows)
+    assert "record 1250 is malformed" in expected[12]
+    assert outcome(stack_records) == expected
+    # Started once, and not again at each batch after the block the threads stopped at.
+    assert len(started) == 1

@@ -9,8 +9,8 @@ array-record are imported only when a function runs. See docs/guide/data.md.
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version
-from tinax._data._array_record import write_array_record
 from tinax._data._array_record_open import read_array_record
+from tinax._data._array_record_write import write_array_record
 from tinax._data._parquet import write_parquet_record
 from tinax._data._parquet_open import read_parquet_record
 from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches

@@ -1,52 +1,44 @@
-"""Records in ArrayRecord files, read back as random-access Grain datasets.
+"""Records in ArrayRecord files read back as a random-access Grain source.
 
-Records ``json.dumps`` takes (judged by the first) are written as tinax 0.2
-wrote them, one UTF-8 JSON text each; others go in the tinax record format,
-ending in a ``tinax-records`` header record (see docs/guide/data.md, "The tinax
-record format"). grain's ``ArrayRecordDataSource`` knows no header, so it cannot
-decode tinax records or spot a changed file. array-record is imported lazily.
+A file of tinax records ends in a ``tinax-records`` header record (see
+docs/guide/data.md, "The tinax record format"); any other file holds JSON
+records, as tinax 0.2 wrote them. grain's ``ArrayRecordDataSource`` knows no
+header, so it cannot decode tinax records or spot a changed file. array-record
+is imported lazily.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import itertools
 import json
-import os
 import pathlib
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from tinax._core import storage, validation
 from tinax._core._compat02 import TypeAndAttributeError
-from tinax._core.files import atomic_path
-from tinax._core.logs import Operation, get_logger
+from tinax._core.logs import get_logger
 from tinax._core.optional import import_optional
-from tinax._core.progress import Progress, ProgressChoice, require_progress
-from tinax._data._compat02 import (
-    ArrayRecordWriteError,
-    UnreadableArrayRecordError,
-    _DestinationIsFolderError,
-    _EmptyDestinationError,
-    _FolderIsFileError,
-    _FolderMissingError,
-    _NotJsonError,
-    _UnwritableError,
+from tinax._data._compat02 import UnreadableArrayRecordError, _NotJsonError
+from tinax._data._file_columns import (
+    WholeColumns,
+    fill_threads,
+    gather_rows,
+    kept_whole,
+    slice_rows,
+    stacked_alike,
+    start_filling,
 )
-from tinax._data._file_columns import WholeColumns, gather_rows, kept_whole, slice_rows, stacked_alike
 from tinax._data._locations import Location, file_size
 from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
-from tinax._data._record_codec import RecordHeader, RecordSchema
+from tinax._data._record_codec import RecordHeader
 from tinax._data._record_file_source import RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, stack_records
 
-__all__ = ["ArrayRecordSource", "ArrayRecordWriteError", "UnreadableArrayRecordError", "write_array_record"]
+__all__ = ["ArrayRecordSource", "UnreadableArrayRecordError"]
 
 _logger = get_logger("data")
 _INSTALL_HINT = 'pip install "tinax-data[arrayrecord]"'
@@ -61,279 +53,10 @@ _BLOCK_READER_OPTIONS = "readahead_buffer_size:1M,max_parallelism:4"
 _WHOLE_COLUMNS_BLOCK = 4096
 
 
-_DESTINATION_ERRORS = DestinationErrors(_FolderMissingError, _FolderIsFileError, _DestinationIsFolderError)
-_WRITE_ERRORS: tuple[tuple[type[OSError], type[ArrayRecordWriteError]], ...] = (
-    (FileNotFoundError, _FolderMissingError),
-    (NotADirectoryError, _FolderIsFileError),
-    (IsADirectoryError, _DestinationIsFolderError),
-    (PermissionError, _UnwritableError),
-)
-
-
 def _array_record_module(function: str) -> Any:
     return import_optional(
         "array_record.python.array_record_module", needed_by=f"tinax.data.{function}", install_hint=_INSTALL_HINT
     )
-
-
-def write_array_record(
-    path: str | os.PathLike[str],
-    records: Iterable[Mapping[str, Any]],
-    *,
-    group_size: int = 1,
-    overwrite: bool = True,
-    progress: Progress = None,
-) -> None:
-    """Writes records to an ArrayRecord file, atomically.
-
-    Records are streamed, so ``records`` may be a generator larger than memory.
-    Records ``json.dumps`` takes are written as tinax 0.2 wrote them (UTF-8 JSON,
-    read back as ``json.loads`` gives); if the first record holds NumPy arrays or
-    bytes, all are written in the tinax record format and read back exactly. The
-    file appears only once fully written and flushed; a refused record leaves any
-    old file untouched. A successful write logs one INFO line (rows, bytes,
-    seconds) to the ``tinax.data`` logger.
-
-    Args:
-      path: The file; its folder must exist, and a symlink there is followed. A
-        ``gs://`` or ``s3://`` URL is uploaded as one whole object (needs the
-        ``gcs`` or ``s3`` extra).
-      records: An iterable of records (a ``str``, ``bytes`` or mapping is refused).
-      group_size: Records per ArrayRecord chunk: 1 (the default) reads fastest at
-        random, larger groups compress better.
-      overwrite: Whether a file already at ``path`` is replaced (default True, as in 0.2).
-      progress: None, a callable ``progress(done, total)`` (``total`` None for
-        records without a length; raising stops the write), or ``"bar"`` for a
-        progress bar on standard error (tqdm, else rich).
-
-    Raises:
-      TypeError: If an argument has the wrong type, or a record is neither JSON
-        (``json``'s error, as in 0.2; also a ValueError after the first record)
-        nor in the tinax format.
-      ValueError: If ``group_size`` is out of range, ``progress`` is another str,
-        or a JSON record is circular.
-      ArrayRecordWriteError: A RuntimeError, as in 0.2, if the path is empty, a
-        folder, or under a missing folder or a file (also the matching OSError),
-        or the write fails.
-      FileExistsError: If a file exists at ``path`` (or another writer created the
-        object meanwhile) and ``overwrite`` is False.
-      ImportError: If array-record, tqdm or rich for ``progress="bar"``, or the
-        URL's store client is missing (before anything is written).
-
-    Examples:
-      >>> import numpy as np
-      >>> from tinax.data import read_array_record, write_array_record
-      >>> write_array_record("rows.array_record", ({"x": np.full(2, i), "label": i % 2} for i in range(3)))
-      >>> len(read_array_record("rows.array_record"))
-      3
-    """
-    # After a NumPy integer group_size, which tinax 0.2 refused with TypeError, a later refusal is both types.
-    with validation.reported_as_both(validation.is_non_python_int(group_size)):
-        remote = storage.as_remote(path, "path")
-        destination = require_record_path(path, "path", empty_error=_EmptyDestinationError) if remote is None else None
-        group_size = validation.require_positive_int(group_size, "group_size")
-        validation.require_bool(overwrite, "overwrite")
-        if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
-            validation.fail_type("records", "an iterable of records (not a str, bytes or a single mapping)", records)
-        reporting = require_progress(progress, needed_by="tinax.data.write_array_record")
-    module = _array_record_module("write_array_record")
-    options = f"group_size:{group_size}"
-    if remote is None:
-        assert destination is not None
-        with _reported_as_write_errors(destination):
-            destination = writable_destination(destination, _DESTINATION_ERRORS)
-        operation = Operation(_logger, "wrote", "records to", destination)
-        count = _write_file(module, destination, options, records, overwrite=overwrite, reporting=reporting)
-        nbytes = _size(destination) if operation.enabled else None
-    else:
-        # array-record writes local files only: the whole file is written locally, then published as one
-        # object that appears whole or not at all (and, without overwrite, only where none is).
-        fs = storage.filesystem(remote, distribution="tinax-data", needed_by="tinax.data.write_array_record")
-        operation = Operation(_logger, "wrote", "records to", remote.url)
-        with storage.local_copy_to_publish(fs, remote, overwrite=overwrite) as local:
-            count = _write_file(module, local, options, records, overwrite=True, reporting=reporting)
-            nbytes = _size(local)
-    if operation.enabled:
-        operation.what = f"{count} {'record' if count == 1 else 'records'} to"
-        operation.done(rows=count, nbytes=nbytes)
-
-
-def _write_file(
-    module: Any,
-    destination: pathlib.Path,
-    options: str,
-    records: Iterable[Any],
-    *,
-    overwrite: bool,
-    reporting: ProgressChoice,
-) -> int:
-    """Writes checked records to a local file, atomically; returns how many."""
-    total = len(records) if isinstance(records, Sized) else None
-    # The last report comes before the file is published, so a callback that raises leaves nothing behind.
-    with (
-        _published(destination, overwrite=overwrite) as temporary,
-        reporting.reporting(total, unit="rows", description=destination.name) as reporter,
-    ):
-        return _write_records(module, temporary, options, iter(records), destination, reporter.advance)
-
-
-def _size(path: pathlib.Path) -> int | None:
-    """The size of a file just written, for the log line; None if it cannot be found out."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return None
-
-
-@contextlib.contextmanager
-def _reported_as_write_errors(destination: pathlib.Path) -> Iterator[None]:
-    """Raises the file-system failures of the block as ArrayRecordWriteError, the RuntimeError of tinax 0.2."""
-    try:
-        yield
-    except OSError as error:
-        if isinstance(error, (RuntimeError, FileExistsError)):
-            raise
-        kind = next((kind for base, kind in _WRITE_ERRORS if isinstance(error, base)), ArrayRecordWriteError)
-        if error.errno is None:
-            raise kind(f"writing {str(destination)!r} failed: {error}") from error
-        raise kind(error.errno, f"writing {str(destination)!r} failed: {error.strerror}", error.filename) from error
-
-
-@contextlib.contextmanager
-def _published(destination: pathlib.Path, *, overwrite: bool) -> Iterator[pathlib.Path]:
-    """``atomic_path``, whose own file-system failures are ArrayRecordWriteError; the block's errors pass unchanged."""
-    manager = atomic_path(destination, overwrite=overwrite)
-    with _reported_as_write_errors(destination):
-        temporary = manager.__enter__()
-    try:
-        yield temporary
-    except BaseException as error:
-        # Removes the temporary file and gives the error back.
-        manager.__exit__(type(error), error, error.__traceback__)
-        raise
-    with _reported_as_write_errors(destination):
-        manager.__exit__(None, None, None)
-
-
-@contextlib.contextmanager
-def _writing(module: Any, path: pathlib.Path, options: str, destination: pathlib.Path) -> Iterator[Any]:
-    try:
-        writer = module.ArrayRecordWriter(str(path), options)
-    except RuntimeError as error:
-        raise ArrayRecordWriteError(f"array-record could not start writing {str(destination)!r}: {error}") from error
-    if not writer.ok():
-        raise ArrayRecordWriteError(f"array-record could not start writing {str(destination)!r}")
-    try:
-        yield writer
-    except BaseException:
-        with contextlib.suppress(RuntimeError):
-            writer.close()
-        raise
-    try:
-        writer.close()
-    except RuntimeError as error:
-        raise ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}") from error
-
-
-_NO_RECORD = object()
-
-
-def _write_records(
-    module: Any,
-    temporary: pathlib.Path,
-    options: str,
-    records: Iterator[Any],
-    destination: pathlib.Path,
-    advance: Callable[[int], None],
-) -> int:
-    """Writes the records, calling ``advance(1)`` after each; returns how many were written."""
-    with _writing(module, temporary, options, destination) as writer:
-        first = next(records, _NO_RECORD)
-        if first is _NO_RECORD:
-            return 0  # A file without records, as tinax 0.2 wrote it.
-        # json.dumps with its defaults, as tinax 0.2 encoded records.
-        dumps, write = json.dumps, writer.write
-        try:
-            data = dumps(first).encode("utf-8")
-        except (TypeError, ValueError) as error:
-            refused = error
-        else:
-            # What tinax 0.2 could write, written as it wrote it (names held locally: it runs once per record).
-            count = 0
-            for encoded in itertools.chain([data], (dumps(record).encode("utf-8") for record in records)):
-                try:
-                    write(encoded)
-                except RuntimeError as error:
-                    raise _write_failed(destination, error) from error
-                advance(1)
-                count += 1
-            return count
-        return _write_tinax_records(writer, first, records, refused, destination, advance)
-
-
-def _write_tinax_records(
-    writer: Any,
-    first: Any,
-    rest: Iterator[Any],
-    refused: Exception,
-    destination: pathlib.Path,
-    advance: Callable[[int], None],
-) -> int:
-    """Writes records whose first one is not JSON in the tinax format, or raises what tinax 0.2 raised."""
-    try:
-        schema = RecordSchema.from_first_record(first)
-        data = schema.encode(first, 0)
-        if tuple(first) != schema.names:
-            raise _fields_out_of_order(schema, first, 0)
-    except (TypeError, ValueError) as error:
-        # Neither JSON nor the tinax format: json's error, as tinax 0.2 raised it.
-        refused.add_note(f"records[0] does not fit the tinax record format either: {error}")
-        raise refused from None
-    digest = hashlib.sha256(data)
-    _write_record(writer, data, destination)
-    advance(1)
-    count = 1
-    # The loop of _write_record, inlined: it runs once per record.
-    encode, names, update, write = schema.encode, schema.names, digest.update, writer.write
-    for index, record in enumerate(rest, start=1):
-        try:
-            data = encode(record, index)
-            if tuple(record) != names:
-                raise _fields_out_of_order(schema, record, index)
-        except TypeError:
-            raise
-        except ValueError as error:
-            # A ValueError, and the TypeError tinax 0.2 raised.
-            raise validation.TypeAndValueError(
-                f"{error}; records must all fit the tinax record format once records[0] is not JSON ({refused})"
-            ) from error
-        update(data)
-        try:
-            write(data)
-        except RuntimeError as error:
-            raise _write_failed(destination, error) from error
-        advance(1)
-        count += 1
-    header = RecordHeader(schema, count, digest.hexdigest())
-    _write_record(writer, _HEADER_MAGIC + header.to_json_bytes(), destination)
-    return count
-
-
-def _fields_out_of_order(schema: RecordSchema, record: Any, index: int) -> ValueError:
-    return ValueError(
-        f"records[{index}] must have the fields of records[0] in its order {list(schema.names)}, got {list(record)}"
-    )
-
-
-def _write_record(writer: Any, data: bytes, destination: pathlib.Path) -> None:
-    try:
-        writer.write(data)
-    except RuntimeError as error:
-        raise _write_failed(destination, error) from error
-
-
-def _write_failed(destination: pathlib.Path, error: RuntimeError) -> ArrayRecordWriteError:
-    return ArrayRecordWriteError(f"writing {str(destination)!r} failed: {error}")
 
 
 class _LastRecord(NamedTuple):
@@ -377,6 +100,10 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
         # Guards the stacked fields held whole (see ``_adopt``) while they are filled.
         self._lock = threading.Lock()
         self._block_reader: Any = None
+        # The threads reading blocks ahead of the batches into the fields held whole (see ``_whole_arrays``),
+        # started once: one that stops at a block of mixed layouts leaves the rest to the batches.
+        self._filling: list[threading.Thread] = []
+        self._filled_ahead = False
 
     def _adopt(self, header: _LastRecord) -> None:
         super()._adopt(header)
@@ -394,7 +121,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
 
     def stacked_at(self, positions: np.ndarray[Any, Any]) -> StackedColumns:
         """Records at valid positions stacked as ``stack_records`` does, from whole held fields where they fit."""
-        arrays = self._whole.arrays(positions, self._block_fields) if len(positions) else None
+        arrays = self._whole_arrays(positions) if len(positions) else None
         if arrays is not None:
             return StackedColumns(gather_rows(arrays, positions), len(positions))
         return StackedColumns(stack_records(self._getitems(positions.tolist())), len(positions))
@@ -402,10 +129,60 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
     def stacked_range(self, positions: range) -> StackedColumns:
         """:meth:`stacked_at` of consecutive positions."""
         first, stop = positions.start, positions.stop
-        arrays = self._whole.arrays(positions, self._block_fields) if stop > first else None
+        arrays = self._whole_arrays(positions) if stop > first else None
         if arrays is not None:
             return StackedColumns(slice_rows(arrays, first, stop), stop - first)
         return StackedColumns(stack_records(self._getitems(list(positions))), stop - first)
+
+    def _whole_arrays(self, positions: np.ndarray[Any, Any] | range) -> dict[str, np.ndarray[Any, Any]] | None:
+        """The fields held whole with at least ``positions`` filled, or None; starts the threads filling the rest."""
+        whole = self._whole
+        arrays = whole.arrays(positions, self._block_fields)
+        columns = whole.columns
+        if arrays is None or columns is None or columns.complete or self._filled_ahead or not self._reads_blocks():
+            return arrays
+        with self._lock:
+            if not self._filled_ahead:
+                # Blocks are read through a reader of each thread's own, without the interpreter lock, while the
+                # pipeline's thread slices the blocks already held.
+                self._filled_ahead = True
+                block_bytes = columns.nbytes / self._count * _WHOLE_COLUMNS_BLOCK
+                self._filling = start_filling(self, fill_threads(self._cache_bytes, block_bytes))
+        return arrays
+
+    def _reads_blocks(self) -> bool:
+        # Whole blocks are stacked from their bytes for tinax-format records of one local file.
+        return self._schema is not None and type(self) is ArrayRecordSource and isinstance(self._path, pathlib.Path)
+
+    def _open_ahead(self) -> tuple[Any, _LastRecord]:
+        return self._open_file(self._path, options=_BLOCK_READER_OPTIONS)
+
+    def _fill_next(self, reader: Any) -> bool:
+        """Reads and stacks the next block the whole fields lack, through ``reader``; False once none is left."""
+        whole = self._whole
+        with self._lock:
+            columns = whole.columns
+            block = None if columns is None or whole.refused else whole.next_to_fill()
+            if columns is None or block is None:
+                return False
+            done = whole.in_flight[block] = threading.Event()
+        try:
+            first = block * _WHOLE_COLUMNS_BLOCK
+            stop = min(first + _WHOLE_COLUMNS_BLOCK, self._count)
+            check_reads_go_on(f"records {first} to {stop - 1} of {str(self._path)!r}")
+            assert self._schema is not None
+            fields = self._schema.decode_stacked(reader.read(first, stop))
+            if fields is None or not all(kept_whole(array.dtype) for array in fields.values()):
+                # Records of more than one layout: the batches stack them as they reach them.
+                return False
+            with self._lock:
+                if columns is whole.columns and not columns.filled(block):
+                    return whole.fill(columns, block, fields)
+        finally:
+            with self._lock:
+                whole.in_flight.pop(block, None)
+            done.set()
+        return True
 
     def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:
         # Called with the lock held: a block's records, read and stacked, where they stack alike.
