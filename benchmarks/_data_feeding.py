@@ -37,7 +37,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -209,6 +209,9 @@ def _compare(
 def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
     """Rows/s of training_batches feeding a jitted step, against NumPy batches of the same rows."""
     count = options.feeding_records
+    if count <= 0:
+        measure_array_record_feeding(folder, options)
+        return
     print(f"\nFeeding a jitted train step on {jax.devices()[0].platform}: {count} rows of id, label, float32[4, 4]")
     path = folder / "feeding.parquet"
     _write(path, count)
@@ -254,11 +257,13 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
         title = f"batch {batch_size}, {policy}, past the cache (cache_bytes {cache_bytes / 2**20:.0f} MiB)"
         _compare(title, sides, "numpy gather", options, timed)
     if getattr(options, "baseline_src", None):
-        measure_paired_first_pass(path, options)
+        measure_paired_first_pass(path, options, _POLICIES, options.feeding_rows)
     measure_array_record_feeding(folder, options)
 
 
-def measure_paired_first_pass(path: pathlib.Path, options: argparse.Namespace) -> None:
+def measure_paired_first_pass(
+    path: pathlib.Path, options: argparse.Namespace, policies: Sequence[str], rows: int
+) -> None:
     """First-pass rows/s of stack_records feeding the step: this tinax-data against ``--baseline-src``'s.
 
     Each run is a fresh process, so neither side inherits the other's threads, caches or memory; the rounds
@@ -266,10 +271,12 @@ def measure_paired_first_pass(path: pathlib.Path, options: argparse.Namespace) -
     """
     sides: dict[str, str | None] = {"today": options.baseline_src, "ours": None}
     benchmarks = str(pathlib.Path(__file__).resolve().parent)
-    print(f"\nFirst pass, each run in a fresh process; 'today' is the tinax-data in {options.baseline_src}")
+    print(
+        f"\nFirst pass of {path.name}, each run in a fresh process; 'today' is the tinax-data in {options.baseline_src}"
+    )
     for batch_size in options.feeding_batch_sizes:
-        timed = max(20, options.feeding_rows // batch_size)
-        for policy in _POLICIES:
+        timed = max(20, rows // batch_size)
+        for policy in policies:
             rates: dict[str, list[float]] = {side: [] for side in sides}
             for round_index in range(options.feeding_rounds):
                 order = list(sides) if round_index % 2 == 0 else list(reversed(sides))
@@ -325,6 +332,8 @@ def measure_array_record_feeding(folder: pathlib.Path, options: argparse.Namespa
                 }
                 when = "after one epoch" if after_epoch else "first pass"
                 _compare(f"ArrayRecord, batch {batch_size}, {policy}, {when}", sides, numpy_name, options, timed)
+    if getattr(options, "baseline_src", None):
+        measure_paired_first_pass(path, options, ("in order", "global"), min(options.feeding_rows, count // 2))
 
 
 def add_feeding_options(parser: argparse.ArgumentParser) -> None:
