@@ -9,6 +9,8 @@ for traced values. The one exception, 0.2's import path ``tinax.checkpointing.le
 
 from __future__ import annotations
 
+from tinax._core._compat02 import also_raised_as
+
 __all__ = [
     "BrokenLinkDestinationError",
     "CheckpointExistsError",
@@ -90,55 +92,25 @@ class NoHandlerError(TypeError, ValueError, KeyError):
 class SaveFailedError(RuntimeError):
     """A save failed in the background; its ``__cause__`` is the original error.
 
-    Raised as the first ``_FAILURE_CLASSES`` subclass matching the cause's class, as 0.2 re-raised that error.
+    Also of the first of ``_KEPT_BUILTINS`` the cause is an instance of, as 0.2 re-raised that error.
     """
 
     def __str__(self) -> str:
         return BaseException.__str__(self)  # KeyError would quote the message.
 
 
-# One declared subclass per builtin class a background failure keeps (the first that matches, in this order).
-class _SaveFailedFileNotFoundError(SaveFailedError, FileNotFoundError): ...
-
-
-class _SaveFailedPermissionError(SaveFailedError, PermissionError): ...
-
-
-class _SaveFailedNotADirectoryError(SaveFailedError, NotADirectoryError): ...
-
-
-class _SaveFailedIsADirectoryError(SaveFailedError, IsADirectoryError): ...
-
-
-class _SaveFailedFileExistsError(SaveFailedError, FileExistsError): ...
-
-
-class _SaveFailedOSError(SaveFailedError, OSError): ...
-
-
-class _SaveFailedKeyError(SaveFailedError, KeyError): ...
-
-
-class _SaveFailedIndexError(SaveFailedError, IndexError): ...
-
-
-class _SaveFailedTypeError(SaveFailedError, TypeError): ...
-
-
-class _SaveFailedValueError(SaveFailedError, ValueError): ...
-
-
-_FAILURE_CLASSES: tuple[type[SaveFailedError], ...] = (
-    _SaveFailedFileNotFoundError,
-    _SaveFailedPermissionError,
-    _SaveFailedNotADirectoryError,
-    _SaveFailedIsADirectoryError,
-    _SaveFailedFileExistsError,
-    _SaveFailedOSError,
-    _SaveFailedKeyError,
-    _SaveFailedIndexError,
-    _SaveFailedTypeError,
-    _SaveFailedValueError,
+#: The builtin classes a background failure keeps, as 0.2 re-raised the error (the first that matches).
+_KEPT_BUILTINS: tuple[type[Exception], ...] = (
+    FileNotFoundError,
+    PermissionError,
+    NotADirectoryError,
+    IsADirectoryError,
+    FileExistsError,
+    OSError,
+    KeyError,
+    IndexError,
+    TypeError,
+    ValueError,
 )
 # Which refusal keeps the class of the OSError that probing a destination gave.
 _DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationError]], ...] = (
@@ -150,8 +122,8 @@ _DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationErr
 
 def background_failure(message: str, error: BaseException) -> SaveFailedError:
     """Builds the error ``result()`` raises for a failed background save, also of the cause's builtin class."""
-    kind = next((kind for kind in _FAILURE_CLASSES if isinstance(error, kind.__bases__[1])), SaveFailedError)
-    failure = kind(message)
+    kept = next((builtin for builtin in _KEPT_BUILTINS if isinstance(error, builtin)), None)
+    failure = (SaveFailedError if kept is None else also_raised_as(SaveFailedError, kept))(message)
     failure.__cause__ = error
     return failure
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import collections
 import sys
 import threading
+from typing import Any, TypeVar, cast
 
 from tinax._core import validation
+
+FailureT = TypeVar("FailureT", bound=BaseException)
 
 __all__ = [
     "DLPackBufferError",
@@ -22,6 +25,7 @@ __all__ = [
     "MissingPathError",
     "TypeAndAttributeError",
     "ValueOverflowError",
+    "also_raised_as",
     "chex_asserts_disabled",
     "chex_counter_clears",
 ]
@@ -55,6 +59,36 @@ class TypeAndAttributeError(TypeError, AttributeError):
 
 class ValueOverflowError(ValueError, OverflowError):
     """A number out of range, where tinax 0.2 raised OverflowError (an int leaf msgpack cannot store, say)."""
+
+
+def also_raised_as(kind: type[FailureT], raised: type[BaseException]) -> type[FailureT]:
+    """``kind`` that is also a ``raised``: a 0.3 failure that still meets the ``except`` of what 0.2 raised for it.
+
+    One class per pair, built on first use (so the type is the same at every raise), named and pickled as
+    ``kind`` with ``raised``; where ``kind`` already is a ``raised``, ``kind`` itself.
+    """
+    if issubclass(kind, raised):
+        return kind
+    twin = _PAIRS.get((kind, raised))
+    if twin is None:
+        namespace = {"__module__": kind.__module__, "__qualname__": kind.__qualname__, "__reduce__": _reduce_pair}
+        # setdefault: two threads raising it first still share one class.
+        twin = _PAIRS.setdefault((kind, raised), type(kind.__name__, (kind, raised), namespace))
+    return cast("type[FailureT]", twin)
+
+
+_PAIRS: dict[tuple[type[BaseException], type[BaseException]], type[BaseException]] = {}
+
+
+def _reduce_pair(error: BaseException) -> tuple[Any, ...]:
+    kind, raised = next(pair for pair, twin in _PAIRS.items() if twin is type(error))
+    # The arguments and state the classes' own reduction gives (an OSError's filename, say).
+    _, arguments, *rest = cast("tuple[Any, ...]", super(type(error), error).__reduce__())
+    return (_rebuilt, (kind, raised, arguments), *rest)
+
+
+def _rebuilt(kind: type[BaseException], raised: type[BaseException], args: tuple[Any, ...]) -> BaseException:
+    return also_raised_as(kind, raised)(*args)
 
 
 #: The chex module that holds the switches (``DISABLE_ASSERTIONS`` and ``TRACE_COUNTER``).

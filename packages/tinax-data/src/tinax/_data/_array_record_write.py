@@ -18,18 +18,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 from tinax._core import storage, validation
+from tinax._core._compat02 import MissingPathError, also_raised_as
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, require_progress
 from tinax._data._array_record import _HEADER_MAGIC, _array_record_module
-from tinax._data._compat02 import (
-    ArrayRecordWriteError,
-    _DestinationIsFolderError,
-    _EmptyDestinationError,
-    _FolderIsFileError,
-    _FolderMissingError,
-    _UnwritableError,
-)
+from tinax._data._compat02 import ArrayRecordWriteError
 from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
 from tinax._data._record_codec import RecordHeader, RecordSchema
 
@@ -37,13 +31,13 @@ __all__ = ["write_array_record"]
 
 _logger = get_logger("data")
 
-_DESTINATION_ERRORS = DestinationErrors(_FolderMissingError, _FolderIsFileError, _DestinationIsFolderError)
-_WRITE_ERRORS: tuple[tuple[type[OSError], type[ArrayRecordWriteError]], ...] = (
-    (FileNotFoundError, _FolderMissingError),
-    (NotADirectoryError, _FolderIsFileError),
-    (IsADirectoryError, _DestinationIsFolderError),
-    (PermissionError, _UnwritableError),
+_DESTINATION_ERRORS = DestinationErrors(
+    also_raised_as(ArrayRecordWriteError, FileNotFoundError),
+    also_raised_as(ArrayRecordWriteError, NotADirectoryError),
+    also_raised_as(ArrayRecordWriteError, IsADirectoryError),
 )
+#: The system's refusals a write keeps the class of (array-record, so 0.2, raised a RuntimeError).
+_KEPT_WRITE_ERRORS = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
 
 
 def write_array_record(
@@ -100,7 +94,11 @@ def write_array_record(
     # After a NumPy integer group_size, which tinax 0.2 refused with TypeError, a later refusal is both types.
     with validation.reported_as_both(validation.is_non_python_int(group_size)):
         remote = storage.as_remote(path, "path")
-        destination = require_record_path(path, "path", empty_error=_EmptyDestinationError) if remote is None else None
+        destination = (
+            require_record_path(path, "path", empty_error=also_raised_as(ArrayRecordWriteError, MissingPathError))
+            if remote is None
+            else None
+        )
         group_size = validation.require_positive_int(group_size, "group_size")
         validation.require_bool(overwrite, "overwrite")
         if isinstance(records, (Mapping, str, bytes, bytearray)) or not isinstance(records, Iterable):
@@ -163,7 +161,8 @@ def _reported_as_write_errors(destination: pathlib.Path) -> Iterator[None]:
     except OSError as error:
         if isinstance(error, (RuntimeError, FileExistsError)):
             raise
-        kind = next((kind for base, kind in _WRITE_ERRORS if isinstance(error, base)), ArrayRecordWriteError)
+        kept = next((base for base in _KEPT_WRITE_ERRORS if isinstance(error, base)), None)
+        kind = ArrayRecordWriteError if kept is None else also_raised_as(ArrayRecordWriteError, kept)
         if error.errno is None:
             raise kind(f"writing {str(destination)!r} failed: {error}") from error
         raise kind(error.errno, f"writing {str(destination)!r} failed: {error.strerror}", error.filename) from error

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tinax._core._compat02 import MissingPathError, ValueOverflowError
-
 __all__ = [
     "ArrayRecordWriteError",
     "CorruptParquetError",
@@ -24,7 +22,8 @@ __all__ = [
 
 
 # An empty path raises tinax-core's ``MissingPathError``: a ValueError, and the FileNotFoundError 0.2 raised
-# (it read "" as the current folder).
+# (it read "" as the current folder). An ArrayRecord write refused for its destination is also the OSError
+# subclass the system gave.
 
 
 # ArrayRecord files.
@@ -32,26 +31,6 @@ __all__ = [
 
 class ArrayRecordWriteError(OSError, RuntimeError):
     """Writing an ArrayRecord file failed: an OSError, and the RuntimeError array-record (so 0.2) raised."""
-
-
-class _FolderMissingError(FileNotFoundError, ArrayRecordWriteError):
-    """The folder of the destination does not exist."""
-
-
-class _FolderIsFileError(NotADirectoryError, ArrayRecordWriteError):
-    """A part of the destination's folder is a regular file."""
-
-
-class _DestinationIsFolderError(IsADirectoryError, ArrayRecordWriteError):
-    """The destination is a folder."""
-
-
-class _UnwritableError(PermissionError, ArrayRecordWriteError):
-    """The file system does not let this process write there."""
-
-
-class _EmptyDestinationError(MissingPathError, ArrayRecordWriteError):
-    """The destination path is empty (array-record could not open it in tinax 0.2)."""
 
 
 class _NotJsonError(json.JSONDecodeError):
@@ -87,15 +66,8 @@ class CorruptParquetError(OSError, ValueError):
 
 
 # ``num_epochs`` asking for more batches than grain can count raises tinax-core's ``ValueOverflowError``:
-# a ValueError, and 0.2's ``len()`` OverflowError.
-
-
-class _TooManyBatchesAfterWideningError(ValueOverflowError, TypeError):
-    """Too many batches for a NumPy integer argument, which tinax 0.2 refused with TypeError."""
-
-
-class _FlagsNotParsedAfterWideningError(RuntimeError, TypeError):
-    """absl flags are not parsed, and ``num_workers`` is a NumPy integer, which tinax 0.2 refused with TypeError."""
+# a ValueError, and 0.2's ``len()`` OverflowError; also a TypeError where a NumPy integer argument (which 0.2
+# refused with TypeError) asked for them, as is the RuntimeError of absl flags not parsed.
 
 
 # Splits.

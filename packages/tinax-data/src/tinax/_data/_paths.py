@@ -18,9 +18,7 @@ from tinax._core._compat02 import MissingPathError
 __all__ = ["DestinationErrors", "require_record_path", "writable_destination"]
 
 
-def require_record_path(
-    value: object, name: str, *, empty_error: type[MissingPathError] = MissingPathError
-) -> pathlib.Path:
+def require_record_path(value: object, name: str, *, empty_error: type[Exception] = MissingPathError) -> pathlib.Path:
     """Checks a reader's or writer's path argument; an empty one raises ``empty_error`` (0.2's type for its caller)."""
     try:
         return validation.require_path(value, name)
@@ -32,11 +30,11 @@ def require_record_path(
 
 @dataclasses.dataclass(frozen=True)
 class DestinationErrors:
-    """What a writer raises for a destination it cannot create, one class per reason."""
+    """What a writer raises for a destination it cannot create: one class per reason, each also of its default."""
 
-    folder_missing: type[FileNotFoundError] = FileNotFoundError
-    not_a_folder: type[NotADirectoryError] = NotADirectoryError
-    is_folder: type[IsADirectoryError] = IsADirectoryError
+    folder_missing: type[OSError] = FileNotFoundError
+    not_a_folder: type[OSError] = NotADirectoryError
+    is_folder: type[OSError] = IsADirectoryError
 
 
 def writable_destination(destination: pathlib.Path, errors: DestinationErrors) -> pathlib.Path:

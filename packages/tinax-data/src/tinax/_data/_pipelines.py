@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
-from tinax._core._compat02 import ValueOverflowError
+from tinax._core._compat02 import ValueOverflowError, also_raised_as
 from tinax._core.validation import (
     fail_value,
     is_non_python_int,
@@ -25,7 +25,6 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
-from tinax._data._compat02 import _TooManyBatchesAfterWideningError
 from tinax._data._pipeline_states import in_process_description
 from tinax._data._source_identity import find_file_set, find_source_id
 
@@ -180,7 +179,8 @@ def _checked_training_arguments(
         epoch_batches = per_shard // batch_size
         if num_epochs is not None and num_epochs * epoch_batches >= sys.maxsize:
             limit = (sys.maxsize - 1) // epoch_batches
-            error_type = _TooManyBatchesAfterWideningError if widened else ValueOverflowError
+            # A NumPy integer argument, which 0.2 refused with TypeError, keeps that type too.
+            error_type = also_raised_as(ValueOverflowError, TypeError) if widened else ValueOverflowError
             raise error_type(
                 f"num_epochs must be at most {limit} for {epoch_batches} batches per epoch (grain counts batches "
                 f"in fewer than sys.maxsize = {sys.maxsize}), got {num_epochs}; pass None to repeat forever"

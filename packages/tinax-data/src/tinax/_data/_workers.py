@@ -7,6 +7,7 @@ import gc
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tinax._core._compat02 import also_raised_as
 from tinax._core.validation import (
     fail_type_and_value,
     fail_value,
@@ -18,7 +19,6 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
-from tinax._data._compat02 import _FlagsNotParsedAfterWideningError
 from tinax._data._pipeline_states import STATE_FORMAT
 from tinax._data._pipelines import find_pipeline_description
 
@@ -100,7 +100,8 @@ def open_multiprocessing_iterator(
         require_bool(sequential_slice, "sequential_slice")
     # Only worker processes read the flags; an in-process iterator never needs them.
     if num_workers > 0 and not flags.FLAGS.is_parsed():
-        raise (_FlagsNotParsedAfterWideningError if widened else RuntimeError)(
+        # A NumPy integer num_workers, which 0.2 refused with TypeError, keeps that type too.
+        raise (also_raised_as(RuntimeError, TypeError) if widened else RuntimeError)(
             "open_multiprocessing_iterator needs absl flags to be parsed before grain starts worker processes, "
             "and tinax never parses or changes global flags: run the program with absl.app.run(main), or call "
             "absl.flags.FLAGS(sys.argv) (or absl.flags.FLAGS.mark_as_parsed()) before opening the iterator"

@@ -9,7 +9,7 @@ range raises tinax-core's shared ``ValueOverflowError`` (also the OverflowError 
 
 from __future__ import annotations
 
-from tinax._core._compat02 import MissingPathError
+from tinax._core._compat02 import MissingPathError, also_raised_as
 
 __all__ = [
     "DirectoryPathError",
@@ -30,8 +30,8 @@ class DirectoryPathError(IsADirectoryError, ValueError):
 # :class:`NotADirectoryPathError`), ELOOP or ENAMETOOLONG.
 
 
-class NotADirectoryPathError(MissingPathError, NotADirectoryError):
-    """A path that runs through a non-directory where a folder is needed; also the NotADirectoryError of 0.2's saves."""
+#: A path that runs through a non-directory where a folder is needed; also the NotADirectoryError of 0.2's saves.
+NotADirectoryPathError = also_raised_as(MissingPathError, NotADirectoryError)
 
 
 def malformed_safetensors(message: str) -> ValueError:
