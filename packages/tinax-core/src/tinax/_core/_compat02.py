@@ -42,19 +42,11 @@ class DTypeEncodingError(validation.TypeAndValueError, UnicodeEncodeError):
         return self.message
 
 
-class DLPackBufferError(ValueError, BufferError):
-    """A ``BufferError`` raised while importing, outside the producer's own methods."""
-
-
 class MissingPathError(FileNotFoundError, ValueError):
     """No file at a path, or no usable path: a ValueError, and the FileNotFoundError tinax 0.2 raised.
 
     Built from a message alone, or as the system's errors are, ``(errno, message, filename)``.
     """
-
-
-class TypeAndAttributeError(TypeError, AttributeError):
-    """A value of the wrong kind where tinax 0.2 let an upstream AttributeError through (a traced value, say)."""
 
 
 class ValueOverflowError(ValueError, OverflowError):
@@ -89,6 +81,12 @@ def _reduce_pair(error: BaseException) -> tuple[Any, ...]:
 
 def _rebuilt(kind: type[BaseException], raised: type[BaseException], args: tuple[Any, ...]) -> BaseException:
     return also_raised_as(kind, raised)(*args)
+
+
+#: A ``BufferError`` raised while importing, outside the producer's own methods.
+DLPackBufferError = also_raised_as(ValueError, BufferError)
+#: A value of the wrong kind where tinax 0.2 let an upstream AttributeError through (a traced value, say).
+TypeAndAttributeError = also_raised_as(TypeError, AttributeError)
 
 
 #: The chex module that holds the switches (``DISABLE_ASSERTIONS`` and ``TRACE_COUNTER``).

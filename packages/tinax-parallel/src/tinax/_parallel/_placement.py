@@ -7,13 +7,14 @@ import numpy as np
 from jax.sharding import AxisType, NamedSharding
 
 from tinax._core import validation
+from tinax._core._compat02 import also_raised_as
 from tinax._core.host import apply_copy_policy, require_host_array, require_unmasked
 
 __all__ = ["ShardingRankError", "place_host_array", "require_divisible_shape"]
 
 
-class ShardingRankError(ValueError, IndexError):
-    """A sharding describes more dimensions than the array has; also ``IndexError``, as tinax 0.2 raised."""
+#: A sharding describes more dimensions than the array has; also ``IndexError``, as tinax 0.2 raised.
+ShardingRankError = also_raised_as(ValueError, IndexError)
 
 
 def require_divisible_shape(shape: tuple[int, ...], sharding: NamedSharding, name: str) -> None:
