@@ -32,9 +32,8 @@ from tinax._data._file_columns import (
     start_filling,
 )
 from tinax._data._locations import Location, file_size
-from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._record_codec import RecordHeader
-from tinax._data._record_file_source import RecordFileSource
+from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, stack_records
 

@@ -15,8 +15,7 @@ import numpy as np
 from tinax._data._array_record import ArrayRecordSource, _LastRecord
 from tinax._data._file_sets import FileSet, require_one_kind
 from tinax._data._locations import Location, file_size
-from tinax._data._parquet import DEFAULT_CACHE_BYTES
-from tinax._data._record_file_source import FileSetSource, OpenFiles
+from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource, OpenFiles
 
 __all__ = ["ArrayRecordFilesSource"]
 

@@ -56,7 +56,7 @@ from tinax._data._record_codec import (
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DEFAULT_CACHE_BYTES", "write_parquet_record"]
+__all__ = ["write_parquet_record"]
 
 _logger = get_logger("data")
 
@@ -66,8 +66,6 @@ _ROW_GROUP_MAX_ROWS = 4096
 _CHECK_CHUNK = 1 << 16
 #: The rows of a row group pyarrow's ``write_table`` makes by default (its ``_DEFAULT_ROW_GROUP_SIZE``).
 _PYARROW_ROW_GROUP_ROWS = 1024 * 1024
-#: The default memory budget of a reader's cache of decoded row groups.
-DEFAULT_CACHE_BYTES = 512 << 20
 
 
 def write_parquet_record(

@@ -24,10 +24,9 @@ from tinax._data._arrow_values import column_getter
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._file_columns import WholeColumns, fill_threads, gather_rows, slice_rows, start_filling
 from tinax._data._locations import Location
-from tinax._data._parquet import DEFAULT_CACHE_BYTES
 from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
 from tinax._data._record_codec import RecordHeader, record_position
-from tinax._data._record_file_source import FileSetSource
+from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource
 from tinax._data._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records

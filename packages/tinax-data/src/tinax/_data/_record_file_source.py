@@ -15,7 +15,10 @@ from typing import Any, Generic, TypeVar
 from tinax._data._locations import Location, pickled_location, restored_location
 from tinax._data._record_codec import RecordSchema, record_position
 
-__all__ = ["FileSetSource", "OpenFiles", "RecordFileSource"]
+__all__ = ["DEFAULT_CACHE_BYTES", "FileSetSource", "OpenFiles", "RecordFileSource"]
+
+#: The default memory budget of a reader's decoded rows: its cache of row groups, or its fields held whole.
+DEFAULT_CACHE_BYTES = 512 << 20
 
 HeaderT = TypeVar("HeaderT")
 
