@@ -63,7 +63,12 @@ def also_raised_as(kind: type[FailureT], raised: type[BaseException]) -> type[Fa
         return kind
     twin = _PAIRS.get((kind, raised))
     if twin is None:
-        namespace = {"__module__": kind.__module__, "__qualname__": kind.__qualname__, "__reduce__": _reduce_pair}
+        namespace = {
+            "__module__": kind.__module__,
+            "__qualname__": kind.__qualname__,
+            "__reduce__": _reduce_pair,
+            "_pair": (kind, raised),
+        }
         # setdefault: two threads raising it first still share one class.
         twin = _PAIRS.setdefault((kind, raised), type(kind.__name__, (kind, raised), namespace))
     return cast("type[FailureT]", twin)
@@ -73,7 +78,7 @@ _PAIRS: dict[tuple[type[BaseException], type[BaseException]], type[BaseException
 
 
 def _reduce_pair(error: BaseException) -> tuple[Any, ...]:
-    kind, raised = next(pair for pair, twin in _PAIRS.items() if twin is type(error))
+    kind, raised = type(error)._pair  # type: ignore[attr-defined]
     # The arguments and state the classes' own reduction gives (an OSError's filename, say).
     _, arguments, *rest = cast("tuple[Any, ...]", super(type(error), error).__reduce__())
     return (_rebuilt, (kind, raised, arguments), *rest)

@@ -19,7 +19,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tinax._core._compat02 import TypeAndAttributeError
-from tinax._core.logs import get_logger
 from tinax._core.optional import import_optional
 from tinax._data._compat02 import UnreadableArrayRecordError, _NotJsonError
 from tinax._data._file_columns import (
@@ -39,7 +38,6 @@ from tinax._data._stacking import StackedColumns, stack_records
 
 __all__ = ["ArrayRecordSource", "UnreadableArrayRecordError"]
 
-_logger = get_logger("data")
 _INSTALL_HINT = 'pip install "tinax-data[arrayrecord]"'
 _HEADER_MAGIC = b"tinax-records\n"
 # No readahead: records are read one at a time in random order (buffer size as Grain's own source).
