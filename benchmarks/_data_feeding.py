@@ -22,7 +22,9 @@ last comparison reads a file three times ``cache_bytes`` (the reader's
 cache set to a third of the decoded rows) with the window and the global
 shuffle. With ``--baseline-src``, each first pass of ``stack_records`` is also
 run in fresh processes against the tinax-data in that folder, in alternating
-rounds. Then the same step is fed from an ArrayRecord file of
+rounds; ``--feeding-paired-only`` runs those pairs alone, without opening the
+device in the parent process (an accelerator that one process holds at a
+time, such as a TPU, is then free for each fresh process). Then the same step is fed from an ArrayRecord file of
 ``--feeding-array-record-records`` rows of the same layout (the tinax
 format), in order and globally shuffled, on the first pass and after one
 epoch. Run it alone with ``hatch run bench:data --only-feeding``.
@@ -212,9 +214,15 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
     if count <= 0:
         measure_array_record_feeding(folder, options)
         return
-    print(f"\nFeeding a jitted train step on {jax.devices()[0].platform}: {count} rows of id, label, float32[4, 4]")
+    platform = "the paired processes' device" if options.feeding_paired_only else jax.devices()[0].platform
+    print(f"\nFeeding a jitted train step on {platform}: {count} rows of id, label, float32[4, 4]")
     path = folder / "feeding.parquet"
     _write(path, count)
+    if options.feeding_paired_only:
+        # This process never opens the accelerator, which a TPU lends to one process at a time.
+        measure_paired_first_pass(path, options, _POLICIES, options.feeding_rows)
+        measure_array_record_feeding(folder, options)
+        return
     columns = _in_memory(path)
     for batch_size in options.feeding_batch_sizes:
         timed = max(20, options.feeding_rows // batch_size)
@@ -315,7 +323,7 @@ def measure_array_record_feeding(folder: pathlib.Path, options: argparse.Namespa
     seconds = time.perf_counter() - started
     print(f"\nFeeding the step from an ArrayRecord file of {count} rows (tinax format, written in {seconds:.1f} s)")
     columns = {"id": np.arange(count), "label": np.arange(count) % 10, "x": x}
-    for batch_size in options.feeding_batch_sizes:
+    for batch_size in [] if options.feeding_paired_only else options.feeding_batch_sizes:
         timed = max(20, min(options.feeding_rows, count // 2) // batch_size)
         for policy in ("in order", "global"):
             shuffled = policy != "in order"
@@ -351,4 +359,9 @@ def add_feeding_options(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=400_000,
         help="rows of the ArrayRecord feeding file (0 skips)",
+    )
+    parser.add_argument(
+        "--feeding-paired-only",
+        action="store_true",
+        help="with --baseline-src, run only the paired first passes, so that this process never opens the device",
     )
