@@ -12,7 +12,6 @@ from __future__ import annotations
 from tinax._core._compat02 import also_raised_as
 
 __all__ = [
-    "BrokenLinkDestinationError",
     "CheckpointExistsError",
     "CheckpointKeyError",
     "CheckpointNotFoundError",
@@ -22,7 +21,6 @@ __all__ = [
     "OutOfRangeStateError",
     "SaveFailedError",
     "UncreatableDestinationError",
-    "UnwritableDestinationError",
     "background_failure",
     "root_cause",
     "root_message",
@@ -51,14 +49,6 @@ class UncreatableDestinationError(ValueError, OSError):
 
 class NotAFolderDestinationError(UncreatableDestinationError, NotADirectoryError):
     """A checkpoint destination whose way passes through a regular file (0.2 raised NotADirectoryError)."""
-
-
-class UnwritableDestinationError(UncreatableDestinationError, PermissionError):
-    """A checkpoint destination inside a folder that is not writable (0.2 raised PermissionError)."""
-
-
-class BrokenLinkDestinationError(UncreatableDestinationError, FileNotFoundError):
-    """A checkpoint destination whose way passes through a broken link (0.2 raised FileNotFoundError)."""
 
 
 class CheckpointKeyError(ValueError, KeyError):
@@ -112,12 +102,9 @@ _KEPT_BUILTINS: tuple[type[Exception], ...] = (
     TypeError,
     ValueError,
 )
-# Which refusal keeps the class of the OSError that probing a destination gave.
-_DESTINATION_REFUSALS: tuple[tuple[type[OSError], type[UncreatableDestinationError]], ...] = (
-    (NotADirectoryError, NotAFolderDestinationError),
-    (PermissionError, UnwritableDestinationError),
-    (FileNotFoundError, BrokenLinkDestinationError),
-)
+# The classes of the OSError that probing a destination gave which its refusal keeps (the first that matches):
+# a way through a regular file, a folder that is not writable, a way through a broken link.
+_DESTINATION_CAUSES: tuple[type[OSError], ...] = (NotADirectoryError, PermissionError, FileNotFoundError)
 
 
 def background_failure(message: str, error: BaseException) -> SaveFailedError:
@@ -130,8 +117,12 @@ def background_failure(message: str, error: BaseException) -> SaveFailedError:
 
 def uncreatable_destination(message: str, error: OSError) -> UncreatableDestinationError:
     """Builds the refusal of an uncreatable destination, of the subclass matching ``error`` and with its errno."""
-    kind = next(
-        (refusal for cause, refusal in _DESTINATION_REFUSALS if isinstance(error, cause)), UncreatableDestinationError
+    cause = next((cause for cause in _DESTINATION_CAUSES if isinstance(error, cause)), OSError)
+    # Through a regular file, the refusal keeps a class of its own: one that 0.3 declared and its tests name.
+    kind = (
+        NotAFolderDestinationError
+        if cause is NotADirectoryError
+        else also_raised_as(UncreatableDestinationError, cause)
     )
     refused = kind(message)
     refused.errno = error.errno
