@@ -88,7 +88,7 @@ def test_orbax_still_runs_its_reads_through_run_sync_which_a_load_wraps(tmp_path
     assert callable(getattr(asyncio_utils, "run_sync", None)), "Orbax's asyncio_utils.run_sync moved"
     with compat.finish_abandoned_reads():
         pass
-    assert compat.run_sync_wrapped()
+    assert _run_sync_wrapped()
     # Outside a load the wrapper hands every coroutine to Orbax's own run_sync unchanged.
     assert asyncio_utils.run_sync(_answer()) == 42
 
@@ -97,10 +97,17 @@ async def _answer() -> int:
     return 42
 
 
+def _run_sync_wrapped() -> bool:
+    """Whether Orbax's ``run_sync`` is the wrapper a load puts in its place."""
+    from orbax.checkpoint._src import asyncio_utils
+
+    return getattr(getattr(asyncio_utils, "run_sync", None), "_tinax_wrapped", None) is not None
+
+
 def test_a_moved_run_sync_falls_back_to_doing_nothing(monkeypatch):
     from orbax.checkpoint._src import asyncio_utils
 
     monkeypatch.delattr(asyncio_utils, "run_sync")
     with compat.finish_abandoned_reads():
         pass
-    assert not compat.run_sync_wrapped()
+    assert not _run_sync_wrapped()

@@ -319,15 +319,6 @@ def finish_abandoned_reads() -> Iterator[None]:
         _loading.reset(token)
 
 
-def run_sync_wrapped() -> bool:
-    """Whether Orbax's ``asyncio_utils.run_sync`` is the wrapper :func:`finish_abandoned_reads` needs."""
-    try:
-        from orbax.checkpoint._src import asyncio_utils
-    except ImportError:
-        return False
-    return getattr(getattr(asyncio_utils, "run_sync", None), "_tinax_wrapped", None) is not None
-
-
 def _wrap_run_sync() -> None:
     """Puts, once, a wrapper in place of Orbax's ``run_sync`` that acts only within a load."""
     try:
