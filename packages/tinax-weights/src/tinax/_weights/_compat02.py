@@ -50,6 +50,6 @@ def malformed_msgpack(message: str, cause: BaseException) -> ValueError:
 
 def trailing_msgpack_data(message: str) -> ValueError:
     """The ValueError for bytes after a file's msgpack value, also the ``msgpack.ExtraData`` of 0.2."""
-    from tinax._weights._compat02_upstream import TrailingDataError
+    from tinax._weights._compat02_upstream import trailing_data
 
-    return TrailingDataError(message)
+    return trailing_data(message)

@@ -10,24 +10,20 @@ from __future__ import annotations
 import msgpack
 from safetensors import SafetensorError
 
-__all__ = [
-    "MalformedFormatError",
-    "MalformedSafetensorsError",
-    "MalformedStackError",
-    "TrailingDataError",
-    "malformed_msgpack",
-]
+from tinax._core._compat02 import also_raised_as
+
+__all__ = ["MalformedMsgpackError", "MalformedSafetensorsError", "malformed_msgpack", "trailing_data"]
 
 
 class MalformedSafetensorsError(ValueError, SafetensorError):
     """A safetensors file whose header or size breaks the format."""
 
 
-class TrailingDataError(msgpack.ExtraData):  # type: ignore[misc]  # msgpack ships no type hints.
-    """A msgpack file with bytes after its single top-level value."""
+class MalformedMsgpackError(ValueError):
+    """A msgpack file that breaks the format; paired with msgpack's own error type where it has one."""
 
     def __init__(self, message: str) -> None:
-        # msgpack.ExtraData takes the value and extra bytes; this takes a message but keeps the attributes.
+        # Before msgpack.ExtraData's own, which takes the decoded value and the extra bytes.
         ValueError.__init__(self, message)
         self.unpacked = None
         self.extra = b""
@@ -36,18 +32,14 @@ class TrailingDataError(msgpack.ExtraData):  # type: ignore[misc]  # msgpack shi
         return ValueError.__str__(self)
 
 
-class MalformedFormatError(msgpack.FormatError):  # type: ignore[misc]
-    """A msgpack file with a byte that starts no msgpack value."""
-
-
-class MalformedStackError(msgpack.StackError):  # type: ignore[misc]
-    """A msgpack file nested deeper than the decoder allows."""
-
-
 def malformed_msgpack(message: str, cause: BaseException) -> ValueError:
-    """Returns the ValueError for a decoding failure, of msgpack's own type where it has one."""
-    if isinstance(cause, msgpack.FormatError):
-        return MalformedFormatError(message)
-    if isinstance(cause, msgpack.StackError):
-        return MalformedStackError(message)
-    return ValueError(message)
+    """Returns the ValueError for a decoding failure, also of msgpack's own type where it has one."""
+    for upstream in (msgpack.FormatError, msgpack.StackError):
+        if isinstance(cause, upstream):
+            return also_raised_as(MalformedMsgpackError, upstream)(message)
+    return MalformedMsgpackError(message)
+
+
+def trailing_data(message: str) -> ValueError:
+    """Returns the error for bytes after a msgpack file's single top-level value, also a ``msgpack.ExtraData``."""
+    return also_raised_as(MalformedMsgpackError, msgpack.ExtraData)(message)
