@@ -157,13 +157,10 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
     def _fill_next(self, reader: Any) -> bool:
         """Reads and stacks the next block the whole fields lack, through ``reader``; False once none is left."""
         whole = self._whole
-        with self._lock:
-            columns = whole.columns
-            block = None if columns is None or whole.refused else whole.next_to_fill()
-            if columns is None or block is None:
+        with whole.reserving() as reserved:
+            if reserved is None:
                 return False
-            done = whole.in_flight[block] = threading.Event()
-        try:
+            columns, (block,) = reserved
             first = block * _WHOLE_COLUMNS_BLOCK
             stop = min(first + _WHOLE_COLUMNS_BLOCK, self._count)
             check_reads_go_on(f"records {first} to {stop - 1} of {str(self._path)!r}")
@@ -175,10 +172,6 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
             with self._lock:
                 if columns is whole.columns and not columns.filled(block):
                     return whole.fill(columns, block, fields)
-        finally:
-            with self._lock:
-                whole.in_flight.pop(block, None)
-            done.set()
         return True
 
     def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:

@@ -9,11 +9,12 @@ dtype and shape whatever the rows; otherwise row groups are read as before.
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 import os
 import threading
 import weakref
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -232,6 +233,29 @@ class WholeColumns:
                     break
             run.append(following)
         return run
+
+    @contextlib.contextmanager
+    def reserving(self, most: int = 1, *, alone: bool = False) -> Iterator[tuple[FileColumns, list[int]] | None]:
+        """The columns and the blocks a thread filling ahead decodes next (see :meth:`next_run`), or None.
+
+        Takes the lock only to reserve them and, at the end, to free them: batches go on while the thread decodes.
+        """
+        with self._lock:
+            columns = self.columns
+            run = [] if columns is None or columns.complete or self.refused else self.next_run(most, alone=alone)
+            done = threading.Event()
+            for block in run:
+                self.in_flight[block] = done
+        if columns is None or not run:
+            yield None
+            return
+        try:
+            yield columns, run
+        finally:
+            with self._lock:
+                for block in run:
+                    self.in_flight.pop(block, None)
+            done.set()
 
     @property
     def nbytes(self) -> int:

@@ -269,19 +269,12 @@ class ParquetRecordSource(ParquetOpening):
         Decodes outside the lock and copies under it, so batches go on meanwhile.
         """
         whole = self._whole
-        with self._lock:
-            columns = whole.columns
-            if columns is None or columns.complete or whole.refused:
-                return False
-            most, alone = self._fill_reads
-            run = whole.next_run(most, alone=alone)
-            if not run:
-                return False  # The rest is being decoded by the other threads.
+        most, alone = self._fill_reads
+        with whole.reserving(most, alone=alone) as reserved:
+            if reserved is None:
+                return False  # Nothing is left, or the other threads are decoding the rest.
+            columns, run = reserved
             group_index = run[0]
-            done = threading.Event()
-            for taken in run:
-                whole.in_flight[taken] = done
-        try:
             first = self._group_offset(group_index)
             group = self._decode(group_index, first, own_memory=False, parquet_file=parquet_file, last_group=run[-1])
             fields = group.whole_stacked()
@@ -299,11 +292,6 @@ class ParquetRecordSource(ParquetOpening):
                     if not whole.fill(columns, taken, part):
                         return False
                 self._fit_cache(0)
-        finally:
-            with self._lock:
-                for taken in run:
-                    whole.in_flight.pop(taken, None)
-            done.set()
         return True
 
     def _group_offset(self, group_index: int) -> int:
