@@ -14,11 +14,10 @@ from tinax._data._arrow_values import MAPPINGS
 from tinax._data._file_sets import FileSet, resolve_record_paths
 from tinax._data._locations import RemotePath
 from tinax._data._record_codec import require_record_file
+from tinax._data._record_file_source import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
     import grain
-
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES
 
 __all__ = ["read_parquet_record"]
 
