@@ -24,10 +24,10 @@ shuffle. With ``--baseline-src``, each first pass of ``stack_records`` is also
 run in fresh processes against the tinax-data in that folder, in alternating
 rounds; ``--feeding-paired-only`` runs those pairs alone, without opening the
 device in the parent process (an accelerator that one process holds at a
-time, such as a TPU, is then free for each fresh process). Then the same step is fed from an ArrayRecord file of
-``--feeding-array-record-records`` rows of the same layout (the tinax
-format), in order and globally shuffled, on the first pass and after one
-epoch. Run it alone with ``hatch run bench:data --only-feeding``.
+time, such as a TPU, is then free for each fresh process). Then the same
+step is fed from an ArrayRecord file of ``--feeding-array-record-records``
+rows of the same layout (the tinax format), in order and globally shuffled,
+on the first pass and after one epoch. Run it alone with ``hatch run bench:data --only-feeding``.
 """
 
 from __future__ import annotations
