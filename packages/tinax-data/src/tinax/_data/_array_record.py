@@ -20,7 +20,7 @@ import numpy as np
 
 from tinax._core._compat02 import TypeAndAttributeError
 from tinax._core.optional import import_optional
-from tinax._data._compat02 import UnreadableArrayRecordError, _NotJsonError
+from tinax._data._compat02 import UnreadableArrayRecordError
 from tinax._data._file_columns import (
     WholeColumns,
     fill_threads,
@@ -303,7 +303,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
                 return json.loads(data)
             except json.JSONDecodeError as error:
                 # Still the JSONDecodeError tinax 0.2 raised, now naming the file and the way out.
-                refused = _NotJsonError(
+                refused = json.JSONDecodeError(
                     f"{str(self._path)!r}: record {position} is neither a tinax record nor JSON ({error.msg}); "
                     "for files of another record encoding, pass decode= to read_array_record",
                     error.doc,

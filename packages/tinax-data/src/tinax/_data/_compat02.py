@@ -7,9 +7,6 @@ catches those types; so each error here is both the type 0.3 documents and the o
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 __all__ = [
     "ArrayRecordWriteError",
     "CorruptParquetError",
@@ -31,21 +28,6 @@ __all__ = [
 
 class ArrayRecordWriteError(OSError, RuntimeError):
     """Writing an ArrayRecord file failed: an OSError, and the RuntimeError array-record (so 0.2) raised."""
-
-
-class _NotJsonError(json.JSONDecodeError):
-    """A record of a file without the tinax header is not JSON: the message names the file and ``decode``."""
-
-    def __init__(self, message: str, doc: str, pos: int) -> None:
-        super().__init__(message, doc, pos)
-        # JSONDecodeError appends the line and column; the message already says what matters.
-        self.args = (message,)
-
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.args[0], self.doc, self.pos))
 
 
 class UnreadableArrayRecordError(ValueError, RuntimeError):

@@ -155,15 +155,14 @@ def _write_file(
     converted = None if _pyarrow_refuses(records[0]) else _plain_table(records)
     if isinstance(converted, pa.Table):
         return _publish_plain_table(destination, converted, records, overwrite=overwrite, reporting=reporting)
-    try:
-        plan = _plan_tinax_records(records)
-    except _OutsideTheFormatError as outside:
+    plan = _plan_tinax_records(records)
+    if isinstance(plan, Exception):
         refused = _plain_table(records) if converted is None else converted
         if isinstance(refused, pa.Table):
             # Only if a pyarrow converts what _pyarrow_refuses says it cannot: then 0.2's path still holds.
             return _publish_plain_table(destination, refused, records, overwrite=overwrite, reporting=reporting)
         # Neither a plain table nor the tinax format: pyarrow's error, as tinax 0.2 raised it.
-        refused.add_note(f"the records do not fit the tinax record format either: {outside.__cause__}")
+        refused.add_note(f"the records do not fit the tinax record format either: {plan}")
         raise refused from None
     destination = writable_destination(destination, DestinationErrors())
     with reporting.reporting(count, unit="rows", description=destination.name) as reporter:
@@ -222,10 +221,6 @@ def _size(path: pathlib.Path) -> int | None:
         return None
 
 
-class _OutsideTheFormatError(Exception):
-    """The records do not fit the tinax format (the reason is the cause)."""
-
-
 def _require_records(records: object) -> None:
     expected = (
         "a non-empty finite sequence of mappings such as a list "
@@ -275,18 +270,21 @@ class _TinaxPlan:
     group_ends: list[int]
 
 
-def _plan_tinax_records(records: Sequence[Mapping[str, Any]]) -> _TinaxPlan:
-    """Checks every record against the tinax format, once, and plans the file."""
+def _plan_tinax_records(records: Sequence[Mapping[str, Any]]) -> _TinaxPlan | TypeError | ValueError:
+    """Checks every record against the tinax format, once, and plans the file; the error if they do not fit it."""
     try:
         schema = RecordSchema.from_first_record(records[0])
     except (TypeError, ValueError) as error:
-        raise _OutsideTheFormatError from error
+        return error
     checker = _RecordChecker(schema)
     cutter = _RowGroupCutter()
     for start in range(0, len(records), _CHECK_CHUNK):
-        cutter.add(checker.checked_sizes(records, start, min(start + _CHECK_CHUNK, len(records))))
+        sizes = checker.checked_sizes(records, start, min(start + _CHECK_CHUNK, len(records)))
+        if isinstance(sizes, Exception):
+            return sizes
+        cutter.add(sizes)
     if not schema.fields:
-        raise _OutsideTheFormatError from ValueError("records[0] has no fields")
+        return ValueError("records[0] has no fields")
     fixed_shapes: dict[str, tuple[int, ...] | None] = {}
     empty_shapes: dict[str, bytes] = {}
     for field in schema.fields:
@@ -326,8 +324,10 @@ class _RecordChecker:
         }
         self._known_dtypes: dict[str, set[np.dtype[Any]]] = {name: set() for name in self.shapes}
 
-    def checked_sizes(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
-        """Checks ``records[start:stop]``; returns the stored size of each (what row groups are cut by)."""
+    def checked_sizes(
+        self, records: Sequence[Mapping[str, Any]], start: int, stop: int
+    ) -> np.ndarray[Any, Any] | TypeError | ValueError:
+        """The stored size of each of ``records[start:stop]`` (what row groups are cut by), or why one is refused."""
         sizes = self._quick_sizes(_record_slice(records, start, stop))
         return sizes if sizes is not None else self._sizes_one_by_one(records, start, stop)
 
@@ -367,14 +367,16 @@ class _RecordChecker:
             return 8 * field.ndim + int(values[0].nbytes)
         return 8 * field.ndim + np.fromiter(map(operator.attrgetter("nbytes"), values), np.int64, len(values))
 
-    def _sizes_one_by_one(self, records: Sequence[Mapping[str, Any]], start: int, stop: int) -> np.ndarray[Any, Any]:
+    def _sizes_one_by_one(
+        self, records: Sequence[Mapping[str, Any]], start: int, stop: int
+    ) -> np.ndarray[Any, Any] | TypeError | ValueError:
         sizes = np.empty(stop - start, dtype=np.int64)
         fields = self._schema.fields
         for index in range(start, stop):
             try:
                 values = self._schema.checked_values(records[index], index)
             except (TypeError, ValueError) as error:
-                raise _OutsideTheFormatError from error
+                return error
             sizes[index - start] = _stored_size(self._schema, values)
             for field, value in zip(fields, values, strict=True):
                 if field.kind == KIND_ARRAY:

@@ -36,7 +36,6 @@ from tinax._data._window_reads import (
     _return_freed_memory,
     _stacked_in_threads,
     _StackedWindow,
-    _UnlikePartsError,
     past_cache,
     read_window,
     window_rows,
@@ -123,16 +122,14 @@ class _WindowAhead:
 def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
     """:func:`read_window` for batches of ``stack_records``: one array per field, in the order of ``positions``.
 
-    Past the cache, ``decode_threads`` threads copy rows straight in; a ValueError means read the usual way.
+    Past the cache, ``decode_threads`` threads copy rows straight in where the row groups' parts are alike.
     """
     past = _make_room(source)
     try:
-        if past:
-            try:
-                columns: dict[str, np.ndarray[Any, Any] | list[Any]] = dict(_stacked_in_threads(source, positions))
-                return _StackedWindow(columns), np.arange(len(positions), dtype=np.int64)
-            except _UnlikePartsError:
-                pass  # Joined part by part below, where the dtypes of the parts may differ.
+        columns = _stacked_in_threads(source, positions) if past else None
+        if columns is not None:
+            return _StackedWindow(dict(columns)), np.arange(len(positions), dtype=np.int64)
+        # Joined part by part, where the dtypes of the parts may differ.
         return _stacked_in_parts(source, positions, past=past)
     finally:
         if past:

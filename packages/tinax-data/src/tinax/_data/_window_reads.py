@@ -192,14 +192,11 @@ class _StackedWindow:
         raise ValueError("a window of stacked fields holds no records")
 
 
-class _UnlikePartsError(ValueError):
-    """A field whose row groups give parts of different dtypes or shapes, or values that do not stack."""
-
-
-def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]]:
+def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]] | None:
     """The stacked fields at ``positions``, past the cache, decoded by ``decode_threads`` threads.
 
-    Rows are copied into arrays sized by the first row group; ``_UnlikePartsError`` sends the caller to join parts.
+    Rows are copied into arrays sized by the first row group; None sends the caller to join parts whose
+    dtypes or shapes differ, or whose values do not stack.
     """
     ends = np.asarray(source.row_group_ends, dtype=np.int64)
     order, runs = _row_group_runs(ends, positions)
@@ -208,6 +205,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
     lock = threading.Lock()
     columns: dict[str, np.ndarray[Any, Any]] = {}
     failures: list[BaseException] = []
+    unlike: list[bool] = []
 
     def next_task() -> tuple[int, int, int, int] | None:
         # The next row groups in file order: up to ``most`` that follow each other, with their slots in ``order``.
@@ -227,7 +225,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
             parquet_file, header = source._open()
             if header != source._header:
                 raise ValueError("the file changed since the reader opened it")
-            while not failures:
+            while not failures and not unlike:
                 task = next_task()
                 if task is None:
                     return
@@ -241,7 +239,8 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
                 fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
                 # Let go before the next ones are decoded: one read's row groups per thread.
                 del group
-                _place_fields(columns, lock, fields, slots, len(positions))
+                if not _place_fields(columns, lock, fields, slots, len(positions)):
+                    unlike.append(True)
                 del fields
         except BaseException as error:  # Raised again by the window's thread, which the pipeline's catches.
             failures.append(error)
@@ -250,9 +249,10 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
                 parquet_file.close()
 
     _run_in_threads(decode, source.decode_threads())
+    if unlike:
+        return None
     if failures:
-        unlike = [failure for failure in failures if isinstance(failure, _UnlikePartsError)]
-        raise unlike[0] if unlike else failures[0]
+        raise failures[0]
     if not columns:
         raise ValueError("no rows to read")
     return columns
@@ -264,21 +264,26 @@ def _place_fields(
     fields: dict[str, Any],
     slots: np.ndarray[Any, Any],
     rows: int,
-) -> None:
-    """Copies a row group's fields into the window's ``rows``-long columns, which the first call makes."""
+) -> bool:
+    """Copies a row group's fields into the window's ``rows``-long columns, which the first call makes.
+
+    False when a field is not an array, or not of the dtype and shape of the columns made.
+    """
     with lock:
         if not columns:
+            if not all(isinstance(values, np.ndarray) for values in fields.values()):
+                return False
             for name, values in fields.items():
-                if not isinstance(values, np.ndarray):
-                    raise _UnlikePartsError(name)
                 columns[name] = np.empty((rows, *values.shape[1:]), dtype=values.dtype)
     if list(fields) != list(columns):
-        raise _UnlikePartsError("fields")
+        return False
     for name, values in fields.items():
         column = columns[name]
         if not isinstance(values, np.ndarray) or values.dtype != column.dtype or values.shape[1:] != column.shape[1:]:
-            raise _UnlikePartsError(name)
-        column[slots] = values
+            return False
+    for name, values in fields.items():
+        columns[name][slots] = values
+    return True
 
 
 def _run_in_threads(work: Callable[[], None], count: int) -> None:
