@@ -30,7 +30,6 @@ __all__ = [
     "METADATA_KEY",
     "ParsedHeader",
     "ReadableFile",
-    "RepeatedKeyError",
     "SafetensorsInfo",
     "TensorInfo",
     "distinct_keys",
@@ -228,26 +227,22 @@ class ParsedHeader:
     payload_start: int
 
 
-class RepeatedKeyError(ValueError):
-    """A JSON object that repeats a key with different values (``values``, in file order)."""
-
-    def __init__(self, key: str, values: list[Any]) -> None:
-        super().__init__(key)
-        self.key = key
-        self.values = values
-
-
-def distinct_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A ``json.loads`` ``object_pairs_hook`` that raises RepeatedKeyError for a key repeated with different values.
+def distinct_keys(repeats: list[tuple[str, list[Any]]]) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json.loads`` ``object_pairs_hook`` that adds to ``repeats`` each key an object repeats with other values.
 
     json keeps the last silently, which could load the wrong tensor; the same value twice is accepted, as upstream does.
+    Each entry is the key and its values in file order.
     """
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        for key, value in pairs:
-            if value != result[key]:
-                raise RepeatedKeyError(key, [item for name, item in pairs if name == key])
-    return result
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            repeated = next((key for key, value in pairs if value != result[key]), None)
+            if repeated is not None:
+                repeats.append((repeated, [item for name, item in pairs if name == repeated]))
+        return result
+
+    return hook
 
 
 def _refuse_constant(constant: str) -> NoReturn:
@@ -415,14 +410,16 @@ def _parse_json(header_bytes: bytes, fail: _Fail) -> Any:
         text = header_bytes.decode("utf-8")
     except UnicodeDecodeError as error:
         fail(f"the header is not UTF-8 ({error})")
+    repeats: list[tuple[str, list[Any]]] = []
     try:
-        return json.loads(text, object_pairs_hook=distinct_keys, parse_constant=_refuse_constant)
-    except RepeatedKeyError as error:
-        fail(f"the header JSON repeats the key {error.key!r} in one object")
+        document = json.loads(text, object_pairs_hook=distinct_keys(repeats), parse_constant=_refuse_constant)
     except RecursionError:
         fail("the header JSON nests too deeply")
     except ValueError as error:
         fail(f"the header is not valid JSON ({error})")
+    if repeats:
+        fail(f"the header JSON repeats the key {repeats[0][0]!r} in one object")
+    return document
 
 
 def _check_metadata(value: object, fail: _Fail) -> dict[str, str]:

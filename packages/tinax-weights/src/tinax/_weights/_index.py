@@ -14,12 +14,12 @@ import json
 import pathlib
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from tinax._core._compat02 import MissingPathError
 from tinax._weights._header import (
     MAX_HEADER_BYTES,
     ReadableFile,
-    RepeatedKeyError,
     TensorInfo,
     distinct_keys,
     read_exactly,
@@ -183,15 +183,17 @@ def _read_weight_map(path: Location, needed_by: str) -> dict[str, str]:
     def fail(problem: str) -> ValueError:
         return ValueError(f"{source} is not a valid safetensors index: {problem}")
 
+    repeats: list[tuple[str, list[Any]]] = []
     try:
-        document = json.loads(content.decode("utf-8"), object_pairs_hook=distinct_keys)
-    except RepeatedKeyError as error:
-        if all(isinstance(value, str) for value in error.values):
-            files = " and ".join(repr(value) for value in error.values)
-            raise fail(f"tensor {error.key!r} is in two files: the weight_map maps it to {files}") from None
-        raise fail(f"it repeats the key {error.key!r} with different values") from None
+        document = json.loads(content.decode("utf-8"), object_pairs_hook=distinct_keys(repeats))
     except (UnicodeDecodeError, RecursionError, ValueError) as error:
         raise fail(f"it is not UTF-8 JSON ({error})") from error
+    if repeats:
+        key, values = repeats[0]
+        if all(isinstance(value, str) for value in values):
+            files = " and ".join(repr(value) for value in values)
+            raise fail(f"tensor {key!r} is in two files: the weight_map maps it to {files}")
+        raise fail(f"it repeats the key {key!r} with different values")
     if not isinstance(document, dict) or not isinstance(document.get("weight_map"), dict):
         raise fail('it must be a JSON object with a "weight_map" object of tensor names to file names')
     weight_map: dict[str, str] = document["weight_map"]
