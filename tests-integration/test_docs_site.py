@@ -271,8 +271,8 @@ def test_a_tuple_annotation_of_n_items_returns_n_values(annotation, section, val
 def test_a_private_default_is_found():
     entry = (
         "<tr><td><code>budget</code></td><td><code>int</code></td><td>desc</td>"
-        '<td>\n<code><span title="tinax._data._parquet.DEFAULT">DEFAULT</span></code>\n</td>\n</tr>'
-        '<tr><td><code>path</code></td><td><code><span title="tinax._data._paths.P">P</span></code></td>'
+        '<td>\n<code><span title="tinax._data._records._parquet_write.DEFAULT">DEFAULT</span></code>\n</td>\n</tr>'
+        '<tr><td><code>path</code></td><td><code><span title="tinax._data._records._paths.P">P</span></code></td>'
         "<td>desc</td><td>\n<code>None</code>\n</td>\n</tr>"
     )
-    assert docs_check.private_defaults(entry) == ["tinax._data._parquet.DEFAULT"]
+    assert docs_check.private_defaults(entry) == ["tinax._data._records._parquet_write.DEFAULT"]

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tinax._data._arrow_values import REFUSED, value_description
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._records._arrow_values import REFUSED, value_description
+from tinax._data._records._reader_datasets import record_source_of
 from tinax.data import read_parquet_record, write_array_record, write_parquet_record
 from tinax_testing import run_tinax
 

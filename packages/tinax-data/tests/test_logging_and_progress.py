@@ -150,13 +150,13 @@ def test_an_application_that_configures_no_logging_sees_no_output(tmp_path):
 
 
 def test_parquet_progress_counts_rows_from_zero_to_the_total(tmp_path, monkeypatch):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     calls, record = progress_recorder()
     write_parquet_record(tmp_path / "plain.parquet", _plain_records(50), progress=record)
     # pyarrow writes a plain table in one piece: the count goes from 0 to the total at once.
     assert calls == [(0, 50), (50, 50)]
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 16)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 16)
     calls, record = progress_recorder()
     write_parquet_record(tmp_path / "arrays.parquet", _tinax_records(50), progress=record)
     # The tinax format counts row group by row group.
@@ -178,10 +178,10 @@ def test_array_record_progress_counts_records_and_is_unknown_for_a_generator(tmp
 
 @pytest.mark.parametrize("source", ["parquet", "memory"])
 def test_split_by_column_progress_counts_the_rows_read(tmp_path, monkeypatch, source):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     if source == "parquet":
-        monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 16)
+        monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 16)
         path = tmp_path / "arrays.parquet"
         write_parquet_record(
             path, [{**row, "split": "train" if row["id"] % 2 else "test"} for row in _tinax_records(40)]

@@ -21,8 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _parquet
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._records import _parquet_write
+from tinax._data._records._reader_datasets import record_source_of
 from tinax.data import (
     evaluation_batches,
     read_array_record,
@@ -93,7 +93,7 @@ class Layout:
 @pytest.fixture(params=["tinax", "plain", "array_record"])
 def layout(request, tmp_path, monkeypatch) -> Layout:
     # Small row groups, so that a file holds several and the cache can be smaller than the data.
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 8)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 8)
     return Layout(request.param, tmp_path)
 
 
@@ -229,7 +229,7 @@ def _grouped_like(layout: Layout, path: Path) -> Path:
 
 
 def test_the_window_shuffle_over_many_files_has_the_files_row_groups_for_blocks(tmp_path, monkeypatch):
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 8)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 8)
     layout = Layout("plain", tmp_path)
     reference = _pipelines(read_parquet_record(_grouped_like(layout, tmp_path / "grouped.parquet")), list, window=True)
     many = _pipelines(read_parquet_record(layout.folder), list, window=True)

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._records._reader_datasets import record_source_of
 from tinax.data import read_parquet_record, stack_records, training_batches
 
 polars = pytest.importorskip("polars")

@@ -26,7 +26,7 @@ import pytest
 from etils import epath
 from grain.sharding import ShardOptions
 
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._records._reader_datasets import record_source_of
 from tinax.data import (
     evaluation_batches,
     open_multiprocessing_iterator,
@@ -406,7 +406,7 @@ def test_a_plain_object_replaced_after_opening_is_refused_not_mixed(object_store
 def test_the_parquet_inspector_describes_a_prefix_as_one_dataset(object_store, tmp_path):
     # tinax inspect itself reads single objects only; the inspector takes a prefix as it takes a folder.
     from tinax._core._command._report import InspectOptions
-    from tinax._data._inspect import inspect_parquet
+    from tinax._data._records._inspect import inspect_parquet
 
     _many_files(object_store, tmp_path, write_parquet_record, ".parquet")
     report = inspect_parquet(f"{object_store}/shards", InspectOptions(head=2))

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data._arrow_values import ArrayColumn
+from tinax._data._records._arrow_values import ArrayColumn
 from tinax.data import (
     InMemorySource,
     evaluation_batches,
@@ -478,9 +478,9 @@ def stack_ids(rows: list[dict[str, Any]]) -> np.ndarray:
 
 
 def _window_file(tmp_path, monkeypatch, count: int = 96, group_rows: int = 8) -> Any:
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", group_rows)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", group_rows)
     path = tmp_path / "window.parquet"
     # 2-d arrays: records pyarrow cannot convert, written in the tinax format in row groups of group_rows.
     write_parquet_record(path, [{"id": index, "x": np.full((1, 2), index, np.float32)} for index in range(count)])

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tinax._data import _parquet
-from tinax._data._record_codec import KIND_ARRAY, KIND_NONE, KIND_STR, RecordHeader, RecordSchema
+from tinax._data._records import _parquet_write
+from tinax._data._records._record_codec import KIND_ARRAY, KIND_NONE, KIND_STR, RecordHeader, RecordSchema
 from tinax.data import read_parquet_record, write_parquet_record
 
 # --------------------------------------------------------------------------------------------------
@@ -49,10 +49,10 @@ def _record_by_record(path: pathlib.Path, records: Sequence[Mapping[str, Any]]) 
             fixed_shapes[field.name] = shapes[0]
             continue
         fixed_shapes[field.name] = None
-        entry = _parquet.empty_shapes_entry(shapes)
+        entry = _parquet_write.empty_shapes_entry(shapes)
         if entry is not None:
             empty_shapes[field.name] = entry
-    arrow_schema = _parquet._native_arrow_schema(schema, fixed_shapes, empty_shapes)
+    arrow_schema = _parquet_write._native_arrow_schema(schema, fixed_shapes, empty_shapes)
     plain = [field.name for field in schema.fields if field.kind != KIND_ARRAY]
     digest = hashlib.sha256()
     groups = 0
@@ -63,8 +63,11 @@ def _record_by_record(path: pathlib.Path, records: Sequence[Mapping[str, Any]]) 
             for part in schema.encode_parts(row):
                 digest.update(part)
             pending.append(row)
-            pending_bytes += _parquet._stored_size(schema, row)
-            if pending_bytes >= _parquet._ROW_GROUP_TARGET_BYTES or len(pending) >= _parquet._ROW_GROUP_MAX_ROWS:
+            pending_bytes += _parquet_write._stored_size(schema, row)
+            if (
+                pending_bytes >= _parquet_write._ROW_GROUP_TARGET_BYTES
+                or len(pending) >= _parquet_write._ROW_GROUP_MAX_ROWS
+            ):
                 writer.write_table(_table_of_rows(schema, arrow_schema, pending), row_group_size=len(pending))
                 groups += 1
                 pending, pending_bytes = [], 0
@@ -72,11 +75,13 @@ def _record_by_record(path: pathlib.Path, records: Sequence[Mapping[str, Any]]) 
             writer.write_table(_table_of_rows(schema, arrow_schema, pending), row_group_size=len(pending))
             groups += 1
         header = RecordHeader(schema, len(records), digest.hexdigest())
-        placeholder = _parquet._checksum_value(_parquet._ZERO_DIGEST, [_parquet._ZERO_DIGEST] * groups)
-        writer.add_key_value_metadata(
-            {_parquet.METADATA_KEY: header.to_json_bytes(), _parquet.CHECKSUM_KEY: placeholder}
+        placeholder = _parquet_write._checksum_value(
+            _parquet_write._ZERO_DIGEST, [_parquet_write._ZERO_DIGEST] * groups
         )
-    _parquet.seal_checksums(path)
+        writer.add_key_value_metadata(
+            {_parquet_write.METADATA_KEY: header.to_json_bytes(), _parquet_write.CHECKSUM_KEY: placeholder}
+        )
+    _parquet_write.seal_checksums(path)
 
 
 def _table_of_rows(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[list[Any]]) -> pa.Table:
@@ -90,8 +95,8 @@ def _table_of_rows(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[lis
             columns.append(pa.array(values, pa.large_binary()).view(pa.large_string()))
         elif field.kind == KIND_ARRAY:
             assert field.dtype is not None
-            storage = _parquet._storage(field.dtype)
-            stored = [_parquet._to_storage(array, storage) for array in values]
+            storage = _parquet_write._storage(field.dtype)
+            stored = [_parquet_write._to_storage(array, storage) for array in values]
             if isinstance(arrow_type, pa.FixedShapeTensorType):
                 flat = pa.array(np.stack(stored).reshape(-1))
                 size = int(np.prod(arrow_type.shape, dtype=np.int64))
@@ -101,7 +106,7 @@ def _table_of_rows(schema: RecordSchema, arrow_schema: pa.Schema, rows: list[lis
                 flat_values = np.asarray([array.reshape(()) for array in stored], storage.dtype).reshape(-1)
                 columns.append(pa.array(flat_values, arrow_type))
             else:
-                columns.append(_parquet._array_column(arrow_type, storage, values))
+                columns.append(_parquet_write._array_column(arrow_type, storage, values))
         else:
             columns.append(pa.array(values, arrow_type))
     return pa.Table.from_arrays(columns, schema=arrow_schema)
@@ -291,7 +296,7 @@ _TINAX_FORMAT = {
 @pytest.fixture(params=[7, 1 << 16], ids=["check_slices_of_7", "default_check_slices"])
 def check_chunk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
     """Runs a test with the records checked 7 at a time as well as in the default slices."""
-    monkeypatch.setattr(_parquet, "_CHECK_CHUNK", request.param)
+    monkeypatch.setattr(_parquet_write, "_CHECK_CHUNK", request.param)
     return int(request.param)
 
 
@@ -307,7 +312,7 @@ def test_tinax_format_files_are_the_bytes_the_record_by_record_writer_wrote(
     tmp_path: pathlib.Path,
 ) -> None:
     # Row groups of at most 64 rows, so most inputs span several.
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 64)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 64)
     records = make_records()
     write_parquet_record(tmp_path / "bulk.parquet", records)
     _record_by_record(tmp_path / "reference.parquet", records)
@@ -348,8 +353,8 @@ def test_row_groups_close_at_the_record_that_reaches_the_byte_target(tmp_path: p
 def test_row_group_boundaries_follow_bytes_and_rows_across_check_slices(
     max_rows: int, check_chunk: int, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", max_rows)
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_TARGET_BYTES", 300)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", max_rows)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_TARGET_BYTES", 300)
     # Records of 8 + 8 + 16 + 4 * extent bytes: the byte target closes groups after a varying count.
     records = [{"id": index, "x": np.ones((1, index % 23), np.float32)} for index in range(200)]
     write_parquet_record(tmp_path / "bulk.parquet", records)
@@ -375,9 +380,9 @@ def test_row_group_boundaries_follow_bytes_and_rows_across_check_slices(
 def test_plain_tables_are_the_bytes_of_pyarrows_conversion(records: Any, tmp_path: pathlib.Path) -> None:
     write_parquet_record(tmp_path / "plain.parquet", records)
     table = pa.Table.from_pylist([dict(record) for record in records])
-    _parquet._write_plain_table(tmp_path / "reference.parquet", table, overwrite=True, reporter=_NoReporter())
+    _parquet_write._write_plain_table(tmp_path / "reference.parquet", table, overwrite=True, reporter=_NoReporter())
     assert (tmp_path / "plain.parquet").read_bytes() == (tmp_path / "reference.parquet").read_bytes()
-    assert _parquet.METADATA_KEY not in pq.ParquetFile(tmp_path / "plain.parquet").metadata.metadata
+    assert _parquet_write.METADATA_KEY not in pq.ParquetFile(tmp_path / "plain.parquet").metadata.metadata
 
 
 class _NoReporter:
@@ -478,7 +483,7 @@ def test_a_bad_record_is_refused_before_the_destination_is_looked_at(where: str,
 def test_a_file_is_replaced_only_once_every_row_group_is_written(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 16)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 16)
     path = tmp_path / "records.parquet"
     path.write_bytes(b"before")
     seen: list[int] = []
@@ -499,7 +504,7 @@ def test_a_file_is_replaced_only_once_every_row_group_is_written(
 def test_progress_counts_rows_row_group_by_row_group_and_no_thread_is_left(
     monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
 ) -> None:
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 128)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 128)
     threads = set(threading.enumerate())
     seen: list[tuple[int, int]] = []
     write_parquet_record(

@@ -635,7 +635,7 @@ def _worker_state() -> dict[str, Any]:
     ],
 )
 def test_tampered_worker_states_are_refused_by_field(change, error, message):
-    from tinax._data._pipeline_states import check_state
+    from tinax._data._pipelines._pipeline_states import check_state
 
     expected = {**_saved_state()["tinax_pipeline"], "num_workers": 2}
     good = _worker_state()
@@ -732,7 +732,7 @@ def test_pipelines_refuse_bool_batch_indices(index):
 
 @pytest.mark.parametrize("size", [0, 1, 2, 3, 4096, 8192, 100_003])
 def test_the_window_shuffles_permutation_is_the_stable_order_of_its_hash_keys(size):
-    from tinax._data._checked_datasets import _permutation
+    from tinax._data._pipelines._checked_datasets import _permutation
 
     for seed in (0, 1, 7, 2**31, 2**32 - 1):
         with np.errstate(over="ignore"):

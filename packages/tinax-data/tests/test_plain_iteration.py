@@ -55,10 +55,10 @@ def _array_record_available() -> None:
 
 
 def _dataset(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, case: str) -> grain.MapDataset:
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     # Row groups of 64 rows: iteration chunks cross row groups.
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 64)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 64)
     container, _, layout = case.partition("/")
     records = _records(layout or "plain")
     if container == "parquet":

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _planned_reads
-from tinax._data._parquet_source import ParquetRecordSource
+from tinax._data._pipelines import _planned_reads
+from tinax._data._records._parquet_source import ParquetRecordSource
 from tinax.data import (
     open_multiprocessing_iterator,
     read_parquet_record,
@@ -315,7 +315,7 @@ def test_the_vectorized_shuffle_gives_grains_own_positions_bit_for_bit(max_index
 
     from grain._src.python.experimental.index_shuffle.python import index_shuffle_module
 
-    from tinax._data._planned_reads import shuffled_indices
+    from tinax._data._pipelines._planned_reads import shuffled_indices
 
     chooser = random.Random(max_index)
     for seed in (0, 1, 2**32 - 1, chooser.randrange(2**32)):

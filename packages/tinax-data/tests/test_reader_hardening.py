@@ -86,8 +86,8 @@ def test_bit_flips_in_a_dictionary_encoded_column_give_only_value_errors_naming_
 
 
 def test_a_dictionary_index_outside_the_dictionary_is_a_value_error_naming_file_and_record(tmp_path, monkeypatch):
-    from tinax._data import _parquet_source
-    from tinax._data._arrow_values import column_getter
+    from tinax._data._records import _parquet_source
+    from tinax._data._records._arrow_values import column_getter
 
     indices = pa.array([0, 1, 7, -1, None, 1], pa.int32())
     damaged = pa.DictionaryArray.from_arrays(indices, pa.array(["a", "b"]), safe=False)
@@ -137,7 +137,7 @@ _EXIT_SCRIPT = textwrap.dedent(
     import pyarrow.parquet as pq
     from grain.sharding import ShardOptions
 
-    from tinax._data._array_record import ArrayRecordSource
+    from tinax._data._records._array_record import ArrayRecordSource
     from tinax.data import read_array_record, read_parquet_record, stack_records, training_batches
 
     SLOW_READ = 0.5
@@ -296,7 +296,7 @@ def test_reads_stop_at_shutdown_only_in_grains_prefetch_threads(tmp_path, monkey
         seen.append(threading.current_thread().name)
         original(what)
 
-    monkeypatch.setattr("tinax._data._parquet_source.check_reads_go_on", recording)
+    monkeypatch.setattr("tinax._data._records._parquet_source.check_reads_go_on", recording)
     iterator = iter(dataset.to_iter_dataset())
     assert [row["id"] for row in iterator] == list(range(10))
     iterator.close()

@@ -545,12 +545,13 @@ def test_parquet_keeps_the_extents_nested_lists_lose_in_the_field_metadata(tmp_p
 def test_listed_zero_extent_shapes_read_back_through_every_read_path(tmp_path, monkeypatch):
     from grain.sharding import ShardOptions
 
-    from tinax._data import _parquet, _planned_reads
+    from tinax._data._pipelines import _planned_reads
+    from tinax._data._records import _parquet_write
     from tinax.data import training_batches
 
     original_read_window = _planned_reads.read_window
     # Row groups of four records, and rows the fill does not give in most of them.
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 4)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 4)
     shapes = [(0, 9), (2, 3), (0, 2), (1, 9), (0, 0), (0, 9), (0, 5)]
     records = [
         {"id": index, "x": _array(shapes[index % len(shapes)], np.int16, index), "name": f"r{index}"}
@@ -910,14 +911,14 @@ def _raw_parquet(path, table: pa.Table, header: dict[str, Any]) -> None:
 
 def _sealed_parquet(path, table: pa.Table, header: dict[str, Any], row_group_size: int | None = None) -> None:
     # A crafted file with valid checksums, as write_parquet_record seals its files.
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     row_group_size = row_group_size or len(table)
     groups = -(-len(table) // row_group_size)
-    placeholder = _parquet._checksum_value("0" * 64, ["0" * 64] * groups)
+    placeholder = _parquet_write._checksum_value("0" * 64, ["0" * 64] * groups)
     metadata = {"tinax.records": json.dumps(header), "tinax.records.checksums": placeholder}
     pq.write_table(table.replace_schema_metadata(metadata), path, row_group_size=row_group_size)
-    _parquet.seal_checksums(path)
+    _parquet_write.seal_checksums(path)
 
 
 def test_a_header_from_a_newer_format_version_is_refused(tmp_path, container):
@@ -1431,10 +1432,10 @@ def test_paths_that_cannot_name_a_file_give_file_not_found(tmp_path, container, 
 
 
 def _small_checksummed_file(tmp_path, monkeypatch) -> tuple[Any, list[dict[str, Any]]]:
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     # Three row groups of two records: flips land in every part of the file.
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 2)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 2)
     boxes = [(0, 4), (2, 4), (0, 2), (1, 4), (0, 4), (0, 0)]  # Extents the field metadata keeps, a row listed.
     records = [
         {
@@ -1549,12 +1550,12 @@ def test_every_single_bit_flip_in_a_small_parquet_file_is_detected(tmp_path, mon
 @pytest.mark.sweep
 @pytest.mark.parametrize("kind", ["tinax-format", "plain-table"])
 def test_seeded_bit_flips_in_a_larger_parquet_file_are_detected(tmp_path, monkeypatch, kind):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     if kind == "plain-table":
         path, expected = _small_plain_file(tmp_path, rows=3000)
     else:
-        monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 700)
+        monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 700)
         expected = [
             {
                 "id": index,
@@ -1691,9 +1692,9 @@ def test_page_checksums_of_other_writers_are_verified_and_files_without_them_rea
     ],
 )
 def test_malformed_empty_shapes_metadata_is_refused_naming_the_file(tmp_path, monkeypatch, entry, message):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
-    monkeypatch.setattr(_parquet, "empty_shapes_entry", lambda shapes: entry)
+    monkeypatch.setattr(_parquet_write, "empty_shapes_entry", lambda shapes: entry)
     path = tmp_path / "d.parquet"
     write_parquet_record(path, [{"x": np.zeros((0, 4))}, {"x": np.zeros((2, 4))}])
     with pytest.raises(
@@ -1703,9 +1704,9 @@ def test_malformed_empty_shapes_metadata_is_refused_naming_the_file(tmp_path, mo
 
 
 def test_a_listed_shape_that_contradicts_the_nested_lists_fails_at_its_record(tmp_path, monkeypatch):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
-    monkeypatch.setattr(_parquet, "empty_shapes_entry", lambda shapes: b'{"fill":[0,0],"rows":[[1,[1,0,3]]]}')
+    monkeypatch.setattr(_parquet_write, "empty_shapes_entry", lambda shapes: b'{"fill":[0,0],"rows":[[1,[1,0,3]]]}')
     path = tmp_path / "d.parquet"
     write_parquet_record(path, [{"x": np.zeros((1, 1, 3))}, {"x": np.zeros((2, 0, 3))}])
     dataset = read_parquet_record(path)
@@ -1769,10 +1770,10 @@ def _fuzz_records() -> list[dict[str, Any]]:
 @pytest.mark.sweep
 @pytest.mark.parametrize("name", ["parquet", "array_record"])
 def test_seeded_mutations_give_only_documented_errors(tmp_path, monkeypatch, name):
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
     container = _array_record_container() if name == "array_record" else _parquet_container()
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 3)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 3)
     path = tmp_path / f"original{container.suffix}"
     container.write(path, _fuzz_records())
     original = path.read_bytes()

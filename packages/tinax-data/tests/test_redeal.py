@@ -61,9 +61,9 @@ def _dataset(kind: str, tmp_path, monkeypatch) -> tuple[grain.MapDataset, int | 
         path = tmp_path / "rows.array_record"
         write_array_record(path, _records())
         return read_array_record(path), None
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 6)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 6)
     window = 2 if kind.startswith("parquet-window") else None
     if kind.endswith("-files"):
         return read_parquet_record(_shards(tmp_path, write_parquet_record, ".parquet")), window
@@ -425,7 +425,7 @@ def test_worker_states_are_re_dealt_into_worker_processes(
 
 @pytest.mark.parametrize("seed", range(24))
 def test_the_re_dealt_positions_are_the_unread_ones_in_order_dealt_in_blocks(seed):
-    from tinax._data._epoch_layout import RedealtEpoch, epoch_progress, resume_point
+    from tinax._data._pipelines._epoch_layout import RedealtEpoch, epoch_progress, resume_point
 
     rng = np.random.default_rng(seed)
     num_rows = int(rng.integers(20, 90))

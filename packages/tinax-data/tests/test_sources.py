@@ -8,7 +8,7 @@ import grain
 import numpy as np
 import pytest
 
-from tinax._data._source_identity import find_source_id
+from tinax._data._records._source_identity import find_source_id
 from tinax.data import InMemorySource
 
 

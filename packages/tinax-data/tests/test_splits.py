@@ -9,7 +9,7 @@ import grain
 import numpy as np
 import pytest
 
-from tinax._data._source_identity import find_source_id
+from tinax._data._records._source_identity import find_source_id
 from tinax._data._splits import MissingColumnError
 from tinax.data import InMemorySource, split_by_column, split_random
 

@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _direct_reads, _planned_reads
-from tinax._data._parquet_source import _RowGroup
+from tinax._data._pipelines import _direct_reads, _planned_reads
+from tinax._data._records._parquet_source import _RowGroup
 from tinax.data import (
     InMemorySource,
     evaluation_batches,
@@ -368,7 +368,7 @@ def test_a_globally_shuffled_columnar_pipeline_past_the_cache_reads_planned_wind
 )
 def test_positions_of_a_range_are_grains_across_epochs_of_slices_and_source(count, cuts):
     from tinax._data._grain_compat import read_many
-    from tinax._data._planned_reads import VectorPositions, _vector_positions, position_dataset
+    from tinax._data._pipelines._planned_reads import VectorPositions, _vector_positions, position_dataset
 
     ordered = position_dataset(count).seed(5)
     twin, slices = ordered, []

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _direct_reads, _planned_reads
-from tinax._data._file_columns import FileColumns
-from tinax._data._parquet_source import ParquetRecordSource, _RowGroup
-from tinax._data._reader_datasets import record_source_of
+from tinax._data._pipelines import _direct_reads, _planned_reads
+from tinax._data._records._file_columns import FileColumns
+from tinax._data._records._parquet_source import ParquetRecordSource, _RowGroup
+from tinax._data._records._reader_datasets import record_source_of
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX
 from tinax.data import (
     evaluation_batches,
@@ -591,9 +591,9 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
 def test_seeded_bit_flips_read_through_stacked_batches_are_refused_naming_the_file(tmp_path, monkeypatch, kind):
     # stack_records batches read the whole columns, which a thread fills ahead in runs of row groups: every
     # flip must still fail a batch, as the checksums cover every byte.
-    from tinax._data import _parquet
+    from tinax._data._records import _parquet_write
 
-    monkeypatch.setattr(_parquet, "_ROW_GROUP_MAX_ROWS", 50)
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 50)
     rng = np.random.default_rng(20261206)
     shape = (2, 3) if kind == "tinax-format" else (3,)
     records = [

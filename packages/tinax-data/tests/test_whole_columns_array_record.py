@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from grain.sharding import ShardOptions
 
-from tinax._data import _array_record
-from tinax._data._file_columns import WholeColumns
-from tinax._data._reader_datasets import record_source_of
-from tinax._data._record_codec import RecordSchema
+from tinax._data._records import _array_record
+from tinax._data._records._file_columns import WholeColumns
+from tinax._data._records._reader_datasets import record_source_of
+from tinax._data._records._record_codec import RecordSchema
 from tinax._data._shutdown import WINDOW_THREAD_PREFIX
 from tinax.data import evaluation_batches, read_array_record, stack_records, training_batches, write_array_record
 

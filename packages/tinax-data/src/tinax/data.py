@@ -9,16 +9,16 @@ array-record are imported only when a function runs. See docs/guide/data.md.
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version
-from tinax._data._array_record_open import read_array_record
-from tinax._data._array_record_write import write_array_record
-from tinax._data._parquet import write_parquet_record
-from tinax._data._parquet_open import read_parquet_record
-from tinax._data._pipelines import BatchTransform, evaluation_batches, training_batches
-from tinax._data._redeal import redeal_state
-from tinax._data._source_identity import InMemorySource
+from tinax._data._pipelines._batches import BatchTransform, evaluation_batches, training_batches
+from tinax._data._pipelines._redeal import redeal_state
+from tinax._data._pipelines._workers import open_multiprocessing_iterator
+from tinax._data._records._array_record_open import read_array_record
+from tinax._data._records._array_record_write import write_array_record
+from tinax._data._records._parquet_open import read_parquet_record
+from tinax._data._records._parquet_write import write_parquet_record
+from tinax._data._records._source_identity import InMemorySource
 from tinax._data._splits import split_by_column, split_random
 from tinax._data._stacking import stack_records
-from tinax._data._workers import open_multiprocessing_iterator
 
 __all__ = [
     "BatchTransform",

@@ -27,7 +27,7 @@ from tinax._core.validation import (
     require_str,
 )
 from tinax._data._compat02 import MissingColumnError
-from tinax._data._source_identity import find_source_id
+from tinax._data._records._source_identity import find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
@@ -181,7 +181,7 @@ def split_by_column(
     )
     operation.done(rows=total)
 
-    from tinax._data._reader_datasets import source_dataset
+    from tinax._data._records._reader_datasets import source_dataset
 
     parent_id = find_source_id(dataset)
     parts = []
@@ -200,8 +200,8 @@ def split_by_column(
 
 def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None]) -> list[Any] | None:
     """One column of every row, read alone, for a Parquet reader's own dataset; else None."""
-    from tinax._data._parquet_source import ParquetRecordSource
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._records._parquet_source import ParquetRecordSource
+    from tinax._data._records._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if not isinstance(source, ParquetRecordSource) or column not in source.column_names:
@@ -211,7 +211,7 @@ def _column_of_source(dataset: Any, column: str, advance: Callable[[int], None])
 
 def _logged_name(dataset: Any) -> str:
     """What a split's log line names: the reader's file, else the source identity or the dataset."""
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._records._reader_datasets import record_source_of
 
     path = getattr(record_source_of(dataset), "_path", None)
     return str(path) if path is not None else find_source_id(dataset) or str(dataset)
@@ -294,7 +294,7 @@ def split_random(
         shuffled = dataset.shuffle(seed=seed)
 
     first_count = min(max(round(ratio * total), 1), total - 1)
-    from tinax._data._reader_datasets import MappedMapDataset, SlicedMapDataset
+    from tinax._data._records._reader_datasets import MappedMapDataset, SlicedMapDataset
 
     parent_id = find_source_id(dataset)
     parts = []

@@ -26,20 +26,20 @@ from tinax._core import storage, validation
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
-from tinax._data._arrow_columns import _array_column as _array_column
-from tinax._data._arrow_columns import _native_arrow_schema as _native_arrow_schema
-from tinax._data._arrow_columns import _row_group_table, empty_shapes_entry
-from tinax._data._arrow_columns import _storage as _storage
-from tinax._data._arrow_columns import _to_storage as _to_storage
-from tinax._data._parquet_checksums import (
+from tinax._data._records._arrow_columns import _array_column as _array_column
+from tinax._data._records._arrow_columns import _native_arrow_schema as _native_arrow_schema
+from tinax._data._records._arrow_columns import _row_group_table, empty_shapes_entry
+from tinax._data._records._arrow_columns import _storage as _storage
+from tinax._data._records._arrow_columns import _to_storage as _to_storage
+from tinax._data._records._parquet_checksums import (
     _ZERO_DIGEST,
     CHECKSUM_KEY,
     METADATA_KEY,
     _checksum_value,
     seal_checksums,
 )
-from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
-from tinax._data._record_codec import (
+from tinax._data._records._paths import DestinationErrors, require_record_path, writable_destination
+from tinax._data._records._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
     KIND_BYTES,

@@ -19,8 +19,8 @@ from tinax._core.validation import (
     require_non_negative_int,
     require_positive_int,
 )
-from tinax._data._pipeline_states import STATE_FORMAT
-from tinax._data._pipelines import find_pipeline_description
+from tinax._data._pipelines._batches import find_pipeline_description
+from tinax._data._pipelines._pipeline_states import STATE_FORMAT
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset
@@ -85,7 +85,7 @@ def open_multiprocessing_iterator(
     import grain
     from absl import flags
 
-    from tinax._data._checked_datasets import CheckedIterator
+    from tinax._data._pipelines._checked_datasets import CheckedIterator
 
     # After a NumPy integer (0.2 refused it with TypeError), a later refusal is also a TypeError.
     widened = is_non_python_int(num_workers) or is_non_python_int(per_worker_buffer_size)

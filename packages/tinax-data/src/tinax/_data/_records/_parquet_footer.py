@@ -2,7 +2,7 @@
 
 The footer's row groups, tinax header and checksums are checked on opening; an
 object is read through ranged reads that pin its version. The layout and
-checksums are those ``_parquet`` writes (see docs/guide/data.md).
+checksums are those ``_parquet_write`` writes (see docs/guide/data.md).
 """
 
 from __future__ import annotations
@@ -20,17 +20,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tinax._core.logs import get_logger
-from tinax._data._arrow_columns import (
+from tinax._data._compat02 import CorruptParquetError
+from tinax._data._records._arrow_columns import (
     FIELD_EMPTY_SHAPES_KEY,
     EmptyShapes,
     _is_native_array_type,
     _plain_arrow_type,
     parse_empty_shapes,
 )
-from tinax._data._arrow_values import require_mappable
-from tinax._data._compat02 import CorruptParquetError
-from tinax._data._locations import Location, RemotePath, file_size, open_object, read_object_range
-from tinax._data._parquet_checksums import (
+from tinax._data._records._arrow_values import require_mappable
+from tinax._data._records._locations import Location, RemotePath, file_size, open_object, read_object_range
+from tinax._data._records._parquet_checksums import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
     METADATA_KEY,
@@ -41,8 +41,8 @@ from tinax._data._parquet_checksums import (
     _row_group_ranges,
     range_digests,
 )
-from tinax._data._record_codec import KIND_ARRAY, RecordHeader, RecordSchema
-from tinax._data._record_file_source import RecordFileSource
+from tinax._data._records._record_codec import KIND_ARRAY, RecordHeader, RecordSchema
+from tinax._data._records._record_file_source import RecordFileSource
 
 try:
     # How pyarrow unpickles a FileMetaData: it parses a footer's Thrift bytes, without opening the file again.

@@ -25,8 +25,8 @@ from tinax._core.validation import (
     require_optional_positive_int,
     require_positive_int,
 )
-from tinax._data._pipeline_states import in_process_description
-from tinax._data._source_identity import find_file_set, find_source_id
+from tinax._data._pipelines._pipeline_states import in_process_description
+from tinax._data._records._source_identity import find_file_set, find_source_id
 
 if TYPE_CHECKING:
     from grain import MapDataset
@@ -139,7 +139,7 @@ def training_batches(
         # Only then: the states of the default pipeline stay 0.2's and 0.3's.
         description["shuffle_window"] = shuffle_window
     _describe_files(description, dataset)
-    from tinax._data._checked_datasets import CheckedMapDataset, EpochRows
+    from tinax._data._pipelines._checked_datasets import CheckedMapDataset, EpochRows
 
     return CheckedMapDataset(
         batched,
@@ -199,7 +199,7 @@ def _epoch_order(dataset: Any, seed: int, shuffle: bool, window: int | None) -> 
         if not shuffle:
             fail_value("shuffle_window", "None when shuffle is False", window)
         blocks = _row_group_ends(dataset)
-    from tinax._data._checked_datasets import WindowShuffleMapDataset
+    from tinax._data._pipelines._checked_datasets import WindowShuffleMapDataset
 
     ordered = dataset.seed(seed)
     if window is not None:
@@ -220,9 +220,9 @@ def _epoch_batches(
     num_epochs: int | None,
 ) -> Any:
     """One epoch's batches of this shard's rows: grain's own batch, one read call per batch."""
-    from tinax._data._direct_reads import DirectBatchMapDataset
-    from tinax._data._planned_reads import batch_positions, shuffled_batches
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._pipelines._direct_reads import DirectBatchMapDataset
+    from tinax._data._pipelines._planned_reads import batch_positions, shuffled_batches
+    from tinax._data._records._reader_datasets import record_source_of
 
     rows = ordered.slice(row_slices[0]).slice(row_slices[1])
     if order == "shuffle":
@@ -298,9 +298,9 @@ def evaluation_batches(
     base, extra = divmod(total, count)
     start = index * base + min(index, extra)
     stop = start + base + (1 if index < extra else 0)
-    from tinax._data._direct_reads import DirectBatchMapDataset
-    from tinax._data._planned_reads import batch_positions
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._pipelines._direct_reads import DirectBatchMapDataset
+    from tinax._data._pipelines._planned_reads import batch_positions
+    from tinax._data._records._reader_datasets import record_source_of
 
     # grain's own batch, each batch's rows read from the source at positions computed at once.
     row_slice = slice(start, stop)
@@ -322,7 +322,7 @@ def evaluation_batches(
         "batch_size": batch_size,
     }
     _describe_files(description, dataset)
-    from tinax._data._checked_datasets import CheckedMapDataset
+    from tinax._data._pipelines._checked_datasets import CheckedMapDataset
 
     return CheckedMapDataset(
         batched, in_process_description(description), default_read_options=_default_read_options(dataset, batch_fn)
@@ -339,8 +339,8 @@ def _describe_files(description: dict[str, Any], dataset: Any) -> None:
 
 def _default_read_options(dataset: Any, batch_fn: Any) -> Any:
     """The read options a pipeline over ``dataset`` iterates with when given none, or None for Grain's."""
-    from tinax._data._checked_datasets import IN_TURN_READ_OPTIONS, STACKED_READ_OPTIONS
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._pipelines._checked_datasets import IN_TURN_READ_OPTIONS, STACKED_READ_OPTIONS
+    from tinax._data._records._reader_datasets import record_source_of
     from tinax._data._stacking import stacks_columns
 
     # Only the reader's own dataset: a transformation in front may wait on anything.
@@ -355,8 +355,8 @@ def _default_read_options(dataset: Any, batch_fn: Any) -> Any:
 
 
 def _row_group_ends(dataset: Any) -> tuple[int, ...]:
-    from tinax._data._parquet_source import ParquetRecordSource
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._records._parquet_source import ParquetRecordSource
+    from tinax._data._records._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if not isinstance(source, ParquetRecordSource):
@@ -405,7 +405,7 @@ def shard_options_fields(shard_options: object, *, drop_remainder: bool) -> dict
 
 def find_pipeline_description(dataset: Any) -> dict[str, Any] | None:
     """A copy of the description of the nearest tinax pipeline among a dataset's parents, or None."""
-    from tinax._data._checked_datasets import CheckedIterDataset, CheckedMapDataset
+    from tinax._data._pipelines._checked_datasets import CheckedIterDataset, CheckedMapDataset
 
     pending: list[Any] = [dataset]
     while pending:

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from tinax._core.validation import fail_type, fail_value
-from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record, exact_int
-from tinax._data._file_sets import describe_file_difference
+from tinax._data._pipelines._epoch_layout import REDEAL_KEY, RedealtEpoch, checked_redeal_record, exact_int
+from tinax._data._records._file_sets import describe_file_difference
 
 __all__ = [
     "STATE_DESCRIPTION_KEY",

@@ -15,11 +15,11 @@ import numpy as np
 import pyarrow as pa
 
 from tinax._data._compat02 import CorruptParquetError
-from tinax._data._file_sets import FileSet, combined_header, require_one_kind
-from tinax._data._parquet_footer import _Footer, checked_range
-from tinax._data._parquet_source import ParquetRecordSource
-from tinax._data._record_codec import RecordHeader
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource, OpenFiles
+from tinax._data._records._file_sets import FileSet, combined_header, require_one_kind
+from tinax._data._records._parquet_footer import _Footer, checked_range
+from tinax._data._records._parquet_source import ParquetRecordSource
+from tinax._data._records._record_codec import RecordHeader
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource, OpenFiles
 
 __all__ = ["ParquetFilesSource"]
 

@@ -21,7 +21,7 @@ import numpy as np
 from tinax._core._compat02 import TypeAndAttributeError
 from tinax._core.optional import import_optional
 from tinax._data._compat02 import UnreadableArrayRecordError
-from tinax._data._file_columns import (
+from tinax._data._records._file_columns import (
     WholeColumns,
     fill_threads,
     gather_rows,
@@ -30,9 +30,9 @@ from tinax._data._file_columns import (
     stacked_alike,
     start_filling,
 )
-from tinax._data._locations import Location, file_size
-from tinax._data._record_codec import RecordHeader
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, RecordFileSource
+from tinax._data._records._locations import Location, file_size
+from tinax._data._records._record_codec import RecordHeader
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, RecordFileSource
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, stack_records
 

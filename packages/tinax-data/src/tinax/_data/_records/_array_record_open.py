@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from tinax._core import validation
 from tinax._core.storage import UnsupportedStoreError
-from tinax._data._array_record import ArrayRecordSource, _array_record_module
-from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath
-from tinax._data._record_codec import require_record_file
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES
+from tinax._data._records._array_record import ArrayRecordSource, _array_record_module
+from tinax._data._records._file_sets import FileSet, resolve_record_paths
+from tinax._data._records._locations import RemotePath
+from tinax._data._records._record_codec import require_record_file
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
     import grain
@@ -78,12 +78,12 @@ def read_array_record(
     cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
     _array_record_module("read_array_record")
     # grain's source dataset, refusing bool indices that it would read as 0 or 1.
-    from tinax._data._reader_datasets import source_dataset
+    from tinax._data._records._reader_datasets import source_dataset
 
     if isinstance(found, FileSet):
         if isinstance(found.root, RemotePath):
             require_readable_store(found.root)
-        from tinax._data._array_record_files import ArrayRecordFilesSource
+        from tinax._data._records._array_record_files import ArrayRecordFilesSource
 
         return source_dataset(ArrayRecordFilesSource(found, decode=decode, cache_bytes=cache_bytes))
     if isinstance(found, RemotePath):

@@ -21,7 +21,6 @@ import grain
 import numpy as np
 
 from tinax._core.validation import fail_type
-from tinax._data._epoch_layout import REDEAL_KEY, RedealtEpoch
 from tinax._data._grain_compat import (
     get_next_index,
     iterator_length,
@@ -29,7 +28,8 @@ from tinax._data._grain_compat import (
     replace_parent_iterator,
     set_next_index,
 )
-from tinax._data._pipeline_states import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
+from tinax._data._pipelines._epoch_layout import REDEAL_KEY, RedealtEpoch
+from tinax._data._pipelines._pipeline_states import STATE_DESCRIPTION_KEY, STATE_GRAIN_KEY, check_state_and_record
 
 if TYPE_CHECKING:
     from grain import DatasetIterator, IterDataset, MapDataset

@@ -22,10 +22,10 @@ from tinax._core._compat02 import MissingPathError, also_raised_as
 from tinax._core.files import atomic_path
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, require_progress
-from tinax._data._array_record import _HEADER_MAGIC, _array_record_module
 from tinax._data._compat02 import ArrayRecordWriteError
-from tinax._data._paths import DestinationErrors, require_record_path, writable_destination
-from tinax._data._record_codec import RecordHeader, RecordSchema
+from tinax._data._records._array_record import _HEADER_MAGIC, _array_record_module
+from tinax._data._records._paths import DestinationErrors, require_record_path, writable_destination
+from tinax._data._records._record_codec import RecordHeader, RecordSchema
 
 __all__ = ["write_array_record"]
 

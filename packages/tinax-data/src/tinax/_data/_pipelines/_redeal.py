@@ -11,15 +11,22 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tinax._core.validation import fail_type, fail_value, require_non_negative_int, require_positive_int
-from tinax._data._epoch_layout import REDEAL_KEY, Intervals, RedealtEpoch, epoch_progress, exact_int, resume_point
-from tinax._data._pipeline_states import (
+from tinax._data._pipelines._batches import shard_options_fields
+from tinax._data._pipelines._epoch_layout import (
+    REDEAL_KEY,
+    Intervals,
+    RedealtEpoch,
+    epoch_progress,
+    exact_int,
+    resume_point,
+)
+from tinax._data._pipelines._pipeline_states import (
     STATE_DESCRIPTION_KEY,
     STATE_FORMAT,
     STATE_GRAIN_KEY,
     check_state_and_record,
     in_process_description,
 )
-from tinax._data._pipelines import shard_options_fields
 
 if TYPE_CHECKING:
     from grain.sharding import ShardOptions

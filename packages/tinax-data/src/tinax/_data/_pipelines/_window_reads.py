@@ -134,7 +134,7 @@ def read_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.n
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from tinax._data._row_groups import _in_system_memory, _RowGroup
+    from tinax._data._records._row_groups import _in_system_memory, _RowGroup
 
     past = _make_room(source)
     order, row_groups = _by_row_group(source, positions, past=past)

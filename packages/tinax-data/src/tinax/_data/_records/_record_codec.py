@@ -24,8 +24,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from tinax._core import validation
-from tinax._data._record_decoders import _BATCH_EXTENT_LIMIT, _Batch, _batch_decoder, _decoder
-from tinax._data._record_fields import (
+from tinax._data._records._record_decoders import _BATCH_EXTENT_LIMIT, _Batch, _batch_decoder, _decoder
+from tinax._data._records._record_fields import (
     _BOOL,
     _FLOAT,
     _INT,

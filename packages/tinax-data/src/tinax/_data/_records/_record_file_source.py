@@ -12,8 +12,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from tinax._data._locations import Location, pickled_location, restored_location
-from tinax._data._record_codec import RecordSchema, record_position
+from tinax._data._records._locations import Location, pickled_location, restored_location
+from tinax._data._records._record_codec import RecordSchema, record_position
 
 __all__ = ["DEFAULT_CACHE_BYTES", "FileSetSource", "OpenFiles", "RecordFileSource"]
 
@@ -31,7 +31,7 @@ class RecordFileSource(Generic[HeaderT]):
 
     #: What the header is in the file, for the message refusing a changed file.
     _header_name = "header"
-    #: Whether reads take turns under a lock, so extra prefetch threads only wait (see ``_pipelines``).
+    #: Whether reads take turns under a lock, so extra prefetch threads only wait (see ``_pipelines._batches``).
     reads_in_turn = False
 
     def __init__(self, path: Location) -> None:

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as types
 
-from tinax._data._arrow_columns import EmptyShapes, _storage
-from tinax._data._arrow_values import ArrayColumn, column_getter, many_values, stacked_values
-from tinax._data._record_codec import KIND_ARRAY, KIND_NONE, FieldSpec, RecordSchema
+from tinax._data._records._arrow_columns import EmptyShapes, _storage
+from tinax._data._records._arrow_values import ArrayColumn, column_getter, many_values, stacked_values
+from tinax._data._records._record_codec import KIND_ARRAY, KIND_NONE, FieldSpec, RecordSchema
 from tinax._data._stacking import stack_values
 
 _SYSTEM_POOL = pa.system_memory_pool()

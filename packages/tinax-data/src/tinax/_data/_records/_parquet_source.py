@@ -3,7 +3,7 @@
 Opening reads and checks the footer only; indexing reads, checks and caches the
 row group that holds the record, as Arrow buffers under an LRU memory budget.
 Imports pyarrow at its top, so only ``read_parquet_record`` imports it. The
-layout and checksums are those ``_parquet`` writes (see docs/guide/data.md).
+layout and checksums are those ``_parquet_write`` writes (see docs/guide/data.md).
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ import numpy as np
 import pyarrow as pa
 
 from tinax._core.logs import format_bytes, get_logger
-from tinax._data._arrow_values import column_getter
 from tinax._data._compat02 import CorruptParquetError
-from tinax._data._file_columns import WholeColumns, fill_threads, gather_rows, slice_rows, start_filling
-from tinax._data._locations import Location
-from tinax._data._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
-from tinax._data._record_codec import RecordHeader, record_position
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource
-from tinax._data._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
+from tinax._data._records._arrow_values import column_getter
+from tinax._data._records._file_columns import WholeColumns, fill_threads, gather_rows, slice_rows, start_filling
+from tinax._data._records._locations import Location
+from tinax._data._records._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
+from tinax._data._records._record_codec import RecordHeader, record_position
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource
+from tinax._data._records._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records
 
@@ -501,7 +501,7 @@ class ParquetRecordSource(ParquetOpening):
             self._cached_bytes = 0
             self._whole.columns = None
 
-    # What planned reads (``tinax._data._planned_reads``) size their windows by.
+    # What planned reads (``tinax._data._pipelines._planned_reads``) size their windows by.
 
     @property
     def cache_bytes(self) -> int:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from tinax._data._record_codec import (
+from tinax._data._records._record_codec import (
     KIND_ARRAY,
     KIND_BOOL,
     KIND_BYTES,

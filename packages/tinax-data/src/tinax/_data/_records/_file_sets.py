@@ -19,9 +19,9 @@ from typing import Any
 
 from tinax._core import validation
 from tinax._core.storage import as_remote
-from tinax._data._locations import Location, RemotePath, remote_filesystem, require_remote_file
-from tinax._data._paths import require_record_path
-from tinax._data._record_codec import RecordHeader, require_record_file
+from tinax._data._records._locations import Location, RemotePath, remote_filesystem, require_remote_file
+from tinax._data._records._paths import require_record_path
+from tinax._data._records._record_codec import RecordHeader, require_record_file
 
 __all__ = [
     "DatasetFile",

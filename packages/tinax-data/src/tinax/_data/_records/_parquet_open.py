@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tinax._core import validation
-from tinax._data._arrow_values import MAPPINGS
-from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath
-from tinax._data._record_codec import require_record_file
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES
+from tinax._data._records._arrow_values import MAPPINGS
+from tinax._data._records._file_sets import FileSet, resolve_record_paths
+from tinax._data._records._locations import RemotePath
+from tinax._data._records._record_codec import require_record_file
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES
 
 if TYPE_CHECKING:
     import grain
@@ -74,13 +74,13 @@ def read_parquet_record(
         validation.fail_value("mapping", f"one of {list(MAPPINGS)}", mapping)
     cache_bytes = validation.require_positive_int(cache_bytes, "cache_bytes")
     # Imported here: grain's source dataset and the readers import grain and pyarrow.
-    from tinax._data._reader_datasets import source_dataset
+    from tinax._data._records._reader_datasets import source_dataset
 
     if isinstance(found, FileSet):
-        from tinax._data._parquet_files import ParquetFilesSource
+        from tinax._data._records._parquet_files import ParquetFilesSource
 
         return source_dataset(ParquetFilesSource(found, mapping=mapping, cache_bytes=cache_bytes))
-    from tinax._data._parquet_source import ParquetRecordSource
+    from tinax._data._records._parquet_source import ParquetRecordSource
 
     if isinstance(found, RemotePath):  # An object, found by resolve_record_paths.
         return source_dataset(ParquetRecordSource(found, mapping=mapping, cache_bytes=cache_bytes))

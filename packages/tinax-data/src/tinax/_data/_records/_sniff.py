@@ -59,10 +59,14 @@ def _first_file(folder: pathlib.Path) -> pathlib.Path | None:
 ARRAY_RECORD = Inspector(
     "ArrayRecord record file",
     _sniffer(_array_record_file),
-    "tinax._data._inspect:inspect_array_record",
+    "tinax._data._records._inspect:inspect_array_record",
     patterns=True,
 )
 # A footer alone is weaker than another kind's signature at the start (a msgpack file may end in PAR1).
 PARQUET = Inspector(
-    "Parquet record file", _sniffer(_parquet_file), "tinax._data._inspect:inspect_parquet", order=2, patterns=True
+    "Parquet record file",
+    _sniffer(_parquet_file),
+    "tinax._data._records._inspect:inspect_parquet",
+    order=2,
+    patterns=True,
 )

@@ -18,18 +18,16 @@ from typing import Any
 import numpy as np
 
 from tinax._core.logs import format_bytes, get_logger
-from tinax._data._direct_reads import DirectBatchMapDataset
 from tinax._data._grain_compat import SLICE_MAP_DATASET, read_many
-from tinax._data._position_twins import (
+from tinax._data._pipelines._direct_reads import DirectBatchMapDataset
+from tinax._data._pipelines._position_twins import (
     PositionSource,
     VectorPositions,
     _vector_positions,
     position_dataset,
     shuffled_indices,
 )
-from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
-from tinax._data._stacking import StackedColumns, stacks_columns
-from tinax._data._window_reads import (
+from tinax._data._pipelines._window_reads import (
     _PIECE_ROWS,
     _by_row_group,
     _make_room,
@@ -40,6 +38,8 @@ from tinax._data._window_reads import (
     read_window,
     window_rows,
 )
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX, check_reads_go_on
+from tinax._data._stacking import StackedColumns, stacks_columns
 
 __all__ = [
     "PlannedBatchMapDataset",
@@ -428,8 +428,8 @@ def shuffled_batches(
 
     Only where ``dataset`` is what ``read_parquet_record`` returned; ``row_slices`` cut ``ordered`` into ``rows``.
     """
-    from tinax._data._parquet_source import ParquetRecordSource
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._records._parquet_source import ParquetRecordSource
+    from tinax._data._records._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if not isinstance(source, ParquetRecordSource):
@@ -467,7 +467,7 @@ def batch_positions(
 
     None where ``dataset`` is not a reader's own, or the map disagrees with grain's.
     """
-    from tinax._data._reader_datasets import record_source_of
+    from tinax._data._records._reader_datasets import record_source_of
 
     source = record_source_of(dataset)
     if source is None:
@@ -478,7 +478,7 @@ def batch_positions(
     if order == "shuffle":
         twin = twin.shuffle()
     elif order == "window":
-        from tinax._data._checked_datasets import WindowShuffleMapDataset
+        from tinax._data._pipelines._checked_datasets import WindowShuffleMapDataset
 
         twin = WindowShuffleMapDataset(twin, seed=ordered._seed, block_ends=ordered._block_ends, window=ordered._window)
     # Same grain classes, depth and seed give the same order; should grain's seeding differ, none.

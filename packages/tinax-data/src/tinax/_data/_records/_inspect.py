@@ -11,13 +11,13 @@ import pathlib
 from typing import Any
 
 from tinax._core._command._report import InspectOptions, Report, Shown
-from tinax._data._array_record import ArrayRecordSource
-from tinax._data._array_record_open import require_readable_store
-from tinax._data._arrow_values import MAPPINGS, array_description, shape_extents, value_description
-from tinax._data._file_sets import FileSet, resolve_record_paths
-from tinax._data._locations import RemotePath
-from tinax._data._parquet_source import ParquetRecordSource
-from tinax._data._record_codec import KIND_ARRAY, FieldSpec
+from tinax._data._records._array_record import ArrayRecordSource
+from tinax._data._records._array_record_open import require_readable_store
+from tinax._data._records._arrow_values import MAPPINGS, array_description, shape_extents, value_description
+from tinax._data._records._file_sets import FileSet, resolve_record_paths
+from tinax._data._records._locations import RemotePath
+from tinax._data._records._parquet_source import ParquetRecordSource
+from tinax._data._records._record_codec import KIND_ARRAY, FieldSpec
 
 __all__ = ["inspect_array_record", "inspect_parquet"]
 
@@ -28,7 +28,7 @@ def inspect_parquet(path: pathlib.Path | str, options: InspectOptions) -> Report
     """Describes a Parquet file: schema (each column's value as the reader gives it), rows, row groups, checksums."""
     found = resolve_record_paths(str(path), "path", "Parquet")
     if isinstance(found, FileSet):
-        from tinax._data._parquet_files import ParquetFilesSource
+        from tinax._data._records._parquet_files import ParquetFilesSource
 
         source: ParquetRecordSource = ParquetFilesSource(found, mapping="python")
     elif isinstance(found, RemotePath):
@@ -118,7 +118,7 @@ def inspect_array_record(path: pathlib.Path | str, options: InspectOptions) -> R
     """Describes an ArrayRecord file: record count, the tinax header and schema where present."""
     found = resolve_record_paths(str(path), "path", "ArrayRecord")
     if isinstance(found, FileSet):
-        from tinax._data._array_record_files import ArrayRecordFilesSource
+        from tinax._data._records._array_record_files import ArrayRecordFilesSource
 
         if isinstance(found.root, RemotePath):
             require_readable_store(found.root)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tinax._data._grain_compat import read_many
-from tinax._data._reader_datasets import RecordSourceMapDataset
+from tinax._data._records._reader_datasets import RecordSourceMapDataset
 
 
 class PositionSource:

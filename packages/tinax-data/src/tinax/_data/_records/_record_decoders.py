@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tinax._data._record_fields import (
+from tinax._data._records._record_fields import (
     _FLOAT,
     _INT,
     _LENGTH,

@@ -12,10 +12,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tinax._data._array_record import ArrayRecordSource, _LastRecord
-from tinax._data._file_sets import FileSet, require_one_kind
-from tinax._data._locations import Location, file_size
-from tinax._data._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource, OpenFiles
+from tinax._data._records._array_record import ArrayRecordSource, _LastRecord
+from tinax._data._records._file_sets import FileSet, require_one_kind
+from tinax._data._records._locations import Location, file_size
+from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource, OpenFiles
 
 __all__ = ["ArrayRecordFilesSource"]
 

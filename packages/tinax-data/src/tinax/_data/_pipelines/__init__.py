@@ -1,0 +1,1 @@
+"""Pipelines over record sources: batches, their iterator states, re-deals, planned reads, workers."""
