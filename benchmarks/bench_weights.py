@@ -66,7 +66,7 @@ import safetensors
 import safetensors.numpy
 from safetensors import safe_open
 
-from tinax._weights._header import forget_validated_headers
+from tinax._weights._safetensors._header import forget_validated_headers
 from tinax.weights import (
     load_safetensors,
     load_sharded_safetensors,

@@ -17,7 +17,7 @@ import pytest
 
 from tinax._core import dtypes
 from tinax._data._records._record_codec import dtype_descriptor, dtype_from_descriptor
-from tinax._weights import _dtypes as safetensors_table
+from tinax._weights._safetensors import _dtypes as safetensors_table
 from tinax.data import read_array_record, write_array_record
 from tinax.weights import load_msgpack, load_safetensors, save_msgpack, save_safetensors
 

@@ -14,7 +14,7 @@ import pytest
 from tinax._core._command._integrity import install_command
 from tinax._core._command._registry import HEAD_BYTES, Probe
 from tinax._weights import _sniff
-from tinax._weights._header import MAX_HEADER_BYTES
+from tinax._weights._safetensors._header import MAX_HEADER_BYTES
 from tinax.weights import load_sharded_safetensors, save_msgpack, save_safetensors
 from tinax_testing import run_tinax
 

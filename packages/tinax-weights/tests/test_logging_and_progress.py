@@ -186,7 +186,7 @@ def test_load_progress_grows_from_zero_to_the_bytes_read(tmp_path):
 
 
 def test_progress_moves_within_a_long_shard(tmp_path, monkeypatch):
-    from tinax._weights import _sharded_load, _sharded_save
+    from tinax._weights._safetensors import _sharded_load, _sharded_save
 
     monkeypatch.setattr(_sharded_save, "_WRITE_CHUNK_BYTES", 1024)
     monkeypatch.setattr(_sharded_load, "_READ_CHUNK_BYTES", 1024)

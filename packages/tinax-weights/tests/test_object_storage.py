@@ -335,7 +335,7 @@ def test_sharded_index_round_trip_and_replacement(object_store: str, tmp_path) -
 
 
 def test_an_export_without_its_index_is_refused(object_store: str) -> None:  # noqa: F811
-    import tinax._weights._sharded_save as sharded_save
+    import tinax._weights._safetensors._sharded_save as sharded_save
 
     index = f"{object_store}/model.safetensors.index.json"
     original = sharded_save._as_leader

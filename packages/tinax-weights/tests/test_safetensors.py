@@ -17,7 +17,7 @@ import safetensors.numpy
 from safetensors import SafetensorError, safe_open
 
 import tinax.weights
-from tinax._weights._safetensors import _bounded_pieces
+from tinax._weights._safetensors._files import _bounded_pieces
 from tinax.weights import (
     LoadedSafetensors,
     SafetensorsInfo,

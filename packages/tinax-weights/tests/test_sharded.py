@@ -125,7 +125,7 @@ def staging(request, monkeypatch):
     tile a box read together, placed one by one;
     ``shard-by-shard``: read and placed one shard at a time.
     """
-    from tinax._weights import _sharded_load
+    from tinax._weights._safetensors import _sharded_load
 
     if request.param in ("read-together", "shard-by-shard"):
         monkeypatch.setattr(_sharded_load, "BATCHED_PLACEMENT_BYTES", 0)
@@ -172,7 +172,7 @@ def test_the_budget_counts_this_process_reads_and_is_checked_before_any(tmp_path
     assert needed == sum(array.nbytes for array in source.values())  # One process holds every shard.
 
     reads: list[int] = []
-    from tinax._weights import _sharded_load
+    from tinax._weights._safetensors import _sharded_load
 
     real = _sharded_load.read_payload
     monkeypatch.setattr(_sharded_load, "read_payload", lambda *a, **k: reads.append(1) or real(*a, **k))
@@ -193,7 +193,7 @@ def test_shards_along_later_axes_are_read_row_by_row_not_whole(tmp_path, monkeyp
     tensor = np.arange(8 * 8, dtype=np.float32).reshape(8, 8)
     path = tmp_path / "model.safetensors"
     save_safetensors(path, {"w": tensor}, overwrite=False)
-    from tinax._weights import _sharded_load
+    from tinax._weights._safetensors import _sharded_load
 
     lengths: list[int] = []
     real = _sharded_load.read_payload
@@ -552,7 +552,7 @@ def test_replacing_a_multi_file_export_swaps_the_whole_set_at_once(tmp_path):
 
 
 def test_a_replacement_that_fails_midway_leaves_the_old_checkpoint_whole(tmp_path, monkeypatch):
-    from tinax._weights import _sharded_save
+    from tinax._weights._safetensors import _sharded_save
 
     mesh = make_mesh((4, 2))
     rows = NamedSharding(mesh, PartitionSpec("x"))
@@ -634,7 +634,7 @@ def test_export_refusals(tmp_path):
 @pytest.mark.parametrize("batch", [0, 1 << 20, 8 << 20])
 def test_staging_memory_is_one_shard_not_the_model(tmp_path, monkeypatch, batch):
     """Host allocations above the arrays' own bytes stay within one shard or the batch (traced by tracemalloc)."""
-    from tinax._weights import _sharded_load
+    from tinax._weights._safetensors import _sharded_load
 
     monkeypatch.setattr(_sharded_load, "STAGING_BATCH_BYTES", batch)
     monkeypatch.setattr(_sharded_load, "BATCHED_PLACEMENT_BYTES", min(batch, 256 << 10))

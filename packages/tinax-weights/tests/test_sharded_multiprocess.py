@@ -89,7 +89,7 @@ def needed_bytes(path: str, name: str, sharding: NamedSharding, shape: tuple[int
 
 
 def _body_load(path: str, index_path: str) -> dict[str, Any]:
-    from tinax._weights import _sharded_load
+    from tinax._weights._safetensors import _sharded_load
 
     reads: list[tuple[str, int, int]] = []
     real = _sharded_load.read_payload
@@ -162,7 +162,7 @@ def _global_arrays() -> dict[str, jax.Array]:
 
 
 def _body_export(folder: str) -> dict[str, Any]:
-    from tinax._weights import _sharded_save
+    from tinax._weights._safetensors import _sharded_save
 
     writes: list[tuple[int, int]] = []
     real = _sharded_save._write_at
@@ -203,7 +203,7 @@ def _export_then_replace(folder: pathlib.Path, arrays: dict[str, jax.Array]) -> 
 
 
 def _body_export_killed(folder: str, victim: int) -> str:
-    from tinax._weights import _sharded_save
+    from tinax._weights._safetensors import _sharded_save
 
     if jax.process_index() == victim:
         real = _sharded_save._write_at

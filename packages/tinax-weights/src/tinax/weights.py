@@ -10,12 +10,17 @@ file only when asked. flax is never imported, nor safetensors or msgpack on impo
 """
 
 from tinax._core._command._versions import distribution_version as _distribution_version
-from tinax._weights._header import SafetensorsInfo, TensorInfo
 from tinax._weights._manifest import TensorManifest, TensorRule
 from tinax._weights._msgpack import load_msgpack, save_msgpack
-from tinax._weights._safetensors import LoadedSafetensors, inspect_safetensors, load_safetensors, save_safetensors
-from tinax._weights._sharded_load import LoadedShardedSafetensors, load_sharded_safetensors
-from tinax._weights._sharded_save import save_sharded_safetensors
+from tinax._weights._safetensors._files import (
+    LoadedSafetensors,
+    inspect_safetensors,
+    load_safetensors,
+    save_safetensors,
+)
+from tinax._weights._safetensors._header import SafetensorsInfo, TensorInfo
+from tinax._weights._safetensors._sharded_load import LoadedShardedSafetensors, load_sharded_safetensors
+from tinax._weights._safetensors._sharded_save import save_sharded_safetensors
 
 __all__ = [
     "LoadedSafetensors",

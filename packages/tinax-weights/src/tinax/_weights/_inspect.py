@@ -18,8 +18,6 @@ import numpy as np
 from tinax._core import storage
 from tinax._core._command._report import InspectOptions, Report
 from tinax._core._compat02 import MissingPathError
-from tinax._weights._header import MAX_HEADER_BYTES, TensorInfo
-from tinax._weights._index import open_checkpoint
 from tinax._weights._msgpack_read import CHUNKED_ARRAY_MARKER, read_state_tree
 from tinax._weights._remote import (
     RemotePath,
@@ -29,6 +27,8 @@ from tinax._weights._remote import (
     read_location_header,
     read_whole,
 )
+from tinax._weights._safetensors._header import MAX_HEADER_BYTES, TensorInfo
+from tinax._weights._safetensors._index import open_checkpoint
 
 __all__ = ["msgpack_report", "safetensors_index_report", "safetensors_report"]
 

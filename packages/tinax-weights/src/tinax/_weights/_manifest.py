@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tinax._core import validation
-from tinax._weights._dtypes import SafetensorsDtype
+from tinax._weights._safetensors._dtypes import SafetensorsDtype
 
 __all__ = ["TensorManifest", "TensorRule"]
 
@@ -197,13 +197,13 @@ class TensorManifest:
             sources are missing, or a rule fails with a ValueError.
           FileNotFoundError: If no file exists at ``path``.
         """
-        from tinax._weights import _safetensors
+        from tinax._weights._safetensors import _files
 
         validation.require_non_negative_int(max_bytes, "max_bytes")
         # The header says which sources exist, so apply() reports missing ones together.
-        available = _safetensors.inspect_safetensors(path, max_metadata_bytes=max_metadata_bytes).tensors
+        available = _files.inspect_safetensors(path, max_metadata_bytes=max_metadata_bytes).tensors
         present = [name for name in self.source_names if name in available]
-        loaded = _safetensors.load_safetensors(
+        loaded = _files.load_safetensors(
             path, max_bytes=max_bytes, names=present, max_metadata_bytes=max_metadata_bytes
         )
         return self.apply(loaded.tensors)

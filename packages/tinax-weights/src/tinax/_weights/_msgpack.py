@@ -22,7 +22,6 @@ import numpy as np
 from tinax._core import dtypes, validation
 from tinax._core._compat02 import MissingPathError, ValueOverflowError
 from tinax._core.logs import Operation, get_logger
-from tinax._weights._header import numpy_shape_problem
 from tinax._weights._msgpack_read import (
     CHUNKED_ARRAY_MARKER,
     COMPLEX_EXTENSION,
@@ -40,6 +39,7 @@ from tinax._weights._remote import (
     read_whole,
     write_atomically,
 )
+from tinax._weights._safetensors._header import numpy_shape_problem
 from tinax._weights._state_dicts import Container, container_of, legacy_namedtuple_entries
 
 __all__ = ["load_msgpack", "save_msgpack"]

@@ -14,8 +14,8 @@ import numpy as np
 
 from tinax._core import dtypes
 from tinax._weights._compat02 import malformed_msgpack, trailing_msgpack_data
-from tinax._weights._header import ReadableFile
 from tinax._weights._remote import RemotePath
+from tinax._weights._safetensors._header import ReadableFile
 
 __all__ = [
     "CHUNKED_ARRAY_MARKER",

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from tinax._core import storage
 from tinax._core.storage import RemotePath
 from tinax._weights._compat02 import DirectoryPathError, malformed_safetensors
-from tinax._weights._header import ParsedHeader, ReadableFile, read_header
 from tinax._weights._paths import open_file_to_read, require_destination_path, write_file_atomically
+from tinax._weights._safetensors._header import ParsedHeader, ReadableFile, read_header
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem

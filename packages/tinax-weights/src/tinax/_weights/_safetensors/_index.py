@@ -1,7 +1,7 @@
 """Checkpoints of one safetensors file, or of several files listed by a Hugging Face style index.
 
 docs/guide/weights.md, section "Multi-file checkpoints", describes the index; every file it
-names is validated by :mod:`tinax._weights._header` and must agree with it. The safetensors
+names is validated by :mod:`tinax._weights._safetensors._header` and must agree with it. The safetensors
 package has no index reader or writer, so both are here.
 """
 
@@ -17,15 +17,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from tinax._core._compat02 import MissingPathError
-from tinax._weights._header import (
+from tinax._weights._paths import open_file_to_read, unreachable_path_error
+from tinax._weights._remote import Location, RemotePath, open_to_read, read_location_header
+from tinax._weights._safetensors._header import (
     MAX_HEADER_BYTES,
     ReadableFile,
     TensorInfo,
     distinct_keys,
     read_exactly,
 )
-from tinax._weights._paths import open_file_to_read, unreachable_path_error
-from tinax._weights._remote import Location, RemotePath, open_to_read, read_location_header
 
 __all__ = [
     "INDEX_SUFFIX",

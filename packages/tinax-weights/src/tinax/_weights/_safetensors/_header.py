@@ -20,9 +20,9 @@ from typing import Any, NoReturn, Protocol
 import numpy as np
 
 from tinax._core import validation
-from tinax._weights import _dtypes
 from tinax._weights._compat02 import malformed_safetensors
-from tinax._weights._dtypes import SafetensorsDtype
+from tinax._weights._safetensors import _dtypes
+from tinax._weights._safetensors._dtypes import SafetensorsDtype
 
 __all__ = [
     "LENGTH_FIELD_BYTES",

@@ -17,13 +17,13 @@ import numpy as np
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, Reporter, require_progress
-from tinax._weights import _dtypes
-from tinax._weights._header import TensorInfo
-from tinax._weights._index import OpenTensor, open_checkpoint
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
-from tinax._weights._ranges import Box, box_of_index, box_shape, shard_runs
 from tinax._weights._remote import display, fetch_into, location_to_read
-from tinax._weights._safetensors import count_tensors, read_payload, require_known, require_names
+from tinax._weights._safetensors import _dtypes
+from tinax._weights._safetensors._files import count_tensors, read_payload, require_known, require_names
+from tinax._weights._safetensors._header import TensorInfo
+from tinax._weights._safetensors._index import OpenTensor, open_checkpoint
+from tinax._weights._safetensors._ranges import Box, box_of_index, box_shape, shard_runs
 
 if TYPE_CHECKING:
     import jax

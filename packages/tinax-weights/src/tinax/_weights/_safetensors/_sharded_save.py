@@ -24,10 +24,7 @@ from tinax._core import storage, validation
 from tinax._core.files import exists_error
 from tinax._core.logs import Operation, get_logger
 from tinax._core.progress import Progress, ProgressChoice, Reporter, require_progress
-from tinax._weights import _dtypes
-from tinax._weights._index import encode_index, indexed_file_names, part_file_names
 from tinax._weights._paths import path_to_write_atomically, require_writable_destination
-from tinax._weights._ranges import box_of_index, box_shape, shard_runs
 from tinax._weights._remote import (
     Location,
     RemotePath,
@@ -39,8 +36,11 @@ from tinax._weights._remote import (
     remove_object,
     write_atomically,
 )
-from tinax._weights._safetensors import count_tensors, plan_file, require_storable_metadata, require_tensor_name
-from tinax._weights._sharded_load import whose_shards
+from tinax._weights._safetensors import _dtypes
+from tinax._weights._safetensors._files import count_tensors, plan_file, require_storable_metadata, require_tensor_name
+from tinax._weights._safetensors._index import encode_index, indexed_file_names, part_file_names
+from tinax._weights._safetensors._ranges import box_of_index, box_shape, shard_runs
+from tinax._weights._safetensors._sharded_load import whose_shards
 
 if TYPE_CHECKING:
     import jax

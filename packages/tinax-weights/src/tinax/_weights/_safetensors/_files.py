@@ -21,19 +21,7 @@ import numpy as np
 from tinax._core import validation
 from tinax._core.host import require_host_array
 from tinax._core.logs import Operation, get_logger
-from tinax._weights import _dtypes
 from tinax._weights._compat02 import malformed_safetensors
-from tinax._weights._header import (
-    LENGTH_FIELD_BYTES,
-    MAX_HEADER_BYTES,
-    METADATA_KEY,
-    ReadableFile,
-    SafetensorsInfo,
-    TensorInfo,
-    encode_header,
-    metadata_nbytes,
-    read_exactly,
-)
 from tinax._weights._numpy_compat import empty_without_huge_page_hint
 from tinax._weights._remote import (
     RemotePath,
@@ -44,6 +32,18 @@ from tinax._weights._remote import (
     open_to_read,
     read_location_header,
     write_atomically,
+)
+from tinax._weights._safetensors import _dtypes
+from tinax._weights._safetensors._header import (
+    LENGTH_FIELD_BYTES,
+    MAX_HEADER_BYTES,
+    METADATA_KEY,
+    ReadableFile,
+    SafetensorsInfo,
+    TensorInfo,
+    encode_header,
+    metadata_nbytes,
+    read_exactly,
 )
 
 if TYPE_CHECKING:
