@@ -1,6 +1,7 @@
 """Atomic writes (by handle and by path) and the checked open of files to read."""
 
 import contextlib
+import errno
 import os
 import pathlib
 import subprocess
@@ -9,7 +10,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tinax._core.files import atomic_path, atomic_write, open_regular_file
+from tinax._core.files import (
+    DestinationErrors,
+    atomic_path,
+    atomic_write,
+    open_regular_file,
+    require_file_destination,
+)
 
 Put = Callable[[bytes], object]
 
@@ -200,3 +207,49 @@ def test_reading_the_umask_leaves_it_as_it_was():
     with _umask(0o027):
         assert _current_umask() == 0o027
         assert os.umask(0o027) == 0o027
+
+
+class _FolderMissingError(FileNotFoundError, ValueError):
+    pass
+
+
+class _NotAFolderError(NotADirectoryError, ValueError):
+    pass
+
+
+class _IsAFolderError(IsADirectoryError, ValueError):
+    pass
+
+
+_MAPPED = DestinationErrors(
+    folder_missing=_FolderMissingError, not_a_folder=_NotAFolderError, is_folder=_IsAFolderError
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "expected", "code"),
+    [
+        ("absent/f", _FolderMissingError, errno.ENOENT),
+        ("regular/f", _NotAFolderError, errno.ENOTDIR),
+        ("regular/sub/f", _NotAFolderError, errno.ENOTDIR),
+        ("folder", _IsAFolderError, errno.EISDIR),
+    ],
+)
+def test_a_destination_that_cannot_be_a_file_raises_the_mapped_class_with_its_errno(tmp_path, where, expected, code):
+    (tmp_path / "regular").write_bytes(b"x")
+    (tmp_path / "folder").mkdir()
+    destination = tmp_path / where
+    with pytest.raises(expected) as caught:
+        require_file_destination(destination, _MAPPED)
+    assert caught.value.errno == code
+    assert caught.value.filename == str(destination)
+    assert (tmp_path / "regular").read_bytes() == b"x"
+    assert sorted(os.listdir(tmp_path)) == ["folder", "regular"]
+
+
+def test_a_destination_in_an_existing_folder_passes_and_the_default_map_is_the_systems_classes(tmp_path):
+    require_file_destination(tmp_path / "new", DestinationErrors())
+    assert not (tmp_path / "new").exists()
+    with pytest.raises(FileNotFoundError) as caught:
+        require_file_destination(tmp_path / "absent" / "f", DestinationErrors())
+    assert type(caught.value) is FileNotFoundError

@@ -10,6 +10,7 @@ file's permissions, set before any byte is written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import hashlib
@@ -23,7 +24,15 @@ import threading
 from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
-__all__ = ["atomic_path", "atomic_write", "exists_error", "fsync_directory", "open_regular_file"]
+__all__ = [
+    "DestinationErrors",
+    "atomic_path",
+    "atomic_write",
+    "exists_error",
+    "fsync_directory",
+    "open_regular_file",
+    "require_file_destination",
+]
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
 _NOT_REPLACED = "this write does not replace existing files"
@@ -34,6 +43,37 @@ def exists_error(
 ) -> FileExistsError:
     """The one error for an existing destination: ``"'<path>' already exists; <reason>"``."""
     return error_type(f"{str(path)!r} already exists; {reason}")
+
+
+@dataclasses.dataclass(frozen=True)
+class DestinationErrors:
+    """The OSError classes a distribution raises for a file destination it cannot create (its 0.2 types)."""
+
+    folder_missing: type[OSError] = FileNotFoundError
+    not_a_folder: type[OSError] = NotADirectoryError
+    is_folder: type[OSError] = IsADirectoryError
+
+
+def require_file_destination(destination: pathlib.Path, errors: DestinationErrors) -> None:
+    """Refuses a destination that is a folder, or whose folder is missing or not a folder, with ``errors``' classes.
+
+    Each error carries the errno of its kind, the path, and a message saying which of the three it is.
+    """
+    where = str(destination)
+    try:
+        mode = os.stat(destination.parent).st_mode
+    except OSError as error:
+        if error.errno == errno.ENOTDIR:
+            message = f"cannot write a file at {where!r}: a part of its folder is a regular file, not a directory"
+            raise errors.not_a_folder(errno.ENOTDIR, message, where) from error
+        if error.errno == errno.ENOENT:
+            raise errors.folder_missing(errno.ENOENT, f"the folder of {where!r} does not exist", where) from error
+        raise
+    if not stat.S_ISDIR(mode):
+        message = f"cannot write a file at {where!r}: its folder is a regular file, not a directory"
+        raise errors.not_a_folder(errno.ENOTDIR, message, where)
+    if destination.is_dir():
+        raise errors.is_folder(errno.EISDIR, f"the destination must be a file path, not a directory: {where!r}", where)
 
 
 def fsync_directory(directory: pathlib.Path) -> None:

@@ -12,13 +12,19 @@ import errno
 import io
 import os
 import pathlib
-import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
 from tinax._core import validation
 from tinax._core._compat02 import MissingPathError
-from tinax._core.files import atomic_path, atomic_write, exists_error, open_regular_file
+from tinax._core.files import (
+    DestinationErrors,
+    atomic_path,
+    atomic_write,
+    exists_error,
+    open_regular_file,
+    require_file_destination,
+)
 from tinax._weights._compat02 import DirectoryPathError, NotADirectoryPathError
 
 __all__ = [
@@ -30,6 +36,9 @@ __all__ = [
     "write_file_atomically",
 ]
 
+_DESTINATION_ERRORS = DestinationErrors(
+    folder_missing=FileNotFoundError, not_a_folder=NotADirectoryPathError, is_folder=DirectoryPathError
+)
 # What each errno says about a path that cannot lead to a file.
 _UNREACHABLE = {
     errno.ENOTDIR: "a component of it before the last is not a directory",
@@ -117,22 +126,8 @@ def _checked_destination(path: pathlib.Path) -> Iterator[None]:
     with _path_errors_translated(path, "write a file at", DirectoryPathError):
         if path.is_symlink():
             raise ValueError(f"the destination {str(path)!r} must not be a symbolic link; write to the file it names")
-        if path.is_dir():
-            raise DirectoryPathError(errno.EISDIR, "the destination must be a file path, not a directory", str(path))
-        _require_folder(path)
+        require_file_destination(path, _DESTINATION_ERRORS)
         yield
-
-
-def _require_folder(path: pathlib.Path) -> None:
-    folder = path.parent
-    try:
-        mode = os.stat(folder).st_mode
-    except FileNotFoundError:
-        raise FileNotFoundError(f"the folder of {str(path)!r} does not exist") from None
-    if not stat.S_ISDIR(mode):
-        raise NotADirectoryPathError(
-            errno.ENOTDIR, f"cannot write a file at this path: its folder {str(folder)!r} is not a directory", str(path)
-        )
 
 
 def require_destination_path(value: object, name: str) -> pathlib.Path:
