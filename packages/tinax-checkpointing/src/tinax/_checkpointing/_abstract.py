@@ -123,12 +123,9 @@ def abstract_checkpointables(path: str | os.PathLike[str], names: Sequence[str] 
 
     Raises:
       TypeError: If ``path`` is not a path or ``names`` is not a sequence of ``str``.
-      ValueError: If the folder is not a complete checkpoint, ``path`` is an
-        ``s3://`` URL (google/orbax#359), a name was not saved or is no pytree, or
-        an array's metadata cannot be read (these last three also a ``KeyError``).
+      ValueError: If ``path`` is no complete checkpoint, or a name is missing or no pytree (some also ``KeyError``).
       FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import jax.numpy as jnp

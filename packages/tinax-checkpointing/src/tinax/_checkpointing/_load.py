@@ -63,17 +63,10 @@ def load_checkpointables(path: str | os.PathLike[str], targets: Mapping[str, Any
       A dict of the loaded values, by name.
 
     Raises:
-      TypeError: If ``path`` or ``targets`` is of the wrong kind, a target leaf is
-        traced or of a kind no restore target takes, or Orbax rejects a target's
-        kind (the last two also a ``KeyError``, Orbax's rejection also a ``ValueError``).
-      ValueError: If ``targets`` is empty, a target is None, ``path`` is an
-        ``s3://`` URL (google/orbax#359), the folder is not a complete checkpoint,
-        a name was not saved, an array target's shape differs, an abstract array
-        has no usable recorded placement, or the values do not fit; all but the
-        first three also a ``KeyError``, as Orbax's errors were.
+      TypeError: If an argument is of the wrong kind, or a leaf is refused (some also ``KeyError``/``ValueError``).
+      ValueError: If ``targets`` is empty, a target is None, or the checkpoint does not fit (most also ``KeyError``).
       FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import jax.numpy as jnp

@@ -115,14 +115,9 @@ class TrainingCheckpointManager:
 
     Raises:
       TypeError: If an argument is of the wrong kind (a bool for a count included).
-      ValueError: If a count is not positive, ``best_mode`` or ``save_in_flight``
-        is not an allowed value, ``best_mode`` and ``keep_best`` are not given
-        together, ``root`` exists but is not a folder, ``root`` is an ``s3://`` URL
-        (google/orbax#359), or ``create`` is True and ``root`` cannot be created
-        (then also the file system's ``OSError``).
+      ValueError: If a count or mode is invalid, or ``root`` is no folder or cannot be made (then also ``OSError``).
       FileNotFoundError: If ``root`` does not exist and ``create`` is False; also a ``ValueError``.
-      ImportError: If ``root`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``root`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> from tinax.checkpointing import TrainingCheckpointManager
@@ -218,8 +213,7 @@ class TrainingCheckpointManager:
 
         Raises:
           TypeError: If ``cleanup`` is not a bool.
-          StepDisagreementError: In a multi-process run, if a process sees other
-            committed steps than process 0 (raised on every process).
+          StepDisagreementError: In a multi-process run, if a process sees other committed steps than process 0.
           RuntimeError: If ``cleanup`` is True and the save in flight failed (its error, as :meth:`wait` raises it).
           SaveInFlightError: If ``cleanup`` is True and another manager writes into the root.
         """
@@ -244,8 +238,7 @@ class TrainingCheckpointManager:
         """The committed steps under the root, ascending, equal on every process.
 
         Raises:
-          StepDisagreementError: In a multi-process run, if a process sees other
-            committed steps than process 0 (raised on every process).
+          StepDisagreementError: In a multi-process run, if a process sees other committed steps than process 0.
         """
         return self._agreed_scan().committed
 
@@ -253,8 +246,7 @@ class TrainingCheckpointManager:
         """The newest committed step, or None if no step has committed; equal on every process.
 
         Raises:
-          StepDisagreementError: In a multi-process run, if a process sees other
-            committed steps than process 0 (raised on every process).
+          StepDisagreementError: In a multi-process run, if a process sees other committed steps than process 0.
         """
         committed = self.committed_steps()
         return committed[-1] if committed else None
@@ -317,15 +309,10 @@ class TrainingCheckpointManager:
           ``result()`` is allowed; retention still runs at the next :meth:`wait` or :meth:`save`.
 
         Raises:
-          TypeError: If an argument is of the wrong kind (see :func:`save_training_checkpoint`)
-            or ``metric`` is not a real number.
-          ValueError: If ``step`` is not new, ``metric`` is missing, unexpected or not
-            finite, or the save refuses a value; the root is then left as it was
-            (apart from the previous save's retention).
-          FileExistsError: If ``<root>/<step>`` exists without being a committed step
-            (:meth:`scan` with ``cleanup=True`` removes it); also a ``ValueError``.
-          SaveInFlightError: If the previous save has not finished and
-            ``save_in_flight="refuse"`` (not after a SIGTERM), or another manager writes into the root.
+          TypeError: If an argument is of the wrong kind, or ``metric`` is not a real number.
+          ValueError: If ``step`` is not new, ``metric`` is missing, unexpected or not finite, or a value is refused.
+          FileExistsError: If ``<root>/<step>`` exists without being a committed step; also a ``ValueError``.
+          SaveInFlightError: If a save is in flight and ``save_in_flight="refuse"``, or another manager writes there.
           RuntimeError: If the previous save failed in the background (its error, cause chained).
           StepDisagreementError: In a multi-process run, if the processes see different committed steps.
         """
@@ -398,8 +385,7 @@ class TrainingCheckpointManager:
 
         Raises:
           TypeError: If ``step`` is not an int, or a target or the iterator is of the wrong kind.
-          ValueError: If the targets do not fit the checkpoint, or it was saved by
-            another number of processes and cannot be re-dealt (or ``redeal`` is False).
+          ValueError: If the targets do not fit the checkpoint, or its process count differs and it cannot be re-dealt.
           FileNotFoundError: If ``step`` is not a committed step under the root; also a ``ValueError``.
           StepDisagreementError: In a multi-process run, if the processes see different committed steps.
         """

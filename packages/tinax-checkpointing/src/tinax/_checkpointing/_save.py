@@ -82,19 +82,11 @@ def save_checkpointables(path: str | os.PathLike[str], checkpointables: Mapping[
       passes first. ``on_complete`` registers a callback for a successful save.
 
     Raises:
-      TypeError: If ``path`` or ``checkpointables`` is of the wrong kind, or a
-        value is something Orbax cannot save, such as ``bytes`` (also the
-        ``KeyError`` or ``ValueError`` Orbax raised, which tinax 0.2 let through).
-      ValueError: If ``checkpointables`` is empty, a name is invalid or two differ
-        only in case, a value is None or an empty container, a leaf cannot be
-        stored (an int beyond 64 bits, a lone surrogate, an empty array), ``path``
-        contains ``.orbax-checkpoint-tmp`` or is an ``s3://`` URL
-        (google/orbax#359), or Orbax refuses to start the save (also a ``KeyError``).
-      OSError: If ``path`` cannot be created (of the class creating it would
-        raise, with its ``errno``); also a ``ValueError``.
+      TypeError: If an argument's kind is wrong or Orbax cannot save a value (also its ``KeyError``/``ValueError``).
+      ValueError: If ``checkpointables`` is empty, a name or value is bad, or Orbax refuses (some also ``KeyError``).
+      OSError: If ``path`` cannot be created (of the class creating it would raise); also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is in flight in this process; also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import pathlib

@@ -49,8 +49,7 @@ def abstract_restore_target(state: Any) -> Any:
       A pytree of the same structure holding restore targets.
 
     Raises:
-      TypeError: If a leaf is a traced value (also the ``AttributeError`` tinax 0.2
-        raised), a NumPy array of objects, or of a kind Orbax cannot restore.
+      TypeError: If a leaf is traced (also ``AttributeError``), an object array, or of a kind Orbax cannot restore.
 
     Examples:
       >>> import jax.numpy as jnp

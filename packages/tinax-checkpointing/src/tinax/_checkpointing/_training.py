@@ -73,8 +73,7 @@ class TrainingCheckpointNames:
 
     Raises:
       TypeError: If a name is not a ``str``.
-      ValueError: If a name is not a valid checkpointable name (see
-        ``validate_checkpointable_name``), or two names are equal or differ only in case.
+      ValueError: If a name is not a valid checkpointable name, or two names are equal or differ only in case.
     """
 
     model: str = "model"
@@ -109,8 +108,7 @@ class TrainingCheckpoint:
       iterator: The iterator passed to the load, now at the saved position.
 
     Raises:
-      TypeError: If ``step`` is not an int (bools are refused) or ``iterator`` is
-        not a ``grain.DatasetIterator``.
+      TypeError: If ``step`` is not an int or ``iterator`` is not a ``grain.DatasetIterator``.
       ValueError: If ``step`` is negative.
     """
 
@@ -166,16 +164,11 @@ def save_training_checkpoint(
       waits and raises ``RuntimeError`` (cause chained) if the save failed.
 
     Raises:
-      TypeError: If ``path``, ``step``, ``iterator`` or ``names`` is of the wrong
-        kind, or a part holds a value Orbax cannot save.
-      ValueError: If ``step`` is out of range, the model, optimizer or random state
-        is None or an empty container, a part holds a value Orbax cannot store,
-        ``path`` is named like an Orbax temporary folder or is an ``s3://`` URL
-        (google/orbax#359), or Orbax refuses to start the save.
+      TypeError: If ``path``, ``step``, ``iterator`` or ``names`` is of the wrong kind, or a value cannot be saved.
+      ValueError: If ``step`` is out of range, a state is None or empty, a value is unstorable, or Orbax refuses.
       OSError: If ``path`` cannot be created (see :func:`save_checkpointables`); also a ``ValueError``.
       FileExistsError: If ``path`` exists, or a save to it is in flight; also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import grain
@@ -252,18 +245,10 @@ def load_training_checkpoint(
       and ``iterator`` itself at the saved position (or its re-dealt share).
 
     Raises:
-      TypeError: If ``path``, ``iterator`` or ``names`` is of the wrong kind, or a
-        target holds a traced value or a leaf no restore target takes.
-      ValueError: If a target is unusable (a None model, optimizer or random
-        target, an abstract array without sharding, a shape that differs), the
-        folder is incomplete, lacks a part or an iterator state file, holds a
-        damaged step, or its values do not fit; if the process count differs and
-        ``redeal`` is False or re-dealing fails; or if ``path`` is an ``s3://``
-        URL (google/orbax#359). A missing part, unfitting values and a differing
-        process count raise an error that is also a ``KeyError``, as in tinax 0.2.
+      TypeError: If ``path``, ``iterator`` or ``names`` is of the wrong kind, or a target holds an unusable leaf.
+      ValueError: If a target is unusable, or the checkpoint is incomplete or does not fit (some also ``KeyError``).
       FileNotFoundError: If nothing exists at ``path``; also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import grain

@@ -136,10 +136,8 @@ def safe_astype(array: jax.Array, dtype: DTypeLike, *, allow_lossy: bool = False
       The cast array.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array`` or has an extended dtype, ``allow_lossy`` is not
-        a bool, or ``dtype`` is not a native-order numeric or bool dtype (then also a ``ValueError``).
-      ValueError: If the cast is lossy without ``allow_lossy``, or JAX's configuration would narrow
-        the target dtype.
+      TypeError: If ``array`` is not a ``jax.Array``, or an argument is unusable (for ``dtype``, also ``ValueError``).
+      ValueError: If the cast is lossy without ``allow_lossy``, or JAX's configuration would narrow the target dtype.
 
     Examples:
       >>> import jax.numpy as jnp
@@ -187,10 +185,8 @@ def one_hot(indices: jax.Array, *, num_classes: int, dtype: DTypeLike | None = N
       An array of shape ``indices.shape + (num_classes,)``.
 
     Raises:
-      TypeError: If ``indices`` is not an integer (non-bool) array, ``num_classes`` not an int, or
-        ``dtype`` unusable (as for :func:`safe_astype`; then also a ``ValueError``).
-      ValueError: If ``num_classes`` is below 1, or the result would exceed 2**63 - 1 bytes or the
-        memory of its devices (a CPU counts as the host's physical memory).
+      TypeError: If ``indices`` is not an integer array or an argument is unusable (for ``dtype``, also ``ValueError``).
+      ValueError: If ``num_classes`` is below 1, or the result would not fit in memory.
 
     Examples:
       >>> import jax.numpy as jnp

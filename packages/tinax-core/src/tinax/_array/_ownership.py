@@ -44,10 +44,8 @@ def from_numpy(array: np.ndarray, *, copy: bool, device: jax.Device | Sharding |
       A ``jax.Array`` with ``array``'s shape and (canonicalized) dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``numpy.ndarray`` or has an object dtype, ``copy`` is not a
-        bool, or ``device`` is of the wrong kind.
-      ValueError: If masked elements exist or JAX cannot place the data (JAX's more specific errors,
-        such as ``IndivisibleError``, pass with a note; a ``JaxRuntimeError`` one is both).
+      TypeError: If ``array`` is not a ``numpy.ndarray`` or has an object dtype, or another argument's type is wrong.
+      ValueError: If ``array`` has masked elements or JAX cannot place the data (JAX's own errors pass with a note).
 
     Examples:
       >>> import numpy as np
@@ -93,10 +91,8 @@ def to_numpy(array: jax.Array, *, writable: bool) -> np.ndarray:
       A ``numpy.ndarray`` with the array's shape and dtype.
 
     Raises:
-      TypeError: If ``array`` is not a ``jax.Array`` or has an extended dtype (PRNG keys),
-        ``writable`` is not a bool, or the value is traced (``ConcretizationTypeError``).
-      ValueError: If the array is not fully addressable, or was deleted or donated (then also a
-        ``jax.errors.JaxRuntimeError``).
+      TypeError: If ``array`` is not a ``jax.Array``, has an extended dtype or is traced, or ``writable`` is not a bool.
+      ValueError: If the array is not fully addressable, or was deleted or donated (then also ``JaxRuntimeError``).
 
     Examples:
       >>> import jax.numpy as jnp
@@ -176,13 +172,9 @@ def from_dlpack(array: object, *, copy: bool | None = None, device: jax.Device |
       A ``jax.Array`` with the producer's shape and dtype.
 
     Raises:
-      TypeError: If ``array`` is not a DLPack producer, ``copy`` is not a bool or None, ``device``
-        is of the wrong kind, or JAX does not support the producer's device type.
-      ValueError: If JAX cannot import as asked (``copy=False`` impossible, a multi-device sharding,
-        a strided producer; a ``JaxRuntimeError`` failure is both), or ``array`` is a deleted
-        ``jax.Array`` (then also a ``JaxRuntimeError`` and a ``TypeError``).
-      Exception: Whatever the producer's ``__dlpack__`` or ``__dlpack_device__`` raises, unchanged
-        (NumPy's ``BufferError`` for read-only arrays or dtypes DLPack cannot carry, say).
+      TypeError: If ``array`` is no DLPack producer, an argument's type is wrong, or JAX does not support its device.
+      ValueError: If JAX cannot import as asked, or ``array`` is a deleted ``jax.Array`` (then also a ``TypeError``).
+      Exception: Whatever the producer's ``__dlpack__`` or ``__dlpack_device__`` raises, unchanged.
 
     Examples:
       >>> import numpy as np

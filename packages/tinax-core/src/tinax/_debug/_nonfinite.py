@@ -36,10 +36,8 @@ def observe_nonfinite(values: jax.Array, *, callback: Callable[[Any, Any], None]
       ``values`` itself, so the call can sit inside an expression.
 
     Raises:
-      TypeError: If ``callback`` is not callable, ``max_indices`` not an int (bool refused), or
-        ``values`` not a ``jax.Array``.
-      ValueError: If ``max_indices`` is negative, or the indices would exceed 2**63 - 1 bytes or
-        the memory of their devices (a CPU counts as the host's physical memory).
+      TypeError: If ``callback`` is not callable, ``max_indices`` not an int, or ``values`` not a ``jax.Array``.
+      ValueError: If ``max_indices`` is negative, or the indices would not fit in memory.
 
     Examples:
       >>> import jax

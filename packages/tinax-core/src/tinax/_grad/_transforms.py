@@ -37,8 +37,7 @@ def value_and_grad(
       ``(value, gradient)``, or ``((value, aux), gradient)`` with ``has_aux``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``has_aux`` is not a bool, or ``argnums`` (or
-        an item) is a bool or not an integer.
+      TypeError: If ``function`` is not callable, ``has_aux`` is not a bool, or ``argnums`` holds a non-integer.
       ValueError: If ``argnums`` is empty, negative, repeats an index, or names a missing parameter.
 
     Examples:
@@ -81,10 +80,8 @@ def jacobian(
       or ``(jacobian, aux)`` with ``has_aux``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``mode`` is not a str, ``has_aux`` is not a
-        bool, or ``argnums`` (or an item) is a bool or not an integer.
-      ValueError: If ``mode`` is another string, or ``argnums`` is empty, negative, repeats an
-        index, or names a missing parameter.
+      TypeError: If ``function`` is not callable, ``mode`` is not a str, or another argument has the wrong type.
+      ValueError: If ``mode`` is another string, or ``argnums`` is empty, negative, repeated or out of range.
 
     Examples:
       >>> import jax.numpy as jnp

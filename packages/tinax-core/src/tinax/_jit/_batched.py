@@ -53,15 +53,9 @@ def batched_jit(
       ``jax.jit`` methods described in :func:`bounded_jit`, which also says which traces count.
 
     Raises:
-      TypeError: If ``function`` is not callable, an axis is not an int or None (bools refused),
-        ``axis_size`` or ``max_traces`` is not an int, or ``mesh`` is not a ``jax.sharding.Mesh``.
-      ValueError: If ``axis_size`` is below 1 or ``2**63`` or more, ``max_traces`` is negative,
-        ``mesh`` has no devices or a Manual axis, or a trace finds a batched output over 2**63 - 1
-        bytes or the devices' memory (a CPU counts as host memory; such size errors are also
-        ``JaxRuntimeError``; intermediates are not checked). Also a ``TypeError`` where an integer
-        argument is a NumPy integer, which tinax 0.2 refused.
-      TraceBudgetExceededError: When a call would trace the batched function more than
-        ``max_traces`` times.
+      TypeError: If ``function`` is not callable, or another argument has the wrong type.
+      ValueError: If an argument is invalid or a batched output cannot fit in memory (NumPy ints: also ``TypeError``).
+      TraceBudgetExceededError: When a call would trace the batched function more than ``max_traces`` times.
 
     Examples:
       >>> import jax.numpy as jnp

@@ -55,13 +55,9 @@ def bounded_jit(
       ``trace(...)``, ``eval_shape(...)`` and ``clear_cache()``, the first three under ``mesh``.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``max_traces`` not an int (bools refused), a name
-        not a ``str``, or ``mesh`` not a ``jax.sharding.Mesh``.
-      ValueError: If ``max_traces`` is negative, a name is empty, repeated, not passable by keyword,
-        or both static and donated, or ``mesh`` has no devices or a Manual axis. Also a ``TypeError``
-        for a NumPy-integer ``max_traces`` or a single ``str`` of names, which tinax 0.2 refused.
-      TraceBudgetExceededError: When a call (or ``lower``, ``trace``, ``eval_shape``) would trace
-        more than ``max_traces`` times; the message names the argument that changed.
+      TypeError: If ``function`` is not callable, or another argument has the wrong type.
+      ValueError: If ``max_traces`` is negative, or a name or ``mesh`` is unusable (some also ``TypeError``, as in 0.2).
+      TraceBudgetExceededError: When a call (or ``lower``, ``trace``, ...) would trace more than ``max_traces`` times.
 
     Examples:
       >>> import jax.numpy as jnp

@@ -31,10 +31,8 @@ def derive_key(key: jax.Array, *coordinates: int | jax.Array) -> jax.Array:
       like any key must not be consumed twice.
 
     Raises:
-      TypeError: If ``key`` is not an array or a scalar non-key, or a coordinate is a bool, not an
-        integer, or an array of the wrong dtype or shape.
-      ValueError: If ``key``'s shape fits no single key (a batch, say), or an integer coordinate is
-        out of range (for a NumPy integer also a ``TypeError``, as in tinax 0.2).
+      TypeError: If ``key`` is not a key array, or a coordinate is not an integer of the right dtype and shape.
+      ValueError: If ``key`` is not a single key, or a coordinate is out of range (NumPy ints: also ``TypeError``).
 
     Examples:
       >>> import jax
@@ -75,10 +73,8 @@ def derive_process_step_key(
       A key of the same kind as ``key``.
 
     Raises:
-      TypeError: If ``key`` or a coordinate is refused as for :func:`derive_key`; the message
-        names the keyword.
-      ValueError: If ``key``'s shape fits no single key or a coordinate is out of range (also a
-        ``TypeError`` for a NumPy integer).
+      TypeError: If ``key`` or a coordinate is refused as for :func:`derive_key`.
+      ValueError: If ``key`` is not a single key, or a coordinate is out of range (NumPy ints: also ``TypeError``).
 
     Examples:
       >>> import jax
@@ -117,8 +113,7 @@ def split_key(key: jax.Array, *, count: int) -> tuple[jax.Array, jax.Array]:
 
     Raises:
       TypeError: If ``key`` is not an array or a scalar non-key, or ``count`` is not an int (bool refused).
-      ValueError: If ``key``'s shape fits no single key, or ``count`` is negative or the keys would
-        exceed 2**63 - 1 bytes or the memory of the key's devices (a CPU counts as host memory).
+      ValueError: If ``key``'s shape fits no single key, or ``count`` is negative or too large for memory.
 
     Examples:
       >>> import jax

@@ -36,8 +36,7 @@ def parse_config(
       What ``factory`` returned.
 
     Raises:
-      TypeError: If ``parser`` is not an ``argparse.ArgumentParser``, ``argv`` not a sequence of
-        ``str``, or ``factory`` not callable.
+      TypeError: If ``parser`` is no ``ArgumentParser``, ``argv`` not a sequence of str, or ``factory`` not callable.
       SystemExit: From argparse, on a usage error or ``--help``.
 
     Examples:

@@ -26,8 +26,7 @@ def make_stream_logger(name: str, *, level: int, stream: TextIO, format_string: 
       The new ``logging.Logger``.
 
     Raises:
-      TypeError: If ``name`` or ``format_string`` is not a ``str``, ``level`` not an ``int`` (bool
-        refused), or ``stream`` lacks ``write`` or ``flush``.
+      TypeError: If ``name`` or ``format_string`` is not a ``str``, ``level`` not an int, or ``stream`` lacks ``write``.
       ValueError: If ``name`` is empty or ``format_string`` is not a valid ``%``-style format.
 
     Examples:

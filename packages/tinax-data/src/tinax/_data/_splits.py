@@ -130,10 +130,8 @@ def split_by_column(
       ``(rows with values[0], rows with values[1])``.
 
     Raises:
-      TypeError: If an argument has the wrong type or a row cannot be looked up
-        by ``column``.
-      ValueError: If ``values`` is not two distinct values, ``dataset`` is
-        infinite, ``progress`` is an unknown str, or a row holds neither value.
+      TypeError: If an argument has the wrong type or a row cannot be looked up by ``column``.
+      ValueError: If ``values`` is not two distinct values, ``dataset`` is infinite, or a row holds neither value.
       MissingColumnError: If a row has no ``column`` (a ValueError and a KeyError).
       ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed.
 
@@ -268,8 +266,7 @@ def split_random(
 
     Raises:
       TypeError: If an argument has the wrong type (bools included).
-      ValueError: If ``train_ratio`` is not strictly between 0 and 1,
-        ``dataset`` holds fewer than two rows, or ``seed`` is out of range.
+      ValueError: If ``train_ratio`` is outside (0, 1), ``dataset`` has under two rows, or ``seed`` is out of range.
 
     Examples:
       >>> import grain

@@ -62,8 +62,7 @@ def stack_records(records: Sequence[Mapping[str, Any]]) -> dict[str, np.ndarray[
 
     Raises:
       TypeError: If ``records`` is not a sequence, or a record is not a mapping.
-      ValueError: If ``records`` is empty, a record's fields differ from the
-        first record's, or a field holds arrays of different shapes.
+      ValueError: If ``records`` is empty, a record's fields differ from the first's, or a field mixes shapes.
 
     Examples:
       >>> from tinax.data import stack_records

@@ -96,8 +96,7 @@ def restore_graph(snapshot: nnx.GraphState[T], *, copy: bool) -> T:
       The restored module.
 
     Raises:
-      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` describing a ``flax.nnx.Module``
-        (a bare ``nnx.Rngs`` or dict state is refused), or ``copy`` is not a bool.
+      TypeError: If ``snapshot`` is not a ``flax.nnx.GraphState`` of a module, or ``copy`` is not a bool.
       ImportError: If flax is not installed.
 
     Examples:

@@ -44,10 +44,8 @@ def make_mesh(
       A ``jax.sharding.Mesh`` over exactly ``devices``.
 
     Raises:
-      TypeError: If an argument is not a sequence (``str`` refused), or a device, size (bool
-        refused), name or axis type has the wrong type.
-      ValueError: If ``devices`` is empty or repeats one, a size is below 1, a name is empty or
-        repeated, there are no axes, the per-axis lengths differ, or sizes don't match the devices.
+      TypeError: If an argument is not a sequence (a ``str`` included), or an item of one has the wrong type.
+      ValueError: If ``devices`` is empty or repeats one, a size is below 1, a name is bad, or the axes do not fit.
 
     Examples:
       >>> import jax
@@ -116,10 +114,8 @@ def layout(mesh: Mesh, partitions: Sequence[str | tuple[str, ...] | None]) -> Na
       The ``jax.sharding.NamedSharding`` for that layout on ``mesh``.
 
     Raises:
-      TypeError: If ``mesh`` is not a ``jax.sharding.Mesh``, ``partitions`` is not a sequence, or
-        an entry (or a name in a tuple entry) has the wrong type or is an empty tuple.
-      ValueError: If an axis of ``mesh`` is not Explicit, a name is empty or not a mesh axis, or a
-        mesh axis appears more than once.
+      TypeError: If ``mesh`` is not a ``Mesh``, ``partitions`` is not a sequence, or an entry's type is wrong.
+      ValueError: If an axis of ``mesh`` is not Explicit, or an entry names no mesh axis or one already used.
 
     Examples:
       >>> import jax

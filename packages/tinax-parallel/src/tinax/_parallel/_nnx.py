@@ -49,10 +49,8 @@ def abstract_sharded_state(initializer: Callable[[], T], mesh: Mesh) -> nnx.Grap
       A ``flax.nnx.GraphState`` pairing the graph definition with the abstract, sharded state.
 
     Raises:
-      TypeError: If ``initializer`` is not callable, ``mesh`` is not a ``jax.sharding.Mesh``, or the
-        initializer returns no graph (a lone array or number).
-      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (nothing
-        is traced then).
+      TypeError: If ``initializer`` is not callable, ``mesh`` is not a ``Mesh``, or the initializer returns no graph.
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (nothing is traced then).
       ImportError: If flax is not installed.
 
     Examples:
@@ -106,8 +104,7 @@ def eager_sharded_init(initializer: Callable[[], T], mesh: Mesh) -> T:
 
     Raises:
       TypeError: If ``initializer`` is not callable or ``mesh`` is not a ``jax.sharding.Mesh``.
-      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (the
-        initializer is not called then).
+      ValueError: If ``mesh`` is empty, has a Manual axis, or mixes Auto and Explicit axes (``initializer`` not called).
       ImportError: If flax is not installed.
 
     Examples:

@@ -78,11 +78,8 @@ def place_host_array(array: np.ndarray, sharding: NamedSharding, *, copy: bool) 
       A ``jax.Array`` with ``array``'s shape, laid out as ``sharding`` says.
 
     Raises:
-      TypeError: If ``array`` is not a ``numpy.ndarray`` (or has an object dtype), ``sharding`` is
-        not a ``NamedSharding``, or ``copy`` is not a bool.
-      ValueError: If ``array`` has masked elements, or ``sharding`` has devices of other processes,
-        Manual axes, more dimensions than ``array`` (also an ``IndexError``, as in tinax 0.2), or
-        cannot split a dimension evenly (the message names it and its mesh axes).
+      TypeError: If ``array`` is not a ``numpy.ndarray`` or has an object dtype, or another argument's type is wrong.
+      ValueError: If ``array`` has masked elements, or ``sharding`` cannot place it here (some also ``IndexError``).
 
     Examples:
       >>> import jax

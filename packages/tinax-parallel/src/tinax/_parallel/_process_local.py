@@ -85,13 +85,8 @@ def from_process_local_data(
       The global ``jax.Array`` of shape ``global_shape`` laid out by ``sharding``.
 
     Raises:
-      TypeError: If ``local_data`` is not a ``numpy.ndarray`` (or has an object dtype), ``sharding``
-        not a ``NamedSharding``, ``global_shape`` not a sequence of ints, ``copy`` not a bool,
-        ``replica_policy`` not a str, or ``process_index``/``process_count`` not an int or None.
-      ValueError: If ``local_data`` has masked elements, ``replica_policy`` is unknown,
-        ``process_index`` is negative, ``process_count`` below 1, the ranks differ, the sharding
-        cannot split ``global_shape``, ``local_data``'s extents differ from this process's part,
-        or a block is replicated across processes under ``"disallow"``.
+      TypeError: If ``local_data`` is not a ``numpy.ndarray`` of a non-object dtype, or an argument has the wrong type.
+      ValueError: If an argument is invalid, or ``local_data`` does not match this process's part of the global array.
       RuntimeError: If ``process_index`` or ``process_count`` differs from the JAX runtime's.
 
     Examples:

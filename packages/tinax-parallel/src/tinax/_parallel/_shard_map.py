@@ -62,11 +62,8 @@ def shard_mapped(
       shard and assembles the global result as ``out_specs`` describes.
 
     Raises:
-      TypeError: If ``function`` is not callable, ``mesh`` not a ``Mesh``, ``axis_names`` not a set
-        of ``str``, ``check_vma`` not a ``bool``, ``in_specs`` ``None`` or a spec leaf not a ``PartitionSpec``.
-      ValueError: If ``mesh`` is empty, ``axis_names`` names no mesh axis, a manual axis is not
-        ``AxisType.Manual`` or a spec names another axis; calls raise it when inputs or the
-        ambient mesh use other devices, axis names or sizes, or Explicit meshes typed differently.
+      TypeError: If ``function`` is not callable, or another argument has the wrong type.
+      ValueError: If ``mesh`` is empty or an axis or spec is unusable; a call raises it for inputs on another mesh.
 
     Examples:
       >>> import jax

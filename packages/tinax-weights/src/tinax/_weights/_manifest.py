@@ -41,9 +41,7 @@ class TensorRule:
         stored as a ``numpy.dtype``.
 
     Raises:
-      TypeError: If a name is not a str, ``transform`` is not callable,
-        ``expected_shape`` is not a sequence of ints (bools refused) or
-        ``expected_dtype`` is not a dtype.
+      TypeError: If a name is not a str, ``transform`` not callable, or an expected shape or dtype has the wrong type.
       ValueError: If a name is empty or an extent of ``expected_shape`` is negative.
     """
 
@@ -103,8 +101,7 @@ class TensorManifest:
         name may be the source of one rule and the destination of another.
 
     Raises:
-      TypeError: If ``rules`` is not a sequence (a str included) or an item is
-        not a :class:`TensorRule`.
+      TypeError: If ``rules`` is not a sequence (a str included) or an item is not a :class:`TensorRule`.
       ValueError: If two rules share a source name or a destination name.
     """
 
@@ -145,11 +142,8 @@ class TensorManifest:
           passes its source array itself, not a copy.
 
         Raises:
-          TypeError: If ``tensors`` is not a mapping with ``str`` keys, a source
-            tensor or a transform's result is not a ``numpy.ndarray``, or a result has
-            the expected shape but another dtype.
-          ValueError: If source names are missing or unexpected, or a result has
-            another shape than expected (whatever its dtype).
+          TypeError: If ``tensors`` is not a ``str``-keyed mapping, or a source or result has the wrong type or dtype.
+          ValueError: If source names are missing or unexpected, or a result has another shape than expected.
           Exception: Whatever a transform raises, unchanged, with a note naming the rule.
         """
         validation.require_str_mapping(tensors, "tensors")
@@ -190,11 +184,8 @@ class TensorManifest:
           Destination name to array, in rule order, as :meth:`apply` returns.
 
         Raises:
-          TypeError: If an argument has the wrong type (a bool limit included), or a
-            rule fails with a TypeError (see :meth:`apply`).
-          ValueError: If ``max_bytes`` is negative or too small for the sources, the
-            file is not a valid safetensors file or has more metadata than allowed,
-            sources are missing, or a rule fails with a ValueError.
+          TypeError: If an argument has the wrong type, or a rule fails with a TypeError (see :meth:`apply`).
+          ValueError: If ``max_bytes`` is too small, the file is bad, sources are missing, or a rule fails with one.
           FileNotFoundError: If no file exists at ``path``.
         """
         from tinax._weights._safetensors import _files

@@ -91,22 +91,12 @@ def save_msgpack(path: str | os.PathLike[str], state: Mapping[str, Any], *, over
       overwrite: Whether an existing file at ``path`` may be replaced.
 
     Raises:
-      TypeError: If an argument has the wrong type, or a leaf is of a kind the
-        format cannot carry (an object, string or structured dtype such as a PRNG
-        key array, a list or tuple subclass, ...); the message names its key path.
-      ValueError: If an int leaf is outside the 64-bit range (also an
-        OverflowError), text is not valid UTF-8, a container contains itself, two
-        keys of one mapping have the same text or one is flax's reserved
-        ``"__msgpack_chunked_array__"``, or ``path`` is a symbolic link.
-      IsADirectoryError: If ``path`` is, or becomes before the rename, a
-        directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
-        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
+      TypeError: If an argument has the wrong type, or the format cannot carry a leaf (the message names its key path).
+      ValueError: If an int is outside 64 bits (also OverflowError), the state is malformed, or ``path`` is a symlink.
+      IsADirectoryError: If ``path`` is, or becomes before the rename, a directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` or ``s3://`` URL and its client (gcsfs or s3fs) is not installed.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
-        exist at ``path``: it runs through a regular file (also a
-        NotADirectoryError) or a symbolic link loop, or its name is too long (also
-        a ValueError).
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can exist at ``path`` (also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -364,21 +354,10 @@ def load_msgpack(path: str | os.PathLike[str], target: Mapping[str, Any], *, max
       ``jax.Array``), NumPy scalars and Python values.
 
     Raises:
-      TypeError: If an argument has the wrong type (``max_bytes`` a bool
-        included), or ``target`` holds a leaf of another kind or an array-like
-        whose shape is not a sequence of ints or whose dtype the format cannot carry.
-      ValueError: If ``max_bytes`` is below 1, ``target`` is malformed (duplicate
-        key texts, contains itself, an impossible shape), ``path`` is not a
-        regular file, the file exceeds ``max_bytes`` (checked before reading),
-        is not a well-formed msgpack state dict (the decoder's error is chained,
-        and the error is also of msgpack's own type where it has one, such as
-        ``msgpack.ExtraData``), or does not match ``target`` (every missing key
-        and mismatched leaf is listed).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
-        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
-      FileNotFoundError: If nothing exists at ``path``, or it is a directory
-        (also a ValueError, as in tinax 0.2), or no file can exist there (through
-        a regular file or a symbolic link loop, or a name too long: also a ValueError).
+      TypeError: If an argument has the wrong type, or ``target`` holds a leaf or array-like the format cannot carry.
+      ValueError: If an argument is bad or the file too big, malformed or unlike ``target`` (some also msgpack's type).
+      ImportError: If ``path`` is a ``gs://`` or ``s3://`` URL and its client (gcsfs or s3fs) is not installed.
+      FileNotFoundError: If no file exists at ``path`` (for a directory or an impossible path, also a ValueError).
 
     Examples:
       >>> import numpy as np

@@ -46,16 +46,11 @@ def save_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
       iterator: The live iterator whose position to save. It is not advanced.
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
-        ``iterator`` is not a ``grain.DatasetIterator``.
-      ValueError: If ``path`` is empty, named like an Orbax temporary folder or an
-        ``s3://`` URL (google/orbax#359), or the iterator's state cannot be taken
-        or written as JSON (upstream error chained).
+      TypeError: If ``path`` is not a path, or ``iterator`` is not a ``grain.DatasetIterator``.
+      ValueError: If ``path`` is empty or unusable, or the iterator's state cannot be taken or written as JSON.
       FileExistsError: If something exists at ``path`` (never replaced); also a ``ValueError``.
-      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``,
-        as in tinax 0.2, for one); also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``, for one); also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import grain
@@ -100,16 +95,10 @@ def load_legacy_v0_grain_iterator(path: str | os.PathLike[str], iterator: Datase
       ``iterator`` itself, at the stored position (prefetching started, as grain's handler does).
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or
-        ``iterator`` is not a ``grain.DatasetIterator``.
+      TypeError: If ``path`` is not a path, or ``iterator`` is not a ``grain.DatasetIterator``.
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is no directory, no complete iterator checkpoint,
-        named like an unfinished Orbax save or an ``s3://`` URL
-        (google/orbax#359), has no state for this process, or the state does not
-        fit the pipeline (upstream error chained; also its ``IndexError`` or
-        ``FileNotFoundError`` class, as tinax 0.2 let through).
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ValueError: If ``path`` holds no usable state for this process (some also ``IndexError``/``FileNotFoundError``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import grain

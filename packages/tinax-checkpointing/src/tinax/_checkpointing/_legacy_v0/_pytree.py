@@ -58,16 +58,11 @@ def save_legacy_v0_pytree(path: str | os.PathLike[str], state: Any) -> None:
         as Python scalars). ``None`` entries and empty containers are kept.
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a leaf
-        cannot be saved (named by key path; also a ``ValueError``, as Orbax's was).
-      ValueError: If ``path`` is empty, named like an Orbax temporary folder or an
-        ``s3://`` URL (google/orbax#359), ``state`` is None or an empty container,
-        or Orbax refuses the state (its error chained).
+      TypeError: If ``path`` is not a path, or a leaf cannot be saved (also a ``ValueError``, as Orbax's was).
+      ValueError: If ``path`` is empty or unusable, ``state`` is None or an empty container, or Orbax refuses the state.
       FileExistsError: If something exists at ``path`` (never replaced); also a ``ValueError``.
-      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``,
-        for one); also a ``ValueError``.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      OSError: If the folders of ``path`` cannot be created (``NotADirectoryError``, for one); also a ``ValueError``.
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import numpy as np
@@ -109,14 +104,10 @@ def load_legacy_v0_pytree(path: str | os.PathLike[str], target: Any | None = Non
       The restored pytree.
 
     Raises:
-      TypeError: If ``path`` is not a ``str`` or ``os.PathLike[str]``, or a
-        ``target`` leaf cannot be restored into (also a ``ValueError``, as Orbax's was).
+      TypeError: If ``path`` is not a path, or a ``target`` leaf cannot be restored into (also a ``ValueError``).
       FileNotFoundError: If nothing exists at ``path``.
-      ValueError: If ``path`` is no directory, no complete V0 pytree checkpoint or
-        an ``s3://`` URL (google/orbax#359), or ``target`` does not match it (Orbax's
-        error chained); also the ``FileNotFoundError`` of tinax 0.2 where Orbax found a file missing.
-      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed
-        (``pip install "tinax-checkpointing[gcs]"``).
+      ValueError: If ``path`` is no V0 pytree checkpoint or ``target`` does not match (some also ``FileNotFoundError``).
+      ImportError: If ``path`` is a ``gs://`` URL and gcsfs is not installed.
 
     Examples:
       >>> import numpy as np

@@ -97,14 +97,8 @@ def training_batches(
       ``num_epochs=None``).
 
     Raises:
-      TypeError: If an argument has the wrong type (bools are not ints) or
-        ``batch_fn`` is not callable.
-      ValueError: If ``drop_remainder`` is not True, ``num_epochs`` or
-        ``batch_size`` is below 1, the batches reach ``sys.maxsize`` (a
-        :class:`ValueOverflowError`, also an OverflowError as in 0.2), the
-        dataset is infinite, smaller than one global batch or cannot be batched,
-        ``seed`` is negative while shuffling, or ``shuffle_window`` is invalid
-        (below 1, without shuffling, or not over a Parquet reader).
+      TypeError: If an argument has the wrong type (bools are not ints) or ``batch_fn`` is not callable.
+      ValueError: If ``drop_remainder`` is not True or an input is unusable (too many batches: also OverflowError).
 
     Examples:
       >>> import grain
@@ -272,10 +266,8 @@ def evaluation_batches(
       A random-access ``grain.MapDataset`` of ``ceil(block rows / batch_size)`` batches.
 
     Raises:
-      TypeError: If an argument has the wrong type (bools are not ints) or
-        ``batch_fn`` is not callable.
-      ValueError: If ``drop_remainder`` is not False, ``batch_size`` is below 1, or
-        the dataset is infinite or cannot be batched (as after a ``filter``).
+      TypeError: If an argument has the wrong type (bools are not ints) or ``batch_fn`` is not callable.
+      ValueError: If ``drop_remainder`` is not False, ``batch_size`` is below 1, or the dataset cannot be batched.
 
     Examples:
       >>> import grain

@@ -66,10 +66,7 @@ def redeal_state(
 
     Raises:
       TypeError: If ``states``, a part of a state or an argument has the wrong type.
-      ValueError: If a state is not a described ``training_batches`` state, the
-        states differ in pipeline or step or do not cover every old process
-        once, ``drop_remainder`` is False, the global batch does not split over
-        the new shard count, or ``batch_size`` or ``num_workers`` is out of range.
+      ValueError: If a state is not a described ``training_batches`` state, or the states or arguments do not fit.
 
     Examples:
       >>> import grain

@@ -62,11 +62,8 @@ def open_multiprocessing_iterator(
       The iterator, open for the duration of the block.
 
     Raises:
-      TypeError: If an argument has the wrong type (a ``MapDataset`` needs
-        ``.to_iter_dataset()``; bools are not ints).
-      ValueError: If ``num_workers`` is negative, ``per_worker_buffer_size`` is
-        below 1, or ``sequential_slice`` is True for a tinax pipeline with two
-        or more workers.
+      TypeError: If an argument has the wrong type (a ``MapDataset`` needs ``.to_iter_dataset()``).
+      ValueError: If ``num_workers`` is negative, ``per_worker_buffer_size`` below 1, or ``sequential_slice`` misused.
       RuntimeError: If ``num_workers`` is 1 or more and absl flags are not parsed.
 
     Examples:

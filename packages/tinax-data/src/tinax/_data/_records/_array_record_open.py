@@ -55,12 +55,9 @@ def read_array_record(
 
     Raises:
       TypeError: If an argument has the wrong type.
-      ValueError: If ``cache_bytes`` is below 1, or many files mix kinds or
-        schemas or a list names a file twice.
-      FileNotFoundError: If a path, folder or pattern holds no file, or a path
-        is empty (also a ValueError).
-      UnreadableArrayRecordError: If a file is not ArrayRecord or its tinax
-        header is malformed or newer (a ValueError and 0.2's RuntimeError).
+      ValueError: If ``cache_bytes`` is below 1, or many files mix kinds or schemas or a list names a file twice.
+      FileNotFoundError: If a path, folder or pattern holds no file, or a path is empty (also a ValueError).
+      UnreadableArrayRecordError: If a file is no ArrayRecord or has a bad tinax header (a ValueError and RuntimeError).
       UnsupportedStoreError: If ``path`` is an ``s3://`` URL (a ValueError).
       ImportError: If array-record, or a URL's store client, is not installed.
 

@@ -71,18 +71,11 @@ def write_array_record(
         progress bar on standard error (tqdm, else rich).
 
     Raises:
-      TypeError: If an argument has the wrong type, or a record is neither JSON
-        (``json``'s error, as in 0.2; also a ValueError after the first record)
-        nor in the tinax format.
-      ValueError: If ``group_size`` is out of range, ``progress`` is another str,
-        or a JSON record is circular.
-      ArrayRecordWriteError: A RuntimeError, as in 0.2, if the path is empty, a
-        folder, or under a missing folder or a file (also the matching OSError),
-        or the write fails.
-      FileExistsError: If a file exists at ``path`` (or another writer created the
-        object meanwhile) and ``overwrite`` is False.
-      ImportError: If array-record, tqdm or rich for ``progress="bar"``, or the
-        URL's store client is missing (before anything is written).
+      TypeError: If an argument's type is wrong, or a record is neither JSON nor tinax (later ones also ``ValueError``).
+      ValueError: If ``group_size`` is out of range, ``progress`` is another str, or a JSON record is circular.
+      ArrayRecordWriteError: A RuntimeError, as in 0.2, if the path is unusable or the write fails (also an OSError).
+      FileExistsError: If a file exists at ``path`` and ``overwrite`` is False.
+      ImportError: If array-record, tqdm or rich for ``progress="bar"``, or the URL's store client is missing.
 
     Examples:
       >>> import numpy as np

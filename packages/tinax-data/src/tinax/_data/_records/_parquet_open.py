@@ -53,12 +53,8 @@ def read_parquet_record(
 
     Raises:
       TypeError: If an argument has the wrong type.
-      FileNotFoundError: If a path, folder or pattern holds no file, or a path
-        is empty (also a ValueError).
-      ValueError: If a file is not Parquet (a ``pyarrow.ArrowInvalid``, as in
-        0.2) or contradicts its tinax metadata, an argument is out of range, a
-        column has no ``"numpy"`` mapping, or many files mix kinds, schemas,
-        stores or name a file twice.
+      FileNotFoundError: If a path, folder or pattern holds no file, or a path is empty (also a ValueError).
+      ValueError: If a file is not Parquet (also ``pyarrow.ArrowInvalid``), or the files or an argument are unusable.
       ImportError: If ``path`` is a URL whose store's client is not installed.
 
     Examples:

@@ -97,20 +97,15 @@ def write_parquet_record(
         ``"bar"`` for a progress bar on standard error (tqdm, else rich).
 
     Raises:
-      TypeError: If an argument has the wrong type (a generator as ``records``
-        included), or pyarrow cannot convert a value outside the tinax format.
-      ValueError: If ``progress`` is another str, ``records`` is empty, the first
-        record has no fields or lacks a later record's field, or pyarrow refuses
-        the values (``ArrowInvalid``) outside the tinax format.
+      TypeError: If an argument has the wrong type, or pyarrow cannot convert a value outside the tinax format.
+      ValueError: If ``records`` is empty or its fields differ, ``progress`` is another str, or pyarrow refuses values.
       OverflowError: If an int does not fit in 64 bits (pyarrow's error, as in 0.2).
       FileNotFoundError: If ``path`` is empty (also a ValueError) or its folder does not exist.
       NotADirectoryError: If a part of the folder of ``path`` is a regular file.
       IsADirectoryError: If ``path`` is a folder.
-      FileExistsError: If a file exists at ``path`` (or another writer created the
-        object meanwhile) and ``overwrite`` is False.
+      FileExistsError: If a file exists at ``path`` and ``overwrite`` is False.
       OSError: If the file system or the store refuses the write.
-      ImportError: If ``progress="bar"`` without tqdm or rich, or the URL's store
-        client is missing (before anything is written).
+      ImportError: If tqdm or rich for ``progress="bar"``, or the URL's store client, is missing (nothing is written).
 
     Examples:
       >>> import numpy as np

@@ -31,8 +31,7 @@ class InMemorySource(Generic[T]):
       source_id: A non-empty string naming these records.
 
     Raises:
-      TypeError: If ``records`` is not iterable or is a ``str``/``bytes``, or
-        ``source_id`` is not a ``str``.
+      TypeError: If ``records`` is not iterable or is a ``str``/``bytes``, or ``source_id`` is not a ``str``.
       ValueError: If ``source_id`` is empty.
     """
 

@@ -74,8 +74,7 @@ class LoadedSafetensors:
       info: The header of the whole file, every tensor included.
 
     Raises:
-      TypeError: If ``info`` is not a :class:`SafetensorsInfo`, ``tensors`` not a
-        mapping with str keys, or a tensor not a ``numpy.ndarray`` of the exact dtype described.
+      TypeError: If ``info`` is not a :class:`SafetensorsInfo`, or ``tensors`` does not hold the described ndarrays.
       ValueError: If a tensor is not described in ``info`` or has another shape.
     """
 
@@ -122,16 +121,11 @@ def inspect_safetensors(path: str | os.PathLike[str], *, max_metadata_bytes: int
       The tensors' names, shapes, dtypes and offsets, sorted by name, and the metadata.
 
     Raises:
-      TypeError: If ``path`` is not a str or path-like, or ``max_metadata_bytes``
-        is not an int (bool included).
-      ValueError: If ``max_metadata_bytes`` is negative, the metadata is larger,
-        or the header is malformed (then also a ``safetensors.SafetensorError``,
-        naming the file and, where one is at fault, the tensor).
+      TypeError: If ``path`` is not a str or path-like, or ``max_metadata_bytes`` is not an int.
+      ValueError: If ``max_metadata_bytes`` is negative or too small, or the header is bad (also ``SafetensorError``).
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
-        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
-      FileNotFoundError: If no file exists at ``path``, or none can (through a
-        regular file or a symbolic link loop, or a name too long: also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` or ``s3://`` URL and its client (gcsfs or s3fs) is not installed.
+      FileNotFoundError: If no file exists at ``path``, or none can (also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -176,18 +170,11 @@ def load_safetensors(
       header of the whole file.
 
     Raises:
-      TypeError: If an argument has the wrong type (``names`` a single str, a
-        limit a bool, included), or a selected tensor has a packed sub-byte dtype
-        (F4, F6_E2M3, F6_E3M2), which no array type holds.
-      ValueError: If a limit is negative, the metadata exceeds its limit, a name
-        repeats or is not in the file (the message suggests close matches), the
-        selection exceeds ``max_bytes``, or the file is malformed or shorter than
-        its header says (then also a ``safetensors.SafetensorError``).
+      TypeError: If an argument's type is wrong, or a chosen tensor has a packed sub-byte dtype (F4, F6_E2M3, F6_E3M2).
+      ValueError: If a limit is negative or exceeded, a name repeats or is missing, or the file is malformed or short.
       IsADirectoryError: If ``path`` is a directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
-        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
-      FileNotFoundError: If no file exists at ``path``, or none can (through a
-        regular file or a symbolic link loop, or a name too long: also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` or ``s3://`` URL and its client (gcsfs or s3fs) is not installed.
+      FileNotFoundError: If no file exists at ``path``, or none can (also a ValueError).
 
     Examples:
       >>> import numpy as np
@@ -271,22 +258,13 @@ def save_safetensors(
         JSON. The default, 0, accepts no metadata: pass a limit to store any.
 
     Raises:
-      TypeError: If an argument has the wrong type, or a tensor is not a
-        ``numpy.ndarray`` (a ``jax.Array``, say) or has a dtype safetensors cannot
-        store exactly.
-      ValueError: If a name is empty or reserved, a masked array has masked
-        elements, the metadata exceeds ``max_metadata_bytes``, the header would
-        exceed 100 MB, or ``path`` is a symbolic link.
+      TypeError: If an argument has the wrong type, or a tensor is not a ``numpy.ndarray`` or has an unstorable dtype.
+      ValueError: If a name is empty or reserved, an element is masked, a limit is exceeded, or ``path`` is a symlink.
       UnicodeEncodeError: If a name or metadata entry holds a lone surrogate (a ValueError).
-      IsADirectoryError: If ``path`` is, or becomes before the rename, a
-        directory (also a ValueError).
-      ImportError: If ``path`` is a ``gs://`` (``s3://``) URL and gcsfs (s3fs) is
-        not installed; the message names the ``tinax-weights[gcs]`` (``[s3]``) extra.
+      IsADirectoryError: If ``path`` is, or becomes before the rename, a directory (also a ValueError).
+      ImportError: If ``path`` is a ``gs://`` or ``s3://`` URL and its client (gcsfs or s3fs) is not installed.
       FileExistsError: If ``path`` exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
-        exist at ``path``: it runs through a regular file (also the
-        NotADirectoryError of tinax 0.2) or a symbolic link loop, or its name is
-        too long (also a ValueError).
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can exist at ``path`` (also a ValueError).
 
     Examples:
       >>> import numpy as np

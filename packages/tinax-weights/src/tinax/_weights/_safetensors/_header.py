@@ -101,11 +101,8 @@ class TensorInfo:
         payload start, or None for a description not read from a file.
 
     Raises:
-      TypeError: If ``shape`` is not a sequence of ints (bools refused) or
-        ``dtype`` is neither a str nor a NumPy type with a safetensors name.
-      ValueError: If an extent is negative, ``dtype`` names no safetensors dtype,
-        packed sub-byte elements do not fill whole bytes, or ``data_offsets`` is
-        not a ``(start, end)`` pair with start <= end.
+      TypeError: If ``shape`` is not a sequence of ints, or ``dtype`` is not a safetensors dtype name or NumPy type.
+      ValueError: If an extent is negative, ``dtype`` is unknown, packed elements split a byte, or the offsets are bad.
     """
 
     shape: tuple[int, ...]
@@ -182,8 +179,7 @@ class SafetensorsInfo:
         accepted and stored as a new dict.
 
     Raises:
-      TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo`
-        or ``metadata`` is not a mapping of str to str.
+      TypeError: If ``tensors`` is not a mapping of str to :class:`TensorInfo` or ``metadata`` not of str to str.
     """
 
     tensors: Mapping[str, TensorInfo]

@@ -120,21 +120,10 @@ def load_sharded_safetensors(
       The arrays, their descriptions and the bytes this process read.
 
     Raises:
-      TypeError: If an argument has the wrong type, or a tensor's dtype has no
-        exact JAX type here: packed sub-byte types, and 64-bit types while
-        ``jax_enable_x64`` is off.
-      ValueError: If ``max_bytes`` is negative, a name repeats, is unknown or has
-        no sharding in the mapping, the mapping has shardings for tensors not
-        loaded, a sharding does not divide its tensor's shape, the plan reads more
-        than ``max_bytes``, the checkpoint is malformed (an index mapping a tensor
-        to two files or to one that lacks it included), or ``progress`` is a str
-        other than ``"bar"``.
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed
-        (nothing is read), or ``path`` is a ``gs://`` (``s3://``) URL and gcsfs
-        (s3fs) is not installed; the message names the ``tinax-weights[gcs]``
-        (``[s3]``) extra.
-      FileNotFoundError: If ``path`` does not exist (for a URL, also when it names
-        a prefix), or a file the index names does not (also a ValueError).
+      TypeError: If an argument has the wrong type, or a tensor's dtype has no exact JAX type here.
+      ValueError: If a name, sharding or limit is unusable, the checkpoint is malformed, or ``progress`` is another str.
+      ImportError: If ``progress="bar"`` finds neither tqdm nor rich, or a URL's client (gcsfs, s3fs) is not installed.
+      FileNotFoundError: If ``path`` does not exist, or a file the index names does not (also a ValueError).
 
     Examples:
       >>> import jax

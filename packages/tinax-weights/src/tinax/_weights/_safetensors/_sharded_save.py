@@ -101,25 +101,12 @@ def save_sharded_safetensors(
         new published; or ``"bar"`` for a tqdm or rich bar on standard error.
 
     Raises:
-      TypeError: If an argument has the wrong type (a NumPy array in ``arrays``
-        included: use :func:`save_safetensors`), or an array is being traced or
-        has a dtype safetensors cannot store exactly.
-      ValueError: If a name is empty or reserved, an array was deleted, the
-        metadata exceeds ``max_metadata_bytes``, ``max_file_bytes`` is not
-        positive, the index name has the wrong ending, ``path`` is a symbolic
-        link, ``progress`` is a str other than ``"bar"``, or ``path`` is a URL and
-        a file would hold shards of several processes.
-      ImportError: If ``progress="bar"`` and neither tqdm nor rich is installed
-        (nothing is written), or ``path`` is a ``gs://`` (``s3://``) URL and gcsfs
-        (s3fs) is not installed; the message names the ``tinax-weights[gcs]``
-        (``[s3]``) extra.
+      TypeError: If an argument has the wrong type (a NumPy array, say), or an array is traced or its dtype unstorable.
+      ValueError: If a name, limit or ``path`` is unusable, ``progress`` is another str, or a URL file mixes processes.
+      ImportError: If ``progress="bar"`` finds neither tqdm nor rich, or a URL's client (gcsfs, s3fs) is not installed.
       FileExistsError: If a destination file or object exists and ``overwrite`` is False.
-      FileNotFoundError: If the folder of ``path`` does not exist, or no file can
-        exist at ``path``: it runs through a regular file (also a
-        NotADirectoryError) or a symbolic link loop, or its name is too long (also
-        a ValueError).
-      RuntimeError: In the other processes, when one could not create, write or
-        publish the file; nothing is published then.
+      FileNotFoundError: If the folder of ``path`` does not exist, or no file can exist at ``path`` (also a ValueError).
+      RuntimeError: In the other processes, when one could not create, write or publish its file (nothing is published).
 
     Examples:
       >>> import jax
