@@ -17,7 +17,7 @@ import orbax.checkpoint.experimental.v1 as ocp
 import pytest
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from tinax._checkpointing._load import stored_tree
+from tinax._checkpointing._loading._load import stored_tree
 from tinax.checkpointing import (
     TrainingCheckpointManager,
     abstract_checkpointables,

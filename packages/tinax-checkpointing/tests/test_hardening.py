@@ -161,7 +161,7 @@ _FAIL_IN_THE_BACKGROUND = """
 
     import jax.numpy as jnp
     import numpy as np
-    from tinax._checkpointing import _save
+    from tinax._checkpointing._saving import _save
     from tinax.checkpointing import save_checkpointables
 
     class Failing:
@@ -774,7 +774,7 @@ def test_one_thousand_seeded_metadata_mutations_give_only_documented_errors(trai
 def test_the_empty_value_types_accepted_in_tree_metadata_are_orbaxs():
     from orbax.checkpoint._src.metadata import empty_values
 
-    from tinax._checkpointing._layout import _EMPTY_VALUE_TYPES
+    from tinax._checkpointing._metadata._layout import _EMPTY_VALUE_TYPES
 
     declared = {value for name, value in vars(empty_values).items() if name.startswith("RESTORE_TYPE_")}
     assert declared - {empty_values.RESTORE_TYPE_UNKNOWN} == _EMPTY_VALUE_TYPES

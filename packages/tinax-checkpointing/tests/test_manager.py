@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tinax._checkpointing._manager as manager_module
+import tinax._checkpointing._manager._step_manager as manager_module
 from tinax.checkpointing import (
     CheckpointScan,
     SaveInFlightError,

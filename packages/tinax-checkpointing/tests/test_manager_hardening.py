@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import tinax._checkpointing._manager as manager_module
+import tinax._checkpointing._manager._step_manager as manager_module
 from tinax.checkpointing import (
     SaveInFlightError,
     TrainingCheckpointManager,

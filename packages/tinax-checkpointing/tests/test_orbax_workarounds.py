@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tinax._checkpointing import _orbax_workarounds as compat
-from tinax._checkpointing._response import SaveResponse
+from tinax._checkpointing._saving._response import SaveResponse
 from tinax.checkpointing import save_checkpointables
 
 

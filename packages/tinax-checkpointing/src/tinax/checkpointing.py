@@ -11,17 +11,17 @@ only when a function runs.
 
 import pathlib as _pathlib
 
-from tinax._checkpointing._abstract import abstract_checkpointables
-from tinax._checkpointing._load import load_checkpointables
-from tinax._checkpointing._manager import (
+from tinax._checkpointing._loading._load import load_checkpointables
+from tinax._checkpointing._loading._targets import abstract_restore_target
+from tinax._checkpointing._manager._step_manager import (
     CheckpointScan,
     SaveInFlightError,
     StepDisagreementError,
     TrainingCheckpointManager,
 )
+from tinax._checkpointing._metadata._abstract import abstract_checkpointables
 from tinax._checkpointing._names import validate_checkpointable_name
-from tinax._checkpointing._save import save_checkpointables
-from tinax._checkpointing._targets import abstract_restore_target
+from tinax._checkpointing._saving._save import save_checkpointables
 from tinax._checkpointing._training import (
     TrainingCheckpoint,
     TrainingCheckpointNames,

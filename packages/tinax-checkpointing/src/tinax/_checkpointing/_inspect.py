@@ -19,10 +19,10 @@ from typing import Any
 import orbax.checkpoint.experimental.v1  # noqa: F401
 import tensorstore  # noqa: F401
 
-from tinax._checkpointing._abstract import StoredLeaf, read_scalar, stored_leaves
-from tinax._checkpointing._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._locations import CLAIM_SUFFIX, absolute_location
-from tinax._checkpointing._manager import TrainingCheckpointManager, scan_root
+from tinax._checkpointing._manager._step_manager import TrainingCheckpointManager, scan_root
+from tinax._checkpointing._metadata._abstract import StoredLeaf, read_scalar, stored_leaves
+from tinax._checkpointing._metadata._layout import CHECKPOINT_METADATA, PYTREE_METADATA, require_complete_checkpoint
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._checkpointing._training import STEP_KEY, TrainingCheckpointNames, require_iterator_states
 from tinax._core._command._report import InspectOptions, Report

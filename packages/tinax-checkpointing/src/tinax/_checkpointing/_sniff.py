@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from tinax._checkpointing._layout import _ORBAX_INDICATOR, CHECKPOINT_METADATA
 from tinax._checkpointing._locations import is_remote
+from tinax._checkpointing._metadata._layout import _ORBAX_INDICATOR, CHECKPOINT_METADATA
 from tinax._checkpointing._names import is_orbax_temporary_name
 from tinax._core._command._registry import Inspector, Probe
 

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 from tinax._checkpointing._compat02 import CheckpointKeyError
-from tinax._checkpointing._layout import ParsedFiles, require_complete_checkpoint
-from tinax._checkpointing._load import loaded_nbytes, restore_complete
+from tinax._checkpointing._loading._load import loaded_nbytes, restore_complete
+from tinax._checkpointing._loading._targets import require_restore_target
 from tinax._checkpointing._locations import absolute_location, checkpoint_location
+from tinax._checkpointing._metadata._layout import ParsedFiles, require_complete_checkpoint
 from tinax._checkpointing._names import require_distinct_on_case_insensitive_systems, validate_checkpointable_name
-from tinax._checkpointing._save import start_save
-from tinax._checkpointing._save_checks import is_empty_container
-from tinax._checkpointing._targets import require_restore_target
+from tinax._checkpointing._saving._checks import is_empty_container
+from tinax._checkpointing._saving._save import start_save
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger
 

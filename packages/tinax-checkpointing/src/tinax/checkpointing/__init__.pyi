@@ -5,15 +5,15 @@
 # Python never imports this folder: it holds no `__init__.py`, and a module
 # file wins over a folder without one.
 
-from tinax._checkpointing._abstract import abstract_checkpointables as abstract_checkpointables
-from tinax._checkpointing._load import load_checkpointables as load_checkpointables
-from tinax._checkpointing._manager import CheckpointScan as CheckpointScan
-from tinax._checkpointing._manager import SaveInFlightError as SaveInFlightError
-from tinax._checkpointing._manager import StepDisagreementError as StepDisagreementError
-from tinax._checkpointing._manager import TrainingCheckpointManager as TrainingCheckpointManager
+from tinax._checkpointing._loading._load import load_checkpointables as load_checkpointables
+from tinax._checkpointing._loading._targets import abstract_restore_target as abstract_restore_target
+from tinax._checkpointing._manager._step_manager import CheckpointScan as CheckpointScan
+from tinax._checkpointing._manager._step_manager import SaveInFlightError as SaveInFlightError
+from tinax._checkpointing._manager._step_manager import StepDisagreementError as StepDisagreementError
+from tinax._checkpointing._manager._step_manager import TrainingCheckpointManager as TrainingCheckpointManager
+from tinax._checkpointing._metadata._abstract import abstract_checkpointables as abstract_checkpointables
 from tinax._checkpointing._names import validate_checkpointable_name as validate_checkpointable_name
-from tinax._checkpointing._save import save_checkpointables as save_checkpointables
-from tinax._checkpointing._targets import abstract_restore_target as abstract_restore_target
+from tinax._checkpointing._saving._save import save_checkpointables as save_checkpointables
 from tinax._checkpointing._training import TrainingCheckpoint as TrainingCheckpoint
 from tinax._checkpointing._training import TrainingCheckpointNames as TrainingCheckpointNames
 from tinax._checkpointing._training import load_training_checkpoint as load_training_checkpoint

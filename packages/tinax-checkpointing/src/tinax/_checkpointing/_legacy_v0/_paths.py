@@ -18,7 +18,7 @@ from tinax._checkpointing._locations import (
     remove_remote_folder,
 )
 from tinax._checkpointing._names import ORBAX_TMP_SUFFIX, is_orbax_temporary_name, refuse_orbax_temporary_destination
-from tinax._checkpointing._save_checks import require_creatable
+from tinax._checkpointing._saving._checks import require_creatable
 from tinax._core import files, validation
 
 _NEEDED_BY = "tinax.checkpointing.legacy.v0"

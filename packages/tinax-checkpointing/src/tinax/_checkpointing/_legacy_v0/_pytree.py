@@ -22,7 +22,7 @@ from tinax._checkpointing._legacy_v0._paths import (
 )
 from tinax._checkpointing._locations import checkpoint_location
 from tinax._checkpointing._orbax_workarounds import finish_abandoned_reads
-from tinax._checkpointing._save_checks import is_empty_container
+from tinax._checkpointing._saving._checks import is_empty_container
 from tinax._core import validation
 
 __all__ = ["load_legacy_v0_pytree", "save_legacy_v0_pytree"]

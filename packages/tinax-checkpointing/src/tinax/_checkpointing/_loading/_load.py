@@ -15,22 +15,22 @@ import warnings
 from collections.abc import Coroutine, Iterable, Mapping
 from typing import Any
 
-from tinax._checkpointing._abstract import stored_leaves_of
 from tinax._checkpointing._compat02 import CheckpointKeyError, upstream_failure
-from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, require_complete_checkpoint
+from tinax._checkpointing._loading._targets import (
+    lacks_placement,
+    require_restore_target,
+    require_target_fits,
+    with_stored_placements,
+)
 from tinax._checkpointing._locations import absolute_location, folder_nbytes, is_remote
+from tinax._checkpointing._metadata._abstract import stored_leaves_of
+from tinax._checkpointing._metadata._layout import PYTREE_METADATA, ParsedFiles, require_complete_checkpoint
 from tinax._checkpointing._orbax_workarounds import (
     ENSURE_FUTURE_WRAPPER_NEVER_AWAITED,
     collect_abandoned_reads,
     finish_abandoned_reads,
     retire_abandoned_work,
     take_abandoned_orbax_task_reports,
-)
-from tinax._checkpointing._targets import (
-    lacks_placement,
-    require_restore_target,
-    require_target_fits,
-    with_stored_placements,
 )
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger, tree_nbytes

@@ -20,8 +20,13 @@ from typing import Any
 import numpy as np
 
 from tinax._checkpointing._compat02 import CheckpointKeyError
-from tinax._checkpointing._layout import PYTREE_METADATA, ParsedFiles, read_json_object, require_complete_checkpoint
 from tinax._checkpointing._locations import absolute_location, tensorstore_base
+from tinax._checkpointing._metadata._layout import (
+    PYTREE_METADATA,
+    ParsedFiles,
+    read_json_object,
+    require_complete_checkpoint,
+)
 from tinax._core import validation
 
 __all__ = [

@@ -18,9 +18,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
 from tinax._checkpointing._compat02 import CheckpointExistsError, CheckpointNotFoundError
-from tinax._checkpointing._layout import require_complete_checkpoint
 from tinax._checkpointing._locations import absolute_location, folder_nbytes, is_remote
-from tinax._checkpointing._manager_processes import (
+from tinax._checkpointing._manager._processes import (
     StepDisagreementError,
     agree_on_steps,
     any_process,
@@ -28,7 +27,7 @@ from tinax._checkpointing._manager_processes import (
     is_process_zero,
     process_count,
 )
-from tinax._checkpointing._manager_root import (
+from tinax._checkpointing._manager._root import (
     LOCK_FILE,
     METRICS_FILE,
     CheckpointScan,
@@ -44,6 +43,7 @@ from tinax._checkpointing._manager_root import (
     unlink,
     write_metrics,
 )
+from tinax._checkpointing._metadata._layout import require_complete_checkpoint
 from tinax._checkpointing._training import (
     MAX_STEP,
     TrainingCheckpoint,

@@ -35,7 +35,12 @@ from tinax._checkpointing._names import (
     validate_checkpointable_name,
 )
 from tinax._checkpointing._orbax_workarounds import current_operation_id, settle_failed_save
-from tinax._checkpointing._save_checks import exists_error, require_absent, require_creatable, require_saveable_leaves
+from tinax._checkpointing._saving._checks import (
+    exists_error,
+    require_absent,
+    require_creatable,
+    require_saveable_leaves,
+)
 from tinax._core import validation
 from tinax._core.logs import Operation, get_logger
 from tinax._core.storage import RemotePath, publish_file
@@ -156,7 +161,7 @@ def start_save(
         release()
         raise
     # Imported here: the response inherits Orbax's protocol, and Orbax is imported only when a save runs.
-    from tinax._checkpointing._response import SaveResponse
+    from tinax._checkpointing._saving._response import SaveResponse
 
     logged = _LoggedOnCommit(response, operation, destination)
     return SaveResponse(logged, destination, sorted(named), release, operation_id)

@@ -1,0 +1,1 @@
+"""Loads: restore targets, and loading named checkpointables into them from complete checkpoints."""
