@@ -414,7 +414,7 @@ def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usu
 
     def flaky(source: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
         # Only a decoding thread's own handle fails: the usual reads then read every row.
-        if options.get("parquet_file") is not None and group_index == 1:
+        if options.get("ahead") is not None and group_index == 1:
             raise ValueError("row group 1 cannot be read through this handle")
         return original(source, group_index, position, **options)
 
@@ -514,7 +514,7 @@ def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_b
     original = ParquetRecordSource._decode
 
     def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
-        if self is source and options.get("parquet_file") is not None:
+        if self is source and options.get("ahead") is not None:
             runs.append((group_index, options.get("last_group") or group_index))
         return original(self, group_index, position, **options)
 
@@ -571,7 +571,7 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
     original = ParquetRecordSource._decode
 
     def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
-        if threading.current_thread().name.startswith(WINDOW_THREAD_PREFIX) or options.get("parquet_file"):
+        if threading.current_thread().name.startswith(WINDOW_THREAD_PREFIX) or options.get("ahead"):
             runs.append((group_index, options.get("last_group") or group_index))
         return original(self, group_index, position, **options)
 

@@ -220,9 +220,9 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
         return runs[start][0], runs[stop - 1][0], runs[start][1], runs[stop - 1][2]
 
     def decode() -> None:
-        parquet_file = None
+        ahead = None
         try:
-            parquet_file, header = source._open()
+            ahead, header = source._open_ahead()
             if header != source._header:
                 raise ValueError("the file changed since the reader opened it")
             while not failures and not unlike:
@@ -234,7 +234,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
                 slots = order[first:last]
                 chosen = positions[slots]
                 group = source._decode(
-                    group_index, int(chosen[0]), own_memory=False, parquet_file=parquet_file, last_group=last_group
+                    group_index, int(chosen[0]), own_memory=False, ahead=ahead, last_group=last_group
                 )
                 fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
                 # Let go before the next ones are decoded: one read's row groups per thread.
@@ -245,8 +245,8 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
         except BaseException as error:  # Raised again by the window's thread, which the pipeline's catches.
             failures.append(error)
         finally:
-            if parquet_file is not None:
-                parquet_file.close()
+            if ahead is not None:
+                ahead.close()
 
     _run_in_threads(decode, source.decode_threads())
     if unlike:

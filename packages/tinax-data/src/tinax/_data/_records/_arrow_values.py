@@ -102,7 +102,7 @@ def require_mappable(schema: pa.Schema, what: str) -> None:
 def _with_batched_read(
     one: Getter,
     many: Callable[[np.ndarray[Any, Any]], list[Any]],
-    stacked: Callable[[np.ndarray[Any, Any]], np.ndarray[Any, Any]] | None = None,
+    stacked: Callable[[np.ndarray[Any, Any] | slice | None], np.ndarray[Any, Any]] | None = None,
 ) -> Getter:
     """Attaches bulk readers to a getter: many rows at once, and (``stacked``) rows as one array."""
     try:
@@ -127,16 +127,25 @@ def _stacked_dtype(dtype: np.dtype[Any]) -> np.dtype[Any] | None:
     return None
 
 
-def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any] | None:
-    """Rows of a column (an array of rows or a slice) as one stacked array where the getter can, else None."""
+def stacked_values(getter: Getter, rows: np.ndarray[Any, Any] | slice | None) -> np.ndarray[Any, Any] | None:
+    """Rows of a column (an array of rows, a slice, or None for all) as one stacked array where it can, else None.
+
+    None gives the rows as the column holds them, maybe a read-only view: for callers that copy them anyway.
+    """
     stacked = getattr(getter, "stacked", None)
     return None if stacked is None else stacked(rows)
 
 
 def take_rows(
-    values: np.ndarray[Any, Any], rows: np.ndarray[Any, Any] | slice, *, dtype: np.dtype[Any] | None = None
+    values: np.ndarray[Any, Any], rows: np.ndarray[Any, Any] | slice | None, *, dtype: np.dtype[Any] | None = None
 ) -> np.ndarray[Any, Any]:
-    """A new, writable array of some rows of ``values``; consecutive rows as one slice copy, not a gather."""
+    """A new, writable array of some rows of ``values``; consecutive rows as one slice copy, not a gather.
+
+    ``rows=None`` is every row, copied only where ``dtype`` differs: each copy of a decoding thread hands the
+    interpreter lock to the pipeline's thread and waits to get it back.
+    """
+    if rows is None:
+        return values if dtype is None else values.astype(dtype, copy=False)
     if isinstance(rows, slice):
         return np.array(values[rows], dtype=dtype if dtype is not None else values.dtype)
     taken: np.ndarray[Any, Any] = values[rows]
@@ -442,8 +451,11 @@ class ArrayColumn:
             return [array.copy() for array in self._block[rows]]
         return [self.get(row) for row in rows.tolist()]
 
-    def stacked(self, rows: np.ndarray[Any, Any] | slice) -> np.ndarray[Any, Any]:
-        """Several rows' arrays stacked as ``np.stack`` of :meth:`many`; ValueError where shapes differ."""
+    def stacked(self, rows: np.ndarray[Any, Any] | slice | None) -> np.ndarray[Any, Any]:
+        """Several rows' arrays stacked as ``np.stack`` of :meth:`many` (see :func:`stacked_values` for None).
+
+        ValueError where shapes differ.
+        """
         if self._fixed_shape is None:
             raise ValueError("the column's arrays do not all have one shape")
         stacked = take_rows(self._block, rows)

@@ -30,6 +30,7 @@ __all__ = [
     "slice_rows",
     "stacked_alike",
     "start_filling",
+    "usable_cores",
 ]
 
 #: The dtype kinds kept whole: bool, signed and unsigned ints, floats, complex numbers.
@@ -190,6 +191,11 @@ class WholeColumns:
         #: True once a shuffled pipeline said which blocks its next batches read.
         self._told = False
 
+    @property
+    def told(self) -> bool:
+        """Whether a shuffled pipeline said which blocks its next batches read (see :meth:`expect`)."""
+        return self._told
+
     def expect(self, blocks: Sequence[int]) -> None:
         """Says which blocks the next batches read, for threads filling ahead to take first (lock held)."""
         self._wanted = collections.deque(blocks)
@@ -336,10 +342,14 @@ def fill_threads(cache_bytes: int, block_bytes: float) -> int:
     The decoding itself may run without the interpreter lock, but the work around it holds it, so more
     threads only take turns.
     """
-    # The cores this process may run on (the affinity mask, where the system has one).
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = usable_cores()
     fitting = int(cache_bytes // 4 // max(block_bytes, 1.0))
     return max(1, min(_MOST_FILL_THREADS, cores - 1, fitting))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, where the system has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def start_filling(source: Any, threads: int) -> list[threading.Thread]:

@@ -6,10 +6,13 @@ fixed-length entry that ``seal_checksums`` fills in once the file is closed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import pathlib
+import subprocess
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -79,16 +82,120 @@ def _digest_range(handle: Any, start: int, end: int) -> str:
     return digest.hexdigest()
 
 
-def range_digests(path: pathlib.Path, ranges: Sequence[tuple[int, int]]) -> list[str]:
-    """The SHA-256 of each byte range of a local file, the ranges (in file order) read in one call."""
+def range_digests(
+    path: pathlib.Path, ranges: Sequence[tuple[int, int]], hasher: DigestProcess | None = None
+) -> list[str]:
+    """The SHA-256 of each byte range of a local file, the ranges (in file order) read in one call.
+
+    Hashed by ``hasher``'s process where one is given and still running, else in this thread.
+    """
+    if hasher is not None:
+        found = hasher.digests(path, ranges)
+        if found is not None:
+            return found
     start, end = ranges[0][0], ranges[-1][1]
     with open(path, "rb") as handle:
         handle.seek(start)
         data = handle.read(end - start)
     if len(data) != end - start:
-        raise ValueError("the file ends inside a row group")
+        raise ValueError(_SHORT_FILE)
     view = memoryview(data)
     return [hashlib.sha256(view[first - start : stop - start]).hexdigest() for first, stop in ranges]
+
+
+_SHORT_FILE = "the file ends inside a row group"
+
+# The child's whole program: only the standard library, so it starts in milliseconds. Each request is one line of
+# JSON (a path and its ranges); each answer one line: the digests, or what failed.
+_HASHER_PROGRAM = """
+import hashlib, json, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+for line in sys.stdin:
+    path, ranges = json.loads(line)
+    start, end = ranges[0][0], ranges[-1][1]
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            data = handle.read(end - start)
+    except OSError as error:
+        answer = {"errno": error.errno, "message": error.strerror or str(error)}
+    else:
+        view = memoryview(data)
+        answer = [hashlib.sha256(view[a - start : b - start]).hexdigest() for a, b in ranges]
+        if len(data) != end - start:
+            answer = {"short": True}
+    sys.stdout.write(json.dumps(answer) + "\\n")
+    sys.stdout.flush()
+"""
+
+
+class DigestProcess:
+    """A child interpreter that hashes the byte ranges of local files for one reading thread, started on first use.
+
+    Hashing here hands the interpreter lock back and forth once per row group, and while the pipeline's thread runs
+    a training step each hand-back waits out the interpreter's switch interval (5 ms by default). A child hashes a
+    whole run of row groups for one request and one answer.
+    """
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+        #: False once the child could not start or stopped answering: the caller then hashes in its thread.
+        self._usable = bool(sys.executable) and not getattr(sys, "frozen", False)
+
+    def digests(self, path: pathlib.Path, ranges: Sequence[tuple[int, int]]) -> list[str] | None:
+        """The digests of ``ranges`` of ``path``, or None where no child answers (the caller hashes them itself).
+
+        Raises:
+            OSError: The file cannot be opened or read.
+            ValueError: The file ends inside a range.
+        """
+        process = self._running()
+        if process is None:
+            return None
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            process.stdin.write(json.dumps([os.path.abspath(path), [list(pair) for pair in ranges]]) + "\n")
+            process.stdin.flush()
+            answer = json.loads(process.stdout.readline())
+        except (OSError, ValueError):
+            self.close()
+            self._usable = False
+            return None
+        if isinstance(answer, list):
+            return answer
+        if answer.get("short"):
+            raise ValueError(_SHORT_FILE)
+        raise OSError(answer["errno"], answer["message"], str(path))
+
+    def _running(self) -> subprocess.Popen[str] | None:
+        if self._process is None and self._usable:
+            try:
+                self._process = subprocess.Popen(
+                    [sys.executable, "-I", "-S", "-c", _HASHER_PROGRAM],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                    encoding="ascii",
+                )
+            except (OSError, ValueError):
+                self._usable = False
+        return self._process
+
+    def close(self) -> None:
+        """Ends the child, if one runs: it reads the end of its input and exits."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        for stream in (process.stdin, process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _footer_digest(footer: bytes, stored: bytes, group_digests: Sequence[str]) -> str:

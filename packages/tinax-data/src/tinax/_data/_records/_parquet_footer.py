@@ -34,6 +34,7 @@ from tinax._data._records._parquet_checksums import (
     CHECKSUM_KEY,
     CHECKSUM_MARKER,
     METADATA_KEY,
+    DigestProcess,
     _digest_range,
     _footer_digest,
     _parse_checksums,
@@ -285,11 +286,12 @@ class ParquetOpening(RecordFileSource[_Footer]):
             raise _corrupt_group(group_index)
         return None if data is None else (start, data)
 
-    def _verify_run(self, group_index: int, last_group: int) -> None:
+    def _verify_run(self, group_index: int, last_group: int, hasher: DigestProcess | None = None) -> None:
         """Checks consecutive row groups of a local file against their digests, their bytes read at once."""
         assert self._group_checks is not None
         checks = self._group_checks[group_index : last_group + 1]
-        found = range_digests(cast("pathlib.Path", self._path), [(start, end) for start, end, _ in checks])
+        ranges = [(start, end) for start, end, _ in checks]
+        found = range_digests(cast("pathlib.Path", self._path), ranges, hasher)
         for index, (digest, (_, _, expected)) in enumerate(zip(found, checks, strict=True), start=group_index):
             if digest != expected:
                 raise _corrupt_group(index)

@@ -22,8 +22,16 @@ import pyarrow as pa
 from tinax._core.logs import format_bytes, get_logger
 from tinax._data._compat02 import CorruptParquetError
 from tinax._data._records._arrow_values import column_getter
-from tinax._data._records._file_columns import WholeColumns, fill_threads, gather_rows, slice_rows, start_filling
+from tinax._data._records._file_columns import (
+    WholeColumns,
+    fill_threads,
+    gather_rows,
+    slice_rows,
+    start_filling,
+    usable_cores,
+)
 from tinax._data._records._locations import Location
+from tinax._data._records._parquet_checksums import DigestProcess
 from tinax._data._records._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
 from tinax._data._records._record_codec import RecordHeader, record_position
 from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource
@@ -41,6 +49,24 @@ _ROWS_SERVED_FRACTION = 4
 #: The most consecutive row groups one read ahead decodes in one pyarrow call, whose own threads then share
 #: the work without the interpreter lock; one group per call left the threads taking turns at the lock.
 _GROUPS_PER_READ = 16
+
+
+#: The fewest consecutive row groups whose digests a decoding thread has its child compute: for fewer, the
+#: request and answer cost about what hashing them here does.
+_CHILD_HASHED_RUN = 4
+
+
+class AheadReads:
+    """A decoding thread's own handle on the file, and the child that hashes its runs of row groups, if any."""
+
+    def __init__(self, parquet_file: Any, hasher: DigestProcess | None) -> None:
+        self.parquet_file = parquet_file
+        self.hasher = hasher
+
+    def close(self) -> None:
+        self.parquet_file.close()
+        if self.hasher is not None:
+            self.hasher.close()
 
 
 class ParquetRecordSource(ParquetOpening):
@@ -263,7 +289,13 @@ class ParquetRecordSource(ParquetOpening):
         fitting = int(self.cache_bytes // share // max(self.largest_group_bytes(), 1.0))
         return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
 
-    def _fill_next(self, parquet_file: Any) -> bool:
+    def _open_ahead(self) -> tuple[AheadReads, _Footer]:
+        parquet_file, header = self._open()
+        # A child per decoding thread pays only where each has a core of its own besides the pipeline's.
+        spare = usable_cores() >= 2 * self.decode_threads() + 2
+        return AheadReads(parquet_file, DigestProcess() if spare else None), header
+
+    def _fill_next(self, ahead: AheadReads) -> bool:
         """Fills the next row groups (a few in a row) the whole columns lack; False once none is left.
 
         Decodes outside the lock and copies under it, so batches go on meanwhile.
@@ -276,7 +308,7 @@ class ParquetRecordSource(ParquetOpening):
             columns, run = reserved
             group_index = run[0]
             first = self._group_offset(group_index)
-            group = self._decode(group_index, first, own_memory=False, parquet_file=parquet_file, last_group=run[-1])
+            group = self._decode(group_index, first, own_memory=False, ahead=ahead, last_group=run[-1])
             fields = group.whole_stacked()
             del group
             with self._lock:
@@ -376,16 +408,17 @@ class ParquetRecordSource(ParquetOpening):
             table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
         return self._checked_rows(table, group_index, group_index)
 
-    def _read_run(self, group_index: int, last_group: int, parquet_file: Any) -> pa.Table:
+    def _read_run(self, group_index: int, last_group: int, ahead: AheadReads) -> pa.Table:
         # A local file's consecutive row groups in one call, decoded in pyarrow's threads (handle of the caller's).
         run = range(group_index, last_group + 1)
         for checked in run:
             check_reads_go_on(f"row group {checked} of {str(self._path)!r}")
         if self._group_checks is not None and not self._verified.issuperset(run):
-            # One read and one digest call per row group: each call hands the interpreter lock to the batches.
-            self._verify_run(group_index, last_group)
+            # Measured: a child pays for long runs read in order; for the shuffles' scattered runs it slowed them.
+            in_order = len(run) >= _CHILD_HASHED_RUN and not self._whole.told
+            self._verify_run(group_index, last_group, ahead.hasher if in_order else None)
             self._verified.update(run)
-        table = parquet_file.read_row_groups(run, use_threads=True)
+        table = ahead.parquet_file.read_row_groups(run, use_threads=True)
         return self._checked_rows(table, group_index, last_group)
 
     def _verify_once(self, group_index: int) -> tuple[int, bytes] | None:
@@ -419,18 +452,19 @@ class ParquetRecordSource(ParquetOpening):
         position: int,
         *,
         own_memory: bool = True,
-        parquet_file: Any = None,
+        ahead: AheadReads | None = None,
         last_group: int | None = None,
     ) -> _RowGroup:
-        # Called with the lock held, or with a handle of the caller's own: reads, checks and decodes one row
-        # group, or the consecutive ones through ``last_group`` as one.
+        # Called with the lock held, or with reads of the caller's own: reads, checks and decodes one row
+        # group, or the consecutive ones through ``last_group`` as one (those need ``ahead``).
         groups = f"row group {group_index}"
         try:
             if last_group is None or last_group == group_index:
-                table = self._read_group(group_index, None, parquet_file)
+                table = self._read_group(group_index, None, None if ahead is None else ahead.parquet_file)
             else:
+                assert ahead is not None
                 groups = f"row groups {group_index} to {last_group}"
-                table = self._read_run(group_index, last_group, parquet_file)
+                table = self._read_run(group_index, last_group, ahead)
             if own_memory:
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)

@@ -82,14 +82,16 @@ class _RowGroup:
         return stacked
 
     def whole_stacked(self) -> dict[str, np.ndarray[Any, Any]] | None:
-        """Every row's fields stacked from their columns alone; None where a field or row prevents it."""
+        """Every row's fields stacked from their columns alone; None where a field or row prevents it.
+
+        The arrays may be read-only views of the decoded columns: callers copy them.
+        """
         if self.table is None:
             return None
-        rows = slice(0, self.table.num_rows)
         fields = {}
         for name, getter in self._getters:
             try:
-                found = stacked_values(getter, rows)
+                found = stacked_values(getter, None)
             except ValueError:
                 return None
             if found is None:
