@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tinax._data._compat02 import CorruptParquetError
 from tinax._data._records import _parquet_source
 from tinax._data._records._parquet_checksums import DigestProcess, range_digests
 from tinax._data._records._reader_datasets import record_source_of
+from tinax._data._shutdown import WINDOW_THREAD_PREFIX
 from tinax.data import read_parquet_record, stack_records, training_batches, write_parquet_record
 
 ROWS = 12_000
@@ -107,6 +109,14 @@ def test_a_frozen_program_hashes_in_its_own_thread(checked_file, monkeypatch):
     assert range_digests(checked_file, ranges, hasher) == written
 
 
+def _join_threads_ahead() -> None:
+    """Waits for the threads filling the whole columns: with the batches held back, they read the rest in runs."""
+    for thread in threading.enumerate():
+        if thread.name.startswith(WINDOW_THREAD_PREFIX):
+            thread.join(timeout=60)
+            assert not thread.is_alive()
+
+
 def _pipeline(dataset: Any) -> Any:
     return training_batches(
         dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=0, shuffle=False, num_epochs=1,
@@ -129,7 +139,10 @@ def test_threads_reading_ahead_hash_in_children_where_cores_are_spare_and_end_th
     expected = np.arange(ROWS // 100 * 100)
     dataset = read_parquet_record(checked_file)
     source = record_source_of(dataset)
-    ids = np.concatenate([batch["id"] for batch in _pipeline(dataset)])
+    batches = iter(_pipeline(dataset))
+    first = next(batches)
+    _join_threads_ahead()
+    ids = np.concatenate([first["id"], *(batch["id"] for batch in batches)])
     assert np.array_equal(ids, expected)
     assert source.groups_per_read() > 1
     assert started
@@ -155,6 +168,8 @@ def test_a_damaged_row_group_found_by_a_child_fails_its_batch_with_the_usual_err
 
     monkeypatch.setattr(DigestProcess, "digests", noted)
     batches = iter(_pipeline(read_parquet_record(checked_file)))
+    next(batches)
+    _join_threads_ahead()
     with pytest.raises(CorruptParquetError, match=f"row group {damaged}"):
         for _ in batches:
             pass
