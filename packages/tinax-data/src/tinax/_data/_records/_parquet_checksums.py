@@ -120,10 +120,11 @@ for line in sys.stdin:
     except OSError as error:
         answer = {"errno": error.errno, "message": error.strerror or str(error)}
     else:
-        view = memoryview(data)
-        answer = [hashlib.sha256(view[a - start : b - start]).hexdigest() for a, b in ranges]
         if len(data) != end - start:
             answer = {"short": True}
+        else:
+            view = memoryview(data)
+            answer = [hashlib.sha256(view[a - start : b - start]).hexdigest() for a, b in ranges]
     sys.stdout.write(json.dumps(answer) + "\\n")
     sys.stdout.flush()
 """
