@@ -119,6 +119,60 @@ def test_failed_peer_stops_the_run_in_seconds(action, expected):
     _assert_all_reaped(caught.value.reports)
 
 
+# Runs at the start of every child interpreter (as ``sitecustomize``), before
+# the join: it records which run started it (each run has its own spec file),
+# and the first ``FAILURES`` starts of all exit with status 4.
+_FAIL_BEFORE_JOINING = """
+import os
+import sys
+
+if sys.argv[0].endswith("bootstrap.py"):
+    record = os.environ["STARTS"]
+    with open(record, "a") as handle:
+        handle.write(sys.argv[1] + "\\n")
+    with open(record) as handle:
+        starts = len(handle.readlines())
+    if starts <= int(os.environ["FAILURES"]):
+        os._exit(4)
+"""
+
+
+def _failing_before_joining(tmp_path: Path, failures: int) -> tuple[dict[str, str], Path]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_FAIL_BEFORE_JOINING, encoding="utf-8")
+    starts = tmp_path / "starts.txt"
+    path = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
+    return {"PYTHONPATH": path, "STARTS": str(starts), "FAILURES": str(failures)}, starts
+
+
+def _runs_started(starts: Path) -> int:
+    return len(set(starts.read_text().splitlines()))
+
+
+def test_a_run_that_fails_before_the_join_starts_once_more(tmp_path):
+    env, starts = _failing_before_joining(tmp_path, failures=1)
+    results = run_processes(_body_describe, num_processes=2, devices_per_process=1, args=[0], env=env)
+    assert [result["process"] for result in results] == [0, 1]
+    assert _runs_started(starts) == 2
+
+
+def test_a_second_failure_before_the_join_fails_the_run(tmp_path):
+    env, starts = _failing_before_joining(tmp_path, failures=1000)
+    with pytest.raises(DistributedRunError, match=r"of 2 failed") as caught:
+        run_processes(_body_describe, num_processes=2, devices_per_process=1, args=[0], env=env)
+    assert 4 in {report.returncode for report in caught.value.reports}
+    assert _runs_started(starts) == 2
+    _assert_all_reaped(caught.value.reports)
+
+
+def test_a_failure_after_the_join_is_not_retried(tmp_path):
+    env, starts = _failing_before_joining(tmp_path, failures=0)
+    with pytest.raises(DistributedRunError, match="boom from process 1"):
+        run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=["raise"], env=env)
+    assert _runs_started(starts) == 1
+
+
 def test_unserializable_result_fails_the_run():
     with pytest.raises(DistributedRunError, match="not JSON serializable"):
         run_processes(_SLEEP_UNLESS_FIRST, num_processes=2, devices_per_process=1, args=["unserializable"])

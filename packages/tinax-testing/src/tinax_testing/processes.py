@@ -105,6 +105,9 @@ def _main():
         shutdown_timeout=spec["shutdown_timeout"],
         coordinator_bind_address=spec["coordinator"],
     )
+    # Tells the parent that this process got past the join, so a failed run
+    # is known to be the body's and is never started again.
+    open(spec["joined"] + str(process_id), "wb").close()
     try:
         line = json.dumps(_load(spec)(*spec["args"]))
     except BaseException:
@@ -281,95 +284,24 @@ def _reports(
     ]
 
 
-def run_processes(
+def _attempt(
     body: Callable[..., object] | str,
-    *,
-    num_processes: int,
-    devices_per_process: int,
-    args: Sequence[object] = (),
-    timeout: float = 120.0,
-    initialization_timeout: int = 30,
-    heartbeat_timeout: int = 10,
-    shutdown_timeout: int = 10,
-    env: dict[str, str] | None = None,
-) -> list[Any]:
-    """Runs ``body`` once in each of ``num_processes`` joined JAX processes.
-
-    Each child gets ``JAX_PLATFORMS=cpu`` and ``JAX_NUM_CPU_DEVICES`` set,
-    calls ``jax.distributed.initialize`` against a coordinator on a fresh
-    port of 127.0.0.1 with the given short timeouts, then calls ``body`` with
-    ``args`` and prints its JSON-encoded return value as its last stdout
-    line. As soon as any child exits with a non-zero status, or ``timeout``
-    passes, every child still running is killed and the run fails, so a dead
-    or hung peer fails the caller in seconds rather than after JAX's own
-    timeouts. Killing a child kills its whole process group, so nothing it
-    started survives the run. The calling process never starts the
-    distributed runtime.
-
-    Args:
-      body: What each child runs. A module-level function (it is loaded in
-        the child from its source file, so it may live in a test module);
-        an import path ``"package.module:function"`` (imported by name); or
-        Python source that defines a function ``main``. The callable receives
-        ``*args`` and returns a JSON-serializable value; it can read its
-        process index from ``jax.process_index()``. To check that something
-        raises, catch it in the body and return a description of it.
-      num_processes: Number of child processes, at least 1.
-      devices_per_process: CPU devices in each child, at least 1.
-      args: JSON-serializable positional arguments passed to every child.
-      timeout: Seconds the whole run may take, start-up included.
-      initialization_timeout: Seconds a child waits for its peers to join.
-      heartbeat_timeout: Seconds without a heartbeat before JAX declares a
-        peer dead.
-      shutdown_timeout: Seconds a finished child waits for the others.
-      env: Extra environment variables for the children.
-
-    Returns:
-      The decoded JSON value returned by ``body`` in each child, indexed by
-      process id.
-
-    Raises:
-      TypeError: If ``body`` is none of the accepted forms, ``args`` is not
-        JSON-serializable, a count or timeout is not a number (a count not
-        an int, a bool for either), or ``env`` is not a mapping of str to
-        str.
-      ValueError: If ``body`` is a nested function or a lambda, or a count
-        or timeout is not positive.
-      DistributedRunError: If a child exits with a non-zero status (its body
-        raised, it could not join, or it crashed), the run exceeds
-        ``timeout``, or a child's last stdout line is not JSON. The message
-        holds every child's stderr; ``reports`` holds all their output.
-      BaseException: Whatever interrupts the wait (pytest-timeout's failure,
-        ``KeyboardInterrupt``) propagates unchanged once every child is
-        killed, with every child's output added as a note.
-    """
-    processes = require_positive_int(num_processes, "num_processes")
-    devices = require_positive_int(devices_per_process, "devices_per_process")
-    initialization_timeout = require_positive_int(initialization_timeout, "initialization_timeout")
-    heartbeat_timeout = require_positive_int(heartbeat_timeout, "heartbeat_timeout")
-    shutdown_timeout = require_positive_int(shutdown_timeout, "shutdown_timeout")
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        fail_type("timeout", "a positive number of seconds", timeout)
-    if not timeout > 0:
-        fail_value("timeout", "a positive number of seconds", timeout)
-    extra_env = None if env is None else require_str_to_str_mapping(env, "env")
-    try:
-        encoded_args = json.loads(json.dumps(list(args)))
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"args must be JSON-serializable, got {args!r}") from error
-
-    coordinator = f"127.0.0.1:{free_port()}"
-    environment = cpu_child_environment(devices, extra_env)
+    encoded_args: list[Any],
+    processes: int,
+    environment: dict[str, str],
+    timeouts: dict[str, int],
+    timeout: float,
+) -> tuple[str, list[ChildReport], bool]:
+    """Starts the children once; returns the outcome, their reports and whether any of them joined."""
     with tempfile.TemporaryDirectory(prefix="tinax-distributed-") as scratch:
         directory = Path(scratch)
         spec = {
             **_body_spec(body, directory),
             "args": encoded_args,
-            "coordinator": coordinator,
+            "coordinator": f"127.0.0.1:{free_port()}",
             "num_processes": processes,
-            "initialization_timeout": initialization_timeout,
-            "heartbeat_timeout": heartbeat_timeout,
-            "shutdown_timeout": shutdown_timeout,
+            "joined": str(directory / "joined-"),
+            **timeouts,
         }
         spec_path = directory / "spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -424,6 +356,105 @@ def run_processes(
             raise
         _stop(children, streams, started, ended, killed)
         reports = _reports(directory, children, started, ended, killed)
+
+        joined = any((directory / f"joined-{process_id}").exists() for process_id in range(processes))
+    return outcome, reports, joined
+
+
+def run_processes(
+    body: Callable[..., object] | str,
+    *,
+    num_processes: int,
+    devices_per_process: int,
+    args: Sequence[object] = (),
+    timeout: float = 120.0,
+    initialization_timeout: int = 30,
+    heartbeat_timeout: int = 60,
+    shutdown_timeout: int = 60,
+    env: dict[str, str] | None = None,
+) -> list[Any]:
+    """Runs ``body`` once in each of ``num_processes`` joined JAX processes.
+
+    Each child gets ``JAX_PLATFORMS=cpu`` and ``JAX_NUM_CPU_DEVICES`` set,
+    calls ``jax.distributed.initialize`` against a coordinator on a fresh
+    port of 127.0.0.1 with the given short timeouts, then calls ``body`` with
+    ``args`` and prints its JSON-encoded return value as its last stdout
+    line. As soon as any child exits with a non-zero status, or ``timeout``
+    passes, every child still running is killed and the run fails, so a dead
+    or hung peer fails the caller in seconds rather than after JAX's own
+    timeouts. Killing a child kills its whole process group, so nothing it
+    started survives the run. The calling process never starts the
+    distributed runtime. A run in which a child fails before any child has
+    joined (the coordinator's port taken in the meantime) starts once more,
+    on a fresh port; a failure after the join is never retried.
+
+    Args:
+      body: What each child runs. A module-level function (it is loaded in
+        the child from its source file, so it may live in a test module);
+        an import path ``"package.module:function"`` (imported by name); or
+        Python source that defines a function ``main``. The callable receives
+        ``*args`` and returns a JSON-serializable value; it can read its
+        process index from ``jax.process_index()``. To check that something
+        raises, catch it in the body and return a description of it.
+      num_processes: Number of child processes, at least 1.
+      devices_per_process: CPU devices in each child, at least 1.
+      args: JSON-serializable positional arguments passed to every child.
+      timeout: Seconds the whole run may take, start-up included.
+      initialization_timeout: Seconds a child waits for its peers to join.
+      heartbeat_timeout: Seconds without a heartbeat before JAX declares a
+        peer dead. A peer that dies is seen at once by its exit status, so
+        this only has to outlast a loaded machine's stalls.
+      shutdown_timeout: Seconds a finished child waits for the others; as
+        generous, since ``timeout`` bounds the run anyway.
+      env: Extra environment variables for the children.
+
+    Returns:
+      The decoded JSON value returned by ``body`` in each child, indexed by
+      process id.
+
+    Raises:
+      TypeError: If ``body`` is none of the accepted forms, ``args`` is not
+        JSON-serializable, a count or timeout is not a number (a count not
+        an int, a bool for either), or ``env`` is not a mapping of str to
+        str.
+      ValueError: If ``body`` is a nested function or a lambda, or a count
+        or timeout is not positive.
+      DistributedRunError: If a child exits with a non-zero status (its body
+        raised, it could not join, or it crashed), the run exceeds
+        ``timeout``, or a child's last stdout line is not JSON. The message
+        holds every child's stderr; ``reports`` holds all their output.
+      BaseException: Whatever interrupts the wait (pytest-timeout's failure,
+        ``KeyboardInterrupt``) propagates unchanged once every child is
+        killed, with every child's output added as a note.
+    """
+    processes = require_positive_int(num_processes, "num_processes")
+    devices = require_positive_int(devices_per_process, "devices_per_process")
+    initialization_timeout = require_positive_int(initialization_timeout, "initialization_timeout")
+    heartbeat_timeout = require_positive_int(heartbeat_timeout, "heartbeat_timeout")
+    shutdown_timeout = require_positive_int(shutdown_timeout, "shutdown_timeout")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        fail_type("timeout", "a positive number of seconds", timeout)
+    if not timeout > 0:
+        fail_value("timeout", "a positive number of seconds", timeout)
+    extra_env = None if env is None else require_str_to_str_mapping(env, "env")
+    try:
+        encoded_args = json.loads(json.dumps(list(args)))
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"args must be JSON-serializable, got {args!r}") from error
+
+    environment = cpu_child_environment(devices, extra_env)
+    timeouts = {
+        "initialization_timeout": initialization_timeout,
+        "heartbeat_timeout": heartbeat_timeout,
+        "shutdown_timeout": shutdown_timeout,
+    }
+    outcome, reports, joined = _attempt(body, encoded_args, processes, environment, timeouts, timeout)
+    if outcome == "failed" and not joined:
+        # A child failed before any process got past the join. The
+        # coordinator's port, free when it was picked, can be taken by another
+        # program before the child binds it; that says nothing about the body,
+        # so the run starts once more on a fresh port.
+        outcome, reports, _ = _attempt(body, encoded_args, processes, environment, timeouts, timeout)
 
     if outcome == "timeout":
         raise DistributedRunError(
