@@ -10,7 +10,10 @@ update on ``x`` and ``label``) fed by:
 - ``tinax own batch_fn``: the same pipeline with a hand-written stacking
   ``batch_fn`` over the records, as tinax 0.2 users write it;
 - ``numpy``: the same rows held in memory as NumPy arrays, fed as slices
-  (in order) or gathered with a permutation (the shuffles).
+  (in order) or gathered with a permutation (the shuffles);
+- ``pyarrow iter_batches`` (in order only): pyarrow's own reader decoding the
+  file as it goes, batch by batch, with no checksum, for the first pass's
+  ceiling.
 
 Each policy (in order, ``shuffle_window=2``, the global shuffle) and batch
 size is timed over ``--feeding-rows`` rows after ``--feeding-warmup`` batches
@@ -124,6 +127,16 @@ def _numpy_batches(columns: dict[str, np.ndarray], batch_size: int, shuffled: bo
         epoch += 1
 
 
+def _pyarrow_batches(path: pathlib.Path, batch_size: int) -> Iterator[dict[str, Any]]:
+    """Batches decoded as they are read by pyarrow's own ``iter_batches``, in order, without the row checksums."""
+    while True:
+        for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+            if record_batch.num_rows < batch_size:
+                continue
+            x = record_batch.column("x").storage.flatten().to_numpy().reshape(-1, 4, 4)
+            yield {"id": record_batch.column("id").to_numpy(), "label": record_batch.column("label").to_numpy(), "x": x}
+
+
 def _tinax_batches(
     path: pathlib.Path, batch_size: int, policy: str, batch_fn: Callable[..., Any], cache_bytes: int | None
 ) -> Iterator[dict[str, Any]]:
@@ -234,6 +247,9 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
                 "tinax stack_records": lambda b=batch_size, p=policy: _tinax_batches(path, b, p, stack_records, None),
                 "tinax own batch_fn": lambda b=batch_size, p=policy: _tinax_batches(path, b, p, own_stack, None),
             }
+            if not shuffled:
+                # The upstream reader decoding as it goes: what any reader of the file could reach on a first pass.
+                sides["pyarrow iter_batches"] = lambda b=batch_size: _pyarrow_batches(path, b)
             _compare(f"batch {batch_size}, {policy}: {timed} batches", sides, numpy_name, options, timed)
     # After one epoch: the file is decoded and cached, as in every epoch of a run but the first.
     for batch_size in options.feeding_batch_sizes:

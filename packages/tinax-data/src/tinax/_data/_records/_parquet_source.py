@@ -46,13 +46,9 @@ _logger = get_logger("data")
 # under a quarter of its rows on average.
 _LOADS_BEFORE_WARNING = 64
 _ROWS_SERVED_FRACTION = 4
-#: The most consecutive row groups one read ahead decodes in one pyarrow call, whose own threads then share
-#: the work without the interpreter lock; one group per call left the threads taking turns at the lock.
+#: Most consecutive row groups one pyarrow call decodes ahead (its threads share them outside the lock).
 _GROUPS_PER_READ = 16
-
-
-#: The fewest consecutive row groups whose digests a decoding thread has its child compute: for fewer, the
-#: request and answer cost about what hashing them here does.
+#: Fewest consecutive row groups hashed in a child: for fewer, asking costs about what hashing here does.
 _CHILD_HASHED_RUN = 4
 
 
