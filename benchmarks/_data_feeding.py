@@ -30,7 +30,9 @@ device in the parent process (an accelerator that one process holds at a
 time, such as a TPU, is then free for each fresh process). Then the same
 step is fed from an ArrayRecord file of ``--feeding-array-record-records``
 rows of the same layout (the tinax format), in order and globally shuffled,
-on the first pass and after one epoch. Run it alone with ``hatch run bench:data --only-feeding``.
+on the first pass and after one epoch; beside the first pass in order,
+array-record's own reader reading the same batches' bytes alone. Run it
+alone with ``hatch run bench:data --only-feeding``.
 """
 
 from __future__ import annotations
@@ -355,9 +357,33 @@ def measure_array_record_feeding(folder: pathlib.Path, options: argparse.Namespa
                     "tinax stack_records": side,
                 }
                 when = "after one epoch" if after_epoch else "first pass"
-                _compare(f"ArrayRecord, batch {batch_size}, {policy}, {when}", sides, numpy_name, options, timed)
+                title = f"ArrayRecord, batch {batch_size}, {policy}, {when}"
+                found = _compare(title, sides, numpy_name, options, timed)
+                if policy == "in order" and not after_epoch:
+                    rate = statistics.median(
+                        _array_record_reads(path, batch_size, timed) for _ in range(options.feeding_rounds)
+                    )
+                    print(
+                        f"  {'array_record reads':<22} {rate:>12,.0f} rows/s   {rate / found[numpy_name]:.2f}x "
+                        f"{numpy_name} (its own reader, the batches' bytes alone: no decoding, no step)"
+                    )
     if getattr(options, "baseline_src", None):
         measure_paired_first_pass(path, options, ("in order", "global"), min(options.feeding_rows, count // 2))
+
+
+def _array_record_reads(path: pathlib.Path, batch_size: int, timed: int) -> float:
+    """Rows/s of array-record's own reader reading batches of records in order, as tinax's block reader does."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    from tinax._data._records._array_record import _BLOCK_READER_OPTIONS
+
+    reader = ArrayRecordReader(str(path), _BLOCK_READER_OPTIONS)
+    try:
+        started = time.perf_counter()
+        rows = sum(len(reader.read(first, first + batch_size)) for first in range(0, timed * batch_size, batch_size))
+        return rows / (time.perf_counter() - started)
+    finally:
+        reader.close()
 
 
 def add_feeding_options(parser: argparse.ArgumentParser) -> None:
