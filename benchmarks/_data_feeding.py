@@ -110,10 +110,19 @@ def _write(path: pathlib.Path, count: int) -> None:
     print(f"  wrote {count} rows in {groups} row groups, {path.stat().st_size / 2**20:.0f} MiB, in {seconds:.1f} s")
 
 
+def _numpy_fields(data: Any) -> dict[str, np.ndarray]:
+    """The fields of a table or record batch of the feeding file as NumPy arrays."""
+    x = data.column("x")
+    x = x.combine_chunks() if hasattr(x, "combine_chunks") else x
+    return {
+        "id": data.column("id").to_numpy(),
+        "label": data.column("label").to_numpy(),
+        "x": x.storage.flatten().to_numpy().reshape(-1, 4, 4),
+    }
+
+
 def _in_memory(path: pathlib.Path) -> dict[str, np.ndarray]:
-    table = pq.read_table(path)
-    x = table.column("x").combine_chunks().storage.flatten().to_numpy().reshape(-1, 4, 4)
-    return {"id": table.column("id").to_numpy(), "label": table.column("label").to_numpy(), "x": x}
+    return _numpy_fields(pq.read_table(path))
 
 
 def _numpy_batches(columns: dict[str, np.ndarray], batch_size: int, shuffled: bool) -> Iterator[dict[str, Any]]:
@@ -134,10 +143,8 @@ def _pyarrow_batches(path: pathlib.Path, batch_size: int) -> Iterator[dict[str, 
     """Batches decoded as they are read by pyarrow's own ``iter_batches``, in order, without the row checksums."""
     while True:
         for record_batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
-            if record_batch.num_rows < batch_size:
-                continue
-            x = record_batch.column("x").storage.flatten().to_numpy().reshape(-1, 4, 4)
-            yield {"id": record_batch.column("id").to_numpy(), "label": record_batch.column("label").to_numpy(), "x": x}
+            if record_batch.num_rows == batch_size:
+                yield _numpy_fields(record_batch)
 
 
 def _tinax_batches(
@@ -239,11 +246,10 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
         measure_paired_first_pass(path, options, _POLICIES, options.feeding_rows)
         measure_array_record_feeding(folder, options)
         return
-    columns = _in_memory(path)
     seconds = []
-    for _ in range(options.feeding_rounds):
+    for _ in range(max(1, options.feeding_rounds)):
         started = time.perf_counter()
-        _in_memory(path)
+        columns = _in_memory(path)
         seconds.append(time.perf_counter() - started)
     print(
         f"  pyarrow decodes the whole file (read_table, to_numpy, its own threads, no step) at "
