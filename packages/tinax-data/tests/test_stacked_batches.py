@@ -362,20 +362,26 @@ def test_a_globally_shuffled_columnar_pipeline_past_the_cache_reads_planned_wind
     assert sum(windows) == len(expected) * 100
 
 
+@pytest.mark.parametrize("order", ["none", "window"])
 @pytest.mark.parametrize(
     ("count", "cuts"),
     [(1000, [slice(0, 996), slice(498, 996)]), (37, [slice(0, 36), slice(18, 36)]), (50, [slice(3, 40)])],
 )
-def test_positions_of_a_range_are_grains_across_epochs_of_slices_and_source(count, cuts):
+def test_positions_of_a_range_are_grains_across_epochs_of_slices_and_source(count, cuts, order):
     from tinax._data._grain_compat import read_many
+    from tinax._data._pipelines._checked_datasets import WindowShuffleMapDataset
     from tinax._data._pipelines._planned_reads import VectorPositions, _vector_positions, position_dataset
 
     ordered = position_dataset(count).seed(5)
+    if order == "window":
+        # Blocks of uneven sizes, two to a window: a range crosses windows, and epochs with new orders.
+        blocks = sorted({*range(7, count, 9), count})
+        ordered = WindowShuffleMapDataset(ordered, seed=5, block_ends=blocks, window=2)
     twin, slices = ordered, []
     for cut in cuts:
         twin = twin.slice(cut)
         slices.insert(0, twin)
-    vector = _vector_positions(twin, ordered, slices, "none")
+    vector = _vector_positions(twin, ordered, slices, order)
     assert isinstance(vector, VectorPositions)
     rng = np.random.default_rng(count)
     for start in [0, len(twin) - 3, *rng.integers(0, 4 * len(twin), 40).tolist()]:

@@ -9,6 +9,7 @@ pipeline description, checked on restore; a re-dealt state reads through
 
 from __future__ import annotations
 
+import bisect
 import copy
 import hashlib
 import itertools
@@ -368,6 +369,10 @@ class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
             found[chosen] = self._plan(epoch).rows(positions[chosen]) + epoch * self._length
         return found
 
+    def range_positions(self, epoch: int, start: int, stop: int) -> np.ndarray[Any, Any]:
+        """The unshuffled dataset's rows at the consecutive positions ``start`` to ``stop`` of an epoch."""
+        return self._plan(epoch).range_rows(start, stop)
+
     def _getitems(self, indices: Sequence[int]) -> Any:
         return read_many(self._unshuffled, self.positions(np.asarray(indices, dtype=np.int64)).tolist())
 
@@ -389,6 +394,7 @@ class _WindowPlan:
         # Where every window starts in the epoch, and where the last one ends.
         window_sizes = np.add.reduceat(self._block_sizes, np.arange(0, count, window)) if count else np.zeros(0)
         self._window_bounds = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(window_sizes)])
+        self._bounds = self._window_bounds.tolist()
         self._window = window
         self._seed = seed
         self._epoch = epoch
@@ -417,6 +423,17 @@ class _WindowPlan:
             start, _, rows = self._window_rows(window)
             found[chosen] = rows[positions[chosen] - start]
         return found
+
+    def range_rows(self, start: int, stop: int) -> np.ndarray[Any, Any]:
+        """:meth:`rows` of the consecutive positions ``start`` to ``stop`` of the epoch (a new array)."""
+        parts = []
+        window = bisect.bisect_right(self._bounds, start) - 1
+        while start < stop:
+            window_start, window_stop, rows = self._window_rows(window)
+            end = min(stop, window_stop)
+            parts.append(rows[start - window_start : end - window_start])
+            start, window = end, window + 1
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def _window_rows(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
         with self._lock:
