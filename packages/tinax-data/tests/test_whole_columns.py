@@ -158,12 +158,11 @@ def test_threads_fill_the_rest_of_the_file_ahead_of_the_batches(numeric_file, mo
     filled_by: list[str] = []
     original = FileColumns.fill
 
-    def noted(columns: FileColumns, group_index: int, fields: Any, *, last_group: int | None = None) -> bool:
+    def noted(columns: FileColumns, run: Any, fields: Any) -> bool:
         if columns is source._whole.columns:  # Not the columns of another test's sources, filled ahead too.
             # A thread fills the row groups it read together in one call: each is noted.
-            through = group_index if last_group is None else last_group
-            filled_by.extend([threading.current_thread().name] * (through - group_index + 1))
-        return original(columns, group_index, fields, last_group=last_group)
+            filled_by.extend([threading.current_thread().name] * len(run))
+        return original(columns, run, fields)
 
     # The threads wait until the test has seen them: on a fast machine they could otherwise finish the small
     # file, and leave, before the first batch is returned.
@@ -298,10 +297,10 @@ def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead
     filled_ahead: list[int] = []
     original_fill = FileColumns.fill
 
-    def noted_fill(columns: FileColumns, group_index: int, fields: Any, *, last_group: int | None = None) -> bool:
+    def noted_fill(columns: FileColumns, run: Any, fields: Any) -> bool:
         if columns is source._whole.columns and threading.current_thread() is not threading.main_thread():
-            filled_ahead.extend(range(group_index, (group_index if last_group is None else last_group) + 1))
-        return original_fill(columns, group_index, fields, last_group=last_group)
+            filled_ahead.extend(run)
+        return original_fill(columns, run, fields)
 
     monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
     monkeypatch.setattr(FileColumns, "fill", noted_fill)
@@ -510,12 +509,12 @@ def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_b
     expected = [exact(batch) for batch in pipeline(read_parquet_record(path), stack_the_rows)]
     dataset = read_parquet_record(path)
     source = record_source_of(dataset)
-    runs: list[tuple[int, int]] = []
+    runs: list[list[int]] = []
     original = ParquetRecordSource._decode
 
     def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
         if self is source and options.get("ahead") is not None:
-            runs.append((group_index, options.get("last_group") or group_index))
+            runs.append(list(options.get("run") or [group_index]))
         return original(self, group_index, position, **options)
 
     monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
@@ -523,10 +522,71 @@ def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_b
     assert source.groups_per_read() > 1
     assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
     # Each read ahead took consecutive row groups, several at a time, none twice.
-    assert any(last > first for first, last in runs)
-    decoded = [group for first, last in runs for group in range(first, last + 1)]
+    assert any(len(run) > 1 for run in runs)
+    assert all(run == list(range(run[0], run[-1] + 1)) for run in runs)
+    decoded = [group for run in runs for group in run]
     assert len(decoded) == len(set(decoded))
-    assert all(last - first < source.groups_per_read() for first, last in runs)
+    assert all(len(run) <= source.groups_per_read() for run in runs)
+
+
+def test_row_groups_read_together_fill_their_own_rows_in_any_order_and_leave_filled_ones_alone():
+    columns = FileColumns([3, 5, 9, 10], budget=1 << 20)
+
+    def fields(*groups: int, value: float = 0.0) -> dict[str, np.ndarray]:
+        starts, ends = [0, 3, 5, 9], [3, 5, 9, 10]
+        rows = np.concatenate([np.arange(starts[group], ends[group]) for group in groups])
+        return {"id": rows.astype(np.int64), "x": np.stack([rows + value, -rows - value], axis=1).astype(np.float32)}
+
+    # Row groups 2 and 0 decoded as one table, in that order: each goes to its own rows.
+    assert columns.fill([2, 0], fields(2, 0))
+    assert [columns.filled(group) for group in range(4)] == [True, False, True, False]
+    assert columns.arrays is not None
+    assert columns.arrays["id"][[0, 1, 2, 5, 6, 7, 8]].tolist() == [0, 1, 2, 5, 6, 7, 8]
+    # Row group 2 again, beside the new 1 and 3: the filled rows keep their values.
+    assert columns.fill([3, 2, 1], fields(3, 2, 1, value=0.5))
+    assert columns.complete
+    assert columns.arrays["id"].tolist() == list(range(10))
+    assert columns.arrays["x"][5:9, 0].tolist() == [5.0, 6.0, 7.0, 8.0]
+    assert columns.arrays["x"][[3, 4, 9], 0].tolist() == [3.5, 4.5, 9.5]
+    # Fields of another row count than the run's refuse the columns for good.
+    other = FileColumns([3, 5, 9, 10], budget=1 << 20)
+    assert not other.fill([0, 2], fields(0))
+    assert other.arrays is None
+    assert not other.usable
+
+
+def test_a_lone_thread_reads_the_row_groups_shuffled_batches_read_next_together(tmp_path, monkeypatch):
+    path = tmp_path / "small-groups.parquet"
+    table = pa.table({"id": pa.array(range(6000), pa.int64()), "v": pa.array(np.arange(6000) / 7, pa.float64())})
+    pq.write_table(table, path, row_group_size=100)
+
+    def pipeline(dataset: Any, batch_fn: Any) -> Any:
+        return training_batches(
+            dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=5, shuffle=True, shuffle_window=2,
+            num_epochs=2, batch_size=100, batch_fn=batch_fn,
+        )  # fmt: skip
+
+    expected = [exact(batch) for batch in pipeline(read_parquet_record(path), stack_the_rows)]
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    runs: list[list[int]] = []
+    original = ParquetRecordSource._decode
+
+    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        if self is source and options.get("ahead") is not None:
+            runs.append(list(options.get("run") or [group_index]))
+        return original(self, group_index, position, **options)
+
+    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
+    assert source.groups_per_read() > 1
+    assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
+    # Reads of several row groups that do not follow each other in the file: the windows' blocks in shuffled
+    # order, each decoded once, none more than a read's worth.
+    assert any(run != list(range(run[0], run[-1] + 1)) for run in runs)
+    decoded = [group for run in runs for group in run]
+    assert len(decoded) == len(set(decoded))
+    assert all(len(run) <= source.groups_per_read() for run in runs)
 
 
 def test_a_damaged_row_group_inside_a_read_ahead_fails_its_batch_with_the_usual_error(tmp_path):
@@ -567,12 +627,12 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
         return _shuffled(dataset, batch_fn, shard=(0, 1), seed=4, epochs=2, batch_size=250)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(path))]
-    runs: list[tuple[int, int]] = []
+    runs: list[list[int]] = []
     original = ParquetRecordSource._decode
 
     def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
         if threading.current_thread().name.startswith(WINDOW_THREAD_PREFIX) or options.get("ahead"):
-            runs.append((group_index, options.get("last_group") or group_index))
+            runs.append(list(options.get("run") or [group_index]))
         return original(self, group_index, position, **options)
 
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 2)
@@ -582,8 +642,9 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
     source = record_source_of(dataset)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
     assert source.groups_per_read(past_cache=True) > 1
-    assert any(last > first for first, last in runs)
-    assert all(last - first < source.groups_per_read(past_cache=True) for first, last in runs)
+    assert any(len(run) > 1 for run in runs)
+    assert all(run == list(range(run[0], run[-1] + 1)) for run in runs)
+    assert all(len(run) <= source.groups_per_read(past_cache=True) for run in runs)
 
 
 @pytest.mark.sweep

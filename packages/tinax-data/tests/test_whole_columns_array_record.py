@@ -303,9 +303,9 @@ def _fills_by_thread(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, str]]:
     fills: list[tuple[int, str]] = []
     original = WholeColumns.fill
 
-    def noted(whole: WholeColumns, columns: Any, block: int, fields: Any, **options: Any) -> bool:
-        fills.append((block, threading.current_thread().name))
-        return original(whole, columns, block, fields, **options)
+    def noted(whole: WholeColumns, columns: Any, run: Any, fields: Any) -> bool:
+        fills.extend((block, threading.current_thread().name) for block in run)
+        return original(whole, columns, run, fields)
 
     monkeypatch.setattr(WholeColumns, "fill", noted)
     return fills

@@ -233,9 +233,8 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
                 check_reads_go_on("a window of planned batches")
                 slots = order[first:last]
                 chosen = positions[slots]
-                group = source._decode(
-                    group_index, int(chosen[0]), own_memory=False, ahead=ahead, last_group=last_group
-                )
+                run = range(group_index, last_group + 1)
+                group = source._decode(group_index, int(chosen[0]), own_memory=False, ahead=ahead, run=run)
                 fields = group.window_fields(chosen - (int(ends[group_index - 1]) if group_index else 0))
                 # Let go before the next ones are decoded: one read's row groups per thread.
                 del group

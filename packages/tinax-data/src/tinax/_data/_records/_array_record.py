@@ -171,7 +171,7 @@ class ArrayRecordSource(RecordFileSource[_LastRecord]):
                 return False
             with self._lock:
                 if columns is whole.columns and not columns.filled(block):
-                    return whole.fill(columns, block, fields)
+                    return whole.fill(columns, [block], fields)
         return True
 
     def _block_fields(self, block: int) -> dict[str, np.ndarray[Any, Any]] | None:

@@ -96,19 +96,16 @@ class FileColumns:
         before = np.flatnonzero(missing)
         return int(before[0]) if len(before) else None
 
-    def fill(
-        self, group_index: int, fields: Mapping[str, np.ndarray[Any, Any]] | None, *, last_group: int | None = None
-    ) -> bool:
-        """Copies the stacked fields of one row group (or of those through ``last_group``) in.
+    def fill(self, run: Sequence[int], fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
+        """Copies in the stacked fields of the row groups of ``run``, whose rows they hold one group after another.
 
-        Where they do not fit, drops the arrays for good (False).
+        Row groups filled already are left as they are. Where the fields do not fit, drops the arrays for good (False).
         """
         if not self.usable:
             return False
-        last_group = group_index if last_group is None else last_group
-        first = int(self._ends[group_index - 1]) if group_index else 0
-        stop = int(self._ends[last_group])
-        rows = stop - first
+        starts = [int(self._ends[group - 1]) if group else 0 for group in run]
+        stops = [int(self._ends[group]) for group in run]
+        rows = sum(stops) - sum(starts)
         if fields is None or any(not kept_whole(array.dtype) or len(array) != rows for array in fields.values()):
             return self._give_up()
         if self.arrays is None:
@@ -124,9 +121,18 @@ class FileColumns:
             for name, array in arrays.items()
         ):
             return self._give_up()
-        for name, array in arrays.items():
-            array[first:stop] = fields[name]
-        self._filled[group_index : last_group + 1] = True
+        if all(start == stop for start, stop in zip(starts[1:], stops, strict=False)) and not self._filled[run].any():
+            # Row groups that follow each other in the file, none filled: one copy per field.
+            for name, array in arrays.items():
+                array[starts[0] : stops[-1]] = fields[name]
+        else:
+            offset = 0
+            for group, start, stop in zip(run, starts, stops, strict=True):
+                if not self._filled[group]:
+                    for name, array in arrays.items():
+                        array[start:stop] = fields[name][offset : offset + stop - start]
+                offset += stop - start
+        self._filled[run] = True
         self.complete = bool(self._filled.all())
         return True
 
@@ -213,10 +219,11 @@ class WholeColumns:
         return columns.next_missing(self.cursor, skip=self.in_flight)
 
     def next_run(self, most: int, *, alone: bool) -> list[int]:
-        """The blocks a thread filling ahead takes next, up to ``most`` in a row of the file (lock held).
+        """The blocks a thread filling ahead takes next, up to ``most`` (lock held).
 
-        After :meth:`next_to_fill`'s block, each following one while it is also the block it would give next. A
-        thread ``alone`` takes one block at a time once the batches say what they read, to be free for those.
+        After :meth:`next_to_fill`'s block, the blocks the batches said they read next, in their order, whether
+        or not they follow each other in the file; once none is left, those that follow in the file. A thread
+        ``alone`` takes none of the latter once the batches say what they read, to be free for what they say next.
         """
         first = self.next_to_fill()
         if first is None:
@@ -226,17 +233,15 @@ class WholeColumns:
         assert columns is not None
         wanted = self._wanted
         while len(run) < most:
-            following = run[-1] + 1
-            while wanted and (columns.filled(wanted[0]) or wanted[0] in self.in_flight):
+            while wanted and (columns.filled(wanted[0]) or wanted[0] in self.in_flight or wanted[0] in run):
                 wanted.popleft()
             if wanted:
-                if wanted[0] != following:
-                    break
-                wanted.popleft()
-            else:
-                taken = following >= len(self._group_ends) or columns.filled(following) or following in self.in_flight
-                if taken or (self._told and alone):
-                    break
+                run.append(wanted.popleft())
+                continue
+            following = run[-1] + 1
+            taken = following >= len(self._group_ends) or columns.filled(following) or following in self.in_flight
+            if taken or following in run or (self._told and alone):
+                break
             run.append(following)
         return run
 
@@ -300,7 +305,7 @@ class WholeColumns:
                     fields = fields_of(group_index)
                 except ValueError:
                     fields = None
-                if not self.fill(columns, group_index, fields):
+                if not self.fill(columns, [group_index], fields):
                     return None
                 self.cursor = group_index + 1
             return columns.arrays
@@ -320,16 +325,9 @@ class WholeColumns:
             self._lock.acquire()
         return True
 
-    def fill(
-        self,
-        columns: FileColumns,
-        group_index: int,
-        fields: Mapping[str, np.ndarray[Any, Any]] | None,
-        *,
-        last_group: int | None = None,
-    ) -> bool:
-        """Fills one block, or those through ``last_group`` (lock held); where they do not fit, refuses the columns."""
-        if columns.fill(group_index, fields, last_group=last_group):
+    def fill(self, columns: FileColumns, run: Sequence[int], fields: Mapping[str, np.ndarray[Any, Any]] | None) -> bool:
+        """Fills the blocks of ``run`` (lock held); where they do not fit, refuses the columns."""
+        if columns.fill(run, fields):
             return True
         self.columns = None
         self.refused = True

@@ -35,7 +35,14 @@ from tinax._data._records._parquet_checksums import DigestProcess
 from tinax._data._records._parquet_footer import ParquetOpening, UnreadableParquetError, _Footer, read_error_class
 from tinax._data._records._record_codec import RecordHeader, record_position
 from tinax._data._records._record_file_source import DEFAULT_CACHE_BYTES, FileSetSource
-from tinax._data._records._row_groups import _in_system_memory, _needs_getter, _one_array, _RowGroup, _tinax_getters
+from tinax._data._records._row_groups import (
+    _in_system_memory,
+    _needs_getter,
+    _one_array,
+    _RowGroup,
+    _tinax_getters,
+    describe_run,
+)
 from tinax._data._shutdown import check_reads_go_on
 from tinax._data._stacking import StackedColumns, join_stacked, stack_records
 
@@ -302,23 +309,14 @@ class ParquetRecordSource(ParquetOpening):
             if reserved is None:
                 return False  # Nothing is left, or the other threads are decoding the rest.
             columns, run = reserved
-            group_index = run[0]
-            first = self._group_offset(group_index)
-            group = self._decode(group_index, first, own_memory=False, ahead=ahead, last_group=run[-1])
+            group = self._decode(run[0], self._group_offset(run[0]), own_memory=False, ahead=ahead, run=run)
             fields = group.whole_stacked()
             del group
             with self._lock:
-                # One copy per field for the run; where a batch filled some of it meanwhile, the rest one by one.
-                fresh = columns is whole.columns and not any(columns.filled(taken) for taken in run)
-                if fresh and not whole.fill(columns, group_index, fields, last_group=run[-1]):
+                # One copy per field for row groups that follow each other, else per row group; where a batch
+                # filled some meanwhile, the others.
+                if columns is whole.columns and not whole.fill(columns, run, fields):
                     return False
-                for taken in run:
-                    if columns is not whole.columns or columns.filled(taken):
-                        continue
-                    start, stop = self._group_offset(taken) - first, self._group_ends[taken] - first
-                    part = None if fields is None else {name: array[start:stop] for name, array in fields.items()}
-                    if not whole.fill(columns, taken, part):
-                        return False
                 self._fit_cache(0)
         return True
 
@@ -402,20 +400,21 @@ class ParquetRecordSource(ParquetOpening):
         staged = self._object_of_group(parquet_file, group_index).staged(*verified) if verified else nullcontext()
         with staged:
             table = parquet_file.read_row_group(group_index, columns=None if columns is None else list(columns))
-        return self._checked_rows(table, group_index, group_index)
+        return self._checked_rows(table, (group_index,))
 
-    def _read_run(self, group_index: int, last_group: int, ahead: AheadReads) -> pa.Table:
-        # A local file's consecutive row groups in one call, decoded in pyarrow's threads (handle of the caller's).
-        run = range(group_index, last_group + 1)
+    def _read_run(self, run: Sequence[int], ahead: AheadReads) -> pa.Table:
+        # A local file's row groups in one call, decoded in pyarrow's threads (handle of the caller's).
         for checked in run:
             check_reads_go_on(f"row group {checked} of {str(self._path)!r}")
         if self._group_checks is not None and not self._verified.issuperset(run):
             # Measured: a child pays for long runs read in order; for the shuffles' scattered runs it slowed them.
-            in_order = len(run) >= _CHILD_HASHED_RUN and not self._whole.told
-            self._verify_run(group_index, last_group, ahead.hasher if in_order else None)
+            hasher = ahead.hasher if len(run) >= _CHILD_HASHED_RUN and not self._whole.told else None
+            cuts = [index for index in range(1, len(run)) if run[index] != run[index - 1] + 1]
+            for first, stop in zip([0, *cuts], [*cuts, len(run)], strict=True):
+                self._verify_run(run[first], run[stop - 1], hasher)
             self._verified.update(run)
-        table = ahead.parquet_file.read_row_groups(run, use_threads=True)
-        return self._checked_rows(table, group_index, last_group)
+        table = ahead.parquet_file.read_row_groups(list(run), use_threads=True)
+        return self._checked_rows(table, run)
 
     def _verify_once(self, group_index: int) -> tuple[int, bytes] | None:
         if self._group_checks is None or group_index in self._verified:
@@ -424,14 +423,14 @@ class ParquetRecordSource(ParquetOpening):
         self._verified.add(group_index)
         return verified
 
-    def _checked_rows(self, table: pa.Table, group_index: int, last_group: int) -> pa.Table:
-        first = self._group_offset(group_index)
-        expected_rows = self._group_ends[last_group] - first
+    def _checked_rows(self, table: pa.Table, run: Sequence[int]) -> pa.Table:
+        spans = [(self._group_offset(group), self._group_ends[group]) for group in run]
+        expected_rows = sum(stop - first for first, stop in spans)
         if table.num_rows != expected_rows:
             raise ValueError(f"it holds {table.num_rows} rows where the footer says {expected_rows}")
         if self._positions_column is not None:
-            positions = pa.array(np.arange(first, first + expected_rows, dtype=np.int64))
-            table = table.append_column(self._positions_column, positions)
+            positions = np.concatenate([np.arange(first, stop, dtype=np.int64) for first, stop in spans])
+            table = table.append_column(self._positions_column, pa.array(positions))
         return table
 
     def _getters(self, table: pa.Table) -> list[tuple[str, Callable[[int], Any]]]:
@@ -449,18 +448,18 @@ class ParquetRecordSource(ParquetOpening):
         *,
         own_memory: bool = True,
         ahead: AheadReads | None = None,
-        last_group: int | None = None,
+        run: Sequence[int] | None = None,
     ) -> _RowGroup:
         # Called with the lock held, or with reads of the caller's own: reads, checks and decodes one row
-        # group, or the consecutive ones through ``last_group`` as one (those need ``ahead``).
+        # group, or those of ``run`` (which starts with it) as one table (those need ``ahead``).
         groups = f"row group {group_index}"
         try:
-            if last_group is None or last_group == group_index:
+            if run is None or len(run) == 1:
                 table = self._read_group(group_index, None, None if ahead is None else ahead.parquet_file)
             else:
                 assert ahead is not None
-                groups = f"row groups {group_index} to {last_group}"
-                table = self._read_run(group_index, last_group, ahead)
+                groups = f"row groups {describe_run(run)}"
+                table = self._read_run(run, ahead)
             if own_memory:
                 table = _in_system_memory(table)
             group = _RowGroup(self._getters(table), int(table.nbytes), table)

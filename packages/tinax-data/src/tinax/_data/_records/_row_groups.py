@@ -5,6 +5,7 @@ Imports pyarrow at its top: only the reader and, as they read, planned windows i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -184,6 +185,13 @@ def _in_system_memory(table: pa.Table) -> pa.Table:
             # A type pyarrow cannot concatenate, or a copy it cannot make, stays where it was decoded.
             columns.append(column)
     return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def describe_run(run: Sequence[int]) -> str:
+    """Row groups read together, as a message names them: ``3 to 7`` where they follow each other, else listed."""
+    if all(later == earlier + 1 for earlier, later in itertools.pairwise(run)):
+        return f"{run[0]} to {run[-1]}"
+    return ", ".join(str(group) for group in run)
 
 
 def _one_array(column: pa.ChunkedArray) -> pa.Array:
