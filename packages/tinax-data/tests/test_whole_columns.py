@@ -555,7 +555,8 @@ def test_row_groups_read_together_fill_their_own_rows_in_any_order_and_leave_fil
     assert not other.usable
 
 
-def test_a_lone_thread_reads_the_row_groups_shuffled_batches_read_next_together(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_threads_ahead_read_the_row_groups_shuffled_batches_read_next_together(tmp_path, monkeypatch, threads):
     path = tmp_path / "small-groups.parquet"
     table = pa.table({"id": pa.array(range(6000), pa.int64()), "v": pa.array(np.arange(6000) / 7, pa.float64())})
     pq.write_table(table, path, row_group_size=100)
@@ -578,12 +579,14 @@ def test_a_lone_thread_reads_the_row_groups_shuffled_batches_read_next_together(
         return original(self, group_index, position, **options)
 
     monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
-    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: threads)
     assert source.groups_per_read() > 1
     assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
-    # Reads of several row groups that do not follow each other in the file: the windows' blocks in shuffled
-    # order, each decoded once, none more than a read's worth.
-    assert any(run != list(range(run[0], run[-1] + 1)) for run in runs)
+    # With another thread beside it, a thread reads row groups that do not follow each other in the file (the
+    # windows' blocks in shuffled order) together; a lone thread only those that do. Each is decoded once, and
+    # none more than a read's worth.
+    scattered = [run for run in runs if run != list(range(run[0], run[-1] + 1))]
+    assert bool(scattered) == (threads > 1)
     decoded = [group for run in runs for group in run]
     assert len(decoded) == len(set(decoded))
     assert all(len(run) <= source.groups_per_read() for run in runs)
