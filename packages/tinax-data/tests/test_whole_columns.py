@@ -495,10 +495,30 @@ def test_whole_columns_are_held_per_process(numeric_file, parsed_flags):
         assert [sorted(exact(batch)) for batch in workers] == expected
 
 
-def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_batches(tmp_path, monkeypatch):
-    path = tmp_path / "small-groups.parquet"
-    table = pa.table({"id": pa.array(range(4000), pa.int64()), "v": pa.array(np.arange(4000) / 7, pa.float64())})
+def _small_groups_file(folder: Path, rows: int) -> Path:
+    """A plain Parquet file of an id and a float, in row groups of 100 rows."""
+    path = folder / "small-groups.parquet"
+    table = pa.table({"id": pa.array(range(rows), pa.int64()), "v": pa.array(np.arange(rows) / 7, pa.float64())})
     pq.write_table(table, path, row_group_size=100)
+    return path
+
+
+def _reads_ahead(monkeypatch: pytest.MonkeyPatch, source: ParquetRecordSource) -> list[list[int]]:
+    """Notes the row groups of each read that a thread ahead makes of ``source``, in the order it read them."""
+    runs: list[list[int]] = []
+    original = ParquetRecordSource._decode
+
+    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        if self is source and options.get("ahead") is not None:
+            runs.append(list(options.get("run") or [group_index]))
+        return original(self, group_index, position, **options)
+
+    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    return runs
+
+
+def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_batches(tmp_path, monkeypatch):
+    path = _small_groups_file(tmp_path, 4000)
 
     def pipeline(dataset: Any, batch_fn: Any) -> Any:
         return training_batches(
@@ -509,15 +529,7 @@ def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_b
     expected = [exact(batch) for batch in pipeline(read_parquet_record(path), stack_the_rows)]
     dataset = read_parquet_record(path)
     source = record_source_of(dataset)
-    runs: list[list[int]] = []
-    original = ParquetRecordSource._decode
-
-    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
-        if self is source and options.get("ahead") is not None:
-            runs.append(list(options.get("run") or [group_index]))
-        return original(self, group_index, position, **options)
-
-    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    runs = _reads_ahead(monkeypatch, source)
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
     assert source.groups_per_read() > 1
     assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
@@ -557,9 +569,7 @@ def test_row_groups_read_together_fill_their_own_rows_in_any_order_and_leave_fil
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_threads_ahead_read_the_row_groups_shuffled_batches_read_next_together(tmp_path, monkeypatch, threads):
-    path = tmp_path / "small-groups.parquet"
-    table = pa.table({"id": pa.array(range(6000), pa.int64()), "v": pa.array(np.arange(6000) / 7, pa.float64())})
-    pq.write_table(table, path, row_group_size=100)
+    path = _small_groups_file(tmp_path, 6000)
 
     def pipeline(dataset: Any, batch_fn: Any) -> Any:
         return training_batches(
@@ -570,15 +580,7 @@ def test_threads_ahead_read_the_row_groups_shuffled_batches_read_next_together(t
     expected = [exact(batch) for batch in pipeline(read_parquet_record(path), stack_the_rows)]
     dataset = read_parquet_record(path)
     source = record_source_of(dataset)
-    runs: list[list[int]] = []
-    original = ParquetRecordSource._decode
-
-    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
-        if self is source and options.get("ahead") is not None:
-            runs.append(list(options.get("run") or [group_index]))
-        return original(self, group_index, position, **options)
-
-    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    runs = _reads_ahead(monkeypatch, source)
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: threads)
     assert source.groups_per_read() > 1
     assert [exact(batch) for batch in pipeline(dataset, stack_records)] == expected
