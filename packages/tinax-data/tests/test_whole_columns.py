@@ -18,6 +18,7 @@ import pytest
 from grain.sharding import ShardOptions
 
 from tinax._data._pipelines import _direct_reads, _planned_reads
+from tinax._data._records import _parquet_write
 from tinax._data._records._file_columns import FileColumns
 from tinax._data._records._parquet_source import ParquetRecordSource, _RowGroup
 from tinax._data._records._reader_datasets import record_source_of
@@ -620,6 +621,46 @@ def test_a_damaged_row_group_inside_a_read_ahead_fails_its_batch_with_the_usual_
         assert next(iterator)["id"].tolist() == list(range(start, start + 50))
     with pytest.raises(CorruptParquetError, match=rf"record {first_damaged} cannot be read \(row group {damaged}: "):
         next(iterator)
+
+
+def test_a_damaged_row_group_inside_a_scattered_read_ahead_fails_its_batch_with_the_usual_error(tmp_path, monkeypatch):
+    from tinax._data._compat02 import CorruptParquetError
+
+    path = tmp_path / "damaged.parquet"
+    # Rows of 512 bytes in the tinax format, in row groups of 100 with their checksums.
+    x = np.random.default_rng(6).standard_normal((3000, 8, 8))
+    monkeypatch.setattr(_parquet_write, "_ROW_GROUP_MAX_ROWS", 100)
+    write_parquet_record(path, [{"id": index, "x": x[index]} for index in range(3000)], overwrite=False)
+    metadata = pq.ParquetFile(path).metadata
+    assert metadata.num_row_groups == 30
+
+    def pipeline(dataset: Any) -> Any:
+        return training_batches(
+            dataset, shard_options=ShardOptions(0, 1, drop_remainder=True), seed=2, shuffle=True, shuffle_window=1,
+            num_epochs=1, batch_size=50, batch_fn=stack_records,
+        )  # fmt: skip
+
+    reference = list(pipeline(read_parquet_record(path)))
+    expected = [exact(batch) for batch in reference]
+    # The row group the shuffled batches reach last: the threads read scattered runs ahead before it.
+    reached = dict.fromkeys(int(row) // 100 for batch in reference for row in batch["id"].tolist())
+    damaged = list(reached)[-1]
+    chunk = metadata.row_group(damaged).column(0)
+    data = bytearray(path.read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size - 1] ^= 0x10
+    path.write_bytes(bytes(data))
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    runs = _reads_ahead(monkeypatch, source)
+    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 2)
+    assert source.groups_per_read() > 1
+    iterator = iter(pipeline(dataset))
+    first_reading = next(index for index, batch in enumerate(reference) if damaged in set(batch["id"] // 100))
+    # Every batch before the first one reading the damaged rows, then the usual error naming their row group.
+    assert [exact(next(iterator)) for _ in range(first_reading)] == expected[:first_reading]
+    with pytest.raises(CorruptParquetError, match=rf"cannot be read \(row group {damaged}: "):
+        next(iterator)
+    assert any(run != list(range(run[0], run[-1] + 1)) for run in runs)
 
 
 def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(tmp_path, monkeypatch):
