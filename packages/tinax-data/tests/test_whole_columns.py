@@ -542,6 +542,17 @@ def test_threads_ahead_decode_several_row_groups_in_one_read_and_give_the_same_b
     assert all(len(run) <= source.groups_per_read() for run in runs)
 
 
+def test_row_groups_read_together_are_named_by_their_stretches_in_the_file():
+    from tinax._data._records._file_columns import stretches
+    from tinax._data._records._row_groups import describe_run
+
+    assert stretches([3, 4, 5, 9, 2, 3]) == [(3, 5), (9, 9), (2, 3)]
+    assert stretches([]) == []
+    assert describe_run(range(4, 8)) == "4 to 7"
+    assert describe_run([3, 4, 5, 9]) == "3 to 5, 9"
+    assert describe_run([12, 2]) == "12, 2"
+
+
 def test_row_groups_read_together_fill_their_own_rows_in_any_order_and_leave_filled_ones_alone():
     columns = FileColumns([3, 5, 9, 10], budget=1 << 20)
 

@@ -30,6 +30,7 @@ __all__ = [
     "slice_rows",
     "stacked_alike",
     "start_filling",
+    "stretches",
     "usable_cores",
 ]
 
@@ -121,7 +122,7 @@ class FileColumns:
             for name, array in arrays.items()
         ):
             return self._give_up()
-        if all(start == stop for start, stop in zip(starts[1:], stops, strict=False)) and not self._filled[run].any():
+        if len(stretches(run)) == 1 and not self._filled[run].any():
             # Row groups that follow each other in the file, none filled: one copy per field.
             for name, array in arrays.items():
                 array[starts[0] : stops[-1]] = fields[name]
@@ -141,6 +142,17 @@ class FileColumns:
         self.usable = False
         self.complete = False
         return False
+
+
+def stretches(run: Sequence[int]) -> list[tuple[int, int]]:
+    """The first and last block of each stretch of ``run`` whose blocks follow each other in the file, in order."""
+    found: list[tuple[int, int]] = []
+    for block in run:
+        if found and block == found[-1][1] + 1:
+            found[-1] = (found[-1][0], block)
+        else:
+            found.append((block, block))
+    return found
 
 
 def gather_rows(arrays: Mapping[str, np.ndarray[Any, Any]], positions: np.ndarray[Any, Any]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from tinax._data._records._file_columns import (
     gather_rows,
     slice_rows,
     start_filling,
+    stretches,
     usable_cores,
 )
 from tinax._data._records._locations import Location
@@ -409,9 +410,8 @@ class ParquetRecordSource(ParquetOpening):
         if self._group_checks is not None and not self._verified.issuperset(run):
             # Measured: a child pays for long runs read in order; for the shuffles' scattered runs it slowed them.
             hasher = ahead.hasher if len(run) >= _CHILD_HASHED_RUN and not self._whole.told else None
-            cuts = [index for index in range(1, len(run)) if run[index] != run[index - 1] + 1]
-            for first, stop in zip([0, *cuts], [*cuts, len(run)], strict=True):
-                self._verify_run(run[first], run[stop - 1], hasher)
+            for first, last in stretches(run):
+                self._verify_run(first, last, hasher)
             self._verified.update(run)
         table = ahead.parquet_file.read_row_groups(list(run), use_threads=True)
         return self._checked_rows(table, run)

@@ -5,7 +5,6 @@ Imports pyarrow at its top: only the reader and, as they read, planned windows i
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ import pyarrow.types as types
 
 from tinax._data._records._arrow_columns import EmptyShapes, _storage
 from tinax._data._records._arrow_values import ArrayColumn, column_getter, many_values, stacked_values
+from tinax._data._records._file_columns import stretches
 from tinax._data._records._record_codec import KIND_ARRAY, KIND_NONE, FieldSpec, RecordSchema
 from tinax._data._stacking import stack_values
 
@@ -188,10 +188,8 @@ def _in_system_memory(table: pa.Table) -> pa.Table:
 
 
 def describe_run(run: Sequence[int]) -> str:
-    """Row groups read together, as a message names them: ``3 to 7`` where they follow each other, else listed."""
-    if all(later == earlier + 1 for earlier, later in itertools.pairwise(run)):
-        return f"{run[0]} to {run[-1]}"
-    return ", ".join(str(group) for group in run)
+    """Row groups read together, as a message names them: ``3 to 7`` for those that follow each other, ``3, 9``."""
+    return ", ".join(f"{first} to {last}" if last > first else str(first) for first, last in stretches(run))
 
 
 def _one_array(column: pa.ChunkedArray) -> pa.Array:
