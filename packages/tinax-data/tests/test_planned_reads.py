@@ -1,4 +1,4 @@
-"""Planned reads of the global shuffle: the batches of the unplanned chain, bit for bit, read in file order."""
+"""Planned reads of the global and window shuffles: the batches of the unplanned chain, bit for bit, in file order."""
 
 from __future__ import annotations
 
@@ -111,12 +111,12 @@ def _pipeline(path: Path, *, planned: bool, cache_bytes: int, shard: tuple[int, 
     dataset = read_parquet_record(path, cache_bytes=cache_bytes)
     if planned:
         return training_batches(dataset, **arguments)
-    original = _planned_reads.shuffled_batches
-    _planned_reads.shuffled_batches = lambda *args, **keywords: None
+    originals = _planned_reads.shuffled_batches, _planned_reads.planned_window_batches
+    _planned_reads.shuffled_batches = _planned_reads.planned_window_batches = lambda *args, **keywords: None
     try:
         return training_batches(dataset, **arguments)
     finally:
-        _planned_reads.shuffled_batches = original
+        _planned_reads.shuffled_batches, _planned_reads.planned_window_batches = originals
 
 
 def _everything(batches: Any) -> list[list[list[Any]]]:
@@ -125,33 +125,39 @@ def _everything(batches: Any) -> list[list[list[Any]]]:
 
 # A budget the whole file fits, and one a tenth of it (each window then empties the cache).
 CACHES = {"fits": 512 << 20, "larger_than_the_cache": 12_000}
+# The global shuffle is planned whatever the cache; the window shuffle past it, where its row groups do not stay.
+ORDERS = {"global": {}, "window": {"shuffle_window": 2}}
 
 
+@pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize("cache", list(CACHES))
 @pytest.mark.parametrize("shard_count", [1, 2, 4])
-def test_planned_global_shuffle_gives_the_unplanned_batches_bit_for_bit_over_uneven_row_groups(
-    plain_file, monkeypatch, cache, shard_count
+def test_planned_shuffles_give_the_unplanned_batches_bit_for_bit_over_uneven_row_groups(
+    plain_file, monkeypatch, cache, shard_count, order
 ):
     counted = _Counted(monkeypatch)
     for shard_index in range(shard_count):
         shard = (shard_index, shard_count)
-        expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=CACHES[cache], shard=shard))
-        planned = _pipeline(plain_file, planned=True, cache_bytes=CACHES[cache], shard=shard)
+        options = {"cache_bytes": CACHES[cache], "shard": shard, **ORDERS[order]}
+        expected = _everything(_pipeline(plain_file, planned=False, **options))
+        planned = _pipeline(plain_file, planned=True, **options)
         assert _everything(planned) == expected
         assert len(planned) == len(expected)
-    assert counted.windows > 0
+    assert (counted.windows > 0) == (order == "global" or cache == "larger_than_the_cache")
 
 
+@pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize("cache", list(CACHES))
-def test_planned_global_shuffle_of_the_tinax_format_gives_the_unplanned_batches(tinax_file, monkeypatch, cache):
+def test_planned_shuffles_of_the_tinax_format_give_the_unplanned_batches(tinax_file, monkeypatch, cache, order):
     counted = _Counted(monkeypatch)
-    cache_bytes = CACHES[cache] * 4
-    expected = _everything(_pipeline(tinax_file, planned=False, cache_bytes=cache_bytes, batch_size=64))
-    assert _everything(_pipeline(tinax_file, planned=True, cache_bytes=cache_bytes, batch_size=64)) == expected
-    assert counted.windows > 0
+    options = {"cache_bytes": CACHES[cache] * 4, "batch_size": 64, **ORDERS[order]}
+    expected = _everything(_pipeline(tinax_file, planned=False, **options))
+    assert _everything(_pipeline(tinax_file, planned=True, **options)) == expected
+    assert (counted.windows > 0) == (order == "global" or cache == "larger_than_the_cache")
 
 
-def test_a_window_past_the_cache_takes_the_caches_place_within_its_budget(plain_file, monkeypatch):
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_a_window_past_the_cache_takes_the_caches_place_within_its_budget(plain_file, monkeypatch, order):
     cache_bytes = CACHES["larger_than_the_cache"]
     windows: list[tuple[int, int, int, int]] = []
     original = _planned_reads.read_window
@@ -164,8 +170,8 @@ def test_a_window_past_the_cache_takes_the_caches_place_within_its_budget(plain_
         return table, rows
 
     monkeypatch.setattr(_planned_reads, "read_window", watched)
-    expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes))
-    assert _everything(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes)) == expected
+    expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes, **ORDERS[order]))
+    assert _everything(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes, **ORDERS[order])) == expected
     assert len(windows) > 2
     assert max(rows for *_, rows in windows) > 16  # Windows of several batches.
     for nbytes, before, during, _ in windows:
@@ -174,27 +180,29 @@ def test_a_window_past_the_cache_takes_the_caches_place_within_its_budget(plain_
         assert before == during == 0
 
 
+@pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize("cache", list(CACHES))
-def test_a_state_saved_inside_a_window_resumes_to_the_same_batches(plain_file, cache):
-    cache_bytes = CACHES[cache]
-    expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes))
+def test_a_state_saved_inside_a_window_resumes_to_the_same_batches(plain_file, cache, order):
+    options = {"cache_bytes": CACHES[cache], **ORDERS[order]}
+    expected = _everything(_pipeline(plain_file, planned=False, **options))
     for stop in (3, 7, 30, len(expected) - 1):
-        iterator = iter(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes))
+        iterator = iter(_pipeline(plain_file, planned=True, **options))
         before = [_exact(next(iterator)) for _ in range(stop)]
         state = json.loads(json.dumps(iterator.get_state()))
-        resumed = iter(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes))
+        resumed = iter(_pipeline(plain_file, planned=True, **options))
         resumed.set_state(state)
         assert before + [_exact(batch) for batch in resumed] == expected
         # A state of the planned pipeline is the unplanned one's: it restores there too.
-        unplanned = iter(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes))
+        unplanned = iter(_pipeline(plain_file, planned=False, **options))
         unplanned.set_state(state)
         assert _exact(next(unplanned)) == expected[stop]
 
 
-def test_random_access_and_len_are_the_unplanned_ones_before_during_and_after_a_pass(plain_file):
-    cache_bytes = CACHES["larger_than_the_cache"]
-    expected = _pipeline(plain_file, planned=False, cache_bytes=cache_bytes)
-    planned = _pipeline(plain_file, planned=True, cache_bytes=cache_bytes)
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_random_access_and_len_are_the_unplanned_ones_before_during_and_after_a_pass(plain_file, order):
+    options = {"cache_bytes": CACHES["larger_than_the_cache"], **ORDERS[order]}
+    expected = _pipeline(plain_file, planned=False, **options)
+    planned = _pipeline(plain_file, planned=True, **options)
     assert len(planned) == len(expected)
     picks = np.random.default_rng(2).integers(0, len(expected), 12).tolist()
     assert [_exact(planned[k]) for k in picks] == [_exact(expected[k]) for k in picks]
@@ -205,18 +213,19 @@ def test_random_access_and_len_are_the_unplanned_ones_before_during_and_after_a_
     assert [_exact(batch) for batch in iterator] == _everything(expected)[9:]
 
 
-def test_a_redealt_state_reads_the_unplanned_batches(plain_file):
-    cache_bytes = CACHES["larger_than_the_cache"]
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_a_redealt_state_reads_the_unplanned_batches(plain_file, order):
+    options = {"cache_bytes": CACHES["larger_than_the_cache"], **ORDERS[order]}
     states = []
     for index in range(2):
-        iterator = iter(_pipeline(plain_file, planned=True, cache_bytes=cache_bytes, shard=(index, 2), batch_size=8))
+        iterator = iter(_pipeline(plain_file, planned=True, shard=(index, 2), batch_size=8, **options))
         for _ in range(5):
             next(iterator)
         states.append(json.loads(json.dumps(iterator.get_state())))
     redealt = redeal_state(states, shard_options=ShardOptions(0, 1, drop_remainder=True))
     found = []
     for planned in (True, False):
-        iterator = iter(_pipeline(plain_file, planned=planned, cache_bytes=cache_bytes))
+        iterator = iter(_pipeline(plain_file, planned=planned, **options))
         iterator.set_state(redealt)
         found.append([_exact(batch) for batch in iterator])
     assert found[0] == found[1]
@@ -243,15 +252,16 @@ def test_a_corrupt_row_group_fails_at_the_same_batch_with_the_same_error(tinax_f
     assert "row group 1" in failures[0][1]
 
 
-def test_worker_processes_read_the_unplanned_batches_and_resume(parsed_flags, plain_file):
-    cache_bytes = CACHES["larger_than_the_cache"]
-    expected = _everything(_pipeline(plain_file, planned=False, cache_bytes=cache_bytes))
-    pipeline = _pipeline(plain_file, planned=True, cache_bytes=cache_bytes)
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_worker_processes_read_the_unplanned_batches_and_resume(parsed_flags, plain_file, order):
+    options = {"cache_bytes": CACHES["larger_than_the_cache"], **ORDERS[order]}
+    expected = _everything(_pipeline(plain_file, planned=False, **options))
+    pipeline = _pipeline(plain_file, planned=True, **options)
     with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=2) as iterator:
         before = [_exact(next(iterator)) for _ in range(21)]
         state = json.loads(json.dumps(iterator.get_state()))
     assert before == expected[:21]
-    pipeline = _pipeline(plain_file, planned=True, cache_bytes=cache_bytes)
+    pipeline = _pipeline(plain_file, planned=True, **options)
     with open_multiprocessing_iterator(pipeline.to_iter_dataset(), num_workers=2) as resumed:
         resumed.set_state(state)
         assert [_exact(batch) for batch in resumed] == expected[21:]

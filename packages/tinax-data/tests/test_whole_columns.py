@@ -351,11 +351,13 @@ def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeri
         assert found == expected
 
 
-def _shuffled(dataset: Any, batch_fn: Any, *, shard: tuple[int, int], seed: int, epochs: int, batch_size: int) -> Any:
-    """A globally shuffled pipeline over ``dataset``."""
+def _shuffled(
+    dataset: Any, batch_fn: Any, *, shard: tuple[int, int], seed: int, epochs: int, batch_size: int, **window: Any
+) -> Any:
+    """A globally shuffled pipeline over ``dataset`` (window-shuffled with a ``shuffle_window``)."""
     return training_batches(
         dataset, shard_options=ShardOptions(*shard, drop_remainder=True), seed=seed, shuffle=True,
-        num_epochs=epochs, batch_size=batch_size, batch_fn=batch_fn,
+        num_epochs=epochs, batch_size=batch_size, batch_fn=batch_fn, **window,
     )  # fmt: skip
 
 
@@ -380,9 +382,10 @@ def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_fil
     assert not record_source_of(dataset).may_hold_columns()
 
 
-def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numeric_file, monkeypatch):
+@pytest.mark.parametrize("window", [{}, {"shuffle_window": 2}], ids=["global", "window"])
+def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numeric_file, monkeypatch, window):
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
-        return _shuffled(dataset, batch_fn, shard=(1, 2), seed=6, epochs=2, batch_size=90)
+        return _shuffled(dataset, batch_fn, shard=(1, 2), seed=6, epochs=2, batch_size=90, **window)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
     decoders: set[str] = set()
@@ -395,7 +398,7 @@ def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numer
     def refused(*args: Any) -> Any:
         raise AssertionError("the window was joined from parts")
 
-    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 3)
+    monkeypatch.setattr(ParquetRecordSource, "window_threads", lambda source: 3)
     monkeypatch.setattr(_RowGroup, "window_fields", noted)
     monkeypatch.setattr(_planned_reads, "_stacked_in_parts", refused)
     monkeypatch.setattr(_direct_reads.DirectBatchMapDataset, "read_rows", refused)
@@ -403,6 +406,68 @@ def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numer
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
     assert len({name for name in decoders if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-")}) == 2
     assert not [thread for thread in threading.enumerate() if thread.name.startswith(f"{WINDOW_THREAD_PREFIX}-decode")]
+
+
+@pytest.mark.parametrize(("cores", "ahead", "window"), [(1, 1, 1), (2, 1, 2), (3, 2, 3), (16, 3, 3)])
+def test_a_window_past_the_cache_takes_the_core_that_threads_ahead_leave_to_the_pipeline(
+    tmp_path, monkeypatch, cores, ahead, window
+):
+    # The pipeline waits for a window past the cache, so its core decodes too; threads ahead leave it one.
+    from tinax._data._records import _file_columns
+
+    path = _small_groups_file(tmp_path, 20_000)
+
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=2, epochs=1, batch_size=250)
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(path))]
+    monkeypatch.setattr(_file_columns, "usable_cores", lambda: cores)
+    decoders: set[str] = set()
+    original = _RowGroup.window_fields
+
+    def noted(group: _RowGroup, rows: np.ndarray) -> Any:
+        decoders.add(threading.current_thread().name)
+        return original(group, rows)
+
+    monkeypatch.setattr(_RowGroup, "window_fields", noted)
+    # 320 KB of decoded rows against a 160 KB cache: past it, with room for a few row groups per thread.
+    dataset = read_parquet_record(path, cache_bytes=160_000)
+    source = record_source_of(dataset)
+    assert (source.decode_threads(), source.window_threads()) == (ahead, window)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+    assert len({name for name in decoders if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-")}) == window - 1
+
+
+def test_a_window_shuffle_past_the_cache_decodes_each_row_group_about_once_an_epoch(tmp_path, monkeypatch):
+    path = _small_groups_file(tmp_path, 20_000)
+
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=3, epochs=1, batch_size=250, shuffle_window=4)
+
+    expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(path))]
+    decoded: list[int] = []
+    windows: list[int] = []
+    original_decode, original_window = ParquetRecordSource._decode, _planned_reads.read_stacked_window
+
+    def noted(self: ParquetRecordSource, group_index: int, position: int, **options: Any) -> Any:
+        decoded.extend(options.get("run") or [group_index])
+        return original_decode(self, group_index, position, **options)
+
+    def counted(source: Any, positions: np.ndarray) -> Any:
+        windows.append(len(positions))
+        return original_window(source, positions)
+
+    monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
+    monkeypatch.setattr(_planned_reads, "read_stacked_window", counted)
+    # 320 KB of decoded rows against a 160 KB cache: the batches are served from planned windows.
+    dataset = read_parquet_record(path, cache_bytes=160_000)
+    assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
+    assert sum(windows) == 20_000
+    assert len(windows) > 2
+    # A global shuffle's windows decode every row group each; here a row group is decoded again only where
+    # its rows straddle two windows.
+    assert sorted(set(decoded)) == list(range(200))
+    assert len(decoded) <= 200 + 4 * len(windows)
 
 
 def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usual_reads(numeric_file, monkeypatch):
@@ -419,6 +484,7 @@ def test_a_row_group_a_decoding_thread_cannot_read_leaves_its_batches_to_the_usu
         return original(source, group_index, position, **options)
 
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 2)
+    monkeypatch.setattr(ParquetRecordSource, "window_threads", lambda source: 2)
     monkeypatch.setattr(ParquetRecordSource, "_decode", flaky)
     dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
@@ -450,6 +516,7 @@ def test_arrays_whose_shape_changes_between_row_groups_give_what_stacking_the_re
     path = _ragged_file(tmp_path / "ragged.parquet")
     # Past the cache, the windows' threads meet the row groups in any order: their parts differ in shape.
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 3)
+    monkeypatch.setattr(ParquetRecordSource, "window_threads", lambda source: 3)
 
     def outcome(batch_fn: Any) -> list[Any]:
         found: list[Any] = []
@@ -692,7 +759,7 @@ def test_windows_past_the_cache_read_row_groups_that_follow_each_other_together(
             runs.append(list(options.get("run") or [group_index]))
         return original(self, group_index, position, **options)
 
-    monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda source: 2)
+    monkeypatch.setattr(ParquetRecordSource, "window_threads", lambda source: 2)
     monkeypatch.setattr(ParquetRecordSource, "_decode", noted)
     # 320 KB of decoded rows against a 160 KB cache: past it, with room for a few row groups in each read.
     dataset = read_parquet_record(path, cache_bytes=160_000)

@@ -215,7 +215,7 @@ def _epoch_batches(
 ) -> Any:
     """One epoch's batches of this shard's rows: grain's own batch, one read call per batch."""
     from tinax._data._pipelines._direct_reads import DirectBatchMapDataset
-    from tinax._data._pipelines._planned_reads import batch_positions, shuffled_batches
+    from tinax._data._pipelines._planned_reads import batch_positions, planned_window_batches, shuffled_batches
     from tinax._data._records._reader_datasets import record_source_of
 
     rows = ordered.slice(row_slices[0]).slice(row_slices[1])
@@ -235,6 +235,13 @@ def _epoch_batches(
             return batches
     # Each batch's rows read from the source at positions computed at once.
     positions = batch_positions(dataset, ordered, rows, seed=seed, row_slices=row_slices, order=order)
+    if order == "window" and positions is not None:
+        # Past a Parquet reader's cache, read a window of batches ahead at a time, as for the global shuffle.
+        planned = planned_window_batches(
+            dataset, rows, positions, batch_size=batch_size, batch_fn=batch_fn, num_epochs=num_epochs
+        )
+        if planned is not None:
+            return planned
     return DirectBatchMapDataset(
         rows, batch_size, drop_remainder=True, batch_fn=batch_fn, positions=positions, source=record_source_of(dataset)
     )

@@ -1,6 +1,6 @@
 """Planned reads: the rows of the batches ahead, read row group by row group in file order.
 
-A global shuffle's order is known in advance (seed and epoch), so
+A global shuffle's order is known in advance (seed and epoch), as is a window shuffle's, so
 :class:`ReadPlanner` computes a window of batches' source positions through a
 position twin of the pipeline (same grain classes and seeds) and decodes each
 row group once per window. Batches, states and errors are unchanged: reads the
@@ -122,7 +122,7 @@ class _WindowAhead:
 def read_stacked_window(source: Any, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
     """:func:`read_window` for batches of ``stack_records``: one array per field, in the order of ``positions``.
 
-    Past the cache, ``decode_threads`` threads copy rows straight in where the row groups' parts are alike.
+    Past the cache, ``window_threads`` threads copy rows straight in where the row groups' parts are alike.
     """
     past = _make_room(source)
     try:
@@ -177,13 +177,17 @@ class ReadPlanner:
     """Plans the reads of a pipeline's batches ahead, in one process.
 
     ``positions`` is the rows' position twin; ``limit`` bounds row indices (``sys.maxsize`` when endless).
+    ``scattered`` orders (a global shuffle) spread each window over the whole file; the window shuffle's do not.
     """
 
-    def __init__(self, positions: Any, source: Any, *, limit: int, stacked: bool = False) -> None:
+    def __init__(
+        self, positions: Any, source: Any, *, limit: int, stacked: bool = False, scattered: bool = True
+    ) -> None:
         self._positions = positions
         self._source = source
         self._limit = limit
         self._stacked = stacked
+        self._scattered = scattered
         self._start_process()
 
     def _start_process(self) -> None:
@@ -198,13 +202,20 @@ class ReadPlanner:
         self._ahead_batches = _FIRST_WINDOW_BATCHES
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"positions": self._positions, "source": self._source, "limit": self._limit, "stacked": self._stacked}
+        return {
+            "positions": self._positions,
+            "source": self._source,
+            "limit": self._limit,
+            "stacked": self._stacked,
+            "scattered": self._scattered,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._positions = state["positions"]
         self._source = state["source"]
         self._limit = state["limit"]
         self._stacked = state["stacked"]
+        self._scattered = state["scattered"]
         self._start_process()
 
     def read(self, items: range, *, stacked: bool = False) -> Any:
@@ -306,7 +317,10 @@ class ReadPlanner:
         """Reads the window of the batches at ``starts``, or None where it cannot (they are read the usual way)."""
         indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
         try:
-            if isinstance(self._positions, VectorPositions):
+            if not self._scattered and stride == length and isinstance(self._positions, VectorPositions):
+                # Batches that follow each other in a window shuffle: slices of its windows' rows.
+                positions = np.asarray(self._positions.range_positions(starts[0], starts[-1] + length), np.int64)
+            elif isinstance(self._positions, VectorPositions):
                 # Piece by piece: the shuffle's arrays take many times the positions' bytes.
                 positions = np.empty(len(indices), dtype=np.int64)
                 for begin in range(0, len(indices), _PIECE_ROWS):
@@ -334,8 +348,8 @@ class ReadPlanner:
         return read_window(self._source, positions)
 
     def _tell(self, rows: int) -> None:
-        """Logs once what planned reads cost over a source larger than its cache."""
-        if self._told:
+        """Logs once what planned reads cost over a source larger than its cache (a scattered order's)."""
+        if self._told or not self._scattered:
             return
         source = self._source
         decoded = source.decoded_file_bytes()
@@ -451,6 +465,33 @@ def shuffled_batches(
     vector = twin if isinstance(twin, VectorPositions) else None
     return PlannedBatchMapDataset(
         rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner, positions=vector, source=source
+    )
+
+
+def planned_window_batches(
+    dataset: Any,
+    rows: Any,
+    positions: VectorPositions,
+    *,
+    batch_size: int,
+    batch_fn: Any,
+    num_epochs: int | None,
+) -> PlannedBatchMapDataset | None:
+    """The planned batches of a window-shuffled pipeline over a Parquet reader past its cache, or None.
+
+    The batches ahead read a few row groups' blocks, so each window decodes only those, once, in threads,
+    while the batches before it are served; within the cache, the held columns or row groups serve them.
+    """
+    from tinax._data._records._parquet_source import ParquetRecordSource
+    from tinax._data._records._reader_datasets import record_source_of
+
+    source = record_source_of(dataset)
+    if not isinstance(source, ParquetRecordSource) or not past_cache(source):
+        return None
+    limit = planned_limit(len(rows), num_epochs)
+    planner = ReadPlanner(positions, source, limit=limit, stacked=stacks_columns(batch_fn), scattered=False)
+    return PlannedBatchMapDataset(
+        rows, batch_size, drop_remainder=True, batch_fn=batch_fn, planner=planner, positions=positions, source=source
     )
 
 

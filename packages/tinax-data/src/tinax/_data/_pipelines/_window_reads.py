@@ -32,7 +32,7 @@ def window_rows(source: Any) -> int:
     if not past_cache(source):
         return _PIECE_ROWS
     row_bytes = max(source.decoded_row_bytes(), 1.0) + _INDEX_BYTES_PER_ROW
-    held = source.decode_threads() * source.groups_per_read(past_cache=True) - 1
+    held = source.window_threads() * source.groups_per_read(past_cache=True) - 1
     room = source.cache_bytes - held * source.largest_group_bytes()
     return max(1, int(max(room, 0) // 2 // row_bytes))
 
@@ -90,6 +90,9 @@ def _row_group_runs(
 ) -> tuple[np.ndarray[Any, Any], list[tuple[int, int, int]]]:
     """A stable order sorting ``positions`` by row group, and ``(group, first, last)`` runs of it in file order."""
     groups = np.searchsorted(ends, positions, side="right")
+    if len(ends) <= np.iinfo(np.uint16).max:
+        # NumPy sorts 16-bit keys stably by radix, several times faster than 64-bit ones: the same order.
+        groups = groups.astype(np.uint16)
     order = np.argsort(groups, kind="stable")
     if not len(order):
         return order, []
@@ -193,7 +196,7 @@ class _StackedWindow:
 
 
 def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[str, np.ndarray[Any, Any]] | None:
-    """The stacked fields at ``positions``, past the cache, decoded by ``decode_threads`` threads.
+    """The stacked fields at ``positions``, past the cache, decoded by ``window_threads`` threads.
 
     Rows are copied into arrays sized by the first row group; None sends the caller to join parts whose
     dtypes or shapes differ, or whose values do not stack.
@@ -247,7 +250,7 @@ def _stacked_in_threads(source: Any, positions: np.ndarray[Any, Any]) -> dict[st
             if ahead is not None:
                 ahead.close()
 
-    _run_in_threads(decode, source.decode_threads())
+    _run_in_threads(decode, source.window_threads())
     if unlike:
         return None
     if failures:

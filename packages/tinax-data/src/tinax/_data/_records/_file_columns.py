@@ -349,15 +349,15 @@ class WholeColumns:
         return False
 
 
-def fill_threads(cache_bytes: int, block_bytes: float) -> int:
-    """How many threads fill whole columns ahead: one core left to the pipeline, a quarter of the cache in flight.
+def fill_threads(cache_bytes: int, block_bytes: float, *, leave_a_core: bool = True) -> int:
+    """How many threads decode ahead: a quarter of the cache in flight, and one core left to the pipeline.
 
     The decoding itself may run without the interpreter lock, but the work around it holds it, so more
-    threads only take turns.
+    threads only take turns. Without ``leave_a_core``, for reads the pipeline waits for, its core decodes too.
     """
-    cores = usable_cores()
+    cores = usable_cores() - (1 if leave_a_core else 0)
     fitting = int(cache_bytes // 4 // max(block_bytes, 1.0))
-    return max(1, min(_MOST_FILL_THREADS, cores - 1, fitting))
+    return max(1, min(_MOST_FILL_THREADS, cores, fitting))
 
 
 def usable_cores() -> int:

@@ -271,6 +271,10 @@ class ParquetRecordSource(ParquetOpening):
         """How many threads decode this reader's row groups at once, as :func:`fill_threads` sizes them."""
         return fill_threads(self.cache_bytes, self.largest_group_bytes())
 
+    def window_threads(self) -> int:
+        """How many threads decode a planned window past the cache, which the pipeline waits for: its core too."""
+        return fill_threads(self.cache_bytes, self.largest_group_bytes(), leave_a_core=False)
+
     def _whole_stacked(self, group_index: int) -> dict[str, np.ndarray[Any, Any]] | None:
         # Called with the lock held: one row group's stacked fields, from the cache or decoded for them.
         group = self._cache.get(group_index)
@@ -291,7 +295,8 @@ class ParquetRecordSource(ParquetOpening):
             return 1
         share = 16 if past_cache else 4
         fitting = int(self.cache_bytes // share // max(self.largest_group_bytes(), 1.0))
-        return max(1, min(_GROUPS_PER_READ, fitting // self.decode_threads()))
+        threads = self.window_threads() if past_cache else self.decode_threads()
+        return max(1, min(_GROUPS_PER_READ, fitting // threads))
 
     def _open_ahead(self) -> tuple[AheadReads, _Footer]:
         parquet_file, header = self._open()
