@@ -267,6 +267,15 @@ def test_worker_processes_read_the_unplanned_batches_and_resume(parsed_flags, pl
         assert [_exact(batch) for batch in resumed] == expected[21:]
 
 
+def test_a_window_shuffled_pass_larger_than_the_cache_logs_no_decodes_per_epoch(plain_file, caplog):
+    # Its windows decode each row group about once an epoch: there is no cost to tell.
+    with caplog.at_level(logging.INFO, logger="tinax.data"):
+        options = {"cache_bytes": CACHES["larger_than_the_cache"], "batch_fn": _ids, **ORDERS["window"]}
+        batches = _pipeline(plain_file, planned=True, **options)
+        assert len(list(batches)) == len(batches)
+    assert not [record for record in caplog.records if record.name == "tinax.data"]
+
+
 def test_a_pass_larger_than_the_cache_logs_its_decodes_per_epoch_once(plain_file, caplog):
     with caplog.at_level(logging.INFO, logger="tinax.data"):
         batches = _pipeline(plain_file, planned=True, cache_bytes=CACHES["larger_than_the_cache"], batch_fn=_ids)
@@ -277,8 +286,10 @@ def test_a_pass_larger_than_the_cache_logs_its_decodes_per_epoch_once(plain_file
     assert "shuffle_window" in told[0].getMessage()
 
 
-def test_out_of_order_batches_larger_than_the_cache_are_told_once(plain_file, caplog):
-    batches = _pipeline(plain_file, planned=True, cache_bytes=CACHES["larger_than_the_cache"], batch_fn=_ids)
+@pytest.mark.parametrize("order", list(ORDERS))
+def test_out_of_order_batches_larger_than_the_cache_are_told_once(plain_file, caplog, order):
+    options = {"cache_bytes": CACHES["larger_than_the_cache"], "batch_fn": _ids, **ORDERS[order]}
+    batches = _pipeline(plain_file, planned=True, **options)
     order = np.random.default_rng(3).permutation(len(batches)).tolist()
     with caplog.at_level(logging.WARNING, logger="tinax.data"):
         for index in order:
@@ -288,6 +299,10 @@ def test_out_of_order_batches_larger_than_the_cache_are_told_once(plain_file, ca
     assert len(told) == 1
     assert "out of order" in told[0].getMessage()
     assert "cache_bytes" in told[0].getMessage()
+    # The planner's warning tells a globally shuffled pipeline of shuffle_window, not one that has it.
+    message = told[0].getMessage()
+    planners = "batches of a pipeline" in message
+    assert ("a shuffle_window" in message) == (planners and order == "global")
 
 
 def test_a_pass_within_the_cache_logs_nothing(plain_file, caplog):

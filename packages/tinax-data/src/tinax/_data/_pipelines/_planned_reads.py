@@ -315,26 +315,28 @@ class ReadPlanner:
 
     def _read_batches(self, starts: list[int], stride: int, length: int) -> _Window | None:
         """Reads the window of the batches at ``starts``, or None where it cannot (they are read the usual way)."""
-        indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
         try:
-            if not self._scattered and stride == length and isinstance(self._positions, VectorPositions):
-                # Batches that follow each other in a window shuffle: slices of its windows' rows.
-                positions = np.asarray(self._positions.range_positions(starts[0], starts[-1] + length), np.int64)
-            elif isinstance(self._positions, VectorPositions):
-                # Piece by piece: the shuffle's arrays take many times the positions' bytes.
-                positions = np.empty(len(indices), dtype=np.int64)
-                for begin in range(0, len(indices), _PIECE_ROWS):
-                    positions[begin : begin + _PIECE_ROWS] = self._positions.positions(
-                        indices[begin : begin + _PIECE_ROWS]
-                    )
-            else:
-                positions = np.asarray(read_many(self._positions, indices.tolist()), dtype=np.int64)
-            del indices
+            positions = self._window_positions(starts, stride, length)
             table, rows = self._read_window(positions)
             del positions
         except Exception:  # Read the usual way, which raises at the batch it always raised at.
             return None
         return _Window(starts, stride, length, table, rows)
+
+    def _window_positions(self, starts: list[int], stride: int, length: int) -> np.ndarray[Any, Any]:
+        """The source positions of the batches at ``starts``, one after the other."""
+        twin = self._positions
+        if not self._scattered and stride == length and isinstance(twin, VectorPositions):
+            # Batches that follow each other in a window shuffle: slices of its windows' rows.
+            return np.asarray(twin.range_positions(starts[0], starts[-1] + length), dtype=np.int64)
+        indices = np.concatenate([np.arange(first, first + length, dtype=np.int64) for first in starts])
+        if not isinstance(twin, VectorPositions):
+            return np.asarray(read_many(twin, indices.tolist()), dtype=np.int64)
+        # Piece by piece: the shuffle's arrays take many times the positions' bytes.
+        positions = np.empty(len(indices), dtype=np.int64)
+        for begin in range(0, len(indices), _PIECE_ROWS):
+            positions[begin : begin + _PIECE_ROWS] = twin.positions(indices[begin : begin + _PIECE_ROWS])
+        return positions
 
     def _read_window(self, positions: np.ndarray[Any, Any]) -> tuple[Any, np.ndarray[Any, Any]]:
         """Reads a window: of stacked fields for ``stack_records``' batches, else of records."""
@@ -384,11 +386,12 @@ class ReadPlanner:
             return
         self._told = True
         # The reader's own warning about rows read out of order would say the same: one of the two is logged.
+        window = ", or training_batches a shuffle_window," if self._scattered else ""
         source.warn_out_of_order_once(
             "batches of a pipeline over %s are read out of order (random access, or several threads), so they "
             "cannot be planned: its decoded rows (about %s) exceed its cache_bytes (%s), and every batch of a "
             "shuffled order decodes row groups again for a few rows each. Pass read_parquet_record a cache_bytes "
-            "above the decoded size, or training_batches a shuffle_window, to read each row group once per epoch",
+            f"above the decoded size{window} to read each row group once per epoch",
             getattr(source, "_path", "the reader"),
             format_bytes(int(decoded)),
             format_bytes(source.cache_bytes),
