@@ -332,6 +332,40 @@ def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead
     assert taken != sorted(taken)
 
 
+def test_a_window_shuffle_tells_threads_ahead_its_next_blocks_past_the_positions_it_computed(tmp_path, monkeypatch):
+    path = _small_groups_file(tmp_path, 3000)
+    # Positions for four batches at a time: the blocks past them come from the window shuffle's block order.
+    monkeypatch.setattr(_direct_reads, "_POSITIONS_AHEAD", 200)
+    dataset = read_parquet_record(path)
+    source = record_source_of(dataset)
+    told: list[list[int]] = []
+    original_expect = ParquetRecordSource.expect_positions
+
+    def noted_expect(self: ParquetRecordSource, positions: np.ndarray) -> None:
+        if self is source:
+            groups = np.searchsorted(np.asarray(self.row_group_ends), positions, side="right").tolist()
+            told.append(list(dict.fromkeys(groups)))
+        original_expect(self, positions)
+
+    monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
+
+    def pipeline(batch_fn: Any, dataset: Any) -> Any:
+        return _shuffled(dataset, batch_fn, shard=(0, 1), seed=8, epochs=1, batch_size=50, shuffle_window=2)
+
+    found = [exact(batch) for batch in pipeline(stack_records, dataset)]
+    reference = list(pipeline(stack_the_rows, read_parquet_record(path)))
+    assert found == [exact(batch) for batch in reference]
+    # The batch that first reads each row group (its ids are its rows: 100 to a row group).
+    first_read: dict[int, int] = {}
+    for index, batch in enumerate(reference):
+        for group in (np.asarray(batch["id"]) // 100).tolist():
+            first_read.setdefault(group, index)
+    # The first call already names every row group of the epoch, in the order the batches first read them.
+    assert sorted(told[0]) == list(range(30))
+    ranks = [first_read[group] for group in told[0]]
+    assert ranks == sorted(ranks)
+
+
 def test_a_batch_is_its_own_memory_and_changing_it_changes_no_later_batch(numeric_file):
     def pipeline(shuffle: bool) -> Any:
         return training_batches(

@@ -373,6 +373,10 @@ class WindowShuffleMapDataset(grain.MapDataset):  # type: ignore[misc]
         """The unshuffled dataset's rows at the consecutive positions ``start`` to ``stop`` of an epoch."""
         return self._plan(epoch).range_rows(start, stop)
 
+    def block_starts(self, epoch: int, position: int, count: int) -> np.ndarray[Any, Any]:
+        """The unshuffled dataset's rows where ``count`` blocks an epoch reads from ``position`` on start."""
+        return self._plan(epoch).block_starts(position, count)
+
     def _getitems(self, indices: Sequence[int]) -> Any:
         return read_many(self._unshuffled, self.positions(np.asarray(indices, dtype=np.int64)).tolist())
 
@@ -434,6 +438,12 @@ class _WindowPlan:
             parts.append(rows[start - window_start : end - window_start])
             start, window = end, window + 1
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def block_starts(self, position: int, count: int) -> np.ndarray[Any, Any]:
+        """Where ``count`` blocks from the window holding ``position`` on start, in the order the epoch reads them."""
+        first = max(bisect.bisect_right(self._bounds, position) - 1, 0) * self._window
+        starts: np.ndarray[Any, Any] = self._block_starts[first : first + count]
+        return starts
 
     def _window_rows(self, window: int) -> tuple[int, int, np.ndarray[Any, Any]]:
         with self._lock:

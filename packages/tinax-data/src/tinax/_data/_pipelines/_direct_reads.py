@@ -20,6 +20,8 @@ __all__ = ["BatchPositions", "DirectBatchMapDataset", "read_positions"]
 
 #: Rows whose shuffled positions are computed at once, for the batches ahead (half a MiB of int64).
 _POSITIONS_AHEAD = 1 << 16
+#: Blocks past those rows that a window shuffle tells threads filling ahead of, in the order its batches read them.
+_BLOCKS_AHEAD = 256
 
 
 class BatchPositions(Protocol):
@@ -32,6 +34,10 @@ class BatchPositions(Protocol):
 
     def range_positions(self, start: int, stop: int) -> np.ndarray[Any, Any] | range:
         """The source positions of the indices ``range(start, stop)``."""
+        ...
+
+    def block_starts_ahead(self, index: int, count: int) -> np.ndarray[Any, Any] | None:
+        """Where the next ``count`` blocks read from ``index`` on start, where batches read whole blocks in turn."""
         ...
 
 
@@ -104,5 +110,7 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         self._ahead = (start, end, found)
         expect_positions = getattr(self._source, "expect_positions", None)
         if self._stacked and expect_positions is not None:
-            expect_positions(found)
+            # A window shuffle's next blocks too, so that threads ahead are never out of blocks the batches read.
+            blocks = self._positions.block_starts_ahead(end, _BLOCKS_AHEAD)
+            expect_positions(found if blocks is None else np.concatenate([found, blocks]))
         return found[: stop - start]

@@ -178,6 +178,16 @@ class VectorPositions:
                 return range(within, within + stop - start)
         return self.positions(np.arange(start, stop, dtype=np.int64))
 
+    def block_starts_ahead(self, index: int, count: int) -> np.ndarray[Any, Any] | None:
+        """Source positions where the next ``count`` blocks a window shuffle reads from outer ``index`` on start.
+
+        None for other orders, whose batches do not read whole blocks in turn.
+        """
+        if self._window is None:
+            return None
+        epoch, within = divmod(self._sliced_index(index), self._ordered_length)
+        return self._window.block_starts(epoch, within, count)  # type: ignore[no-any-return]
+
     def _sliced_index(self, value: int) -> int:
         """:meth:`_sliced` of one index, in Python ints."""
         for start, step, length, parent_length in self._slices:
