@@ -110,7 +110,8 @@ class DirectBatchMapDataset(BulkBatchMapDataset):
         self._ahead = (start, end, found)
         expect_positions = getattr(self._source, "expect_positions", None)
         if self._stacked and expect_positions is not None:
-            # A window shuffle's next blocks too, so that threads ahead are never out of blocks the batches read.
-            blocks = self._positions.block_starts_ahead(end, _BLOCKS_AHEAD)
+            # A window shuffle's next blocks too, so that threads ahead are never out of blocks the batches read
+            # (within this epoch: its plan is computed, the next one's need not be yet).
+            blocks = self._positions.block_starts_ahead(end, _BLOCKS_AHEAD) if end < epoch_end else None
             expect_positions(found if blocks is None else np.concatenate([found, blocks]))
         return found[: stop - start]
