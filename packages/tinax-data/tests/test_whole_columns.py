@@ -280,21 +280,28 @@ def test_a_batch_waits_for_the_row_group_a_thread_ahead_is_decoding_rather_than_
     assert [name for group_index, name in decoded if group_index == 1] == [f"{WINDOW_THREAD_PREFIX}-columns-0"]
 
 
+def _told_groups(monkeypatch: pytest.MonkeyPatch, source: ParquetRecordSource) -> list[list[int]]:
+    """Notes the row groups each ``expect_positions`` call on ``source`` names, in the order it names them."""
+    told: list[list[int]] = []
+    original = ParquetRecordSource.expect_positions
+
+    def noted(self: ParquetRecordSource, positions: np.ndarray) -> None:
+        if self is source:
+            groups = np.searchsorted(np.asarray(self.row_group_ends), positions, side="right").tolist()
+            told.append(list(dict.fromkeys(groups)))
+        original(self, positions)
+
+    monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted)
+    return told
+
+
 def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead_first(tmp_path, monkeypatch):
     path = tmp_path / "small-groups.parquet"
     table = pa.table({"id": pa.array(range(3000), pa.int64()), "v": pa.array(np.arange(3000) / 7, pa.float64())})
     pq.write_table(table, path, row_group_size=100)
     dataset = read_parquet_record(path)
     source = record_source_of(dataset)
-    expected_order: list[list[int]] = []
-    original_expect = ParquetRecordSource.expect_positions
-
-    def noted_expect(self: ParquetRecordSource, positions: np.ndarray) -> None:
-        if self is source:
-            groups = np.searchsorted(np.asarray(self.row_group_ends), positions, side="right").tolist()
-            expected_order.append(list(dict.fromkeys(groups)))
-        original_expect(self, positions)
-
+    expected_order = _told_groups(monkeypatch, source)
     filled_ahead: list[int] = []
     original_fill = FileColumns.fill
 
@@ -303,7 +310,6 @@ def test_threads_filling_ahead_take_the_row_groups_of_the_shuffled_batches_ahead
             filled_ahead.extend(run)
         return original_fill(columns, run, fields)
 
-    monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
     monkeypatch.setattr(FileColumns, "fill", noted_fill)
     monkeypatch.setattr(ParquetRecordSource, "decode_threads", lambda self: 1)
     pipeline = training_batches(
@@ -337,17 +343,7 @@ def test_a_window_shuffle_tells_threads_ahead_its_next_blocks_past_the_positions
     # Positions for four batches at a time: the blocks past them come from the window shuffle's block order.
     monkeypatch.setattr(_direct_reads, "_POSITIONS_AHEAD", 200)
     dataset = read_parquet_record(path)
-    source = record_source_of(dataset)
-    told: list[list[int]] = []
-    original_expect = ParquetRecordSource.expect_positions
-
-    def noted_expect(self: ParquetRecordSource, positions: np.ndarray) -> None:
-        if self is source:
-            groups = np.searchsorted(np.asarray(self.row_group_ends), positions, side="right").tolist()
-            told.append(list(dict.fromkeys(groups)))
-        original_expect(self, positions)
-
-    monkeypatch.setattr(ParquetRecordSource, "expect_positions", noted_expect)
+    told = _told_groups(monkeypatch, record_source_of(dataset))
 
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
         return _shuffled(dataset, batch_fn, shard=(0, 1), seed=8, epochs=1, batch_size=50, shuffle_window=2)
