@@ -26,7 +26,8 @@ last comparison reads a file three times ``cache_bytes`` (the reader's
 cache set to a third of the decoded rows) with the window and the global
 shuffle. With ``--baseline-src``, each first pass of ``stack_records`` is also
 run in fresh processes against the tinax-data in that folder, in alternating
-rounds; ``--feeding-paired-only`` runs those pairs alone, without opening the
+rounds, and so are the two shuffles past the cache at the largest batch
+size; ``--feeding-paired-only`` runs those pairs alone, without opening the
 device in the parent process (an accelerator that one process holds at a
 time, such as a TPU, is then free for each fresh process). Then the same
 step is fed from an ArrayRecord file of ``--feeding-array-record-records``
@@ -76,7 +77,8 @@ sys.path.insert(0, sys.argv[1])
 import _data_feeding as feeding
 from tinax.data import stack_records
 path, batch_size, policy = pathlib.Path(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-batches = feeding._tinax_batches(path, batch_size, policy, stack_records, None)
+cache_bytes = None if sys.argv[7] == "-" else int(sys.argv[7])
+batches = feeding._tinax_batches(path, batch_size, policy, stack_records, cache_bytes)
 print(json.dumps({"rows_per_second": feeding._rows_per_second(batches, int(sys.argv[5]), int(sys.argv[6]))}))
 """
 
@@ -241,9 +243,12 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
     print(f"\nFeeding a jitted train step on {platform}: {count} rows of id, label, float32[4, 4]")
     path = folder / "feeding.parquet"
     _write(path, count)
+    # Past the cache: the decoded rows are three times cache_bytes.
+    cache_bytes = max(1 << 20, pq.read_table(path).nbytes // 3)
     if options.feeding_paired_only:
         # This process never opens the accelerator, which a TPU lends to one process at a time.
         measure_paired_first_pass(path, options, _POLICIES, options.feeding_rows)
+        measure_paired_first_pass(path, options, ("window", "global"), options.feeding_rows, cache_bytes=cache_bytes)
         measure_array_record_feeding(folder, options)
         return
     seconds = []
@@ -284,9 +289,6 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
             _compare(
                 f"batch {batch_size}, {policy}, after one epoch: {timed} batches", sides, numpy_name, options, timed
             )
-    # Past the cache: the decoded rows are three times cache_bytes.
-    decoded = pq.read_table(path).nbytes
-    cache_bytes = max(1 << 20, decoded // 3)
     for policy in ("window", "global"):
         batch_size = max(options.feeding_batch_sizes)
         timed = max(20, options.feeding_rows // batch_size)
@@ -300,23 +302,32 @@ def measure_feeding(folder: pathlib.Path, options: argparse.Namespace) -> None:
         _compare(title, sides, "numpy gather", options, timed)
     if getattr(options, "baseline_src", None):
         measure_paired_first_pass(path, options, _POLICIES, options.feeding_rows)
+        measure_paired_first_pass(path, options, ("window", "global"), options.feeding_rows, cache_bytes=cache_bytes)
     measure_array_record_feeding(folder, options)
 
 
 def measure_paired_first_pass(
-    path: pathlib.Path, options: argparse.Namespace, policies: Sequence[str], rows: int
+    path: pathlib.Path,
+    options: argparse.Namespace,
+    policies: Sequence[str],
+    rows: int,
+    *,
+    cache_bytes: int | None = None,
 ) -> None:
     """First-pass rows/s of stack_records feeding the step: this tinax-data against ``--baseline-src``'s.
 
     Each run is a fresh process, so neither side inherits the other's threads, caches or memory; the rounds
-    alternate which side runs first.
+    alternate which side runs first. With ``cache_bytes`` (past the cache), at the largest batch size only.
     """
     sides: dict[str, str | None] = {"today": options.baseline_src, "ours": None}
     benchmarks = str(pathlib.Path(__file__).resolve().parent)
+    where = "" if cache_bytes is None else f" past the cache (cache_bytes {cache_bytes / 2**20:.0f} MiB)"
     print(
-        f"\nFirst pass of {path.name}, each run in a fresh process; 'today' is the tinax-data in {options.baseline_src}"
+        f"\nFirst pass of {path.name}{where}, each run in a fresh process; 'today' is the tinax-data in "
+        f"{options.baseline_src}"
     )
-    for batch_size in options.feeding_batch_sizes:
+    batch_sizes = options.feeding_batch_sizes if cache_bytes is None else [max(options.feeding_batch_sizes)]
+    for batch_size in batch_sizes:
         timed = max(20, rows // batch_size)
         for policy in policies:
             rates: dict[str, list[float]] = {side: [] for side in sides}
@@ -330,6 +341,7 @@ def measure_paired_first_pass(
                         policy,
                         str(options.feeding_warmup),
                         str(timed),
+                        "-" if cache_bytes is None else str(cache_bytes),
                     ]
                     rates[side].append(run_probe(_FIRST_PASS_PROBE, arguments, sides[side])["rows_per_second"])
             ratio = statistics.median(new / old for new, old in zip(rates["ours"], rates["today"], strict=True))
