@@ -412,29 +412,38 @@ def test_stacked_rows_beyond_the_cache_are_read_from_planned_windows(numeric_fil
     assert not record_source_of(dataset).may_hold_columns()
 
 
+def _window_decoders(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Notes the names of the decoding threads (besides the window's own) that take rows for planned windows."""
+    decoders: set[str] = set()
+    original = _RowGroup.window_fields
+
+    def noted(group: _RowGroup, rows: np.ndarray) -> Any:
+        name = threading.current_thread().name
+        if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-"):
+            decoders.add(name)
+        return original(group, rows)
+
+    monkeypatch.setattr(_RowGroup, "window_fields", noted)
+    return decoders
+
+
 @pytest.mark.parametrize("window", [{}, {"shuffle_window": 2}], ids=["global", "window"])
 def test_windows_past_the_cache_decode_their_row_groups_in_several_threads(numeric_file, monkeypatch, window):
     def pipeline(batch_fn: Any, dataset: Any) -> Any:
         return _shuffled(dataset, batch_fn, shard=(1, 2), seed=6, epochs=2, batch_size=90, **window)
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(numeric_file))]
-    decoders: set[str] = set()
-    original = _RowGroup.window_fields
-
-    def noted(group: _RowGroup, rows: np.ndarray) -> Any:
-        decoders.add(threading.current_thread().name)
-        return original(group, rows)
 
     def refused(*args: Any) -> Any:
         raise AssertionError("the window was joined from parts")
 
     monkeypatch.setattr(ParquetRecordSource, "window_threads", lambda source: 3)
-    monkeypatch.setattr(_RowGroup, "window_fields", noted)
+    decoders = _window_decoders(monkeypatch)
     monkeypatch.setattr(_planned_reads, "_stacked_in_parts", refused)
     monkeypatch.setattr(_direct_reads.DirectBatchMapDataset, "read_rows", refused)
     dataset = read_parquet_record(numeric_file, cache_bytes=1 << 18)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
-    assert len({name for name in decoders if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-")}) == 2
+    assert len(decoders) == 2
     assert not [thread for thread in threading.enumerate() if thread.name.startswith(f"{WINDOW_THREAD_PREFIX}-decode")]
 
 
@@ -452,20 +461,13 @@ def test_a_window_past_the_cache_takes_the_core_that_threads_ahead_leave_to_the_
 
     expected = [exact(batch) for batch in pipeline(stack_the_rows, read_parquet_record(path))]
     monkeypatch.setattr(_file_columns, "usable_cores", lambda: cores)
-    decoders: set[str] = set()
-    original = _RowGroup.window_fields
-
-    def noted(group: _RowGroup, rows: np.ndarray) -> Any:
-        decoders.add(threading.current_thread().name)
-        return original(group, rows)
-
-    monkeypatch.setattr(_RowGroup, "window_fields", noted)
+    decoders = _window_decoders(monkeypatch)
     # 320 KB of decoded rows against a 160 KB cache: past it, with room for a few row groups per thread.
     dataset = read_parquet_record(path, cache_bytes=160_000)
     source = record_source_of(dataset)
     assert (source.decode_threads(), source.window_threads()) == (ahead, window)
     assert [exact(batch) for batch in pipeline(stack_records, dataset)] == expected
-    assert len({name for name in decoders if name.startswith(f"{WINDOW_THREAD_PREFIX}-decode-")}) == window - 1
+    assert len(decoders) == window - 1
 
 
 def test_a_window_shuffle_past_the_cache_decodes_each_row_group_about_once_an_epoch(tmp_path, monkeypatch):
